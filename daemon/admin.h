@@ -1,0 +1,53 @@
+// The admin HTTP server: /healthz, /readyz, /livez, /metrics, /debug/state.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace prometheus {
+class Registry;
+}
+namespace httplib {
+class Server;
+}
+
+namespace endpointd::daemon {
+
+struct Probe {
+  bool ok = true;
+  std::string detail;  // the body: why it is not ok, or "ok"
+};
+
+class AdminServer {
+ public:
+  struct Handlers {
+    std::function<Probe()> healthz;
+    std::function<Probe()> readyz;
+    std::function<Probe()> livez;
+    std::function<std::string()> debug_state;
+  };
+
+  AdminServer(Handlers h, prometheus::Registry* registry);
+  ~AdminServer();
+  AdminServer(const AdminServer&) = delete;
+  AdminServer& operator=(const AdminServer&) = delete;
+
+  // Binds "ADDR:PORT" (port 0 picks one) and serves on a thread of its own.
+  bool start(const std::string& listen, std::string* error);
+  void stop();
+  int port() const { return port_; }
+
+ private:
+  Handlers handlers_;
+  prometheus::Registry* registry_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+// Splits "ADDR:PORT" / "[v6]:PORT"; false when it is not of that form.
+bool split_host_port(const std::string& s, std::string* host, int* port);
+
+}  // namespace endpointd::daemon

@@ -1,0 +1,135 @@
+// Flags and the YAML config file. The file takes the flags' long names as keys
+// (`source-dir: /etc/endpointd/manifests`); a flag given on the command line wins.
+#include "daemon/config.h"
+
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+
+#include "model/ip.h"
+
+namespace endpointd::daemon {
+
+namespace {
+
+class YamlConfig : public CLI::Config {
+ public:
+  std::string to_config(const CLI::App*, bool, bool, std::string) const override { return {}; }
+
+  std::vector<CLI::ConfigItem> from_config(std::istream& in) const override {
+    std::vector<CLI::ConfigItem> items;
+    YAML::Node root;
+    try {
+      root = YAML::Load(in);
+    } catch (const YAML::Exception& e) {
+      throw CLI::ParseError("config file: YAML: line " + std::to_string(e.mark.line + 1) + ": " +
+                                e.msg,
+                            CLI::ExitCodes::ConfigError);
+    }
+    if (root.IsNull()) return items;
+    if (!root.IsMap())
+      throw CLI::ParseError("config file: expected a map of settings", CLI::ExitCodes::ConfigError);
+    for (const auto& kv : root) {
+      CLI::ConfigItem item;
+      item.name = kv.first.as<std::string>();
+      if (kv.second.IsSequence()) {
+        for (const auto& v : kv.second) item.inputs.push_back(v.as<std::string>());
+      } else if (kv.second.IsScalar()) {
+        item.inputs.push_back(kv.second.as<std::string>());
+      } else if (kv.second.IsNull()) {
+        item.inputs.push_back("");
+      } else {
+        throw CLI::ParseError("config file: " + item.name + ": expected a value or a list",
+                              CLI::ExitCodes::ConfigError);
+      }
+      items.push_back(std::move(item));
+    }
+    return items;
+  }
+};
+
+bool valid_host_port(const std::string& s) {
+  auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon + 1 == s.size()) return false;
+  std::string host = s.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (!host.empty() && !model::IpAddr::parse(host) && host != "localhost") return false;
+  try {
+    int port = std::stoi(s.substr(colon + 1));
+    return port >= 0 && port <= 65535;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
+
+void add_run_flags(CLI::App& app, Config& cfg) {
+  app.config_formatter(std::make_shared<YamlConfig>());
+  app.set_config("--config", "", "YAML file with the same keys as the flags");
+  app.add_option("--source-dir", cfg.source_dir,
+                 "Watch a directory of manifests instead of the Kubernetes API");
+  app.add_option("--kubeconfig", cfg.kubeconfig,
+                 "kubeconfig file (default: in-cluster when KUBERNETES_SERVICE_HOST is set)");
+  app.add_option("--node-name", cfg.node_name, "This node's name (default $NODE_NAME, else the host name)");
+  app.add_option("--dataplane", cfg.dataplane, "Service dataplane to program")
+      ->check(CLI::IsMember({"nftables", "none"}))
+      ->capture_default_str();
+  app.add_option("--dns-listen", cfg.dns_listen, "ADDR:PORT for the DNS server (empty: DNS off)");
+  app.add_option("--dns-zone", cfg.dns_zone, "Cluster DNS zone")->capture_default_str();
+  app.add_option("--dns-upstream", cfg.dns_upstream,
+                 "Upstream DNS servers ADDR[:PORT],... (default: /etc/resolv.conf)")
+      ->delimiter(',');
+  app.add_option("--feed-listen", cfg.feed_listen, "ADDR:PORT for the gRPC feed and xDS (empty: off)");
+  app.add_option("--admin-listen", cfg.admin_listen,
+                 "ADDR:PORT for /healthz, /readyz, /livez, /metrics, /debug/state")
+      ->capture_default_str();
+  app.add_option("--drain-socket", cfg.drain_socket, "Unix socket that pods' prestop calls reach")
+      ->capture_default_str();
+  app.add_option("--cluster-cidr", cfg.cluster_cidr, "Pod network CIDRs, for local-traffic detection")
+      ->delimiter(',');
+  app.add_option("--watch-pods", cfg.watch_pods, "Watch this node's pods (needed for drains)")
+      ->capture_default_str();
+  app.add_option("--watch-timeout", cfg.watch_timeout_seconds,
+                 "Seconds a watch request stays open before it is renewed")
+      ->check(CLI::Range(10, 3600))
+      ->capture_default_str();
+  app.add_option("--list-page-size", cfg.list_page_size, "Objects per list page")
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  app.add_option("--log-format", cfg.log_format, "text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  app.add_option("--log-level", cfg.log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
+      ->capture_default_str();
+}
+
+void resolve_defaults(Config& cfg) {
+  if (cfg.node_name.empty()) {
+    if (const char* n = std::getenv("NODE_NAME"); n && *n) {
+      cfg.node_name = n;
+    } else {
+      char host[256] = {};
+      if (gethostname(host, sizeof host - 1) == 0) cfg.node_name = host;
+    }
+  }
+}
+
+std::string validate(const Config& cfg) {
+  for (const auto& [name, value] : {std::pair<const char*, const std::string&>{"--dns-listen", cfg.dns_listen},
+                                    {"--feed-listen", cfg.feed_listen},
+                                    {"--admin-listen", cfg.admin_listen}}) {
+    if (!value.empty() && !valid_host_port(value))
+      return std::string(name) + ": \"" + value + "\" is not ADDR:PORT";
+  }
+  for (const auto& c : cfg.cluster_cidr)
+    if (!model::IpPrefix::parse(c)) return "--cluster-cidr: \"" + c + "\" is not a CIDR";
+  if (!cfg.source_dir.empty() && !cfg.kubeconfig.empty())
+    return "--source-dir and --kubeconfig are exclusive: choose one source of cluster state";
+  return {};
+}
+
+}  // namespace endpointd::daemon

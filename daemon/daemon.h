@@ -1,0 +1,30 @@
+// Wiring of `endpointd run`: a source of cluster state, the update loop, the sinks, the
+// admin server. Start, run until asked to stop, stop without touching the dataplane.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "daemon/config.h"
+
+namespace endpointd::daemon {
+
+class Daemon {
+ public:
+  explicit Daemon(Config cfg);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  bool start(std::string* error);
+  void stop();
+  int admin_port() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+void setup_logging(const std::string& format, const std::string& level);
+
+}  // namespace endpointd::daemon

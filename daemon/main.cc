@@ -1,0 +1,63 @@
+// endpointd: the node agent's command line.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "daemon/version.h"
+
+namespace {
+
+int run(endpointd::daemon::Config cfg) {
+  using namespace endpointd::daemon;
+  resolve_defaults(cfg);
+  setup_logging(cfg.log_format, cfg.log_level);
+  if (auto err = validate(cfg); !err.empty()) {
+    spdlog::error("{}", err);
+    return 2;
+  }
+  // Signals are taken synchronously by this thread; every thread started later inherits the mask.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  Daemon d(cfg);
+  std::string error;
+  if (!d.start(&error)) {
+    spdlog::error("cannot start: {}", error);
+    return 1;
+  }
+  int sig = 0;
+  sigwait(&set, &sig);
+  spdlog::info("received {}, stopping (the dataplane stays as it is)", strsignal(sig));
+  d.stop();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"endpointd: propagates Kubernetes endpoint changes to the node's dataplane, DNS and "
+               "proxies, and drains terminating pods safely"};
+  app.require_subcommand(1);
+
+  endpointd::daemon::Config cfg;
+  auto* run_cmd = app.add_subcommand("run", "Run the node agent");
+  endpointd::daemon::add_run_flags(*run_cmd, cfg);
+
+  auto* version_cmd = app.add_subcommand("version", "Print the version");
+
+  CLI11_PARSE(app, argc, argv);
+  if (*version_cmd) {
+    std::cout << "endpointd " << endpointd::kVersion << "\n";
+    return 0;
+  }
+  if (*run_cmd) return run(cfg);
+  return 0;
+}

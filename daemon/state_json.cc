@@ -1,0 +1,158 @@
+// Hand-written JSON: the shape is small and fixed, and this keeps field order stable.
+#include "daemon/state_json.h"
+
+#include "watcher/yaml_json.h"
+
+namespace endpointd::daemon {
+
+namespace {
+
+using watcher::append_json_string;
+
+class Json {
+ public:
+  std::string out;
+  void key(std::string_view k) {
+    comma();
+    append_json_string(out, k);
+    out.push_back(':');
+    first_ = true;  // the value follows without a comma
+  }
+  void str(std::string_view v) { comma(); append_json_string(out, v); }
+  void num(uint64_t v) { comma(); out += std::to_string(v); }
+  void num_d(double v) { comma(); char b[32]; std::snprintf(b, sizeof b, "%.3f", v); out += b; }
+  void boolean(bool v) { comma(); out += v ? "true" : "false"; }
+  void raw(std::string_view v) { comma(); out += v; }
+  void open(char c) { comma(); out.push_back(c); first_ = true; }
+  void close(char c) { out.push_back(c); first_ = false; }
+  void kv(std::string_view k, std::string_view v) { key(k); str(v); }
+
+ private:
+  void comma() {
+    if (!first_) out.push_back(',');
+    first_ = false;
+  }
+  bool first_ = true;
+};
+
+void ips(Json& j, std::string_view k, const std::vector<model::IpAddr>& v) {
+  j.key(k);
+  j.open('[');
+  for (const auto& a : v) j.str(a.str());
+  j.close(']');
+}
+
+void service(Json& j, const model::ServiceState& st) {
+  const auto& s = st.service;
+  j.open('{');
+  j.kv("namespace", s.key.ns);
+  j.kv("name", s.key.name);
+  j.kv("type", model::to_string(s.type));
+  j.key("headless");
+  j.boolean(s.headless);
+  ips(j, "clusterIPs", s.cluster_ips);
+  if (!s.external_ips.empty()) ips(j, "externalIPs", s.external_ips);
+  if (!s.load_balancer_ips.empty()) ips(j, "loadBalancerIPs", s.load_balancer_ips);
+  if (!s.external_name.empty()) j.kv("externalName", s.external_name);
+  j.kv("sessionAffinity", s.session_affinity_client_ip ? "ClientIP" : "None");
+  j.kv("internalTrafficPolicy", model::to_string(s.internal_traffic_policy));
+  j.kv("externalTrafficPolicy", model::to_string(s.external_traffic_policy));
+  j.key("ports");
+  j.open('[');
+  for (const auto& p : s.ports) {
+    j.open('{');
+    j.kv("name", p.name);
+    j.kv("protocol", model::to_string(p.protocol));
+    j.key("port");
+    j.num(p.port);
+    j.key("targetPort");
+    if (p.target_port_name.empty()) j.num(p.target_port_number); else j.str(p.target_port_name);
+    if (p.node_port) {
+      j.key("nodePort");
+      j.num(p.node_port);
+    }
+    j.close('}');
+  }
+  j.close(']');
+  j.key("endpoints");
+  j.open('[');
+  for (const auto& e : st.endpoints) {
+    j.open('{');
+    j.kv("address", e.address.str());
+    j.key("ready");
+    j.boolean(e.conditions.ready);
+    j.key("serving");
+    j.boolean(e.conditions.serving);
+    j.key("terminating");
+    j.boolean(e.conditions.terminating);
+    if (!e.node_name.empty()) j.kv("node", e.node_name);
+    if (!e.zone.empty()) j.kv("zone", e.zone);
+    if (!e.hostname.empty()) j.kv("hostname", e.hostname);
+    if (e.target_ref) j.kv("pod", e.target_ref->ns + "/" + e.target_ref->name);
+    j.key("ports");
+    j.open('[');
+    for (const auto& p : e.ports) {
+      j.open('{');
+      j.kv("name", p.name);
+      j.kv("protocol", model::to_string(p.protocol));
+      j.key("port");
+      j.num(p.port);
+      j.close('}');
+    }
+    j.close(']');
+    j.close('}');
+  }
+  j.close(']');
+  j.close('}');
+}
+
+}  // namespace
+
+std::string to_json(const DebugState& st) {
+  Json j;
+  j.open('{');
+  const auto& snap = *st.snapshot;
+  j.key("generation");
+  j.num(snap.generation);
+  j.key("synced");
+  j.boolean(snap.synced);
+  j.kv("node", st.node_name);
+  j.key("services");
+  j.open('[');
+  for (const auto& s : snap.services) service(j, *s);
+  j.close(']');
+  j.key("nodes");
+  j.open('[');
+  for (const auto& n : snap.nodes) j.str(n->name);
+  j.close(']');
+  j.key("sinks");
+  j.open('[');
+  auto now = pipeline::AckBoard::Clock::now();
+  for (const auto& e : st.sinks) {
+    j.open('{');
+    j.kv("name", e.consumer);
+    j.key("appliedGeneration");
+    j.num(e.generation());
+    if (e.snapshot) {
+      j.key("appliedSecondsAgo");
+      j.num_d(std::chrono::duration<double>(now - e.applied_at).count());
+    }
+    j.close('}');
+  }
+  j.close(']');
+  j.key("drains");
+  j.raw(st.drains_json);
+  j.key("sourceErrors");
+  j.open('[');
+  for (const auto& e : st.source_errors) {
+    j.open('{');
+    j.kv("where", e.where);
+    j.kv("reason", e.reason);
+    j.close('}');
+  }
+  j.close(']');
+  j.close('}');
+  return std::move(j.out);
+}
+
+}  // namespace endpointd::daemon

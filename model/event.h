@@ -1,0 +1,50 @@
+// Events from a source of cluster state to the update loop: an object added or changed, an
+// object gone, or the complete current list of one kind (an initial list or a relist).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "model/objects.h"
+
+namespace endpointd::model {
+
+enum class ObjectKind : uint8_t { kService, kEndpointSlice, kNode, kPod };
+std::string_view to_string(ObjectKind k);
+
+using Object = std::variant<Service, EndpointSlice, Node, Pod>;
+ObjectKind kind_of(const Object& o);
+// ns/name; for a Node just the name.
+std::string key_string(const Object& o);
+
+struct Upsert {
+  Object object;
+};
+
+struct Remove {
+  ObjectKind kind = ObjectKind::kService;
+  ObjectKey key;  // for a Node: ns empty, name set
+};
+
+// Everything of one kind that exists now. The Store reconciles against what it holds and
+// changes only what really differs, so an object present before and after is never removed
+// in between. A Replace also marks the kind as synced.
+struct Replace {
+  ObjectKind kind = ObjectKind::kService;
+  std::vector<Object> objects;
+};
+
+// Several kinds replaced at once (a manifest directory re-read): applied as one change, so no
+// snapshot ever shows one kind updated and another not.
+struct ReplaceMany {
+  std::vector<Replace> kinds;
+};
+
+struct Event {
+  std::variant<Upsert, Remove, Replace, ReplaceMany> change;
+  std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
+};
+
+}  // namespace endpointd::model

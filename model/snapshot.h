@@ -1,0 +1,83 @@
+// Snapshot: the immutable, generation-numbered view of the cluster that every sink applies.
+// Per service a shared ServiceState (spec + merged endpoints); an unchanged service is the
+// same pointer in the next snapshot, so a Delta is cheap to compute and to act on.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/objects.h"
+
+namespace endpointd::model {
+
+// One endpoint of a service after all its slices are merged: one address, the ports its
+// slice gave it, and its conditions.
+struct MergedEndpoint {
+  IpAddr address;
+  EndpointConditions conditions;
+  std::vector<EndpointPort> ports;
+  std::string hostname;
+  std::string node_name;
+  std::string zone;
+  std::vector<std::string> hint_zones;
+  std::vector<std::string> hint_nodes;
+  std::optional<ObjectRef> target_ref;
+  friend bool operator==(const MergedEndpoint&, const MergedEndpoint&) = default;
+
+  // The endpoint's port for a service port: matched by name as kube-proxy does.
+  std::optional<uint16_t> port_for(const ServicePort& sp) const;
+};
+
+struct ServiceState {
+  Service service;
+  // Sorted by address, one entry per address (the non-terminating copy preferred).
+  std::vector<MergedEndpoint> endpoints;
+  const ServiceKey& key() const { return service.key; }
+  const MergedEndpoint* find(const IpAddr& a) const;
+};
+
+using ServiceStatePtr = std::shared_ptr<const ServiceState>;
+using NodePtr = std::shared_ptr<const Node>;
+using PodPtr = std::shared_ptr<const Pod>;
+
+struct Snapshot {
+  uint64_t generation = 0;
+  bool synced = false;  // every source has delivered its first full list
+  // Sorted by key. Copying a snapshot copies pointers only.
+  std::vector<ServiceStatePtr> services;
+  std::vector<NodePtr> nodes;  // sorted by name
+  std::vector<PodPtr> pods;    // sorted by key
+
+  const ServiceState* find(const ServiceKey& key) const;
+  ServiceStatePtr find_ptr(const ServiceKey& key) const;
+  const Node* find_node(std::string_view name) const;
+  const Pod* find_pod(const ObjectKey& key) const;
+  size_t endpoint_count() const;
+};
+
+using SnapshotPtr = std::shared_ptr<const Snapshot>;
+
+struct Delta {
+  uint64_t from_generation = 0;
+  uint64_t to_generation = 0;
+  std::vector<ServiceKey> added;
+  std::vector<ServiceKey> changed;
+  std::vector<ServiceKey> removed;
+  bool nodes_changed = false;
+  bool pods_changed = false;
+  bool empty() const {
+    return added.empty() && changed.empty() && removed.empty() && !nodes_changed && !pods_changed;
+  }
+};
+
+// The difference between two snapshots, by pointer identity first and value second. A null
+// `from` means everything in `to` is added.
+Delta diff(const Snapshot* from, const Snapshot& to);
+
+// Builds one service's state from its spec and every slice that belongs to it.
+ServiceState build_service_state(const Service& svc, const std::vector<const EndpointSlice*>& slices);
+
+}  // namespace endpointd::model

@@ -1,0 +1,48 @@
+// The acknowledgement board: per consumer, the newest snapshot whose state that consumer's
+// clients see. drain/ asks it whether an endpoint is still routable anywhere.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "model/snapshot.h"
+
+namespace endpointd::pipeline {
+
+class AckBoard {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Entry {
+    std::string consumer;
+    model::SnapshotPtr snapshot;  // null until the first apply
+    Clock::time_point applied_at{};
+    uint64_t generation() const { return snapshot ? snapshot->generation : 0; }
+  };
+
+  // A consumer counts from registration on: until it applies something, it holds back
+  // every question about removal.
+  void add(const std::string& consumer);
+  void remove(const std::string& consumer);
+  void applied(const std::string& consumer, model::SnapshotPtr snap);
+
+  std::vector<Entry> entries() const;
+  // The oldest generation applied by every consumer (0 when one has applied nothing).
+  uint64_t min_generation() const;
+  // Waits until every consumer applied at least generation g, or the deadline passes.
+  bool wait_all(uint64_t g, Clock::time_point deadline) const;
+  // Called (outside the lock) after every change on the board.
+  void on_change(std::function<void()> fn);
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  std::map<std::string, Entry> entries_;
+  std::vector<std::function<void()>> observers_;
+};
+
+}  // namespace endpointd::pipeline

@@ -1,0 +1,218 @@
+// Store bookkeeping: objects by key, the slice → service index, and which services must be
+// rebuilt in the next snapshot.
+#include "pipeline/store.h"
+
+#include <algorithm>
+
+namespace endpointd::pipeline {
+
+using model::ObjectKind;
+
+Store::Store(std::set<ObjectKind> expected) : expected_(std::move(expected)) {}
+
+bool Store::synced() const {
+  return std::includes(listed_.begin(), listed_.end(), expected_.begin(), expected_.end());
+}
+
+bool Store::pending() const {
+  return !dirty_.empty() || nodes_dirty_ || pods_dirty_ || synced_changed_;
+}
+
+void Store::upsert(model::Service&& s) {
+  if (!s.service_proxy_name.empty()) {  // someone else's proxy owns it, as kube-proxy honours
+    remove(ObjectKind::kService, s.key);
+    return;
+  }
+  auto it = services_.find(s.key);
+  if (it != services_.end() && it->second.equal_spec(s)) {
+    it->second.resource_version = std::move(s.resource_version);
+    return;
+  }
+  dirty_.insert(s.key);
+  services_.insert_or_assign(s.key, std::move(s));
+}
+
+void Store::upsert(model::EndpointSlice&& s) {
+  if (!s.service_proxy_name.empty() || s.service_name.empty()) {
+    remove(ObjectKind::kEndpointSlice, s.key);
+    return;
+  }
+  auto it = slices_.find(s.key);
+  if (it != slices_.end()) {
+    if (it->second.equal_content(s)) {
+      it->second.resource_version = std::move(s.resource_version);
+      return;
+    }
+    auto old_svc = it->second.service_key();
+    if (old_svc != s.service_key()) {  // the slice moved to another service
+      auto& set = slices_by_service_[old_svc];
+      set.erase(s.key);
+      if (set.empty()) slices_by_service_.erase(old_svc);
+      dirty_.insert(old_svc);
+    }
+  }
+  auto svc = s.service_key();
+  slices_by_service_[svc].insert(s.key);
+  dirty_.insert(svc);
+  slices_.insert_or_assign(s.key, std::move(s));
+}
+
+void Store::upsert(model::Node&& n) {
+  auto it = nodes_.find(n.name);
+  if (it != nodes_.end() && it->second->equal_content(n)) return;
+  nodes_dirty_ = true;
+  auto name = n.name;
+  nodes_.insert_or_assign(std::move(name), std::make_shared<const model::Node>(std::move(n)));
+}
+
+void Store::upsert(model::Pod&& p) {
+  auto it = pods_.find(p.key);
+  if (it != pods_.end() && it->second->equal_content(p)) return;
+  pods_dirty_ = true;
+  auto key = p.key;
+  pods_.insert_or_assign(std::move(key), std::make_shared<const model::Pod>(std::move(p)));
+}
+
+void Store::remove(ObjectKind kind, const model::ObjectKey& key) {
+  switch (kind) {
+    case ObjectKind::kService:
+      if (services_.erase(key)) dirty_.insert(key);
+      break;
+    case ObjectKind::kEndpointSlice: {
+      auto it = slices_.find(key);
+      if (it == slices_.end()) break;
+      auto svc = it->second.service_key();
+      auto& set = slices_by_service_[svc];
+      set.erase(key);
+      if (set.empty()) slices_by_service_.erase(svc);
+      slices_.erase(it);
+      dirty_.insert(svc);
+      break;
+    }
+    case ObjectKind::kNode:
+      if (nodes_.erase(key.name)) nodes_dirty_ = true;
+      break;
+    case ObjectKind::kPod:
+      if (pods_.erase(key)) pods_dirty_ = true;
+      break;
+  }
+}
+
+void Store::replace(model::Replace&& r) {
+  // Collect the keys of the new list, drop what is not in it, then upsert everything: the
+  // upserts compare with what is held, so only real differences mark anything dirty.
+  std::set<model::ObjectKey> keep;
+  for (const auto& o : r.objects) {
+    std::visit(
+        [&](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, model::Node>)
+            keep.insert({"", x.name});
+          else
+            keep.insert(x.key);
+        },
+        o);
+  }
+  std::vector<model::ObjectKey> gone;
+  switch (r.kind) {
+    case ObjectKind::kService:
+      for (const auto& [k, v] : services_)
+        if (!keep.count(k)) gone.push_back(k);
+      break;
+    case ObjectKind::kEndpointSlice:
+      for (const auto& [k, v] : slices_)
+        if (!keep.count(k)) gone.push_back(k);
+      break;
+    case ObjectKind::kNode:
+      for (const auto& [k, v] : nodes_)
+        if (!keep.count({"", k})) gone.push_back({"", k});
+      break;
+    case ObjectKind::kPod:
+      for (const auto& [k, v] : pods_)
+        if (!keep.count(k)) gone.push_back(k);
+      break;
+  }
+  for (const auto& k : gone) remove(r.kind, k);
+  for (auto& o : r.objects)
+    if (model::kind_of(o) == r.kind) std::visit([&](auto&& x) { upsert(std::move(x)); }, std::move(o));
+  if (listed_.insert(r.kind).second) synced_changed_ = true;
+}
+
+void Store::apply(model::Event&& ev) {
+  std::visit(
+      [&](auto&& c) {
+        using T = std::decay_t<decltype(c)>;
+        if constexpr (std::is_same_v<T, model::Upsert>) {
+          std::visit([&](auto&& x) { upsert(std::move(x)); }, std::move(c.object));
+        } else if constexpr (std::is_same_v<T, model::Remove>) {
+          remove(c.kind, c.key);
+        } else if constexpr (std::is_same_v<T, model::Replace>) {
+          replace(std::move(c));
+        } else {
+          for (auto& r : c.kinds) replace(std::move(r));
+        }
+      },
+      std::move(ev.change));
+}
+
+model::SnapshotPtr Store::build(const model::SnapshotPtr& prev) {
+  static const model::Snapshot kEmpty;
+  const model::Snapshot& p = prev ? *prev : kEmpty;
+  auto next = std::make_shared<model::Snapshot>();
+  bool changed = false;
+
+  // Services: walk the previous (sorted) list and the dirty keys (sorted) together.
+  next->services.reserve(p.services.size() + dirty_.size());
+  auto old_it = p.services.begin();
+  auto rebuild = [&](const model::ServiceKey& key, const model::ServiceStatePtr& old) {
+    auto svc = services_.find(key);
+    if (svc == services_.end()) {
+      if (old) changed = true;
+      return;
+    }
+    std::vector<const model::EndpointSlice*> slices;
+    if (auto idx = slices_by_service_.find(key); idx != slices_by_service_.end())
+      for (const auto& sk : idx->second) slices.push_back(&slices_.at(sk));
+    auto state = model::build_service_state(svc->second, slices);
+    if (old && old->service.equal_spec(state.service) && old->endpoints == state.endpoints) {
+      next->services.push_back(old);  // same content: keep the pointer, sinks skip it
+      return;
+    }
+    changed = true;
+    next->services.push_back(std::make_shared<const model::ServiceState>(std::move(state)));
+  };
+  for (const auto& key : dirty_) {
+    while (old_it != p.services.end() && (*old_it)->key() < key) next->services.push_back(*old_it++);
+    if (old_it != p.services.end() && (*old_it)->key() == key)
+      rebuild(key, *old_it++);
+    else
+      rebuild(key, nullptr);
+  }
+  next->services.insert(next->services.end(), old_it, p.services.end());
+  dirty_.clear();
+
+  if (nodes_dirty_) {
+    next->nodes.reserve(nodes_.size());
+    for (const auto& [name, n] : nodes_) next->nodes.push_back(n);
+    changed = changed || next->nodes != p.nodes;
+    nodes_dirty_ = false;
+  } else {
+    next->nodes = p.nodes;
+  }
+  if (pods_dirty_) {
+    next->pods.reserve(pods_.size());
+    for (const auto& [key, pod] : pods_) next->pods.push_back(pod);
+    changed = changed || next->pods != p.pods;
+    pods_dirty_ = false;
+  } else {
+    next->pods = p.pods;
+  }
+  next->synced = synced();
+  if (next->synced != p.synced) changed = true;
+  synced_changed_ = false;
+  if (!changed && prev) return prev;
+  next->generation = p.generation + 1;
+  return next;
+}
+
+}  // namespace endpointd::pipeline

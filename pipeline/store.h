@@ -1,0 +1,55 @@
+// The Store: every object endpointd knows, by key, and the next Snapshot built from it.
+// Owned by the update loop's thread alone; not thread-safe by design.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "model/event.h"
+#include "model/snapshot.h"
+
+namespace endpointd::pipeline {
+
+class Store {
+ public:
+  // `expected` are the kinds that must each have been listed once before the state counts as
+  // synced (a Replace of that kind marks it).
+  explicit Store(std::set<model::ObjectKind> expected);
+
+  void apply(model::Event&& ev);
+  // Something changed since the last build().
+  bool pending() const;
+  // The next snapshot: `prev` plus what changed, generation prev+1. Returns `prev` itself
+  // when nothing a consumer can see changed.
+  model::SnapshotPtr build(const model::SnapshotPtr& prev);
+
+  size_t service_count() const { return services_.size(); }
+  size_t slice_count() const { return slices_.size(); }
+  bool synced() const;
+
+ private:
+  void upsert(model::Service&& s);
+  void upsert(model::EndpointSlice&& s);
+  void upsert(model::Node&& n);
+  void upsert(model::Pod&& p);
+  void remove(model::ObjectKind kind, const model::ObjectKey& key);
+  void replace(model::Replace&& r);
+
+  std::set<model::ObjectKind> expected_;
+  std::set<model::ObjectKind> listed_;
+  bool synced_changed_ = true;
+
+  std::map<model::ServiceKey, model::Service> services_;
+  std::map<model::ObjectKey, model::EndpointSlice> slices_;
+  std::map<model::ServiceKey, std::set<model::ObjectKey>> slices_by_service_;
+  std::map<std::string, model::NodePtr> nodes_;
+  std::map<model::ObjectKey, model::PodPtr> pods_;
+
+  std::set<model::ServiceKey> dirty_;
+  bool nodes_dirty_ = false;
+  bool pods_dirty_ = false;
+};
+
+}  // namespace endpointd::pipeline

@@ -1,0 +1,217 @@
+// Update loop and sink mailboxes. A mailbox holds only the newest snapshot: a sink that falls
+// behind skips the intermediate ones and gets one delta covering them all.
+#include "pipeline/update_loop.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <spdlog/spdlog.h>
+
+namespace endpointd::pipeline {
+
+using Clock = std::chrono::steady_clock;
+
+class UpdateLoop::SinkRunner {
+ public:
+  explicit SinkRunner(Sink* sink) : sink_(sink) {}
+  ~SinkRunner() { stop(); }
+
+  void start() { thread_ = std::thread([this] { run(); }); }
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  void offer(model::SnapshotPtr snap) {
+    {
+      std::lock_guard lock(mu_);
+      latest_ = std::move(snap);
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void run() {
+    model::SnapshotPtr given;
+    for (;;) {
+      model::SnapshotPtr next;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || (latest_ && latest_ != given); });
+        if (stopping_) return;
+        next = latest_;
+      }
+      model::Delta d = model::diff(given.get(), *next);
+      sink_->apply(next, d);
+      given = std::move(next);
+    }
+  }
+
+  Sink* sink_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  model::SnapshotPtr latest_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+struct UpdateLoop::Metrics {
+  prometheus::Gauge* generation = nullptr;
+  prometheus::Gauge* services = nullptr;
+  prometheus::Gauge* endpoints = nullptr;
+  prometheus::Histogram* event_to_snapshot = nullptr;
+  prometheus::Histogram* build = nullptr;
+  prometheus::Counter* events = nullptr;
+  prometheus::Counter* snapshots = nullptr;
+};
+
+UpdateLoop::UpdateLoop(Options opts)
+    : store_(opts.expected_kinds), metrics_(std::make_unique<Metrics>()) {
+  current_ = std::make_shared<const model::Snapshot>();
+  if (auto* r = opts.registry) {
+    metrics_->generation = &prometheus::BuildGauge()
+                                .Name("endpointd_snapshot_generation")
+                                .Help("Generation of the newest published snapshot")
+                                .Register(*r)
+                                .Add({});
+    metrics_->services = &prometheus::BuildGauge()
+                              .Name("endpointd_services")
+                              .Help("Services in the newest snapshot")
+                              .Register(*r)
+                              .Add({});
+    metrics_->endpoints = &prometheus::BuildGauge()
+                               .Name("endpointd_endpoints")
+                               .Help("Endpoints (merged, per service) in the newest snapshot")
+                               .Register(*r)
+                               .Add({});
+    prometheus::Histogram::BucketBoundaries b = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
+                                                 0.005,   0.01,   0.025,   0.05,   0.1,   0.25,
+                                                 0.5,     1,      2.5};
+    metrics_->event_to_snapshot = &prometheus::BuildHistogram()
+                                       .Name("endpointd_event_to_snapshot_seconds")
+                                       .Help("From an event's arrival to the snapshot that holds it")
+                                       .Register(*r)
+                                       .Add({}, b);
+    metrics_->build = &prometheus::BuildHistogram()
+                           .Name("endpointd_snapshot_build_seconds")
+                           .Help("Time to apply queued events and build a snapshot")
+                           .Register(*r)
+                           .Add({}, b);
+    metrics_->events = &prometheus::BuildCounter()
+                            .Name("endpointd_update_loop_events_total")
+                            .Help("Events applied by the update loop")
+                            .Register(*r)
+                            .Add({});
+    metrics_->snapshots = &prometheus::BuildCounter()
+                               .Name("endpointd_snapshots_published_total")
+                               .Help("Snapshots published")
+                               .Register(*r)
+                               .Add({});
+  }
+}
+
+UpdateLoop::~UpdateLoop() { stop(); }
+
+void UpdateLoop::add_sink(Sink* sink) { sinks_.push_back(std::make_unique<SinkRunner>(sink)); }
+
+void UpdateLoop::on_publish(std::function<void(const model::SnapshotPtr&)> fn) {
+  observers_.push_back(std::move(fn));
+}
+
+void UpdateLoop::start() {
+  for (auto& s : sinks_) s->start();
+  thread_ = std::thread([this] { run(); });
+}
+
+void UpdateLoop::stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  for (auto& s : sinks_) s->stop();
+}
+
+void UpdateLoop::post(model::Event ev) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(ev));
+  }
+  cv_.notify_one();
+}
+
+model::SnapshotPtr UpdateLoop::current() const {
+  std::lock_guard lock(mu_);
+  return current_;
+}
+
+model::SnapshotPtr UpdateLoop::wait_for(const std::function<bool(const model::Snapshot&)>& pred,
+                                        std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mu_);
+  model::SnapshotPtr found;
+  published_.wait_for(lock, timeout, [&] {
+    if (current_ && pred(*current_)) found = current_;
+    return found != nullptr;
+  });
+  return found;
+}
+
+void UpdateLoop::run() {
+  for (;;) {
+    std::deque<model::Event> batch;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      batch.swap(queue_);
+    }
+    // Coalesce without sleeping: apply what is queued, then take whatever arrived meanwhile,
+    // until the queue is empty. A burst becomes one snapshot; a lone event is not delayed.
+    auto start = Clock::now();
+    auto oldest = Clock::time_point::max();
+    uint64_t n = 0;
+    while (!batch.empty()) {
+      for (auto& ev : batch) {
+        oldest = std::min(oldest, ev.received);
+        store_.apply(std::move(ev));
+        ++n;
+      }
+      batch.clear();
+      std::lock_guard lock(mu_);
+      if (Clock::now() - start < std::chrono::milliseconds(50)) batch.swap(queue_);
+    }
+    events_applied_.fetch_add(n);
+    if (metrics_->events) metrics_->events->Increment(static_cast<double>(n));
+    model::SnapshotPtr prev = current();
+    model::SnapshotPtr next = store_.build(prev);
+    if (metrics_->build)
+      metrics_->build->Observe(std::chrono::duration<double>(Clock::now() - start).count());
+    if (next != prev) publish(std::move(next), oldest);
+  }
+}
+
+void UpdateLoop::publish(model::SnapshotPtr snap, Clock::time_point oldest_event) {
+  {
+    std::lock_guard lock(mu_);
+    current_ = snap;
+  }
+  published_.notify_all();
+  for (auto& fn : observers_) fn(snap);
+  for (auto& s : sinks_) s->offer(snap);
+  if (metrics_->generation) {
+    metrics_->generation->Set(static_cast<double>(snap->generation));
+    metrics_->services->Set(static_cast<double>(snap->services.size()));
+    metrics_->endpoints->Set(static_cast<double>(snap->endpoint_count()));
+    metrics_->event_to_snapshot->Observe(
+        std::chrono::duration<double>(Clock::now() - oldest_event).count());
+    metrics_->snapshots->Increment();
+  }
+}
+
+}  // namespace endpointd::pipeline

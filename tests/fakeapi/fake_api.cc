@@ -1,0 +1,827 @@
+// The fake API server: a cpp-httplib server over an in-memory object store with a global
+// resourceVersion counter and a bounded per-resource event history.
+#include "tests/fakeapi/fake_api.h"
+
+#include <httplib.h>
+#include <simdjson.h>
+
+#include <algorithm>
+#include <csignal>
+#include <filesystem>
+#include <set>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#if __has_include("watcher/yaml_json.h")
+#include "watcher/yaml_json.h"
+#define ENDPOINTD_FAKEAPI_YAML 1
+#endif
+
+namespace endpointd::fakeapi {
+
+namespace {
+
+void append_escaped(std::string& out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.push_back('"');
+  for (char c : s) {
+    auto u = static_cast<unsigned char>(c);
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (u < 0x20) {
+          out += "\\u00";
+          out.push_back(kHex[u >> 4]);
+          out.push_back(kHex[u & 0xF]);
+        } else {
+          out.push_back(c);
+        }
+    }
+  }
+  out.push_back('"');
+}
+
+// Writes `obj` as compact JSON with metadata.resourceVersion set to `rv` (when rv is not
+// empty; otherwise removed).
+std::string with_resource_version(const simdjson::dom::object& obj, const std::string& rv) {
+  std::string out = "{";
+  bool first = true;
+  bool had_metadata = false;
+  for (auto field : obj) {
+    if (!first) out.push_back(',');
+    first = false;
+    append_escaped(out, field.key);
+    out.push_back(':');
+    simdjson::dom::object meta;
+    if (field.key == "metadata" && field.value.get(meta) == simdjson::SUCCESS) {
+      had_metadata = true;
+      out.push_back('{');
+      bool mfirst = true;
+      for (auto m : meta) {
+        if (m.key == "resourceVersion") continue;
+        if (!mfirst) out.push_back(',');
+        mfirst = false;
+        append_escaped(out, m.key);
+        out.push_back(':');
+        out += simdjson::minify(m.value);
+      }
+      if (!rv.empty()) {
+        if (!mfirst) out.push_back(',');
+        out += "\"resourceVersion\":";
+        append_escaped(out, rv);
+      }
+      out.push_back('}');
+    } else {
+      out += simdjson::minify(field.value);
+    }
+  }
+  if (!had_metadata) throw std::invalid_argument("object has no metadata");
+  out.push_back('}');
+  return out;
+}
+
+std::string string_at(const simdjson::dom::element& e, std::string_view pointer) {
+  std::string_view v;
+  if (e.at_pointer(pointer).get(v) != simdjson::SUCCESS) return {};
+  return std::string(v);
+}
+
+struct ResourceInfo {
+  const char* resource;
+  const char* kind;
+  const char* path;
+  const char* api_version;
+  bool namespaced;
+};
+
+constexpr ResourceInfo kResources[] = {
+    {"services", "Service", "/api/v1/services", "v1", true},
+    {"endpointslices", "EndpointSlice", "/apis/discovery.k8s.io/v1/endpointslices",
+     "discovery.k8s.io/v1", true},
+    {"nodes", "Node", "/api/v1/nodes", "v1", false},
+    {"pods", "Pod", "/api/v1/pods", "v1", true},
+};
+
+std::string status_json(int code, const std::string& reason, const std::string& message) {
+  std::string out = R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":)";
+  append_escaped(out, message);
+  out += ",\"reason\":";
+  append_escaped(out, reason);
+  out += ",\"code\":" + std::to_string(code) + "}";
+  return out;
+}
+
+// One requirement of a label or field selector.
+struct Requirement {
+  enum class Op { kExists, kNotExists, kEquals, kNotEquals } op;
+  std::string key;
+  std::string value;
+};
+
+std::vector<Requirement> parse_selector(const std::string& s) {
+  std::vector<Requirement> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    std::string part = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? s.size() + 1 : comma + 1;
+    if (part.empty()) continue;
+    Requirement r;
+    if (auto p = part.find("!="); p != std::string::npos) {
+      r = {Requirement::Op::kNotEquals, part.substr(0, p), part.substr(p + 2)};
+    } else if (auto q = part.find("=="); q != std::string::npos) {
+      r = {Requirement::Op::kEquals, part.substr(0, q), part.substr(q + 2)};
+    } else if (auto e = part.find('='); e != std::string::npos) {
+      r = {Requirement::Op::kEquals, part.substr(0, e), part.substr(e + 1)};
+    } else if (part[0] == '!') {
+      r = {Requirement::Op::kNotExists, part.substr(1), ""};
+    } else {
+      r = {Requirement::Op::kExists, part, ""};
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+bool matches(const std::vector<Requirement>& reqs,
+             const std::map<std::string, std::string>& values) {
+  for (const auto& r : reqs) {
+    auto it = values.find(r.key);
+    switch (r.op) {
+      case Requirement::Op::kExists:
+        if (it == values.end()) return false;
+        break;
+      case Requirement::Op::kNotExists:
+        if (it != values.end()) return false;
+        break;
+      case Requirement::Op::kEquals:
+        if (it == values.end() || it->second != r.value) return false;
+        break;
+      case Requirement::Op::kNotEquals:
+        if (it != values.end() && it->second == r.value) return false;
+        break;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+struct FakeApiServer::Stored {
+  std::string ns;
+  std::string name;
+  std::string source;  // as applied, without resourceVersion (to detect real changes)
+  std::string json;    // as served, with resourceVersion
+  uint64_t rv = 0;
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> fields;  // metadata.name, metadata.namespace, spec.nodeName
+};
+
+struct FakeApiServer::HistoryEvent {
+  uint64_t rv = 0;
+  std::string type;                     // ADDED, MODIFIED, DELETED
+  std::shared_ptr<const Stored> now;    // the object after (for DELETED: its last state)
+  std::shared_ptr<const Stored> before;  // the object before (MODIFIED), for selector moves
+};
+
+struct FakeApiServer::Resource {
+  ResourceInfo info;
+  std::map<std::string, std::shared_ptr<const Stored>> objects;  // by ns/name
+  std::deque<HistoryEvent> history;
+  uint64_t compacted_rv = 0;  // events up to this one are forgotten
+  uint64_t raw_seq = 0;
+  std::deque<std::pair<uint64_t, std::string>> raw_lines;
+};
+
+struct FakeApiServer::Watch {
+  Resource* resource = nullptr;
+  uint64_t pos = 0;
+  bool bookmarks = false;
+  std::vector<Requirement> labels;
+  std::vector<Requirement> fields;
+  std::chrono::steady_clock::time_point deadline;
+  uint64_t close_epoch = 0;
+  uint64_t bookmark_epoch = 0;
+  uint64_t raw_seq = 0;
+  std::chrono::steady_clock::time_point next_periodic_bookmark;
+  std::deque<std::string> pending;
+  bool finish_after_pending = false;
+
+  bool selected(const Stored& s) const { return matches(labels, s.labels) && matches(fields, s.fields); }
+};
+
+std::string RecordedRequest::param(const std::string& name) const {
+  auto it = params.find(name);
+  return it == params.end() ? std::string() : it->second;
+}
+bool RecordedRequest::has_param(const std::string& name) const { return params.count(name) > 0; }
+std::string RecordedRequest::header(const std::string& lower_name) const {
+  auto it = headers.find(lower_name);
+  return it == headers.end() ? std::string() : it->second;
+}
+
+FakeApiServer::FakeApiServer(Options options) : options_(std::move(options)) {
+  // A client that goes away mid-write must not kill the test process.
+  std::signal(SIGPIPE, SIG_IGN);
+  for (const auto& info : kResources) {
+    auto r = std::make_unique<Resource>();
+    r->info = info;
+    resources_[info.resource] = std::move(r);
+  }
+  if (options_.tls) {
+    const auto& t = *options_.tls;
+    server_ = std::make_unique<httplib::SSLServer>(
+        t.cert_file.c_str(), t.key_file.c_str(),
+        t.client_ca_file.empty() ? nullptr : t.client_ca_file.c_str());
+  } else {
+    server_ = std::make_unique<httplib::Server>();
+  }
+  if (!server_->is_valid()) {
+    error_ = "cannot set up the server (certificate or key unreadable?)";
+    return;
+  }
+  server_->new_task_queue = [] { return new httplib::ThreadPool(64); };
+  server_->set_keep_alive_timeout(1);
+  auto handler = [this](const httplib::Request& req, httplib::Response& res) { handle(req, res); };
+  server_->Get(".*", handler);
+  if (options_.port == 0) {
+    port_ = server_->bind_to_any_port(options_.host);
+  } else {
+    port_ = server_->bind_to_port(options_.host, options_.port) ? options_.port : -1;
+  }
+  if (port_ <= 0) {
+    port_ = 0;
+    error_ = "cannot bind " + options_.host;
+    return;
+  }
+  listen_thread_ = std::thread([this] { server_->listen_after_bind(); });
+  ticker_thread_ = std::thread([this] {
+    std::unique_lock lock(mu_);
+    while (!stopping_) {
+      if (options_.bookmark_interval.count() > 0) {
+        cv_.wait_for(lock, options_.bookmark_interval);
+        ++bookmark_epoch_;
+      } else {
+        cv_.wait_for(lock, std::chrono::milliseconds(50));
+      }
+      cv_.notify_all();  // also lets watches notice their timeouts promptly
+    }
+  });
+}
+
+FakeApiServer::~FakeApiServer() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (server_) server_->stop();
+  if (listen_thread_.joinable()) listen_thread_.join();
+  if (ticker_thread_.joinable()) ticker_thread_.join();
+}
+
+std::string FakeApiServer::url() const {
+  return std::string(options_.tls ? "https://" : "http://") + options_.host + ":" +
+         std::to_string(port_);
+}
+
+FakeApiServer::Resource* FakeApiServer::resource_for_path(const std::string& path) {
+  for (auto& [_, r] : resources_) {
+    if (path == r->info.path) return r.get();
+  }
+  return nullptr;
+}
+
+FakeApiServer::Resource* FakeApiServer::resource_named(std::string_view name) {
+  for (auto& [_, r] : resources_) {
+    if (name == r->info.resource || name == r->info.kind) return r.get();
+  }
+  return nullptr;
+}
+
+void FakeApiServer::record_event(Resource& r, const std::string& type,
+                                 std::shared_ptr<const Stored> now,
+                                 std::shared_ptr<const Stored> before) {
+  r.history.push_back(HistoryEvent{rv_, type, std::move(now), std::move(before)});
+  while (r.history.size() > options_.history_limit) {
+    r.compacted_rv = r.history.front().rv;
+    r.history.pop_front();
+  }
+  cv_.notify_all();
+}
+
+uint64_t FakeApiServer::apply(std::string_view json) {
+  std::lock_guard lock(mu_);
+  return apply_locked(json);
+}
+
+uint64_t FakeApiServer::apply_locked(std::string_view json) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  if (parser.parse(json.data(), json.size(), true).get(root) != simdjson::SUCCESS) {
+    throw std::invalid_argument("fakeapi: not JSON");
+  }
+  simdjson::dom::object obj;
+  if (root.get(obj) != simdjson::SUCCESS) throw std::invalid_argument("fakeapi: not an object");
+  std::string kind = string_at(root, "/kind");
+  Resource* r = resource_named(kind);
+  if (r == nullptr) throw std::invalid_argument("fakeapi: unknown kind '" + kind + "'");
+  auto s = std::make_shared<Stored>();
+  s->name = string_at(root, "/metadata/name");
+  if (s->name.empty()) throw std::invalid_argument("fakeapi: metadata.name missing");
+  if (r->info.namespaced) {
+    s->ns = string_at(root, "/metadata/namespace");
+    if (s->ns.empty()) s->ns = "default";
+  }
+  simdjson::dom::object labels;
+  if (root.at_pointer("/metadata/labels").get(labels) == simdjson::SUCCESS) {
+    for (auto l : labels) {
+      std::string_view v;
+      if (l.value.get(v) == simdjson::SUCCESS) s->labels[std::string(l.key)] = std::string(v);
+    }
+  }
+  s->fields["metadata.name"] = s->name;
+  s->fields["metadata.namespace"] = s->ns;
+  s->fields["spec.nodeName"] = string_at(root, "/spec/nodeName");
+  s->source = with_resource_version(obj, "");
+  const std::string key = s->ns + "/" + s->name;
+  auto it = r->objects.find(key);
+  std::shared_ptr<const Stored> before;
+  if (it != r->objects.end()) {
+    if (it->second->source == s->source) return it->second->rv;  // no change, no event
+    before = it->second;
+  }
+  ++rv_;
+  s->rv = rv_;
+  s->json = with_resource_version(obj, std::to_string(rv_));
+  std::shared_ptr<const Stored> now = s;
+  r->objects[key] = now;
+  record_event(*r, before ? "MODIFIED" : "ADDED", now, before);
+  return rv_;
+}
+
+uint64_t FakeApiServer::remove(std::string_view resource, std::string_view ns,
+                               std::string_view name) {
+  std::lock_guard lock(mu_);
+  Resource* r = resource_named(resource);
+  if (r == nullptr) throw std::invalid_argument("fakeapi: unknown resource");
+  std::string n = r->info.namespaced ? std::string(ns.empty() ? "default" : ns) : std::string();
+  return remove_locked(*r, n + "/" + std::string(name));
+}
+
+uint64_t FakeApiServer::remove_locked(Resource& r, const std::string& key) {
+  auto it = r.objects.find(key);
+  if (it == r.objects.end()) return 0;
+  ++rv_;
+  // The DELETED event carries the object's last state at the deletion's resourceVersion.
+  auto last = std::make_shared<Stored>(*it->second);
+  simdjson::dom::parser parser;
+  simdjson::dom::object obj;
+  if (parser.parse(last->source).get(obj) == simdjson::SUCCESS) {
+    last->json = with_resource_version(obj, std::to_string(rv_));
+  }
+  last->rv = rv_;
+  r.objects.erase(it);
+  record_event(r, "DELETED", last, nullptr);
+  return rv_;
+}
+
+void FakeApiServer::replace_all(const std::vector<std::string>& objects) {
+  std::lock_guard lock(mu_);
+  std::map<std::string, std::set<std::string>> keep;  // resource -> keys
+  for (const auto& json : objects) {
+    simdjson::dom::parser parser;
+    simdjson::dom::element root;
+    if (parser.parse(json).get(root) != simdjson::SUCCESS) continue;
+    Resource* r = resource_named(string_at(root, "/kind"));
+    if (r == nullptr) continue;
+    std::string ns = r->info.namespaced ? string_at(root, "/metadata/namespace") : "";
+    if (r->info.namespaced && ns.empty()) ns = "default";
+    try {
+      apply_locked(json);
+      keep[r->info.resource].insert(ns + "/" + string_at(root, "/metadata/name"));
+    } catch (const std::invalid_argument&) {
+    }
+  }
+  for (auto& [name, r] : resources_) {
+    std::vector<std::string> gone;
+    for (const auto& [key, _] : r->objects) {
+      if (!keep[name].count(key)) gone.push_back(key);
+    }
+    for (const auto& key : gone) remove_locked(*r, key);
+  }
+}
+
+uint64_t FakeApiServer::resource_version() const {
+  std::lock_guard lock(mu_);
+  return rv_;
+}
+
+size_t FakeApiServer::object_count(std::string_view resource) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [_, r] : resources_) {
+    if (resource == r->info.resource || resource == r->info.kind) return r->objects.size();
+  }
+  return 0;
+}
+
+void FakeApiServer::close_watches() {
+  std::lock_guard lock(mu_);
+  ++close_epoch_;
+  cv_.notify_all();
+}
+
+void FakeApiServer::close_watch_after_events(size_t n) {
+  std::lock_guard lock(mu_);
+  close_after_events_ = n;
+}
+
+void FakeApiServer::cut_next_event_midway() {
+  std::lock_guard lock(mu_);
+  cut_next_event_ = true;
+}
+
+void FakeApiServer::expire_next_watch(bool http) {
+  std::lock_guard lock(mu_);
+  expire_next_watch_ = true;
+  expire_next_watch_http_ = http;
+}
+
+void FakeApiServer::fail_next_requests(size_t n, int status, int retry_after_seconds) {
+  std::lock_guard lock(mu_);
+  fail_remaining_ = n;
+  fail_status_ = status;
+  fail_retry_after_ = retry_after_seconds;
+}
+
+void FakeApiServer::set_write_split(size_t pieces, std::chrono::milliseconds delay) {
+  std::lock_guard lock(mu_);
+  split_pieces_ = std::max<size_t>(1, pieces);
+  split_delay_ = delay;
+}
+
+void FakeApiServer::send_raw_watch_line(std::string_view resource, std::string line) {
+  std::lock_guard lock(mu_);
+  Resource* r = resource_named(resource);
+  if (r == nullptr) throw std::invalid_argument("fakeapi: unknown resource");
+  r->raw_lines.emplace_back(++r->raw_seq, std::move(line));
+  cv_.notify_all();
+}
+
+void FakeApiServer::compact() {
+  std::lock_guard lock(mu_);
+  for (auto& [_, r] : resources_) {
+    r->history.clear();
+    r->compacted_rv = rv_;
+  }
+}
+
+void FakeApiServer::expire_continue_tokens() {
+  std::lock_guard lock(mu_);
+  snapshots_.clear();
+  snapshot_rv_.clear();
+}
+
+void FakeApiServer::send_bookmarks() {
+  std::lock_guard lock(mu_);
+  ++bookmark_epoch_;
+  cv_.notify_all();
+}
+
+void FakeApiServer::set_required_token(std::string token) {
+  std::lock_guard lock(mu_);
+  required_token_ = std::move(token);
+}
+
+std::vector<RecordedRequest> FakeApiServer::requests() const {
+  std::lock_guard lock(mu_);
+  return requests_;
+}
+
+size_t FakeApiServer::open_watches() const {
+  std::lock_guard lock(mu_);
+  return open_watches_;
+}
+
+void FakeApiServer::handle(const httplib::Request& req, httplib::Response& res) {
+  std::unique_lock lock(mu_);
+  RecordedRequest rec;
+  rec.method = req.method;
+  rec.path = req.path;
+  rec.at = std::chrono::steady_clock::now();
+  for (const auto& [k, v] : req.params) rec.params.emplace(k, v);
+  for (const auto& [k, v] : req.headers) {
+    std::string lower = k;
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    rec.headers[lower] = v;
+  }
+  requests_.push_back(rec);
+
+  if (!required_token_.empty() && rec.header("authorization") != "Bearer " + required_token_) {
+    res.status = 401;
+    res.set_content(status_json(401, "Unauthorized", "Unauthorized"), "application/json");
+    return;
+  }
+  if (fail_remaining_ > 0) {
+    --fail_remaining_;
+    res.status = fail_status_;
+    if (fail_retry_after_ >= 0) res.set_header("Retry-After", std::to_string(fail_retry_after_));
+    res.set_content(status_json(fail_status_, fail_status_ == 429 ? "TooManyRequests" : "InternalError",
+                                "injected failure"),
+                    "application/json");
+    return;
+  }
+  Resource* r = resource_for_path(req.path);
+  if (r == nullptr) {
+    res.status = 404;
+    res.set_content(status_json(404, "NotFound", "the server could not find the requested resource"),
+                    "application/json");
+    return;
+  }
+  if (rec.is_watch()) {
+    handle_watch(*r, req, res, lock);
+  } else {
+    handle_list(*r, req, res, lock);
+  }
+}
+
+void FakeApiServer::handle_list(Resource& r, const httplib::Request& req, httplib::Response& res,
+                                std::unique_lock<std::mutex>&) {
+  std::vector<std::shared_ptr<const Stored>> items;
+  uint64_t list_rv = rv_;
+  size_t offset = 0;
+  std::string cont = req.get_param_value("continue");
+  if (!cont.empty()) {
+    auto colon = cont.find(':');
+    uint64_t id = 0;
+    try {
+      id = std::stoull(cont.substr(0, colon));
+      offset = colon == std::string::npos ? 0 : std::stoull(cont.substr(colon + 1));
+    } catch (const std::exception&) {
+      id = 0;
+    }
+    auto it = snapshots_.find(id);
+    if (it == snapshots_.end()) {
+      res.status = 410;
+      res.set_content(status_json(410, "Expired",
+                                  "The provided continue parameter is too old to display a "
+                                  "consistent list result. You can start a new list without "
+                                  "the continue parameter."),
+                      "application/json");
+      return;
+    }
+    items = it->second;
+    list_rv = snapshot_rv_[id];
+    if (offset > items.size()) offset = items.size();
+  } else {
+    auto labels = parse_selector(req.get_param_value("labelSelector"));
+    auto fields = parse_selector(req.get_param_value("fieldSelector"));
+    for (const auto& [_, s] : r.objects) {
+      if (matches(labels, s->labels) && matches(fields, s->fields)) items.push_back(s);
+    }
+  }
+  size_t limit = 0;
+  if (req.has_param("limit")) {
+    try {
+      limit = std::stoull(req.get_param_value("limit"));
+    } catch (const std::exception&) {
+      limit = 0;
+    }
+  }
+  size_t end = items.size();
+  std::string next;
+  if (limit > 0 && items.size() - offset > limit) {
+    end = offset + limit;
+    uint64_t id = 0;
+    if (!cont.empty()) {
+      id = std::stoull(cont.substr(0, cont.find(':')));
+    } else {
+      id = next_snapshot_id_++;
+      snapshots_[id] = items;
+      snapshot_rv_[id] = list_rv;
+    }
+    next = std::to_string(id) + ":" + std::to_string(end);
+  }
+  std::string body = "{\"kind\":\"" + std::string(r.info.kind) + "List\",\"apiVersion\":\"" +
+                     r.info.api_version + "\",\"metadata\":{\"resourceVersion\":\"" +
+                     std::to_string(list_rv) + "\"";
+  if (!next.empty()) body += ",\"continue\":\"" + next + "\"";
+  body += "},\"items\":[";
+  for (size_t i = offset; i < end; ++i) {
+    if (i > offset) body.push_back(',');
+    body += items[i]->json;
+  }
+  body += "]}";
+  res.status = 200;
+  res.set_content(body, "application/json");
+}
+
+void FakeApiServer::handle_watch(Resource& r, const httplib::Request& req, httplib::Response& res,
+                                 std::unique_lock<std::mutex>&) {
+  if (expire_next_watch_ && expire_next_watch_http_) {
+    expire_next_watch_ = false;
+    res.status = 410;
+    res.set_content(status_json(410, "Expired", "too old resource version"), "application/json");
+    return;
+  }
+  auto w = std::make_shared<Watch>();
+  w->resource = &r;
+  w->bookmarks = req.get_param_value("allowWatchBookmarks") == "true";
+  w->labels = parse_selector(req.get_param_value("labelSelector"));
+  w->fields = parse_selector(req.get_param_value("fieldSelector"));
+  int64_t timeout_s = 1800;
+  if (req.has_param("timeoutSeconds")) {
+    try {
+      timeout_s = std::stoll(req.get_param_value("timeoutSeconds"));
+    } catch (const std::exception&) {
+    }
+  }
+  auto now = std::chrono::steady_clock::now();
+  w->deadline = now + std::chrono::seconds(timeout_s);
+  w->close_epoch = close_epoch_;
+  w->bookmark_epoch = bookmark_epoch_;
+  w->raw_seq = r.raw_seq;
+
+  const std::string rv_param = req.get_param_value("resourceVersion");
+  if (expire_next_watch_) {
+    expire_next_watch_ = false;
+    w->pending.push_back(R"({"type":"ERROR","object":)" +
+                         status_json(410, "Expired", "too old resource version: " + rv_param) + "}");
+    w->finish_after_pending = true;
+  } else if (rv_param.empty() || rv_param == "0") {
+    // Synthetic ADDED events for the current state, then changes.
+    for (const auto& [_, s] : r.objects) {
+      if (w->selected(*s)) w->pending.push_back(R"({"type":"ADDED","object":)" + s->json + "}");
+    }
+    w->pos = rv_;
+  } else {
+    uint64_t from = 0;
+    try {
+      from = std::stoull(rv_param);
+    } catch (const std::exception&) {
+      res.status = 400;
+      res.set_content(status_json(400, "BadRequest", "invalid resourceVersion"), "application/json");
+      return;
+    }
+    if (from < r.compacted_rv) {
+      w->pending.push_back(
+          R"({"type":"ERROR","object":)" +
+          status_json(410, "Expired",
+                      "too old resource version: " + rv_param + " (" + std::to_string(r.compacted_rv) + ")") +
+          "}");
+      w->finish_after_pending = true;
+    }
+    w->pos = from;
+  }
+  ++open_watches_;
+  res.status = 200;
+  res.set_chunked_content_provider(
+      "application/json;stream=watch",
+      [this, w](size_t, httplib::DataSink& sink) -> bool {
+        std::unique_lock lock(mu_);
+        while (true) {
+          if (stopping_ || w->close_epoch != close_epoch_) return false;
+          Resource& res_ = *w->resource;
+          if (w->pending.empty() && !w->finish_after_pending) {
+            for (const auto& ev : res_.history) {
+              if (ev.rv <= w->pos) continue;
+              w->pos = ev.rv;
+              bool now_in = w->selected(*ev.now);
+              bool before_in = ev.before && w->selected(*ev.before);
+              std::string type = ev.type;
+              if (type == "MODIFIED" && now_in && !before_in) type = "ADDED";
+              if (type == "MODIFIED" && !now_in && before_in) {
+                type = "DELETED";
+                now_in = true;
+              }
+              if (!now_in) continue;
+              w->pending.push_back("{\"type\":\"" + type + "\",\"object\":" + ev.now->json + "}");
+            }
+            for (const auto& [seq, line] : res_.raw_lines) {
+              if (seq > w->raw_seq) {
+                w->pending.push_back(line);
+                w->raw_seq = seq;
+              }
+            }
+            if (w->bookmark_epoch != bookmark_epoch_) {
+              w->bookmark_epoch = bookmark_epoch_;
+              if (w->bookmarks) {
+                w->pending.push_back("{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"" +
+                                     std::string(res_.info.kind) + "\",\"apiVersion\":\"" +
+                                     res_.info.api_version +
+                                     "\",\"metadata\":{\"resourceVersion\":\"" +
+                                     std::to_string(rv_) + "\"}}}");
+                w->pos = std::max(w->pos, rv_);
+              }
+            }
+          }
+          if (!w->pending.empty()) {
+            std::string line = std::move(w->pending.front()) + "\n";
+            w->pending.pop_front();
+            const bool cut = cut_next_event_;
+            cut_next_event_ = false;
+            const size_t pieces = cut ? 2 : split_pieces_;
+            const auto delay = split_delay_;
+            lock.unlock();
+            const size_t piece = (line.size() + pieces - 1) / pieces;
+            for (size_t off = 0, i = 0; off < line.size(); off += piece, ++i) {
+              if (i > 0 && delay.count() > 0) std::this_thread::sleep_for(delay);
+              if (!sink.write(line.data() + off, std::min(piece, line.size() - off))) return false;
+              if (cut) return false;
+            }
+            ++events_sent_;
+            lock.lock();
+            if (close_after_events_) {
+              if (*close_after_events_ <= 1) {
+                close_after_events_.reset();
+                return false;
+              }
+              --*close_after_events_;
+            }
+            continue;
+          }
+          if (w->finish_after_pending || std::chrono::steady_clock::now() >= w->deadline) {
+            lock.unlock();
+            sink.done();
+            return true;
+          }
+          cv_.wait_for(lock, std::chrono::milliseconds(50));
+        }
+      },
+      [this](bool) {
+        std::lock_guard lock(mu_);
+        --open_watches_;
+      });
+}
+
+std::vector<std::string> load_manifest_dir(const std::string& dir, std::vector<std::string>* errors) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  auto fail = [&](const std::string& msg) {
+    if (errors) errors->push_back(msg);
+  };
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.is_regular_file()) files.push_back(e.path());
+  }
+  if (ec) fail(dir + ": " + ec.message());
+  std::sort(files.begin(), files.end());
+  for (const auto& path : files) {
+    const std::string ext = path.extension().string();
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::vector<std::string> docs;
+    if (ext == ".json") {
+      docs.push_back(ss.str());
+    } else if (ext == ".yaml" || ext == ".yml") {
+#ifdef ENDPOINTD_FAKEAPI_YAML
+      auto converted = watcher::yaml_to_json_documents(ss.str());
+      if (!converted) {
+        fail(path.string() + ": " + converted.error());
+        continue;
+      }
+      docs = std::move(*converted);
+#else
+      fail(path.string() + ": YAML is not supported in this build");
+      continue;
+#endif
+    } else {
+      continue;
+    }
+    for (const auto& doc : docs) {
+      simdjson::dom::parser parser;
+      simdjson::dom::element root;
+      if (parser.parse(doc).get(root) != simdjson::SUCCESS) {
+        fail(path.string() + ": not valid JSON");
+        continue;
+      }
+      simdjson::dom::array items;
+      if (root["items"].get(items) == simdjson::SUCCESS) {
+        for (auto item : items) out.push_back(simdjson::minify(item));
+      } else {
+        out.push_back(simdjson::minify(root));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace endpointd::fakeapi

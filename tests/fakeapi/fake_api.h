@@ -1,0 +1,172 @@
+// An in-process fake Kubernetes API server for tests: Services, EndpointSlices, Nodes and Pods
+// with the real list (limit/continue) and watch (chunked JSON lines, bookmarks, 410 on an
+// expired resourceVersion) protocol, plus faults a test can inject and a record of the
+// requests it got.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace httplib {
+class Server;
+class Request;
+class Response;
+}  // namespace httplib
+
+namespace endpointd::fakeapi {
+
+struct TlsOptions {
+  std::string cert_file;       // server certificate (PEM)
+  std::string key_file;        // server key (PEM)
+  std::string client_ca_file;  // when set, clients must present a certificate signed by it
+};
+
+struct Options {
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0: any free port
+  std::optional<TlsOptions> tls;
+  // Watch events kept per resource; a watch from before the oldest one gets 410 Expired.
+  size_t history_limit = 10000;
+  // Open watches that asked for bookmarks get one this often (0: only on send_bookmarks()).
+  std::chrono::milliseconds bookmark_interval{0};
+};
+
+struct RecordedRequest {
+  std::string method;
+  std::string path;
+  std::multimap<std::string, std::string> params;
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::chrono::steady_clock::time_point at;
+
+  std::string param(const std::string& name) const;  // "" when absent
+  bool has_param(const std::string& name) const;
+  std::string header(const std::string& lower_name) const;
+  bool is_watch() const { return param("watch") == "1" || param("watch") == "true"; }
+};
+
+class FakeApiServer {
+ public:
+  explicit FakeApiServer(Options options = {});
+  ~FakeApiServer();
+  FakeApiServer(const FakeApiServer&) = delete;
+  FakeApiServer& operator=(const FakeApiServer&) = delete;
+
+  // False when the server could not bind or load its certificates; see error().
+  bool ok() const { return port_ > 0; }
+  const std::string& error() const { return error_; }
+  int port() const { return port_; }
+  std::string url() const;  // http(s)://127.0.0.1:<port>
+
+  // --- state -------------------------------------------------------------------------
+  // Creates or replaces an object given as JSON ("kind" and metadata.name required,
+  // metadata.namespace for namespaced kinds). The object is stored as given, whatever its
+  // content: a malformed Service is how a test feeds the client a malformed object. Returns
+  // the resourceVersion it got. Throws std::invalid_argument on JSON it cannot store.
+  uint64_t apply(std::string_view json);
+  // Deletes an object; returns the resourceVersion of the deletion, 0 if it did not exist.
+  // `resource`: "services", "endpointslices", "nodes", "pods" (or the kind).
+  uint64_t remove(std::string_view resource, std::string_view ns, std::string_view name);
+  // Makes the stored state exactly `objects`: applies new and changed ones, deletes the
+  // others. Unchanged objects keep their resourceVersion.
+  void replace_all(const std::vector<std::string>& objects);
+  uint64_t resource_version() const;
+  size_t object_count(std::string_view resource) const;
+
+  // --- faults ------------------------------------------------------------------------
+  // Aborts every open watch stream (no terminating chunk: the client sees a dropped
+  // connection).
+  void close_watches();
+  // Aborts the watch stream that writes the next `n` event lines, right after the n-th.
+  void close_watch_after_events(size_t n);
+  // The next event line is written half, then the stream is aborted.
+  void cut_next_event_midway();
+  // The next watch request gets an ERROR event with a 410 Status (or, with `http`, an HTTP
+  // 410 response).
+  void expire_next_watch(bool http = false);
+  // The next `n` requests are answered with `status` (and Retry-After when >= 0).
+  void fail_next_requests(size_t n, int status, int retry_after_seconds = -1);
+  // Every event line is written in `pieces` writes with `delay` between them.
+  void set_write_split(size_t pieces, std::chrono::milliseconds delay);
+  // Writes `line` (plus a newline) as is to the open watches of `resource`.
+  void send_raw_watch_line(std::string_view resource, std::string line);
+  // Forgets all watch history: every watch from an older resourceVersion gets 410.
+  void compact();
+  // Continue tokens handed out so far are answered with 410.
+  void expire_continue_tokens();
+  // Open watches that allow bookmarks get a BOOKMARK at the current resourceVersion.
+  void send_bookmarks();
+  // Requests must carry "Authorization: Bearer <token>" (empty: no check).
+  void set_required_token(std::string token);
+
+  // --- what happened -----------------------------------------------------------------
+  std::vector<RecordedRequest> requests() const;
+  size_t open_watches() const;
+  size_t watch_events_sent() const { return events_sent_.load(); }
+
+ private:
+  struct Stored;
+  struct HistoryEvent;
+  struct Resource;
+  struct Watch;
+
+  void handle(const httplib::Request& req, httplib::Response& res);
+  void handle_list(Resource& r, const httplib::Request& req, httplib::Response& res,
+                   std::unique_lock<std::mutex>& lock);
+  void handle_watch(Resource& r, const httplib::Request& req, httplib::Response& res,
+                    std::unique_lock<std::mutex>& lock);
+  Resource* resource_for_path(const std::string& path);
+  Resource* resource_named(std::string_view name_or_kind);
+  void record_event(Resource& r, const std::string& type, std::shared_ptr<const Stored> now,
+                    std::shared_ptr<const Stored> before);
+  uint64_t apply_locked(std::string_view json);
+  uint64_t remove_locked(Resource& r, const std::string& key);
+
+  Options options_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread listen_thread_;
+  std::thread ticker_thread_;
+  int port_ = 0;
+  std::string error_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  uint64_t rv_ = 1;
+  std::map<std::string, std::unique_ptr<Resource>> resources_;  // by resource name
+  std::vector<RecordedRequest> requests_;
+  std::string required_token_;
+  size_t fail_remaining_ = 0;
+  int fail_status_ = 0;
+  int fail_retry_after_ = -1;
+  bool expire_next_watch_ = false;
+  bool expire_next_watch_http_ = false;
+  uint64_t close_epoch_ = 0;
+  uint64_t bookmark_epoch_ = 0;
+  std::optional<size_t> close_after_events_;
+  bool cut_next_event_ = false;
+  size_t split_pieces_ = 1;
+  std::chrono::milliseconds split_delay_{0};
+  uint64_t next_snapshot_id_ = 1;
+  std::map<uint64_t, std::vector<std::shared_ptr<const Stored>>> snapshots_;
+  std::map<uint64_t, uint64_t> snapshot_rv_;
+  size_t open_watches_ = 0;
+  std::atomic<size_t> events_sent_{0};
+};
+
+// Loads the objects of *.json (and, when built with YAML support, *.yaml / *.yml) files in
+// a directory: single objects and `kind: List`. Unknown kinds are skipped.
+std::vector<std::string> load_manifest_dir(const std::string& dir, std::vector<std::string>* errors);
+
+}  // namespace endpointd::fakeapi

@@ -1,0 +1,559 @@
+// Kubernetes JSON → model types, with validation. An object either decodes completely or is
+// refused with a reason that names it; nothing half-decoded ever reaches the Store.
+#include "watcher/decode.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <charconv>
+#include <initializer_list>
+
+namespace endpointd::watcher {
+
+using model::ObjectKind;
+namespace dom = simdjson::dom;
+
+namespace {
+
+// Thrown only inside this file, caught at decode_object's boundary: decoding is not a hot
+// path for a single packet, and unwinding out of nested field readers keeps them readable.
+struct DecodeFailure {
+  std::string reason;
+};
+
+[[noreturn]] void fail(std::string reason) { throw DecodeFailure{std::move(reason)}; }
+
+class Reader {
+ public:
+  explicit Reader(std::vector<std::string>& warnings) : warnings_(warnings) {}
+
+  static std::optional<dom::element> field(const dom::element& obj, std::string_view name) {
+    dom::object o;
+    if (obj.get_object().get(o) != simdjson::SUCCESS) return std::nullopt;
+    dom::element v;
+    if (o.at_key(name).get(v) != simdjson::SUCCESS) return std::nullopt;
+    if (v.is_null()) return std::nullopt;
+    return v;
+  }
+
+  static std::string str(const dom::element& obj, std::string_view name, std::string_view path) {
+    auto v = field(obj, name);
+    if (!v) return {};
+    std::string_view s;
+    if (v->get_string().get(s) != simdjson::SUCCESS)
+      fail(std::string(path) + "." + std::string(name) + ": expected a string");
+    return std::string(s);
+  }
+
+  static std::optional<int64_t> integer(const dom::element& obj, std::string_view name,
+                                        std::string_view path) {
+    auto v = field(obj, name);
+    if (!v) return std::nullopt;
+    int64_t i;
+    if (v->get_int64().get(i) == simdjson::SUCCESS) return i;
+    uint64_t u;
+    if (v->get_uint64().get(u) == simdjson::SUCCESS) fail(std::string(path) + "." + std::string(name) + ": number too large");
+    fail(std::string(path) + "." + std::string(name) + ": expected an integer");
+  }
+
+  static std::optional<bool> boolean(const dom::element& obj, std::string_view name,
+                                     std::string_view path) {
+    auto v = field(obj, name);
+    if (!v) return std::nullopt;
+    bool b;
+    if (v->get_bool().get(b) != simdjson::SUCCESS)
+      fail(std::string(path) + "." + std::string(name) + ": expected true or false");
+    return b;
+  }
+
+  static std::vector<dom::element> array(const dom::element& obj, std::string_view name,
+                                         std::string_view path) {
+    std::vector<dom::element> out;
+    auto v = field(obj, name);
+    if (!v) return out;
+    dom::array a;
+    if (v->get_array().get(a) != simdjson::SUCCESS)
+      fail(std::string(path) + "." + std::string(name) + ": expected a list");
+    for (dom::element e : a) out.push_back(e);
+    return out;
+  }
+
+  static std::map<std::string, std::string> string_map(const dom::element& obj,
+                                                       std::string_view name,
+                                                       std::string_view path) {
+    std::map<std::string, std::string> out;
+    auto v = field(obj, name);
+    if (!v) return out;
+    dom::object o;
+    if (v->get_object().get(o) != simdjson::SUCCESS)
+      fail(std::string(path) + "." + std::string(name) + ": expected a map");
+    for (auto [k, val] : o) {
+      std::string_view s;
+      if (val.get_string().get(s) != simdjson::SUCCESS)
+        fail(std::string(path) + "." + std::string(name) + "." + std::string(k) +
+             ": expected a string");
+      out.emplace(std::string(k), std::string(s));
+    }
+    return out;
+  }
+
+  static model::IpAddr ip(std::string_view text, std::string_view path) {
+    auto a = model::IpAddr::parse(text);
+    if (!a) fail(std::string(path) + ": invalid IP address \"" + std::string(text) + "\"");
+    return *a;
+  }
+
+  static uint16_t port(int64_t v, std::string_view path, bool allow_zero) {
+    if (v < (allow_zero ? 0 : 1) || v > 65535)
+      fail(std::string(path) + ": port " + std::to_string(v) + " out of range");
+    return static_cast<uint16_t>(v);
+  }
+
+  static model::Protocol protocol(const dom::element& obj, std::string_view path) {
+    std::string p = str(obj, "protocol", path);
+    auto proto = model::parse_protocol(p);
+    if (!proto) fail(std::string(path) + ".protocol: unknown protocol \"" + p + "\"");
+    return *proto;
+  }
+
+  // Fields we do not read are ignored, as API clients must; they are reported as warnings
+  // when they are not among the fields the API defines, which catches typos in manifests.
+  void check_known(const dom::element& obj, std::string_view path,
+                   std::initializer_list<std::string_view> known) {
+    dom::object o;
+    if (obj.get_object().get(o) != simdjson::SUCCESS) return;
+    for (auto [k, v] : o) {
+      (void)v;
+      if (std::find(known.begin(), known.end(), k) == known.end())
+        warnings_.push_back(std::string(path) + ": unknown field \"" + std::string(k) + "\"");
+    }
+  }
+
+ private:
+  std::vector<std::string>& warnings_;
+};
+
+struct Meta {
+  std::string ns, name, uid, resource_version, deletion_timestamp;
+  std::map<std::string, std::string> labels, annotations;
+};
+
+Meta read_meta(const dom::element& obj, bool namespaced) {
+  auto m = Reader::field(obj, "metadata");
+  if (!m) fail("metadata missing");
+  Meta meta;
+  meta.name = Reader::str(*m, "name", "metadata");
+  if (meta.name.empty()) fail("metadata.name missing");
+  if (meta.name.size() > 253) fail("metadata.name longer than 253 characters");
+  if (namespaced) {
+    meta.ns = Reader::str(*m, "namespace", "metadata");
+    if (meta.ns.empty()) meta.ns = "default";  // manifests may omit it, as kubectl allows
+  }
+  meta.uid = Reader::str(*m, "uid", "metadata");
+  meta.resource_version = Reader::str(*m, "resourceVersion", "metadata");
+  meta.deletion_timestamp = Reader::str(*m, "deletionTimestamp", "metadata");
+  meta.labels = Reader::string_map(*m, "labels", "metadata");
+  meta.annotations = Reader::string_map(*m, "annotations", "metadata");
+  return meta;
+}
+
+std::string label(const Meta& m, const std::string& key) {
+  auto it = m.labels.find(key);
+  return it == m.labels.end() ? std::string() : it->second;
+}
+
+constexpr std::string_view kProxyNameLabel = "service.kubernetes.io/service-proxy-name";
+
+model::Service decode_service(const dom::element& obj, Reader& r) {
+  Meta meta = read_meta(obj, true);
+  model::Service s;
+  s.key = {meta.ns, meta.name};
+  s.uid = meta.uid;
+  s.resource_version = meta.resource_version;
+  s.service_proxy_name = label(meta, std::string(kProxyNameLabel));
+  if (auto it = meta.annotations.find("service.kubernetes.io/topology-mode");
+      it != meta.annotations.end())
+    s.topology_mode = it->second;
+  else if (auto it2 = meta.annotations.find("service.kubernetes.io/topology-aware-hints");
+           it2 != meta.annotations.end())
+    s.topology_mode = it2->second;
+
+  auto spec = Reader::field(obj, "spec");
+  if (!spec) fail("spec missing");
+  r.check_known(*spec, "spec",
+                {"type", "clusterIP", "clusterIPs", "ports", "selector", "externalIPs",
+                 "loadBalancerIP", "loadBalancerSourceRanges", "loadBalancerClass",
+                 "sessionAffinity", "sessionAffinityConfig", "internalTrafficPolicy",
+                 "externalTrafficPolicy", "healthCheckNodePort", "publishNotReadyAddresses",
+                 "externalName", "trafficDistribution", "ipFamilies", "ipFamilyPolicy",
+                 "allocateLoadBalancerNodePorts"});
+
+  std::string type = Reader::str(*spec, "type", "spec");
+  if (type.empty() || type == "ClusterIP") s.type = model::ServiceType::kClusterIP;
+  else if (type == "NodePort") s.type = model::ServiceType::kNodePort;
+  else if (type == "LoadBalancer") s.type = model::ServiceType::kLoadBalancer;
+  else if (type == "ExternalName") s.type = model::ServiceType::kExternalName;
+  else fail("spec.type: unknown service type \"" + type + "\"");
+
+  std::vector<std::string> ips;
+  for (const auto& e : Reader::array(*spec, "clusterIPs", "spec")) {
+    std::string_view v;
+    if (e.get_string().get(v) != simdjson::SUCCESS) fail("spec.clusterIPs: expected strings");
+    ips.emplace_back(v);
+  }
+  if (ips.empty()) {
+    std::string one = Reader::str(*spec, "clusterIP", "spec");
+    if (!one.empty()) ips.push_back(one);
+  }
+  for (const auto& ip : ips) {
+    if (ip == "None") {
+      s.headless = true;
+      continue;
+    }
+    if (ip.empty()) continue;
+    s.cluster_ips.push_back(Reader::ip(ip, "spec.clusterIPs"));
+  }
+  if (s.cluster_ips.size() == 2 && s.cluster_ips[0].family() == s.cluster_ips[1].family())
+    fail("spec.clusterIPs: two addresses of the same family");
+  if (s.cluster_ips.size() > 2) fail("spec.clusterIPs: more than two addresses");
+
+  int i = 0;
+  for (const auto& pe : Reader::array(*spec, "ports", "spec")) {
+    std::string path = "spec.ports[" + std::to_string(i++) + "]";
+    model::ServicePort p;
+    p.name = Reader::str(pe, "name", path);
+    p.protocol = Reader::protocol(pe, path);
+    auto port = Reader::integer(pe, "port", path);
+    if (!port) fail(path + ".port missing");
+    p.port = Reader::port(*port, path + ".port", false);
+    if (auto tp = Reader::field(pe, "targetPort")) {
+      int64_t n;
+      std::string_view name;
+      if (tp->get_int64().get(n) == simdjson::SUCCESS) {
+        p.target_port_number = Reader::port(n, path + ".targetPort", false);
+      } else if (tp->get_string().get(name) == simdjson::SUCCESS) {
+        // A numeric string is a number; anything else names a container port.
+        int64_t v = 0;
+        auto [ptr, ec] = std::from_chars(name.data(), name.data() + name.size(), v);
+        if (ec == std::errc() && ptr == name.data() + name.size())
+          p.target_port_number = Reader::port(v, path + ".targetPort", false);
+        else if (name.empty() || name.size() > 15)
+          fail(path + ".targetPort: invalid port name \"" + std::string(name) + "\"");
+        else
+          p.target_port_name = std::string(name);
+      } else {
+        fail(path + ".targetPort: expected a number or a name");
+      }
+    } else {
+      p.target_port_number = p.port;
+    }
+    if (auto np = Reader::integer(pe, "nodePort", path))
+      p.node_port = Reader::port(*np, path + ".nodePort", true);
+    p.app_protocol = Reader::str(pe, "appProtocol", path);
+    s.ports.push_back(std::move(p));
+  }
+  for (size_t a = 0; a < s.ports.size(); ++a)
+    for (size_t b = a + 1; b < s.ports.size(); ++b)
+      if (s.ports[a].name == s.ports[b].name)
+        fail("spec.ports: duplicate port name \"" + s.ports[a].name + "\"");
+
+  for (const auto& e : Reader::array(*spec, "externalIPs", "spec")) {
+    std::string_view v;
+    if (e.get_string().get(v) != simdjson::SUCCESS) fail("spec.externalIPs: expected strings");
+    s.external_ips.push_back(Reader::ip(v, "spec.externalIPs"));
+  }
+  for (const auto& e : Reader::array(*spec, "loadBalancerSourceRanges", "spec")) {
+    std::string_view v;
+    if (e.get_string().get(v) != simdjson::SUCCESS)
+      fail("spec.loadBalancerSourceRanges: expected strings");
+    // The API allows surrounding spaces here; kube-proxy trims them too.
+    while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+    while (!v.empty() && v.back() == ' ') v.remove_suffix(1);
+    auto p = model::IpPrefix::parse(v);
+    if (!p) fail("spec.loadBalancerSourceRanges: invalid CIDR \"" + std::string(v) + "\"");
+    s.load_balancer_source_ranges.push_back(*p);
+  }
+  std::string affinity = Reader::str(*spec, "sessionAffinity", "spec");
+  if (affinity == "ClientIP") s.session_affinity_client_ip = true;
+  else if (!affinity.empty() && affinity != "None")
+    fail("spec.sessionAffinity: unknown value \"" + affinity + "\"");
+  if (auto cfg = Reader::field(*spec, "sessionAffinityConfig"))
+    if (auto cip = Reader::field(*cfg, "clientIP"))
+      if (auto t = Reader::integer(*cip, "timeoutSeconds", "spec.sessionAffinityConfig.clientIP")) {
+        if (*t < 1 || *t > 86400)
+          fail("spec.sessionAffinityConfig.clientIP.timeoutSeconds: out of range (1..86400)");
+        s.session_affinity_timeout_seconds = static_cast<uint32_t>(*t);
+      }
+  auto policy = [&](std::string_view field) {
+    std::string v = Reader::str(*spec, field, "spec");
+    if (v.empty() || v == "Cluster") return model::TrafficPolicy::kCluster;
+    if (v == "Local") return model::TrafficPolicy::kLocal;
+    fail("spec." + std::string(field) + ": unknown value \"" + v + "\"");
+  };
+  s.internal_traffic_policy = policy("internalTrafficPolicy");
+  s.external_traffic_policy = policy("externalTrafficPolicy");
+  if (auto h = Reader::integer(*spec, "healthCheckNodePort", "spec"))
+    s.health_check_node_port = Reader::port(*h, "spec.healthCheckNodePort", true);
+  s.publish_not_ready_addresses =
+      Reader::boolean(*spec, "publishNotReadyAddresses", "spec").value_or(false);
+  s.external_name = Reader::str(*spec, "externalName", "spec");
+  if (s.type == model::ServiceType::kExternalName && s.external_name.empty())
+    fail("spec.externalName missing for an ExternalName service");
+  s.traffic_distribution = Reader::str(*spec, "trafficDistribution", "spec");
+  s.allocate_load_balancer_node_ports =
+      Reader::boolean(*spec, "allocateLoadBalancerNodePorts", "spec").value_or(true);
+
+  if (auto status = Reader::field(obj, "status"))
+    if (auto lb = Reader::field(*status, "loadBalancer"))
+      for (const auto& ing : Reader::array(*lb, "ingress", "status.loadBalancer")) {
+        std::string ip = Reader::str(ing, "ip", "status.loadBalancer.ingress");
+        // ipMode Proxy means the load balancer does not deliver to the VIP itself.
+        std::string mode = Reader::str(ing, "ipMode", "status.loadBalancer.ingress");
+        if (!ip.empty() && mode != "Proxy")
+          s.load_balancer_ips.push_back(Reader::ip(ip, "status.loadBalancer.ingress.ip"));
+      }
+  return s;
+}
+
+model::EndpointSlice decode_slice(const dom::element& obj, Reader& r) {
+  Meta meta = read_meta(obj, true);
+  model::EndpointSlice s;
+  s.key = {meta.ns, meta.name};
+  s.resource_version = meta.resource_version;
+  s.service_name = label(meta, "kubernetes.io/service-name");
+  s.service_proxy_name = label(meta, std::string(kProxyNameLabel));
+  std::string at = Reader::str(obj, "addressType", "");
+  if (at == "IPv4") s.address_type = model::AddressType::kIPv4;
+  else if (at == "IPv6") s.address_type = model::AddressType::kIPv6;
+  else if (at == "FQDN") s.address_type = model::AddressType::kFQDN;
+  else if (at.empty()) fail("addressType missing");
+  else fail("addressType: unknown value \"" + at + "\"");
+
+  int i = 0;
+  for (const auto& pe : Reader::array(obj, "ports", "")) {
+    std::string path = "ports[" + std::to_string(i++) + "]";
+    model::EndpointPort p;
+    p.name = Reader::str(pe, "name", path);
+    p.protocol = Reader::protocol(pe, path);
+    auto port = Reader::integer(pe, "port", path);
+    if (!port) continue;  // a nil port means "all ports": nothing a proxy can program
+    p.port = Reader::port(*port, path + ".port", false);
+    p.app_protocol = Reader::str(pe, "appProtocol", path);
+    s.ports.push_back(std::move(p));
+  }
+  i = 0;
+  auto endpoints = Reader::array(obj, "endpoints", "");
+  if (endpoints.size() > 1000) fail("endpoints: more than 1000 endpoints in one slice");
+  s.endpoints.reserve(endpoints.size());
+  for (const auto& ee : endpoints) {
+    std::string path = "endpoints[" + std::to_string(i++) + "]";
+    r.check_known(ee, path,
+                  {"addresses", "conditions", "hostname", "nodeName", "zone", "hints",
+                   "targetRef", "deprecatedTopology"});
+    model::Endpoint e;
+    for (const auto& ae : Reader::array(ee, "addresses", path)) {
+      std::string_view v;
+      if (ae.get_string().get(v) != simdjson::SUCCESS) fail(path + ".addresses: expected strings");
+      if (s.address_type == model::AddressType::kFQDN) continue;
+      auto ip = Reader::ip(v, path + ".addresses");
+      bool want_v4 = s.address_type == model::AddressType::kIPv4;
+      if (ip.is_v4() != want_v4)
+        fail(path + ".addresses: \"" + std::string(v) + "\" is not an " +
+             (want_v4 ? "IPv4" : "IPv6") + " address");
+      e.addresses.push_back(ip);
+    }
+    if (e.addresses.empty() && s.address_type != model::AddressType::kFQDN)
+      fail(path + ".addresses: empty");
+    if (auto c = Reader::field(ee, "conditions")) {
+      std::string cp = path + ".conditions";
+      e.conditions.ready = Reader::boolean(*c, "ready", cp).value_or(true);
+      e.conditions.serving = Reader::boolean(*c, "serving", cp).value_or(true);
+      e.conditions.terminating = Reader::boolean(*c, "terminating", cp).value_or(false);
+    }
+    e.hostname = Reader::str(ee, "hostname", path);
+    e.node_name = Reader::str(ee, "nodeName", path);
+    e.zone = Reader::str(ee, "zone", path);
+    if (auto h = Reader::field(ee, "hints")) {
+      for (const auto& z : Reader::array(*h, "forZones", path + ".hints"))
+        e.hint_zones.push_back(Reader::str(z, "name", path + ".hints.forZones"));
+      for (const auto& n : Reader::array(*h, "forNodes", path + ".hints"))
+        e.hint_nodes.push_back(Reader::str(n, "name", path + ".hints.forNodes"));
+    }
+    if (auto t = Reader::field(ee, "targetRef")) {
+      model::ObjectRef ref;
+      ref.kind = Reader::str(*t, "kind", path + ".targetRef");
+      ref.ns = Reader::str(*t, "namespace", path + ".targetRef");
+      ref.name = Reader::str(*t, "name", path + ".targetRef");
+      ref.uid = Reader::str(*t, "uid", path + ".targetRef");
+      e.target_ref = std::move(ref);
+    }
+    s.endpoints.push_back(std::move(e));
+  }
+  return s;
+}
+
+model::Node decode_node(const dom::element& obj, Reader&) {
+  Meta meta = read_meta(obj, false);
+  model::Node n;
+  n.name = meta.name;
+  n.resource_version = meta.resource_version;
+  n.labels = meta.labels;
+  n.zone = label(meta, "topology.kubernetes.io/zone");
+  if (auto spec = Reader::field(obj, "spec")) {
+    std::vector<std::string> cidrs;
+    for (const auto& c : Reader::array(*spec, "podCIDRs", "spec")) {
+      std::string_view v;
+      if (c.get_string().get(v) != simdjson::SUCCESS) fail("spec.podCIDRs: expected strings");
+      cidrs.emplace_back(v);
+    }
+    if (cidrs.empty()) {
+      std::string one = Reader::str(*spec, "podCIDR", "spec");
+      if (!one.empty()) cidrs.push_back(one);
+    }
+    for (const auto& c : cidrs) {
+      auto p = model::IpPrefix::parse(c);
+      if (!p) fail("spec.podCIDRs: invalid CIDR \"" + c + "\"");
+      n.pod_cidrs.push_back(*p);
+    }
+  }
+  if (auto status = Reader::field(obj, "status"))
+    for (const auto& a : Reader::array(*status, "addresses", "status")) {
+      model::NodeAddress na;
+      na.type = Reader::str(a, "type", "status.addresses");
+      na.address = Reader::str(a, "address", "status.addresses");
+      if ((na.type == "InternalIP" || na.type == "ExternalIP"))
+        Reader::ip(na.address, "status.addresses");
+      n.addresses.push_back(std::move(na));
+    }
+  return n;
+}
+
+model::Pod decode_pod(const dom::element& obj, Reader&) {
+  Meta meta = read_meta(obj, true);
+  model::Pod p;
+  p.key = {meta.ns, meta.name};
+  p.uid = meta.uid;
+  p.resource_version = meta.resource_version;
+  p.annotations = meta.annotations;
+  p.labels = meta.labels;
+  p.deletion_timestamp = meta.deletion_timestamp;
+  p.terminating = !meta.deletion_timestamp.empty();
+  if (auto spec = Reader::field(obj, "spec")) {
+    p.node_name = Reader::str(*spec, "nodeName", "spec");
+    p.host_network = Reader::boolean(*spec, "hostNetwork", "spec").value_or(false);
+    if (auto g = Reader::integer(*spec, "terminationGracePeriodSeconds", "spec")) {
+      if (*g < 0) fail("spec.terminationGracePeriodSeconds: negative");
+      p.termination_grace_period_seconds = *g;
+    }
+  }
+  if (auto status = Reader::field(obj, "status")) {
+    p.phase = Reader::str(*status, "phase", "status");
+    for (const auto& ip : Reader::array(*status, "podIPs", "status"))
+      p.pod_ips.push_back(Reader::ip(Reader::str(ip, "ip", "status.podIPs"), "status.podIPs"));
+    if (p.pod_ips.empty()) {
+      std::string one = Reader::str(*status, "podIP", "status");
+      if (!one.empty()) p.pod_ips.push_back(Reader::ip(one, "status.podIP"));
+    }
+  }
+  return p;
+}
+
+// "Service default/web" for error messages, from whatever could be read.
+std::string describe(const dom::element& obj, std::optional<ObjectKind> kind) {
+  std::string out = kind ? std::string(model::to_string(*kind)) : std::string("object");
+  std::string ns, name;
+  if (auto m = Reader::field(obj, "metadata")) {
+    std::string_view v;
+    if (auto n = Reader::field(*m, "namespace"); n && n->get_string().get(v) == simdjson::SUCCESS)
+      ns = v;
+    if (auto n = Reader::field(*m, "name"); n && n->get_string().get(v) == simdjson::SUCCESS)
+      name = v;
+  }
+  if (!name.empty()) out += " " + (ns.empty() ? name : ns + "/" + name);
+  return out;
+}
+
+}  // namespace
+
+std::optional<ObjectKind> kind_from_name(std::string_view kind) {
+  if (kind == "Service" || kind == "services") return ObjectKind::kService;
+  if (kind == "EndpointSlice" || kind == "endpointslices") return ObjectKind::kEndpointSlice;
+  if (kind == "Node" || kind == "nodes") return ObjectKind::kNode;
+  if (kind == "Pod" || kind == "pods") return ObjectKind::kPod;
+  return std::nullopt;
+}
+
+Result<Decoded> decode_object(const dom::element& obj, std::optional<ObjectKind> hint) {
+  std::optional<ObjectKind> kind = hint;
+  std::string_view kind_text;
+  if (auto k = Reader::field(obj, "kind"); k && k->get_string().get(kind_text) == simdjson::SUCCESS) {
+    auto parsed = kind_from_name(kind_text);
+    if (!parsed)
+      return Error{describe(obj, std::nullopt) + ": unsupported kind \"" + std::string(kind_text) +
+                   "\""};
+    if (hint && *parsed != *hint)
+      return Error{describe(obj, parsed) + ": expected kind " + std::string(model::to_string(*hint))};
+    kind = parsed;
+  }
+  if (!kind) return Error{describe(obj, std::nullopt) + ": kind missing"};
+  if (obj.type() != dom::element_type::OBJECT) return Error{"object expected, got another JSON value"};
+  Decoded d;
+  Reader r(d.warnings);
+  try {
+    switch (*kind) {
+      case ObjectKind::kService: d.object = decode_service(obj, r); break;
+      case ObjectKind::kEndpointSlice: d.object = decode_slice(obj, r); break;
+      case ObjectKind::kNode: d.object = decode_node(obj, r); break;
+      case ObjectKind::kPod: d.object = decode_pod(obj, r); break;
+    }
+  } catch (const DecodeFailure& f) {
+    return Error{describe(obj, kind) + ": " + f.reason};
+  }
+  for (auto& w : d.warnings) w = describe(obj, kind) + ": " + w;
+  return d;
+}
+
+Result<Decoded> decode_json(std::string_view json, std::optional<ObjectKind> hint) {
+  if (json.size() > kMaxObjectBytes)
+    return Error{"object of " + std::to_string(json.size()) + " bytes exceeds the limit of " +
+                 std::to_string(kMaxObjectBytes)};
+  // A parser per thread: its buffers are reused across calls.
+  thread_local dom::parser parser;
+  dom::element root;
+  if (auto err = parser.parse(json.data(), json.size()).get(root); err != simdjson::SUCCESS)
+    return Error{std::string("malformed JSON: ") + simdjson::error_message(err)};
+  return decode_object(root, hint);
+}
+
+Result<DecodedList> decode_list(std::string_view json, ObjectKind kind) {
+  thread_local dom::parser parser;
+  dom::element root;
+  if (auto err = parser.parse(json.data(), json.size()).get(root); err != simdjson::SUCCESS)
+    return Error{std::string("malformed list JSON: ") + simdjson::error_message(err)};
+  DecodedList out;
+  if (auto m = Reader::field(root, "metadata")) {
+    std::string_view v;
+    if (auto rv = Reader::field(*m, "resourceVersion"); rv && rv->get_string().get(v) == simdjson::SUCCESS)
+      out.resource_version = v;
+    if (auto c = Reader::field(*m, "continue"); c && c->get_string().get(v) == simdjson::SUCCESS)
+      out.continue_token = v;
+  }
+  auto items = Reader::field(root, "items");
+  dom::array arr;
+  if (items && items->get_array().get(arr) != simdjson::SUCCESS)
+    return Error{"list: items is not a list"};
+  if (!items) return out;
+  out.objects.reserve(arr.size());
+  for (dom::element item : arr) {
+    auto d = decode_object(item, kind);
+    if (!d) {
+      out.errors.push_back(d.error());
+      continue;
+    }
+    for (auto& w : d->warnings) out.warnings.push_back(std::move(w));
+    out.objects.push_back(std::move(d->object));
+  }
+  return out;
+}
+
+}  // namespace endpointd::watcher

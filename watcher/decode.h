@@ -1,0 +1,51 @@
+// Decoding Kubernetes objects (JSON, as the API serves them) into model types. One decoding
+// path for everything: the API client and the manifest directory (YAML is converted to JSON
+// first) both come through here.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/event.h"
+#include "model/result.h"
+
+namespace simdjson::dom {
+class element;
+}
+
+namespace endpointd::watcher {
+
+// Objects larger than this are refused before parsing (the API server's own limit is 1.5 MiB
+// per object; a manifest file may hold many).
+inline constexpr size_t kMaxObjectBytes = 3 * 1024 * 1024;
+
+struct Decoded {
+  model::Object object;
+  // Things that did not stop the object from being used: unknown fields, ignored values.
+  std::vector<std::string> warnings;
+};
+
+// `hint` gives the kind when the JSON has none (items of a typed list response omit it).
+// Errors name the object (kind namespace/name, when those could be read) and the reason.
+Result<Decoded> decode_object(const simdjson::dom::element& obj,
+                              std::optional<model::ObjectKind> hint = std::nullopt);
+Result<Decoded> decode_json(std::string_view json,
+                            std::optional<model::ObjectKind> hint = std::nullopt);
+
+// "Service", "EndpointSlice", "Node", "Pod" (and their plural resource names).
+std::optional<model::ObjectKind> kind_from_name(std::string_view kind);
+
+// A decoded list: the objects that decoded, the errors of those that did not, and the list's
+// resourceVersion / continue token.
+struct DecodedList {
+  std::vector<model::Object> objects;
+  std::vector<std::string> errors;
+  std::vector<std::string> warnings;
+  std::string resource_version;
+  std::string continue_token;
+};
+Result<DecodedList> decode_list(std::string_view json, model::ObjectKind kind);
+
+}  // namespace endpointd::watcher

@@ -1,0 +1,847 @@
+// List/watch over libcurl. Each kind runs on its own thread with its own easy handle, driven
+// through a private multi handle so that stop() can wake a blocked transfer at once
+// (curl_multi_wakeup) instead of waiting for curl's next progress callback.
+#include "watcher/kube_client.h"
+
+#include <curl/curl.h>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/registry.h>
+#include <simdjson.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "watcher/decode.h"
+#include "watcher/kube_watch.h"
+
+#ifndef ENDPOINTD_VERSION
+#define ENDPOINTD_VERSION "dev"
+#endif
+
+namespace endpointd::watcher {
+
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using Clock = std::chrono::steady_clock;
+
+struct EasyDeleter {
+  void operator()(CURL* c) const { curl_easy_cleanup(c); }
+};
+struct MultiDeleter {
+  void operator()(CURLM* m) const { curl_multi_cleanup(m); }
+};
+struct SlistDeleter {
+  void operator()(curl_slist* l) const { curl_slist_free_all(l); }
+};
+using EasyPtr = std::unique_ptr<CURL, EasyDeleter>;
+using MultiPtr = std::unique_ptr<CURLM, MultiDeleter>;
+using SlistPtr = std::unique_ptr<curl_slist, SlistDeleter>;
+
+void curl_init_once() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+constexpr std::string_view kProxyNameSelector = "!service.kubernetes.io/service-proxy-name";
+constexpr size_t kMaxListBody = size_t{1} << 30;
+constexpr size_t kMaxErrorBody = 64 * 1024;
+
+std::string query_escape(std::string_view s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (char c : s) {
+    auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(c);
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[u >> 4]);
+      out.push_back(kHex[u & 0xF]);
+    }
+  }
+  return out;
+}
+
+bool excluded_by_proxy_name(const model::Object& o) {
+  if (const auto* s = std::get_if<model::Service>(&o)) return !s->service_proxy_name.empty();
+  if (const auto* e = std::get_if<model::EndpointSlice>(&o)) return !e->service_proxy_name.empty();
+  return false;
+}
+
+model::ObjectKey key_of(const model::Object& o) {
+  return std::visit(
+      [](const auto& x) -> model::ObjectKey {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, model::Node>) {
+          return {"", x.name};
+        } else {
+          return x.key;
+        }
+      },
+      o);
+}
+
+std::string reason_for_status(long status) {
+  if (status == 401) return "unauthorized";
+  if (status == 403) return "forbidden";
+  if (status == 410) return "expired";
+  if (status == 429) return "throttled";
+  if (status >= 500) return "server_error";
+  return "http_" + std::to_string(status);
+}
+
+}  // namespace
+
+uint64_t KindStats::reconnects_total() const {
+  uint64_t n = 0;
+  for (const auto& [_, v] : reconnects) n += v;
+  return n;
+}
+
+uint64_t KindStats::reconnect_count(const std::string& reason) const {
+  auto it = reconnects.find(reason);
+  return it == reconnects.end() ? 0 : it->second;
+}
+
+std::string_view collection_path(model::ObjectKind kind) {
+  switch (kind) {
+    case model::ObjectKind::kService:
+      return "/api/v1/services";
+    case model::ObjectKind::kEndpointSlice:
+      return "/apis/discovery.k8s.io/v1/endpointslices";
+    case model::ObjectKind::kNode:
+      return "/api/v1/nodes";
+    case model::ObjectKind::kPod:
+      return "/api/v1/pods";
+  }
+  return "";
+}
+
+struct KubeClient::Shared {
+  Shared(ClusterConfig c, KubeClientConfig cfg, Sink s, prometheus::Registry& registry)
+      : cluster(std::move(c)),
+        config(std::move(cfg)),
+        sink(std::move(s)),
+        tokens(cluster),
+        events(prometheus::BuildCounter()
+                   .Name("endpointd_watch_events_total")
+                   .Help("Watch events received from the API server, by kind and type")
+                   .Register(registry)),
+        relists(prometheus::BuildCounter()
+                    .Name("endpointd_watch_relists_total")
+                    .Help("Complete lists after the first one (410 Gone, restarts)")
+                    .Register(registry)),
+        reconnects(prometheus::BuildCounter()
+                       .Name("endpointd_watch_reconnects_total")
+                       .Help("Watch or list requests that ended and were retried, by reason")
+                       .Register(registry)),
+        decode_errors(prometheus::BuildCounter()
+                          .Name("endpointd_decode_errors_total")
+                          .Help("Objects refused because they did not decode")
+                          .Register(registry)),
+        bookmarks(prometheus::BuildCounter()
+                      .Name("endpointd_watch_bookmarks_total")
+                      .Help("Watch bookmarks received")
+                      .Register(registry)) {
+    user_agent = config.user_agent.empty() ? std::string("endpointd/") + ENDPOINTD_VERSION
+                                           : config.user_agent;
+    while (!cluster.server.empty() && cluster.server.back() == '/') cluster.server.pop_back();
+  }
+
+  ClusterConfig cluster;
+  KubeClientConfig config;
+  Sink sink;
+  TokenSource tokens;
+  std::string user_agent;
+  prometheus::Family<prometheus::Counter>& events;
+  prometheus::Family<prometheus::Counter>& relists;
+  prometheus::Family<prometheus::Counter>& reconnects;
+  prometheus::Family<prometheus::Counter>& decode_errors;
+  prometheus::Family<prometheus::Counter>& bookmarks;
+
+  std::atomic<bool> stop{false};
+  std::mutex sleep_mu;
+  std::condition_variable sleep_cv;
+
+  // Waits `d` or until stop; false when stopping.
+  bool sleep_for(milliseconds d) {
+    std::unique_lock lock(sleep_mu);
+    sleep_cv.wait_for(lock, d, [&] { return stop.load(); });
+    return !stop.load();
+  }
+};
+
+class KubeClient::Watcher {
+ public:
+  Watcher(std::shared_ptr<Shared> shared, model::ObjectKind kind, uint64_t seed)
+      : shared_(std::move(shared)),
+        kind_(kind),
+        kind_name_(model::to_string(kind)),
+        rng_(seed),
+        easy_(curl_easy_init()),
+        multi_(curl_multi_init()),
+        line_buffer_(kMaxObjectBytes + 64 * 1024),
+        added_(shared_->events.Add({{"kind", kind_name_}, {"type", "ADDED"}})),
+        modified_(shared_->events.Add({{"kind", kind_name_}, {"type", "MODIFIED"}})),
+        deleted_(shared_->events.Add({{"kind", kind_name_}, {"type", "DELETED"}})),
+        error_events_(shared_->events.Add({{"kind", kind_name_}, {"type", "ERROR"}})),
+        relists_(shared_->relists.Add({{"kind", kind_name_}})),
+        decode_errors_(shared_->decode_errors.Add({{"kind", kind_name_}})),
+        bookmarks_(shared_->bookmarks.Add({{"kind", kind_name_}})) {
+    const auto& c = shared_->cluster;
+    ca_data_ = c.ca_data;
+    cert_data_ = c.client_cert_data;
+    key_data_ = c.client_key_data;
+    base_url_ = c.server + std::string(collection_path(kind));
+    if (kind == model::ObjectKind::kService || kind == model::ObjectKind::kEndpointSlice) {
+      selectors_ = "&labelSelector=" + query_escape(kProxyNameSelector);
+    } else if (kind == model::ObjectKind::kPod) {
+      selectors_ = "&fieldSelector=" + query_escape("spec.nodeName=" + shared_->config.node_name);
+    }
+  }
+
+  ~Watcher() { join(); }
+
+  void start() {
+    thread_ = std::thread([this] { run(); });
+  }
+  void wake() {
+    if (multi_) curl_multi_wakeup(multi_.get());
+  }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  model::ObjectKind kind() const { return kind_; }
+
+  KindStats stats() const {
+    std::lock_guard lock(stats_mu_);
+    return stats_;
+  }
+
+ private:
+  // One HTTP exchange.
+  struct Transfer {
+    Watcher* self = nullptr;
+    bool streaming = false;  // a watch: the body is parsed as it arrives
+    size_t body_limit = kMaxErrorBody;
+    std::string body;
+    bool body_truncated = false;
+    long status = 0;
+    std::optional<seconds> retry_after;
+    // Set when the write callback ended the transfer on purpose.
+    enum class Abort : uint8_t { kNone, kStop, kExpired, kErrorEvent, kBadStream, kTooLarge };
+    Abort abort = Abort::kNone;
+    ApiStatus error_status;  // of an ERROR event
+    uint64_t events = 0;     // events and bookmarks handled on this watch
+  };
+
+  struct Outcome {
+    CURLcode curl = CURLE_OK;
+    std::string curl_error;
+  };
+
+  static size_t on_header(char* data, size_t size, size_t n, void* user) {
+    auto* t = static_cast<Transfer*>(user);
+    std::string_view line(data, size * n);
+    if (line.starts_with("HTTP/")) {
+      t->retry_after.reset();
+      return size * n;
+    }
+    constexpr std::string_view kName = "retry-after:";
+    if (line.size() > kName.size()) {
+      bool match = true;
+      for (size_t i = 0; i < kName.size(); ++i) {
+        if (std::tolower(static_cast<unsigned char>(line[i])) != kName[i]) {
+          match = false;
+          break;
+        }
+      }
+      if (match) {
+        auto v = line.substr(kName.size());
+        while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+        int64_t secs = 0;
+        auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), secs);
+        if (ec == std::errc() && p != v.data() && secs >= 0) t->retry_after = seconds(secs);
+      }
+    }
+    return size * n;
+  }
+
+  static size_t on_body(char* data, size_t size, size_t n, void* user) {
+    auto* t = static_cast<Transfer*>(user);
+    const size_t len = size * n;
+    Watcher* w = t->self;
+    if (w->shared_->stop.load()) {
+      t->abort = Transfer::Abort::kStop;
+      return 0;
+    }
+    if (t->status == 0) curl_easy_getinfo(w->easy_.get(), CURLINFO_RESPONSE_CODE, &t->status);
+    if (t->streaming && t->status == 200) {
+      bool ok = w->line_buffer_.feed(std::string_view(data, len), [&](std::string_view line) {
+        return w->handle_watch_line(*t, line);
+      });
+      if (!ok) {
+        if (t->abort == Transfer::Abort::kNone) t->abort = Transfer::Abort::kBadStream;
+        return 0;
+      }
+      return len;
+    }
+    if (t->body.size() + len > t->body_limit) {
+      if (t->streaming || t->status != 200) {
+        // An error body: keep the start, enough for the Status.
+        t->body.append(data, t->body_limit - t->body.size());
+        t->body_truncated = true;
+        return len;
+      }
+      t->abort = Transfer::Abort::kTooLarge;
+      return 0;
+    }
+    t->body.append(data, len);
+    return len;
+  }
+
+  // Runs one request to completion (or until stop). The easy handle keeps its connection
+  // between requests.
+  Outcome perform(const std::string& url, Transfer& t, milliseconds timeout, bool force_token) {
+    CURL* e = easy_.get();
+    curl_easy_reset(e);
+    errbuf_.fill('\0');
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf_.data());
+    curl_easy_setopt(e, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+    curl_easy_setopt(e, CURLOPT_USERAGENT, shared_->user_agent.c_str());
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+                     static_cast<long>(shared_->config.connect_timeout.count()));
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Watcher::on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &t);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &Watcher::on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, &t);
+
+    const auto& c = shared_->cluster;
+    if (c.insecure_skip_tls_verify) {
+      curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
+      curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
+    if (!ca_data_.empty()) {
+      curl_blob blob{ca_data_.data(), ca_data_.size(), CURL_BLOB_COPY};
+      curl_easy_setopt(e, CURLOPT_CAINFO_BLOB, &blob);
+    } else if (!c.ca_file.empty()) {
+      curl_easy_setopt(e, CURLOPT_CAINFO, c.ca_file.c_str());
+    }
+    if (!cert_data_.empty()) {
+      curl_blob blob{cert_data_.data(), cert_data_.size(), CURL_BLOB_COPY};
+      curl_easy_setopt(e, CURLOPT_SSLCERT_BLOB, &blob);
+      curl_easy_setopt(e, CURLOPT_SSLCERTTYPE, "PEM");
+    } else if (!c.client_cert_file.empty()) {
+      curl_easy_setopt(e, CURLOPT_SSLCERT, c.client_cert_file.c_str());
+      curl_easy_setopt(e, CURLOPT_SSLCERTTYPE, "PEM");
+    }
+    if (!key_data_.empty()) {
+      curl_blob blob{key_data_.data(), key_data_.size(), CURL_BLOB_COPY};
+      curl_easy_setopt(e, CURLOPT_SSLKEY_BLOB, &blob);
+      curl_easy_setopt(e, CURLOPT_SSLKEYTYPE, "PEM");
+    } else if (!c.client_key_file.empty()) {
+      curl_easy_setopt(e, CURLOPT_SSLKEY, c.client_key_file.c_str());
+      curl_easy_setopt(e, CURLOPT_SSLKEYTYPE, "PEM");
+    }
+
+    curl_slist* raw = curl_slist_append(nullptr, "Accept: application/json");
+    std::string token = shared_->tokens.token(force_token);
+    std::string auth;
+    if (!token.empty()) {
+      auth = "Authorization: Bearer " + token;
+      raw = curl_slist_append(raw, auth.c_str());
+    }
+    SlistPtr headers(raw);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers.get());
+
+    t.self = this;
+    line_buffer_.clear();
+
+    Outcome out;
+    if (curl_multi_add_handle(multi_.get(), e) != CURLM_OK) {
+      out.curl = CURLE_FAILED_INIT;
+      out.curl_error = "curl_multi_add_handle failed";
+      return out;
+    }
+    bool done = false;
+    while (!done) {
+      int running = 0;
+      if (curl_multi_perform(multi_.get(), &running) != CURLM_OK) {
+        out.curl = CURLE_FAILED_INIT;
+        break;
+      }
+      int queued = 0;
+      while (CURLMsg* m = curl_multi_info_read(multi_.get(), &queued)) {
+        if (m->msg == CURLMSG_DONE && m->easy_handle == e) {
+          out.curl = m->data.result;
+          done = true;
+        }
+      }
+      if (done) break;
+      if (shared_->stop.load()) {
+        t.abort = Transfer::Abort::kStop;
+        out.curl = CURLE_ABORTED_BY_CALLBACK;
+        break;
+      }
+      curl_multi_poll(multi_.get(), nullptr, 0, 100, nullptr);
+    }
+    curl_multi_remove_handle(multi_.get(), e);
+    if (t.status == 0) curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &t.status);
+    out.curl_error = errbuf_[0] != '\0' ? std::string(errbuf_.data()) : curl_easy_strerror(out.curl);
+    return out;
+  }
+
+  // --- stats and metrics ---------------------------------------------------------------
+
+  void count_reconnect(const std::string& reason) {
+    shared_->reconnects.Add({{"kind", kind_name_}, {"reason", reason}}).Increment();
+    std::lock_guard lock(stats_mu_);
+    stats_.reconnects[reason]++;
+  }
+
+  void count_decode_error(const std::string& what) {
+    spdlog::warn("kube {}: rejected {}", kind_name_, what);
+    decode_errors_.Increment();
+    std::lock_guard lock(stats_mu_);
+    stats_.decode_errors++;
+  }
+
+  void set_resource_version(const std::string& rv) {
+    resource_version_ = rv;
+    std::lock_guard lock(stats_mu_);
+    stats_.resource_version = rv;
+  }
+
+  void post(model::Event ev) { shared_->sink(std::move(ev)); }
+
+  // --- watch -----------------------------------------------------------------------------
+
+  // Handles one line of the watch stream; false ends the stream.
+  bool handle_watch_line(Transfer& t, std::string_view line) {
+    auto parsed = parse_watch_event(line, kind_, parser_);
+    if (!parsed) {
+      count_decode_error("watch stream line: " + parsed.error());
+      t.abort = Transfer::Abort::kBadStream;
+      return false;
+    }
+    WatchEvent& ev = *parsed;
+    t.events++;
+    switch (ev.type) {
+      case WatchEventType::kError: {
+        error_events_.Increment();
+        {
+          std::lock_guard lock(stats_mu_);
+          stats_.error_events++;
+        }
+        t.error_status = ev.status;
+        t.abort = ev.status.expired() ? Transfer::Abort::kExpired : Transfer::Abort::kErrorEvent;
+        return false;
+      }
+      case WatchEventType::kBookmark: {
+        bookmarks_.Increment();
+        {
+          std::lock_guard lock(stats_mu_);
+          stats_.bookmarks++;
+        }
+        set_resource_version(ev.resource_version);
+        return true;
+      }
+      case WatchEventType::kAdded:
+      case WatchEventType::kModified:
+      case WatchEventType::kDeleted:
+        break;
+    }
+    {
+      std::lock_guard lock(stats_mu_);
+      if (ev.type == WatchEventType::kAdded) stats_.added++;
+      if (ev.type == WatchEventType::kModified) stats_.modified++;
+      if (ev.type == WatchEventType::kDeleted) stats_.deleted++;
+    }
+    (ev.type == WatchEventType::kAdded      ? added_
+     : ev.type == WatchEventType::kModified ? modified_
+                                            : deleted_)
+        .Increment();
+
+    if (ev.type == WatchEventType::kDeleted) {
+      // The key alone is enough to delete, even when the object's last state is malformed.
+      if (ev.key.name.empty() && ev.object) ev.key = key_of(*ev.object);
+      if (ev.key.name.empty()) {
+        count_decode_error("DELETED event without metadata.name");
+      } else {
+        model::Event out;
+        out.change = model::Remove{kind_, ev.key};
+        post(std::move(out));
+      }
+    } else if (!ev.object) {
+      count_decode_error(std::string(to_string(ev.type)) + " " +
+                         (ev.key.ns.empty() ? "" : ev.key.ns + "/") + ev.key.name + " (rv " +
+                         ev.resource_version + "): " + ev.decode_error);
+    } else if (excluded_by_proxy_name(*ev.object)) {
+      // Belongs to another proxy now (the label selector normally hides these).
+      if (ev.type == WatchEventType::kModified) {
+        model::Event out;
+        out.change = model::Remove{kind_, key_of(*ev.object)};
+        post(std::move(out));
+      }
+    } else {
+      model::Event out;
+      out.change = model::Upsert{std::move(*ev.object)};
+      post(std::move(out));
+    }
+    // Only after the event was handled: a stream cut before this line ends resumes before it.
+    if (!ev.resource_version.empty()) set_resource_version(ev.resource_version);
+    return true;
+  }
+
+  enum class WatchEnd : uint8_t { kStopped, kClosed, kExpired, kFailed };
+  struct WatchResult {
+    WatchEnd end = WatchEnd::kFailed;
+    std::string reason;  // for kFailed / kClosed
+    bool progress = false;
+    std::optional<seconds> retry_after;
+    bool unauthorized = false;
+  };
+
+  WatchResult watch_once(bool force_token) {
+    const auto& cfg = shared_->config;
+    int64_t timeout_s = cfg.watch_timeout.count();
+    if (cfg.watch_timeout_jitter > 0 && timeout_s > 0) {
+      std::uniform_real_distribution<double> d(0.0, cfg.watch_timeout_jitter);
+      timeout_s += static_cast<int64_t>(static_cast<double>(timeout_s) * d(rng_));
+    }
+    if (timeout_s < 1) timeout_s = 1;
+    std::string url = base_url_ + "?watch=1&allowWatchBookmarks=true&resourceVersion=" +
+                      query_escape(resource_version_) +
+                      "&timeoutSeconds=" + std::to_string(timeout_s) + selectors_;
+    Transfer t;
+    t.streaming = true;
+    auto started = Clock::now();
+    // The server ends the watch after timeoutSeconds; give it some slack before curl does.
+    Outcome out = perform(url, t, seconds(timeout_s + 30), force_token);
+    WatchResult r;
+    r.retry_after = t.retry_after;
+    if (t.abort == Transfer::Abort::kStop || shared_->stop.load()) {
+      r.end = WatchEnd::kStopped;
+      return r;
+    }
+    if (t.status == 200) {
+      std::lock_guard lock(stats_mu_);
+      stats_.watches++;
+    }
+    r.progress = t.events > 0 || (t.status == 200 && Clock::now() - started >= seconds(1));
+    switch (t.abort) {
+      case Transfer::Abort::kExpired:
+        spdlog::info("kube {}: watch from resourceVersion {} expired ({}), relisting", kind_name_,
+                     resource_version_, t.error_status.message);
+        r.end = WatchEnd::kExpired;
+        return r;
+      case Transfer::Abort::kErrorEvent:
+        spdlog::warn("kube {}: watch ERROR event: code {} reason {}: {}", kind_name_,
+                     t.error_status.code, t.error_status.reason, t.error_status.message);
+        r.end = WatchEnd::kFailed;
+        r.reason = "error_event";
+        r.progress = false;
+        return r;
+      case Transfer::Abort::kBadStream:
+        spdlog::warn("kube {}: watch stream unreadable, reconnecting", kind_name_);
+        r.end = WatchEnd::kFailed;
+        r.reason = "bad_stream";
+        return r;
+      default:
+        break;
+    }
+    if (out.curl != CURLE_OK && t.status == 0) {
+      spdlog::warn("kube {}: watch request failed: {}", kind_name_, out.curl_error);
+      r.end = WatchEnd::kFailed;
+      r.reason = "connect";
+      return r;
+    }
+    if (t.status != 200) {
+      auto st = parse_status(t.body, parser_);
+      if (t.status == 410 || (st.code == 410)) {
+        spdlog::info("kube {}: watch answered 410 ({}), relisting", kind_name_, st.message);
+        r.end = WatchEnd::kExpired;
+        return r;
+      }
+      spdlog::warn("kube {}: watch answered HTTP {}: {}", kind_name_, t.status,
+                   st.message.empty() ? t.body.substr(0, 200) : st.message);
+      r.end = WatchEnd::kFailed;
+      r.reason = reason_for_status(t.status);
+      r.unauthorized = t.status == 401;
+      r.progress = false;
+      return r;
+    }
+    if (out.curl != CURLE_OK) {
+      spdlog::info("kube {}: watch stream dropped: {}", kind_name_, out.curl_error);
+      r.end = WatchEnd::kFailed;
+      r.reason = "dropped";
+      return r;
+    }
+    r.end = WatchEnd::kClosed;
+    r.reason = "closed";
+    return r;
+  }
+
+  // --- list ------------------------------------------------------------------------------
+
+  struct ListResult {
+    bool ok = false;
+    bool stopped = false;
+    std::string reason;
+    std::optional<seconds> retry_after;
+    bool unauthorized = false;
+    std::vector<model::Object> objects;
+    std::string resource_version;
+  };
+
+  ListResult list_all(bool force_token) {
+    ListResult r;
+    std::string cont;
+    int restarts = 0;
+    uint64_t pages = 0;
+    while (true) {
+      std::string url = base_url_ + "?limit=" + std::to_string(shared_->config.page_size) + selectors_;
+      if (!cont.empty()) url += "&continue=" + query_escape(cont);
+      Transfer t;
+      t.body_limit = kMaxListBody;
+      Outcome out = perform(url, t, shared_->config.list_timeout, force_token);
+      force_token = false;
+      r.retry_after = t.retry_after;
+      if (t.abort == Transfer::Abort::kStop || shared_->stop.load()) {
+        r.stopped = true;
+        return r;
+      }
+      if (t.abort == Transfer::Abort::kTooLarge) {
+        spdlog::error("kube {}: list response larger than {} bytes", kind_name_, kMaxListBody);
+        r.reason = "too_large";
+        return r;
+      }
+      if (out.curl != CURLE_OK) {
+        spdlog::warn("kube {}: list request failed: {}", kind_name_, out.curl_error);
+        r.reason = t.status == 0 ? "connect" : "dropped";
+        return r;
+      }
+      if (t.status == 410 && !cont.empty() && restarts < 3) {
+        // The continue token expired mid-list: start over (from a new snapshot).
+        spdlog::info("kube {}: list continue token expired, restarting the list", kind_name_);
+        ++restarts;
+        cont.clear();
+        r.objects.clear();
+        continue;
+      }
+      if (t.status != 200) {
+        auto st = parse_status(t.body, parser_);
+        spdlog::warn("kube {}: list answered HTTP {}: {}", kind_name_, t.status,
+                     st.message.empty() ? t.body.substr(0, 200) : st.message);
+        r.reason = reason_for_status(t.status);
+        r.unauthorized = t.status == 401;
+        return r;
+      }
+      auto decoded = decode_list(t.body, kind_);
+      if (!decoded) {
+        spdlog::warn("kube {}: list response unreadable: {}", kind_name_, decoded.error());
+        r.reason = "bad_response";
+        return r;
+      }
+      ++pages;
+      for (const auto& err : decoded->errors) count_decode_error(err);
+      for (auto& o : decoded->objects) {
+        if (!excluded_by_proxy_name(o)) r.objects.push_back(std::move(o));
+      }
+      // The first page's resourceVersion is the snapshot the whole list comes from.
+      if (cont.empty()) r.resource_version = decoded->resource_version;
+      if (decoded->continue_token.empty()) break;
+      cont = decoded->continue_token;
+    }
+    {
+      std::lock_guard lock(stats_mu_);
+      stats_.list_pages += pages;
+    }
+    r.ok = true;
+    return r;
+  }
+
+  // --- the loop --------------------------------------------------------------------------
+
+  milliseconds backoff_delay(int failures, std::optional<seconds> retry_after) {
+    const auto& cfg = shared_->config;
+    if (retry_after) {
+      return std::min<milliseconds>(*retry_after, cfg.retry_after_max);
+    }
+    int64_t cap = cfg.backoff_initial.count();
+    for (int i = 0; i < failures && cap < cfg.backoff_max.count(); ++i) cap *= 2;
+    cap = std::min<int64_t>(cap, cfg.backoff_max.count());
+    std::uniform_int_distribution<int64_t> d(0, std::max<int64_t>(cap, 0));
+    return milliseconds(d(rng_));
+  }
+
+  void run() {
+    bool need_list = true;
+    bool listed_once = false;
+    int failures = 0;
+    bool force_token = false;
+    while (!shared_->stop.load()) {
+      if (need_list) {
+        ListResult l = list_all(force_token);
+        force_token = false;
+        if (l.stopped) return;
+        if (!l.ok) {
+          count_reconnect(l.reason);
+          force_token = l.unauthorized;
+          if (!shared_->sleep_for(backoff_delay(failures++, l.retry_after))) return;
+          continue;
+        }
+        const size_t n = l.objects.size();
+        set_resource_version(l.resource_version);
+        {
+          std::lock_guard lock(stats_mu_);
+          stats_.lists++;
+          if (listed_once) stats_.relists++;
+        }
+        if (listed_once) relists_.Increment();
+        spdlog::info("kube {}: listed {} objects at resourceVersion {}", kind_name_, n,
+                     l.resource_version);
+        model::Event ev;
+        ev.change = model::Replace{kind_, std::move(l.objects)};
+        post(std::move(ev));
+        {
+          std::lock_guard lock(stats_mu_);
+          stats_.synced = true;
+        }
+        listed_once = true;
+        need_list = false;
+      }
+      WatchResult w = watch_once(force_token);
+      force_token = false;
+      if (w.end == WatchEnd::kStopped) return;
+      if (w.progress) failures = 0;
+      std::optional<milliseconds> delay;
+      switch (w.end) {
+        case WatchEnd::kExpired:
+          count_reconnect("expired");
+          need_list = true;
+          if (!w.progress) delay = backoff_delay(failures++, std::nullopt);
+          break;
+        case WatchEnd::kClosed:
+          count_reconnect("closed");
+          if (!w.progress) delay = backoff_delay(failures++, std::nullopt);
+          break;
+        case WatchEnd::kFailed:
+          count_reconnect(w.reason);
+          force_token = w.unauthorized;
+          if (!w.progress) delay = backoff_delay(failures++, w.retry_after);
+          break;
+        case WatchEnd::kStopped:
+          return;
+      }
+      if (delay && !shared_->sleep_for(*delay)) return;
+    }
+  }
+
+  std::shared_ptr<Shared> shared_;
+  model::ObjectKind kind_;
+  std::string kind_name_;
+  std::mt19937_64 rng_;
+  EasyPtr easy_;
+  MultiPtr multi_;
+  std::array<char, CURL_ERROR_SIZE> errbuf_{};
+  LineBuffer line_buffer_;
+  simdjson::dom::parser parser_;
+  std::string ca_data_, cert_data_, key_data_;
+  std::string base_url_;
+  std::string selectors_;
+  std::string resource_version_;
+
+  prometheus::Counter& added_;
+  prometheus::Counter& modified_;
+  prometheus::Counter& deleted_;
+  prometheus::Counter& error_events_;
+  prometheus::Counter& relists_;
+  prometheus::Counter& decode_errors_;
+  prometheus::Counter& bookmarks_;
+
+  mutable std::mutex stats_mu_;
+  KindStats stats_;
+  std::thread thread_;
+};
+
+KubeClient::KubeClient(ClusterConfig cluster, KubeClientConfig config, Sink sink,
+                       prometheus::Registry& registry) {
+  curl_init_once();
+  uint64_t seed = config.seed;
+  if (seed == 0) seed = std::random_device{}();
+  std::vector<model::ObjectKind> kinds;
+  if (config.watch_services) kinds.push_back(model::ObjectKind::kService);
+  if (config.watch_endpoint_slices) kinds.push_back(model::ObjectKind::kEndpointSlice);
+  if (config.watch_nodes) kinds.push_back(model::ObjectKind::kNode);
+  if (config.watch_pods) {
+    if (config.node_name.empty()) {
+      spdlog::warn("kube: not watching pods: no node name");
+    } else {
+      kinds.push_back(model::ObjectKind::kPod);
+    }
+  }
+  shared_ = std::make_shared<Shared>(std::move(cluster), std::move(config), std::move(sink),
+                                     registry);
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    watchers_.push_back(std::make_unique<Watcher>(shared_, kinds[i], seed + i));
+  }
+}
+
+KubeClient::~KubeClient() { stop(); }
+
+void KubeClient::start() {
+  if (started_) return;
+  started_ = true;
+  spdlog::info("kube: watching {} ({})", shared_->cluster.server, shared_->cluster.origin);
+  for (auto& w : watchers_) w->start();
+}
+
+void KubeClient::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  {
+    std::lock_guard lock(shared_->sleep_mu);
+    shared_->stop.store(true);
+  }
+  shared_->sleep_cv.notify_all();
+  for (auto& w : watchers_) w->wake();
+  for (auto& w : watchers_) w->join();
+}
+
+bool KubeClient::synced() const {
+  for (const auto& w : watchers_) {
+    if (!w->stats().synced) return false;
+  }
+  return true;
+}
+
+KindStats KubeClient::stats(model::ObjectKind kind) const {
+  for (const auto& w : watchers_) {
+    if (w->kind() == kind) return w->stats();
+  }
+  return {};
+}
+
+std::vector<model::ObjectKind> KubeClient::kinds() const {
+  std::vector<model::ObjectKind> out;
+  for (const auto& w : watchers_) out.push_back(w->kind());
+  return out;
+}
+
+}  // namespace endpointd::watcher

@@ -1,0 +1,113 @@
+// The Kubernetes API source: list + watch of Services, EndpointSlices, Nodes and (optionally)
+// this node's Pods, turned into model::Events for whoever consumes them.
+//
+// One thread per kind. Each lists (paged), posts one Replace with everything it got, then
+// watches from the list's resourceVersion, posting Upsert/Remove per event. It survives
+// dropped streams, 5xx/429 (bounded jittered backoff, Retry-After honoured), 410 Gone (a
+// relist and a new Replace), token rotation and malformed objects (skipped and counted).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/event.h"
+#include "watcher/kube_auth.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace endpointd::watcher {
+
+struct KubeClientConfig {
+  // Pods are watched only for this node (fieldSelector spec.nodeName=<node_name>); pods are
+  // not watched when node_name is empty.
+  std::string node_name;
+  bool watch_services = true;
+  bool watch_endpoint_slices = true;
+  bool watch_nodes = true;
+  bool watch_pods = false;
+
+  size_t page_size = 500;  // list `limit`
+  // The watch's timeoutSeconds is watch_timeout plus a uniform random share of
+  // watch_timeout * watch_timeout_jitter, so that agents do not reconnect in lockstep.
+  std::chrono::seconds watch_timeout{300};
+  double watch_timeout_jitter = 0.25;
+
+  // Reconnect backoff: full jitter, uniform in [0, min(max, initial * 2^failures)].
+  std::chrono::milliseconds backoff_initial{200};
+  std::chrono::milliseconds backoff_max{30000};
+  // Retry-After is honoured up to this.
+  std::chrono::seconds retry_after_max{120};
+
+  std::chrono::milliseconds connect_timeout{10000};
+  std::chrono::milliseconds list_timeout{120000};  // one list page
+
+  uint64_t seed = 0;  // 0: random
+
+  std::string user_agent;  // empty: endpointd/<version>
+};
+
+// What one kind's watcher has done, for tests and /debug/state. The same numbers are in the
+// Prometheus registry.
+struct KindStats {
+  uint64_t added = 0;
+  uint64_t modified = 0;
+  uint64_t deleted = 0;
+  uint64_t error_events = 0;
+  uint64_t bookmarks = 0;
+  uint64_t lists = 0;    // complete lists, the first one included
+  uint64_t relists = 0;  // complete lists after the first
+  uint64_t list_pages = 0;
+  uint64_t decode_errors = 0;
+  uint64_t watches = 0;  // watch requests answered 200
+  std::map<std::string, uint64_t> reconnects;  // by reason
+  std::string resource_version;                // the watch position
+  bool synced = false;                         // a complete list was posted
+
+  uint64_t reconnects_total() const;
+  uint64_t reconnect_count(const std::string& reason) const;
+};
+
+class KubeClient {
+ public:
+  using Sink = std::function<void(model::Event)>;
+
+  // `sink` is called from the watcher threads (one per kind), so it must be thread-safe; it
+  // should not block for long. `registry` must outlive the client.
+  KubeClient(ClusterConfig cluster, KubeClientConfig config, Sink sink,
+             prometheus::Registry& registry);
+  ~KubeClient();
+  KubeClient(const KubeClient&) = delete;
+  KubeClient& operator=(const KubeClient&) = delete;
+
+  // Starts one thread per watched kind. Call once.
+  void start();
+  // Stops and joins the threads; returns within about 100 ms. Idempotent.
+  void stop();
+
+  // Every watched kind has posted its first Replace.
+  bool synced() const;
+  KindStats stats(model::ObjectKind kind) const;
+  std::vector<model::ObjectKind> kinds() const;
+
+  class Watcher;  // one kind; defined in kube_client.cc
+
+ private:
+  struct Shared;
+  std::shared_ptr<Shared> shared_;
+  std::vector<std::unique_ptr<Watcher>> watchers_;
+  bool started_ = false;
+  bool stopped_ = false;
+};
+
+// The API path of a kind's collection ("/api/v1/services", ...).
+std::string_view collection_path(model::ObjectKind kind);
+
+}  // namespace endpointd::watcher

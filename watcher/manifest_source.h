@@ -1,0 +1,71 @@
+// The manifest-directory source: a directory of Kubernetes objects (*.yaml, *.yml, *.json;
+// multi-document YAML and `kind: List`), watched with inotify and re-read when a file is
+// written, replaced by rename, or removed. Decoded by the same code as API objects.
+#pragma once
+
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/event.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace endpointd::watcher {
+
+struct ManifestError {
+  std::string file;
+  std::string reason;
+};
+
+class ManifestSource {
+ public:
+  using Post = std::function<void(model::Event)>;
+
+  ManifestSource(std::filesystem::path dir, Post post, prometheus::Registry* registry);
+  ~ManifestSource();
+  ManifestSource(const ManifestSource&) = delete;
+  ManifestSource& operator=(const ManifestSource&) = delete;
+
+  // Reads the directory once (posting the first full state) and starts watching it.
+  // Fails when the directory cannot be read or watched.
+  bool start(std::string* error);
+  void stop();
+
+  // Re-reads changed files and posts the full state; what the watch thread does on a change.
+  void rescan();
+
+  // Errors of the latest read of each file that has one (for /debug/state and tests).
+  std::vector<ManifestError> errors() const;
+  uint64_t error_count() const { return error_count_.load(); }
+  uint64_t reloads() const { return reloads_.load(); }
+
+ private:
+  struct FileState;
+  struct Metrics;
+  void run();
+  void load_file(const std::filesystem::path& path, FileState& st);
+  void post_all();
+
+  std::filesystem::path dir_;
+  Post post_;
+  std::unique_ptr<Metrics> metrics_;
+  mutable std::mutex mu_;  // guards files_ (read by errors())
+  std::map<std::string, FileState> files_;
+  int inotify_fd_ = -1;
+  int wake_fd_ = -1;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> error_count_{0};
+  std::atomic<uint64_t> reloads_{0};
+};
+
+}  // namespace endpointd::watcher
