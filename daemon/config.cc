@@ -69,6 +69,7 @@ bool valid_host_port(const std::string& s) {
 void add_run_flags(CLI::App& app, Config& cfg) {
   app.config_formatter(std::make_shared<YamlConfig>());
   app.set_config("--config", "", "YAML file with the same keys as the flags");
+  app.allow_config_extras(CLI::config_extras_mode::error);
   app.add_option("--source-dir", cfg.source_dir,
                  "Watch a directory of manifests instead of the Kubernetes API");
   app.add_option("--kubeconfig", cfg.kubeconfig,

@@ -469,6 +469,7 @@ std::string describe(const dom::element& obj, std::optional<ObjectKind> kind) {
     if (auto n = Reader::field(*m, "name"); n && n->get_string().get(v) == simdjson::SUCCESS)
       name = v;
   }
+  if (ns.empty() && kind && *kind != ObjectKind::kNode) ns = "default";
   if (!name.empty()) out += " " + (ns.empty() ? name : ns + "/" + name);
   return out;
 }

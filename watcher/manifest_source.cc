@@ -246,6 +246,7 @@ void ManifestSource::load_file(const fs::path& path, FileState& st) {
 void ManifestSource::rescan() {
   std::error_code ec;
   std::map<std::string, FileState> next;
+  bool changed = reloads_.load() == 0;  // the first read always posts: it marks the kinds synced
   {
     std::lock_guard lock(mu_);
     for (const auto& entry : fs::directory_iterator(dir_, ec)) {
@@ -262,6 +263,7 @@ void ManifestSource::rescan() {
         st.mtime_ns = mtime;
         st.size = sb.st_size;
         load_file(path, st);
+        changed = true;
         for (const auto& e : st.errors) {
           spdlog::error("manifest {}: {}; keeping its last good objects", path.string(), e);
           error_count_.fetch_add(1);
@@ -274,8 +276,10 @@ void ManifestSource::rescan() {
       spdlog::error("manifest source: cannot list {}: {}", dir_.string(), ec.message());
       return;  // keep what we had
     }
+    if (next.size() != files_.size()) changed = true;  // a file went away
     files_ = std::move(next);
   }
+  if (!changed) return;  // an event for a file that is not a manifest, or no real change
   reloads_.fetch_add(1);
   if (metrics_->reloads) metrics_->reloads->Increment();
   post_all();

@@ -1,0 +1,180 @@
+// The Store: objects in, snapshots out, only real differences published.
+#include "pipeline/store.h"
+
+#include <gtest/gtest.h>
+
+namespace endpointd::pipeline {
+namespace {
+
+using model::ObjectKind;
+
+model::IpAddr ip(const char* s) { return *model::IpAddr::parse(s); }
+
+model::Service svc(const char* name, const char* cluster_ip = "10.96.0.1") {
+  model::Service s;
+  s.key = {"ns", name};
+  s.cluster_ips = {ip(cluster_ip)};
+  s.ports = {{"http", model::Protocol::kTCP, 80, 8080, "", 0, ""}};
+  return s;
+}
+
+model::EndpointSlice slice(const char* name, const char* service, std::vector<const char*> addrs,
+                           bool ready = true) {
+  model::EndpointSlice s;
+  s.key = {"ns", name};
+  s.service_name = service;
+  s.ports = {{"http", model::Protocol::kTCP, 8080, ""}};
+  for (auto a : addrs) {
+    model::Endpoint e;
+    e.addresses = {ip(a)};
+    e.conditions.ready = ready;
+    s.endpoints.push_back(e);
+  }
+  return s;
+}
+
+model::Event up(model::Object o) { return model::Event{model::Upsert{std::move(o)}}; }
+model::Event rm(ObjectKind k, const char* name) { return model::Event{model::Remove{k, {"ns", name}}}; }
+
+class StoreTest : public ::testing::Test {
+ protected:
+  Store store{{ObjectKind::kService, ObjectKind::kEndpointSlice}};
+  model::SnapshotPtr snap;
+  model::SnapshotPtr build() {
+    auto next = store.build(snap);
+    snap = next;
+    return next;
+  }
+};
+
+TEST_F(StoreTest, NotSyncedUntilEveryExpectedKindWasListed) {
+  store.apply(model::Event{model::Replace{ObjectKind::kService, {svc("web")}}});
+  EXPECT_FALSE(build()->synced);
+  store.apply(model::Event{model::Replace{ObjectKind::kEndpointSlice, {}}});
+  EXPECT_TRUE(build()->synced);
+}
+
+TEST_F(StoreTest, GenerationGrowsOnlyOnChange) {
+  store.apply(up(svc("web")));
+  auto s1 = build();
+  EXPECT_EQ(s1->generation, 1u);
+  EXPECT_FALSE(store.pending());
+  EXPECT_EQ(build(), s1);  // nothing changed: the same snapshot
+  auto again = svc("web");
+  again.resource_version = "99";  // a no-op update, as a resync sends
+  store.apply(up(again));
+  EXPECT_EQ(build(), s1);
+  store.apply(up(slice("web-1", "web", {"10.0.0.1"})));
+  auto s2 = build();
+  EXPECT_EQ(s2->generation, 2u);
+  ASSERT_EQ(s2->find({"ns", "web"})->endpoints.size(), 1u);
+}
+
+TEST_F(StoreTest, UnchangedServicesKeepTheirPointer) {
+  store.apply(up(svc("a")));
+  store.apply(up(svc("b")));
+  store.apply(up(slice("a-1", "a", {"10.0.0.1"})));
+  store.apply(up(slice("b-1", "b", {"10.0.1.1"})));
+  auto s1 = build();
+  store.apply(up(slice("b-1", "b", {"10.0.1.1", "10.0.1.2"})));
+  auto s2 = build();
+  EXPECT_EQ(s1->find_ptr({"ns", "a"}), s2->find_ptr({"ns", "a"}));
+  EXPECT_NE(s1->find_ptr({"ns", "b"}), s2->find_ptr({"ns", "b"}));
+  auto d = model::diff(s1.get(), *s2);
+  ASSERT_EQ(d.changed.size(), 1u);
+  EXPECT_EQ(d.changed[0].name, "b");
+}
+
+TEST_F(StoreTest, SliceBeforeItsServiceAppearsWithIt) {
+  store.apply(up(slice("web-1", "web", {"10.0.0.1"})));
+  auto s1 = build();
+  EXPECT_EQ(s1->find({"ns", "web"}), nullptr);
+  store.apply(up(svc("web")));
+  auto s2 = build();
+  ASSERT_NE(s2->find({"ns", "web"}), nullptr);
+  EXPECT_EQ(s2->find({"ns", "web"})->endpoints.size(), 1u);
+}
+
+TEST_F(StoreTest, SliceMovingBetweenServicesUpdatesBoth) {
+  store.apply(up(svc("a")));
+  store.apply(up(svc("b")));
+  store.apply(up(slice("s", "a", {"10.0.0.1"})));
+  auto s1 = build();
+  EXPECT_EQ(s1->find({"ns", "a"})->endpoints.size(), 1u);
+  store.apply(up(slice("s", "b", {"10.0.0.1"})));
+  auto s2 = build();
+  EXPECT_TRUE(s2->find({"ns", "a"})->endpoints.empty());
+  EXPECT_EQ(s2->find({"ns", "b"})->endpoints.size(), 1u);
+}
+
+TEST_F(StoreTest, DeletionOfSliceAndService) {
+  store.apply(up(svc("web")));
+  store.apply(up(slice("web-1", "web", {"10.0.0.1"})));
+  store.apply(up(slice("web-2", "web", {"10.0.0.2"})));
+  build();
+  store.apply(rm(ObjectKind::kEndpointSlice, "web-1"));
+  auto s = build();
+  ASSERT_EQ(s->find({"ns", "web"})->endpoints.size(), 1u);
+  EXPECT_EQ(s->find({"ns", "web"})->endpoints[0].address, ip("10.0.0.2"));
+  store.apply(rm(ObjectKind::kService, "web"));
+  EXPECT_EQ(build()->find({"ns", "web"}), nullptr);
+  store.apply(rm(ObjectKind::kService, "never-existed"));
+  EXPECT_FALSE(store.pending());
+}
+
+TEST_F(StoreTest, ReplaceChangesOnlyRealDifferences) {
+  store.apply(up(svc("keep")));
+  store.apply(up(svc("gone")));
+  store.apply(up(slice("keep-1", "keep", {"10.0.0.1", "10.0.0.2"})));
+  auto s1 = build();
+  auto keep_before = s1->find_ptr({"ns", "keep"});
+  // A relist: "keep" unchanged, "gone" deleted, "new" added.
+  store.apply(model::Event{model::Replace{ObjectKind::kService, {svc("keep"), svc("new")}}});
+  store.apply(model::Event{model::Replace{ObjectKind::kEndpointSlice,
+                                          {slice("keep-1", "keep", {"10.0.0.1", "10.0.0.2"})}}});
+  auto s2 = build();
+  EXPECT_EQ(s2->find_ptr({"ns", "keep"}), keep_before);  // never disappeared, not even touched
+  EXPECT_EQ(s2->find({"ns", "gone"}), nullptr);
+  EXPECT_NE(s2->find({"ns", "new"}), nullptr);
+  auto d = model::diff(s1.get(), *s2);
+  EXPECT_EQ(d.removed.size(), 1u);
+  EXPECT_EQ(d.added.size(), 1u);
+  EXPECT_TRUE(d.changed.empty());
+}
+
+TEST_F(StoreTest, ServiceProxyNameLabelIsIgnored) {
+  auto s = svc("other");
+  s.service_proxy_name = "someone-else";
+  store.apply(up(s));
+  EXPECT_EQ(build()->find({"ns", "other"}), nullptr);
+  store.apply(up(svc("other")));
+  EXPECT_NE(build()->find({"ns", "other"}), nullptr);
+  store.apply(up(s));  // the label added later takes it away
+  EXPECT_EQ(build()->find({"ns", "other"}), nullptr);
+}
+
+TEST_F(StoreTest, NodesAndPods) {
+  model::Node n;
+  n.name = "node-a";
+  store.apply(up(n));
+  model::Pod p;
+  p.key = {"ns", "web-1"};
+  p.uid = "u1";
+  store.apply(up(p));
+  auto s = build();
+  ASSERT_NE(s->find_node("node-a"), nullptr);
+  ASSERT_NE(s->find_pod({"ns", "web-1"}), nullptr);
+  auto before = s;
+  p.terminating = true;
+  store.apply(up(p));
+  auto s2 = build();
+  EXPECT_TRUE(s2->find_pod({"ns", "web-1"})->terminating);
+  auto d = model::diff(before.get(), *s2);
+  EXPECT_TRUE(d.pods_changed);
+  EXPECT_FALSE(d.nodes_changed);
+  store.apply(model::Event{model::Remove{ObjectKind::kNode, {"", "node-a"}}});
+  EXPECT_EQ(build()->find_node("node-a"), nullptr);
+}
+
+}  // namespace
+}  // namespace endpointd::pipeline

@@ -1,0 +1,198 @@
+// The manifest directory: initial read, edits in place, renames, removals, and broken files
+// that keep their last good objects.
+#include "watcher/manifest_source.h"
+
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+
+#include "pipeline/store.h"
+
+namespace endpointd::watcher {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+const char* kWeb = R"(apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: demo}
+spec:
+  clusterIP: 10.96.0.10
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, namespace: demo, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- addresses: [10.244.0.1]
+- addresses: [10.244.0.2]
+)";
+
+// Collects posted events into a real Store and lets the test wait for the next post.
+class Collector {
+ public:
+  void post(model::Event ev) {
+    std::lock_guard lock(mu_);
+    store_.apply(std::move(ev));
+    snap_ = store_.build(snap_);
+    ++posts_;
+    cv_.notify_all();
+  }
+  // Waits for a post after the `after`-th one.
+  model::SnapshotPtr wait_past(int after) {
+    std::unique_lock lock(mu_);
+    EXPECT_TRUE(cv_.wait_for(lock, 5s, [&] { return posts_ > after; }));
+    return snap_;
+  }
+  int posts() {
+    std::lock_guard lock(mu_);
+    return posts_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  pipeline::Store store_{{model::ObjectKind::kService}};
+  model::SnapshotPtr snap_;
+  int posts_ = 0;
+};
+
+class ManifestSourceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/endpointd-manifests-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  void TearDown() override {
+    if (src_) src_->stop();
+    fs::remove_all(dir_);
+  }
+  void write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+  }
+  void start() {
+    src_ = std::make_unique<ManifestSource>(
+        dir_, [this](model::Event ev) { col_.post(std::move(ev)); }, &reg_);
+    std::string err;
+    ASSERT_TRUE(src_->start(&err)) << err;
+  }
+  size_t endpoints(const model::SnapshotPtr& s) {
+    auto* st = s->find({"demo", "web"});
+    return st ? st->endpoints.size() : 0;
+  }
+
+  fs::path dir_;
+  Collector col_;
+  prometheus::Registry reg_;
+  std::unique_ptr<ManifestSource> src_;
+};
+
+TEST_F(ManifestSourceTest, ReadsTheDirectoryAtStart) {
+  write("web.yaml", kWeb);
+  write("notes.txt", "not a manifest");
+  write("other.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n");
+  start();
+  auto s = col_.wait_past(0);
+  EXPECT_EQ(endpoints(s), 2u);
+  EXPECT_TRUE(src_->errors().empty());
+}
+
+TEST_F(ManifestSourceTest, EditInPlaceAndRenameArePickedUp) {
+  write("web.yaml", kWeb);
+  start();
+  int n = col_.posts();
+  {  // edit in place
+    std::ofstream f(dir_ / "web.yaml", std::ios::trunc);
+    f << kWeb << "- addresses: [10.244.0.3]\n";
+  }
+  EXPECT_EQ(endpoints(col_.wait_past(n)), 3u);
+  n = col_.posts();
+  // replace by rename, as editors and ConfigMap updates do
+  std::string text = std::string(kWeb) + "- addresses: [10.244.0.3]\n- addresses: [10.244.0.4]\n";
+  std::ofstream(dir_ / ".web.yaml.tmp") << text;
+  fs::rename(dir_ / ".web.yaml.tmp", dir_ / "web.yaml");
+  EXPECT_EQ(endpoints(col_.wait_past(n)), 4u);
+  n = col_.posts();
+  fs::remove(dir_ / "web.yaml");
+  EXPECT_EQ(col_.wait_past(n)->find({"demo", "web"}), nullptr);
+}
+
+TEST_F(ManifestSourceTest, BrokenFileKeepsItsLastGoodObjects) {
+  write("web.yaml", kWeb);
+  start();
+  int n = col_.posts();
+  write("web.yaml", "apiVersion: v1\nkind: Service\nmetadata: {name: web\n");  // unclosed
+  auto s = col_.wait_past(n);
+  EXPECT_EQ(endpoints(s), 2u);
+  auto errs = src_->errors();
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_NE(errs[0].file.find("web.yaml"), std::string::npos);
+  EXPECT_NE(errs[0].reason.find("YAML"), std::string::npos);
+  EXPECT_EQ(src_->error_count(), 1u);
+  auto text = prometheus::TextSerializer().Serialize(reg_.Collect());
+  EXPECT_NE(text.find("endpointd_manifest_file_errors_total 1"), std::string::npos);
+  // Fixed again: the error goes away.
+  n = col_.posts();
+  write("web.yaml", std::string(kWeb) + "- addresses: [10.244.0.9]\n");
+  EXPECT_EQ(endpoints(col_.wait_past(n)), 3u);
+  EXPECT_TRUE(src_->errors().empty());
+}
+
+TEST_F(ManifestSourceTest, BadObjectKeepsItsPreviousVersionOthersUpdate) {
+  write("web.yaml", kWeb);
+  write("api.yaml",
+        "kind: Service\nmetadata: {name: api, namespace: demo}\nspec: {clusterIP: 10.96.0.20}\n");
+  start();
+  int n = col_.posts();
+  // web's slice gets an invalid address; api changes its cluster IP.
+  std::string broken = kWeb;
+  broken.replace(broken.find("10.244.0.2"), 10, "10.244.0.999");
+  write("web.yaml", broken);
+  write("api.yaml",
+        "kind: Service\nmetadata: {name: api, namespace: demo}\nspec: {clusterIP: 10.96.0.21}\n");
+  model::SnapshotPtr s;
+  for (int i = 0; i < 3; ++i) {  // one post per rescan; wait until both files were re-read
+    s = col_.wait_past(n);
+    n = col_.posts();
+    if (s->find({"demo", "api"})->service.cluster_ips[0].str() == "10.96.0.21") break;
+  }
+  EXPECT_EQ(s->find({"demo", "api"})->service.cluster_ips[0].str(), "10.96.0.21");
+  EXPECT_EQ(endpoints(s), 2u);  // the slice's last good version
+  auto errs = src_->errors();
+  ASSERT_EQ(errs.size(), 1u);
+  EXPECT_NE(errs[0].reason.find("EndpointSlice demo/web-1"), std::string::npos);
+  EXPECT_NE(errs[0].reason.find("10.244.0.999"), std::string::npos);
+  auto text = prometheus::TextSerializer().Serialize(reg_.Collect());
+  EXPECT_NE(text.find("endpointd_decode_errors_total{kind=\"EndpointSlice\"} 1"), std::string::npos);
+}
+
+TEST_F(ManifestSourceTest, ListsAndJson) {
+  write("list.yaml", R"(apiVersion: v1
+kind: List
+items:
+- {kind: Service, metadata: {name: a, namespace: demo}, spec: {clusterIP: 10.96.0.1}}
+- {kind: Service, metadata: {name: b, namespace: demo}, spec: {clusterIP: 10.96.0.2}}
+)");
+  write("c.json", R"({"kind":"ServiceList","items":[{"kind":"Service","metadata":{"name":"c","namespace":"demo"},"spec":{}}]})");
+  start();
+  auto s = col_.wait_past(0);
+  EXPECT_EQ(s->services.size(), 3u);
+}
+
+TEST_F(ManifestSourceTest, MissingDirectoryFailsToStart) {
+  ManifestSource src(dir_ / "nope", [](model::Event) {}, nullptr);
+  std::string err;
+  EXPECT_FALSE(src.start(&err));
+  EXPECT_NE(err.find("nope"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace endpointd::watcher
