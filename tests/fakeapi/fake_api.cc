@@ -270,6 +270,8 @@ FakeApiServer::FakeApiServer(Options options) : options_(std::move(options)) {
     return;
   }
   listen_thread_ = std::thread([this] { server_->listen_after_bind(); });
+  // stop() before the listen loop runs would be lost; wait for it to run.
+  while (!server_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ticker_thread_ = std::thread([this] {
     std::unique_lock lock(mu_);
     while (!stopping_) {
@@ -497,6 +499,11 @@ void FakeApiServer::expire_continue_tokens() {
   snapshot_rv_.clear();
 }
 
+void FakeApiServer::expire_next_continue() {
+  std::lock_guard lock(mu_);
+  expire_next_continue_ = true;
+}
+
 void FakeApiServer::send_bookmarks() {
   std::lock_guard lock(mu_);
   ++bookmark_epoch_;
@@ -577,7 +584,8 @@ void FakeApiServer::handle_list(Resource& r, const httplib::Request& req, httpli
       id = 0;
     }
     auto it = snapshots_.find(id);
-    if (it == snapshots_.end()) {
+    if (expire_next_continue_ || it == snapshots_.end()) {
+      expire_next_continue_ = false;
       res.status = 410;
       res.set_content(status_json(410, "Expired",
                                   "The provided continue parameter is too old to display a "

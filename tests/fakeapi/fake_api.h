@@ -105,6 +105,8 @@ class FakeApiServer {
   void compact();
   // Continue tokens handed out so far are answered with 410.
   void expire_continue_tokens();
+  // The next list request with a continue token is answered 410, whatever the token.
+  void expire_next_continue();
   // Open watches that allow bookmarks get a BOOKMARK at the current resourceVersion.
   void send_bookmarks();
   // Requests must carry "Authorization: Bearer <token>" (empty: no check).
@@ -158,6 +160,7 @@ class FakeApiServer {
   bool cut_next_event_ = false;
   size_t split_pieces_ = 1;
   std::chrono::milliseconds split_delay_{0};
+  bool expire_next_continue_ = false;
   uint64_t next_snapshot_id_ = 1;
   std::map<uint64_t, std::vector<std::shared_ptr<const Stored>>> snapshots_;
   std::map<uint64_t, uint64_t> snapshot_rv_;

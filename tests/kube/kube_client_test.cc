@@ -1,0 +1,463 @@
+// The API client against the fake API server: sync, events, paging, bookmarks, 410 Gone,
+// dropped streams, backoff, token rotation, malformed objects, selectors, prompt stop.
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+
+#include <chrono>
+#include <memory>
+#include <set>
+
+#include "tests/fakeapi/fake_api.h"
+#include "tests/kube/kube_test_util.h"
+#include "watcher/kube_client.h"
+
+namespace endpointd::watcher {
+namespace {
+
+using fakeapi::FakeApiServer;
+using kubetest::Recorder;
+using kubetest::service_json;
+using kubetest::wait_until;
+using model::ObjectKind;
+using namespace std::chrono_literals;
+
+constexpr const char* kSvcA = "Service:default/a";
+constexpr const char* kSvcB = "Service:default/b";
+
+class KubeClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(server_.ok()) << server_.error(); }
+
+  KubeClientConfig services_only() {
+    KubeClientConfig c;
+    c.watch_services = true;
+    c.watch_endpoint_slices = false;
+    c.watch_nodes = false;
+    c.watch_pods = false;
+    c.backoff_initial = 5ms;
+    c.backoff_max = 50ms;
+    c.watch_timeout_jitter = 0;
+    c.seed = 42;
+    return c;
+  }
+
+  void start(KubeClientConfig cfg, ClusterConfig cluster = {}) {
+    if (cluster.server.empty()) cluster.server = server_.url();
+    client_ = std::make_unique<KubeClient>(cluster, cfg, recorder_.sink(), registry_);
+    client_->start();
+  }
+
+  std::vector<fakeapi::RecordedRequest> watch_requests() const {
+    std::vector<fakeapi::RecordedRequest> out;
+    for (auto& r : server_.requests()) {
+      if (r.is_watch()) out.push_back(r);
+    }
+    return out;
+  }
+  std::vector<fakeapi::RecordedRequest> list_requests(const std::string& path) const {
+    std::vector<fakeapi::RecordedRequest> out;
+    for (auto& r : server_.requests()) {
+      if (!r.is_watch() && r.path == path) out.push_back(r);
+    }
+    return out;
+  }
+  bool watching() const { return server_.open_watches() > 0; }
+
+  double metric(const std::string& name, const std::map<std::string, std::string>& labels) {
+    for (const auto& fam : registry_.Collect()) {
+      if (fam.name != name) continue;
+      for (const auto& m : fam.metric) {
+        bool all = true;
+        for (const auto& [k, v] : labels) {
+          bool found = false;
+          for (const auto& l : m.label) found |= l.name == k && l.value == v;
+          all &= found;
+        }
+        if (all) return m.counter.value;
+      }
+    }
+    return 0;
+  }
+
+  FakeApiServer server_;
+  prometheus::Registry registry_;
+  Recorder recorder_;
+  std::unique_ptr<KubeClient> client_;  // declared last: stops before the server goes away
+};
+
+TEST_F(KubeClientTest, InitialSyncPostsOneReplacePerKind) {
+  server_.apply(service_json("a", "10.96.0.1"));
+  server_.apply(service_json("b", "10.96.0.2"));
+  server_.apply(kubetest::slice_json("a-1", "a", "10.244.1.1"));
+  server_.apply(kubetest::node_json("n1"));
+  KubeClientConfig cfg = services_only();
+  cfg.watch_endpoint_slices = true;
+  cfg.watch_nodes = true;
+  start(cfg);
+  ASSERT_TRUE(wait_until([&] { return client_->synced(); }));
+  EXPECT_EQ(recorder_.replaces(ObjectKind::kService), 1);
+  EXPECT_EQ(recorder_.replaces(ObjectKind::kEndpointSlice), 1);
+  EXPECT_EQ(recorder_.replaces(ObjectKind::kNode), 1);
+  EXPECT_EQ(recorder_.last_replace_size(ObjectKind::kService), 2u);
+  EXPECT_EQ(recorder_.last_replace_size(ObjectKind::kEndpointSlice), 1u);
+  EXPECT_TRUE(recorder_.has("Node:n1"));
+  EXPECT_TRUE(client_->stats(ObjectKind::kService).synced);
+  EXPECT_EQ(client_->stats(ObjectKind::kService).resource_version,
+            std::to_string(server_.resource_version()));
+
+  auto lists = list_requests("/api/v1/services");
+  ASSERT_FALSE(lists.empty());
+  const auto& req = lists.front();
+  EXPECT_EQ(req.header("accept"), "application/json");
+  EXPECT_TRUE(req.header("user-agent").starts_with("endpointd/")) << req.header("user-agent");
+  EXPECT_NE(req.header("accept-encoding").find("gzip"), std::string::npos);
+  EXPECT_EQ(req.param("labelSelector"), "!service.kubernetes.io/service-proxy-name");
+  EXPECT_EQ(req.param("limit"), "500");
+  EXPECT_EQ(list_requests("/apis/discovery.k8s.io/v1/endpointslices").front().param("labelSelector"),
+            "!service.kubernetes.io/service-proxy-name");
+  EXPECT_FALSE(list_requests("/api/v1/nodes").front().has_param("labelSelector"));
+
+  // The watch starts at the list's resourceVersion with bookmarks and a timeout.
+  ASSERT_TRUE(wait_until([&] { return watch_requests().size() >= 3; }));
+  for (const auto& w : watch_requests()) {
+    EXPECT_EQ(w.param("resourceVersion"), std::to_string(server_.resource_version()));
+    EXPECT_EQ(w.param("allowWatchBookmarks"), "true");
+    EXPECT_EQ(w.param("timeoutSeconds"), "300");
+  }
+}
+
+TEST_F(KubeClientTest, WatchEventsBecomeUpsertAndRemove) {
+  server_.apply(service_json("a", "10.96.0.1"));
+  start(services_only());
+  ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
+
+  server_.apply(service_json("b", "10.96.0.2"));  // ADDED
+  ASSERT_TRUE(wait_until([&] { return recorder_.has(kSvcB); }));
+  server_.apply(service_json("a", "10.96.0.1", 443));  // MODIFIED
+  ASSERT_TRUE(wait_until([&] { return recorder_.upserts(kSvcA) == 1; }));
+  auto a = recorder_.get(kSvcA);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(std::get<model::Service>(*a).ports.at(0).port, 443);
+  server_.remove("services", "default", "b");  // DELETED
+  ASSERT_TRUE(wait_until([&] { return !recorder_.has(kSvcB); }));
+  EXPECT_EQ(recorder_.removes(kSvcB), 1);
+
+  auto st = client_->stats(ObjectKind::kService);
+  EXPECT_EQ(st.added, 1u);
+  EXPECT_EQ(st.modified, 1u);
+  EXPECT_EQ(st.deleted, 1u);
+  EXPECT_EQ(st.resource_version, std::to_string(server_.resource_version()));
+  EXPECT_EQ(metric("endpointd_watch_events_total", {{"kind", "Service"}, {"type", "ADDED"}}), 1);
+  EXPECT_EQ(metric("endpointd_watch_events_total", {{"kind", "Service"}, {"type", "MODIFIED"}}), 1);
+  EXPECT_EQ(metric("endpointd_watch_events_total", {{"kind", "Service"}, {"type", "DELETED"}}), 1);
+}
+
+TEST_F(KubeClientTest, ListIsPagedWithLimitAndContinue) {
+  for (int i = 0; i < 7; ++i) server_.apply(service_json("s" + std::to_string(i), "10.96.1." + std::to_string(i + 1)));
+  auto cfg = services_only();
+  cfg.page_size = 2;
+  start(cfg);
+  ASSERT_TRUE(wait_until([&] { return client_->synced(); }));
+  EXPECT_EQ(recorder_.replaces(ObjectKind::kService), 1);
+  EXPECT_EQ(recorder_.last_replace_size(ObjectKind::kService), 7u);
+  auto lists = list_requests("/api/v1/services");
+  ASSERT_EQ(lists.size(), 4u);
+  EXPECT_FALSE(lists[0].has_param("continue"));
+  std::set<std::string> tokens;
+  for (size_t i = 0; i < lists.size(); ++i) {
+    EXPECT_EQ(lists[i].param("limit"), "2");
+    if (i > 0) {
+      EXPECT_FALSE(lists[i].param("continue").empty());
+      tokens.insert(lists[i].param("continue"));
+    }
+  }
+  EXPECT_EQ(tokens.size(), 3u);
+  EXPECT_EQ(client_->stats(ObjectKind::kService).list_pages, 4u);
+}
+
+TEST_F(KubeClientTest, ExpiredContinueTokenRestartsTheList) {
+  for (int i = 0; i < 4; ++i) server_.apply(service_json("s" + std::to_string(i), "10.96.1." + std::to_string(i + 1)));
+  // The second page is answered 410: the list starts over and still completes.
+  server_.expire_next_continue();
+  auto cfg = services_only();
+  cfg.page_size = 2;
+  start(cfg);
+  ASSERT_TRUE(wait_until([&] { return client_->synced(); }));
+  auto lists = list_requests("/api/v1/services");
+  ASSERT_EQ(lists.size(), 4u);  // page 1, page 2 (410), page 1, page 2
+  EXPECT_FALSE(lists[2].has_param("continue"));
+  EXPECT_EQ(recorder_.last_replace_size(ObjectKind::kService), 4u);
+  EXPECT_EQ(recorder_.replaces(ObjectKind::kService), 1);
+}
+
+TEST_F(KubeClientTest, BookmarkAdvancesResourceVersionAndReconnectResumesFromIt) {
+  server_.apply(service_json("a"));
+  start(services_only());
+  ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
+  // Changes to another resource move the global resourceVersion; only a bookmark tells the
+  // services watch about it.
+  server_.apply(kubetest::node_json("n1"));
+  server_.apply(kubetest::node_json("n2"));
+  const std::string rv = std::to_string(server_.resource_version());
+  ASSERT_NE(client_->stats(ObjectKind::kService).resource_version, rv);
+  server_.send_bookmarks();
+  ASSERT_TRUE(wait_until([&] { return client_->stats(ObjectKind::kService).bookmarks == 1; }));
+  EXPECT_EQ(client_->stats(ObjectKind::kService).resource_version, rv);
+  EXPECT_EQ(metric("endpointd_watch_bookmarks_total", {{"kind", "Service"}}), 1);
+  EXPECT_EQ(recorder_.events(), 1u);  // the Replace only: a bookmark posts nothing
+
+  server_.close_watches();
+  ASSERT_TRUE(wait_until([&] { return watch_requests().size() == 2; }));
+  EXPECT_EQ(watch_requests().back().param("resourceVersion"), rv);
+  EXPECT_EQ(client_->stats(ObjectKind::kService).lists, 1u);
+}
+
+// 410 Gone on a watch: the client relists and posts a new Replace. An object present before
+// and after is never removed in between.
+TEST_F(KubeClientTest, GoneWatchRelistsWithoutSpuriousRemoval) {
+  server_.apply(service_json("a", "10.96.0.1"));
+  server_.apply(service_json("b", "10.96.0.2"));
+  start(services_only());
+  ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
+
+  // The stream dies after delivering c; the next watch is told its resourceVersion is too
+  // old, so d only arrives through the relist.
+  server_.expire_next_watch();
+  server_.close_watch_after_events(1);
+  // c and d are written at once (replace_all is atomic; a and b are unchanged).
+  server_.replace_all({service_json("a", "10.96.0.1"), service_json("b", "10.96.0.2"),
+                       service_json("c", "10.96.0.3"), service_json("d", "10.96.0.4")});
+  ASSERT_TRUE(wait_until([&] { return recorder_.replaces(ObjectKind::kService) == 2; }));
+  EXPECT_TRUE(recorder_.has("Service:default/d"));
+  EXPECT_EQ(recorder_.upserts("Service:default/d"), 0);  // via the Replace
+  EXPECT_EQ(recorder_.last_replace_size(ObjectKind::kService), 4u);
+  EXPECT_EQ(recorder_.total_removes(), 0);
+  auto st = client_->stats(ObjectKind::kService);
+  EXPECT_EQ(st.relists, 1u);
+  EXPECT_EQ(st.error_events, 1u);
+  EXPECT_EQ(st.reconnect_count("expired"), 1u);
+  EXPECT_EQ(metric("endpointd_watch_relists_total", {{"kind", "Service"}}), 1);
+}
+
+TEST_F(KubeClientTest, HttpGoneAndCompactionAlsoRelist) {
+  server_.apply(service_json("a", "10.96.0.1"));
+  start(services_only());
+  ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
+  server_.expire_next_watch(/*http=*/true);
+  server_.close_watches();
+  ASSERT_TRUE(wait_until([&] { return recorder_.replaces(ObjectKind::kService) == 2; }));
+  ASSERT_TRUE(wait_until([&] { return watching(); }));
+
+  // History compacted past the client's position: the watch gets an ERROR 410 event. The
+  // client is held off by a Retry-After while c is written and the history goes.
+  server_.fail_next_requests(1, 429, 1);
+  server_.close_watch_after_events(1);
+  server_.apply(service_json("b", "10.96.0.2"));
+  ASSERT_TRUE(wait_until([&] { return recorder_.has(kSvcB); }));
+  ASSERT_TRUE(wait_until([&] { return client_->stats(ObjectKind::kService).reconnect_count("throttled") == 1; }));
+  server_.apply(service_json("c", "10.96.0.3"));
+  server_.compact();
+  ASSERT_TRUE(wait_until([&] { return recorder_.replaces(ObjectKind::kService) >= 3; }));
+  EXPECT_TRUE(recorder_.has("Service:default/c"));
+  EXPECT_EQ(recorder_.total_removes(), 0);
+  EXPECT_GE(client_->stats(ObjectKind::kService).relists, 2u);
+}
+
+TEST_F(KubeClientTest, DroppedStreamResumesWithoutLossOrDuplicates) {
+  server_.apply(service_json("a"));
+  start(services_only());
+  ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
+
+  server_.close_watch_after_events(3);
+  std::vector<uint64_t> rvs;
+  for (int i = 0; i < 10; ++i) {
+    rvs.push_back(server_.apply(service_json("n" + std::to_string(i), "10.96.2." + std::to_string(i + 1))));
+  }
+  ASSERT_TRUE(wait_until([&] { return recorder_.count(ObjectKind::kService) == 11; }));
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(recorder_.upserts("Service:default/n" + std::to_string(i)), 1) << i;
+  }
+  auto watches = watch_requests();
+  ASSERT_GE(watches.size(), 2u);
+  EXPECT_EQ(watches[1].param("resourceVersion"), std::to_string(rvs[2]));
+  EXPECT_EQ(client_->stats(ObjectKind::kService).reconnect_count("dropped"), 1u);
+  EXPECT_EQ(client_->stats(ObjectKind::kService).lists, 1u);  // resumed, not relisted
+}
+
+TEST_F(KubeClientTest, EventCutMidwayIsDroppedAndRedelivered) {
+  server_.apply(service_json("a"));
+  start(services_only());
+  ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
+  server_.cut_next_event_midway();
+  server_.apply(service_json("b"));
+  ASSERT_TRUE(wait_until([&] { return recorder_.has(kSvcB); }));
+  EXPECT_EQ(recorder_.upserts(kSvcB), 1);
+  EXPECT_EQ(client_->stats(ObjectKind::kService).decode_errors, 0u);
+  EXPECT_GE(watch_requests().size(), 2u);
+}
+
+TEST_F(KubeClientTest, EventsSplitAcrossSlowWritesAreReassembled) {
+  start(services_only());
+  ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
+  server_.set_write_split(5, 3ms);
+  for (int i = 0; i < 5; ++i) server_.apply(service_json("s" + std::to_string(i)));
+  ASSERT_TRUE(wait_until([&] { return recorder_.count(ObjectKind::kService) == 5; }));
+  EXPECT_EQ(client_->stats(ObjectKind::kService).decode_errors, 0u);
+  EXPECT_EQ(watch_requests().size(), 1u);
+}
+
+TEST_F(KubeClientTest, ServerErrorsAreRetriedWithBackoff) {
+  server_.apply(service_json("a"));
+  server_.fail_next_requests(3, 503);
+  start(services_only());
+  ASSERT_TRUE(wait_until([&] { return client_->synced(); }));
+  EXPECT_EQ(list_requests("/api/v1/services").size(), 4u);
+  EXPECT_EQ(client_->stats(ObjectKind::kService).reconnect_count("server_error"), 3u);
+  EXPECT_EQ(metric("endpointd_watch_reconnects_total", {{"kind", "Service"}, {"reason", "server_error"}}), 3);
+  EXPECT_EQ(recorder_.replaces(ObjectKind::kService), 1);
+}
+
+TEST_F(KubeClientTest, TooManyRequestsHonoursRetryAfter) {
+  server_.apply(service_json("a"));
+  server_.fail_next_requests(1, 429, /*retry_after_seconds=*/1);
+  start(services_only());
+  ASSERT_TRUE(wait_until([&] { return client_->synced(); }));
+  auto lists = list_requests("/api/v1/services");
+  ASSERT_EQ(lists.size(), 2u);
+  EXPECT_GE(lists[1].at - lists[0].at, 1s);
+  EXPECT_EQ(client_->stats(ObjectKind::kService).reconnect_count("throttled"), 1u);
+
+  // The same on a watch.
+  ASSERT_TRUE(wait_until([&] { return watching(); }));
+  server_.fail_next_requests(1, 429, 1);
+  server_.close_watches();
+  ASSERT_TRUE(wait_until([&] { return watch_requests().size() == 3; }, 5s));
+  auto w = watch_requests();
+  EXPECT_GE(w[2].at - w[1].at, 1s);
+  EXPECT_EQ(client_->stats(ObjectKind::kService).reconnect_count("throttled"), 2u);
+}
+
+TEST_F(KubeClientTest, RotatedTokenFileIsReread) {
+  kubetest::TempDir dir;
+  std::string token_file = dir.write("token", "first-token\n");
+  server_.set_required_token("first-token");
+  server_.apply(service_json("a"));
+  ClusterConfig cluster;
+  cluster.server = server_.url();
+  cluster.token_file = token_file;
+  start(services_only(), cluster);
+  ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
+  EXPECT_EQ(list_requests("/api/v1/services").front().header("authorization"), "Bearer first-token");
+
+  // The token rotates: the server accepts only the new one, the file changes.
+  server_.set_required_token("second-token");
+  server_.close_watches();
+  ASSERT_TRUE(wait_until([&] { return client_->stats(ObjectKind::kService).reconnect_count("unauthorized") >= 1; }));
+  dir.write("token", "second-token\n");
+  server_.apply(service_json("b"));
+  ASSERT_TRUE(wait_until([&] { return recorder_.has(kSvcB); }));
+  EXPECT_EQ(watch_requests().back().header("authorization"), "Bearer second-token");
+  EXPECT_EQ(recorder_.total_removes(), 0);
+}
+
+TEST_F(KubeClientTest, MalformedObjectIsRejectedAndCountedOthersStay) {
+  server_.apply(service_json("a", "10.96.0.1"));
+  server_.apply(service_json("bad", "not-an-ip"));
+  server_.apply(service_json("c", "10.96.0.3"));
+  start(services_only());
+  ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
+  EXPECT_EQ(recorder_.last_replace_size(ObjectKind::kService), 2u);
+  EXPECT_FALSE(recorder_.has("Service:default/bad"));
+  EXPECT_EQ(client_->stats(ObjectKind::kService).decode_errors, 1u);
+  EXPECT_EQ(metric("endpointd_decode_errors_total", {{"kind", "Service"}}), 1);
+
+  // A malformed update: nothing is posted, the last good version stays; later events flow.
+  server_.apply(service_json("a", "10.96.0.1", 70000));
+  server_.apply(service_json("c", "10.96.0.3", 8443));
+  ASSERT_TRUE(wait_until([&] { return recorder_.upserts("Service:default/c") == 1; }));
+  EXPECT_EQ(recorder_.upserts(kSvcA), 0);
+  ASSERT_TRUE(recorder_.has(kSvcA));
+  EXPECT_EQ(std::get<model::Service>(*recorder_.get(kSvcA)).ports.at(0).port, 80);
+  EXPECT_EQ(client_->stats(ObjectKind::kService).decode_errors, 2u);
+  // The malformed event still moved the watch position.
+  EXPECT_EQ(client_->stats(ObjectKind::kService).resource_version,
+            std::to_string(server_.resource_version()));
+
+  // A line that is not a watch event at all: counted, and the watch is re-established from
+  // the last good position without losing anything.
+  server_.send_raw_watch_line("services", "{\"type\":\"ADDED\",\"object\":{not json");
+  ASSERT_TRUE(wait_until([&] { return client_->stats(ObjectKind::kService).reconnect_count("bad_stream") == 1; }));
+  server_.apply(service_json("e", "10.96.0.5"));
+  ASSERT_TRUE(wait_until([&] { return recorder_.has("Service:default/e"); }));
+  EXPECT_EQ(client_->stats(ObjectKind::kService).decode_errors, 3u);
+  EXPECT_EQ(recorder_.total_removes(), 0);
+}
+
+TEST_F(KubeClientTest, ObjectsOfAnotherServiceProxyAreIgnored) {
+  server_.apply(service_json("a"));
+  server_.apply(service_json("other", "10.96.0.9", 80, "default",
+                             R"("service.kubernetes.io/service-proxy-name":"someone-else")"));
+  start(services_only());
+  ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
+  EXPECT_EQ(recorder_.last_replace_size(ObjectKind::kService), 1u);
+  // Taking a service over by labelling it removes it.
+  server_.apply(service_json("a", "10.96.0.10", 80, "default",
+                             R"("service.kubernetes.io/service-proxy-name":"someone-else")"));
+  ASSERT_TRUE(wait_until([&] { return !recorder_.has(kSvcA); }));
+  EXPECT_EQ(recorder_.removes(kSvcA), 1);
+}
+
+TEST_F(KubeClientTest, PodsAreWatchedForThisNodeOnly) {
+  server_.apply(kubetest::pod_json("mine", "node-1", "10.244.0.5"));
+  server_.apply(kubetest::pod_json("theirs", "node-2", "10.244.1.5"));
+  auto cfg = services_only();
+  cfg.watch_services = false;
+  cfg.watch_pods = true;
+  cfg.node_name = "node-1";
+  start(cfg);
+  ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
+  EXPECT_TRUE(recorder_.has("Pod:default/mine"));
+  EXPECT_FALSE(recorder_.has("Pod:default/theirs"));
+  EXPECT_EQ(list_requests("/api/v1/pods").front().param("fieldSelector"), "spec.nodeName=node-1");
+  server_.apply(kubetest::pod_json("later", "node-2", "10.244.1.6"));
+  server_.apply(kubetest::pod_json("mine2", "node-1", "10.244.0.6"));
+  ASSERT_TRUE(wait_until([&] { return recorder_.has("Pod:default/mine2"); }));
+  EXPECT_FALSE(recorder_.has("Pod:default/later"));
+}
+
+TEST_F(KubeClientTest, StopIsPromptDuringWatchAndBackoff) {
+  start(services_only());
+  ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
+  auto t0 = std::chrono::steady_clock::now();
+  client_->stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 500ms);
+
+  // Also while waiting out a long Retry-After.
+  Recorder other;
+  server_.fail_next_requests(1, 429, 60);
+  ClusterConfig cluster;
+  cluster.server = server_.url();
+  KubeClient c2(cluster, services_only(), other.sink(), registry_);
+  c2.start();
+  ASSERT_TRUE(wait_until([&] { return c2.stats(ObjectKind::kService).reconnect_count("throttled") == 1; }));
+  t0 = std::chrono::steady_clock::now();
+  c2.stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 500ms);
+}
+
+TEST_F(KubeClientTest, UnreachableServerIsRetried) {
+  // Nothing listens on the port of a server that was started and destroyed.
+  std::string url;
+  {
+    FakeApiServer gone;
+    url = gone.url();
+  }
+  ClusterConfig cluster;
+  cluster.server = url;
+  start(services_only(), cluster);
+  ASSERT_TRUE(wait_until([&] { return client_->stats(ObjectKind::kService).reconnect_count("connect") >= 3; }));
+  EXPECT_FALSE(client_->synced());
+}
+
+}  // namespace
+}  // namespace endpointd::watcher
