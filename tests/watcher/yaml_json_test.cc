@@ -28,3 +28,37 @@ TEST(YamlToJson, SyntaxErrorNamesTheLine) {
 
 }  // namespace
 }  // namespace endpointd::watcher
+
+namespace endpointd::watcher {
+namespace {
+
+TEST(YamlToJson, StrayCommaIsAnErrorNotAHang) {
+  for (const char* bad : {",", ", a: 1}", "# c\n,", "---\n,", "\"a\"\n,", "&a ,", "...\n,"}) {
+    auto r = yaml_to_json_documents(bad);
+    EXPECT_FALSE(r) << bad;
+  }
+}
+
+TEST(YamlToJson, AliasesExpandAndAliasBombsStop) {
+  auto r = yaml_to_json_documents("a: &x {p: 1}\nb: *x\n");
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_EQ((*r)[0], R"({"a":{"p":1},"b":{"p":1}})");
+  std::string bomb = "a: &a [x,x,x,x,x,x,x,x,x,x]\n";
+  for (char c = 'b'; c <= 'k'; ++c)
+    bomb += std::string(1, c) + ": &" + c + " [*" + char(c - 1) + ",*" + char(c - 1) + ",*" +
+            char(c - 1) + ",*" + char(c - 1) + ",*" + char(c - 1) + ",*" + char(c - 1) + ",*" +
+            char(c - 1) + ",*" + char(c - 1) + ",*" + char(c - 1) + ",*" + char(c - 1) + "]\n";
+  auto b = yaml_to_json_documents(bomb);
+  ASSERT_FALSE(b);
+  EXPECT_NE(b.error().find("expands"), std::string::npos) << b.error();
+}
+
+TEST(YamlToJson, EmptyAndNullDocumentsAreSkipped) {
+  auto r = yaml_to_json_documents("---\n---\n~\n---\na: 1\n");
+  ASSERT_TRUE(r) << r.error();
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_EQ((*r)[0], R"({"a":1})");
+}
+
+}  // namespace
+}  // namespace endpointd::watcher

@@ -1,0 +1,18 @@
+// libFuzzer target: the object decoder, with and without a kind hint. Any input must give
+// either an object or an error; never a crash, a leak or undefined behaviour.
+#include <cstdint>
+#include <string_view>
+
+#include "watcher/decode.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string_view in(reinterpret_cast<const char*>(data), size);  // fuzzer bytes as text
+  using endpointd::model::ObjectKind;
+  (void)endpointd::watcher::decode_json(in);
+  if (size > 0) {
+    auto hint = static_cast<ObjectKind>(data[0] % 4);
+    (void)endpointd::watcher::decode_json(in.substr(1), hint);
+    (void)endpointd::watcher::decode_list(in.substr(1), hint);
+  }
+  return 0;
+}
