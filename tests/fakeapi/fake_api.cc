@@ -786,8 +786,12 @@ std::vector<std::string> load_manifest_dir(const std::string& dir, std::vector<s
   };
   std::vector<fs::path> files;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (e.is_regular_file()) files.push_back(e.path());
+  if (fs::is_regular_file(dir, ec)) {
+    files.push_back(dir);  // a single file: a JSON state (`kind: List`) or one manifest
+  } else {
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      if (e.is_regular_file()) files.push_back(e.path());
+    }
   }
   if (ec) fail(dir + ": " + ec.message());
   std::sort(files.begin(), files.end());

@@ -461,3 +461,46 @@ TEST_F(KubeClientTest, UnreachableServerIsRetried) {
 
 }  // namespace
 }  // namespace endpointd::watcher
+
+namespace endpointd::watcher {
+namespace {
+
+// The fake server fed from a manifest directory, as endpointd-fakeapi runs it.
+TEST(FakeApiDirectory, ServesManifestsAndTheirChanges) {
+  kubetest::TempDir dir;
+  dir.write("a.json", kubetest::service_json("a", "10.96.0.1"));
+  dir.write("list.json", "{\"kind\":\"List\",\"items\":[" + kubetest::service_json("b", "10.96.0.2") +
+                             "," + kubetest::node_json("n1") + "]}");
+  fakeapi::FakeApiServer server;
+  ASSERT_TRUE(server.ok());
+  std::vector<std::string> errors;
+  server.replace_all(fakeapi::load_manifest_dir(dir.path().string(), &errors));
+  EXPECT_TRUE(errors.empty());
+  EXPECT_EQ(server.object_count("services"), 2u);
+  EXPECT_EQ(server.object_count("nodes"), 1u);
+
+  prometheus::Registry registry;
+  kubetest::Recorder recorder;
+  ClusterConfig cluster;
+  cluster.server = server.url();
+  KubeClientConfig cfg;
+  cfg.watch_endpoint_slices = false;
+  KubeClient client(cluster, cfg, recorder.sink(), registry);
+  client.start();
+  ASSERT_TRUE(kubetest::wait_until([&] { return client.synced() && server.open_watches() == 2; }));
+  EXPECT_TRUE(recorder.has("Node:n1"));
+
+  // Rewriting the directory and loading it again turns into watch events; unchanged
+  // objects produce none.
+  std::filesystem::remove(dir.path() / "a.json");
+  dir.write("list.json", "{\"kind\":\"List\",\"items\":[" + kubetest::service_json("b", "10.96.0.2", 8080) +
+                             "," + kubetest::node_json("n1") + "]}");
+  server.replace_all(fakeapi::load_manifest_dir(dir.path().string(), &errors));
+  ASSERT_TRUE(kubetest::wait_until([&] { return !recorder.has("Service:default/a"); }));
+  ASSERT_TRUE(kubetest::wait_until([&] { return recorder.upserts("Service:default/b") == 1; }));
+  EXPECT_EQ(recorder.upserts("Node:n1"), 0);
+  client.stop();
+}
+
+}  // namespace
+}  // namespace endpointd::watcher
