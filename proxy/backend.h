@@ -1,0 +1,29 @@
+// The seam between the proxy sink and the kernel: a backend programs table models and
+// table changes. The netlink backend does it for real; tests use a recording fake.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "model/result.h"
+#include "proxy/table.h"
+
+namespace endpointd::proxy {
+
+struct BatchStats {
+  size_t messages = 0;  // netlink messages in the batch (begin/end excluded)
+  size_t bytes = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Makes the kernel's endpointd tables equal to `tables` without flushing them: objects are
+  // created when missing, replaced in place, and whatever endpointd no longer has is removed,
+  // all in one atomic batch. Used at start, after an error and after a foreign change.
+  virtual Result<BatchStats> full_sync(const std::vector<const Table*>& tables) = 0;
+  // One atomic batch carrying `changes` (every family).
+  virtual Result<BatchStats> apply(const std::vector<TableChanges>& changes) = 0;
+};
+
+}  // namespace endpointd::proxy

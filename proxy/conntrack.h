@@ -1,0 +1,102 @@
+// Conntrack: what the proxy and drain/ need from the kernel's connection tracking table.
+// Behind an interface so the logic above it is tested with a fake; the netlink
+// implementation (libnl-nf) acts on the network namespace of the thread that calls it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/ip.h"
+#include "model/objects.h"
+#include "model/result.h"
+
+namespace endpointd::proxy {
+
+// One conntrack entry, reduced to what endpointd matches on. For a DNAT'd connection the
+// original direction is client -> service VIP and the reply direction is backend -> client,
+// so reply_src is the endpoint the connection is bound to.
+struct Flow {
+  uint8_t l4proto = 0;  // IPPROTO_TCP, IPPROTO_UDP, IPPROTO_SCTP, ...
+  model::IpAddr orig_src, orig_dst;
+  uint16_t orig_src_port = 0, orig_dst_port = 0;
+  model::IpAddr reply_src, reply_dst;
+  uint16_t reply_src_port = 0, reply_dst_port = 0;
+  std::optional<uint8_t> tcp_state;  // enum tcp_conntrack, for TCP entries
+  friend bool operator==(const Flow&, const Flow&) = default;
+};
+
+uint8_t ip_protocol_number(model::Protocol p);
+
+// Which entries an operation acts on: every field that is set must match.
+struct FlowMatch {
+  std::optional<model::Protocol> protocol;
+  std::optional<model::IpAddr> orig_dst;  // the address the client sent to (a service VIP)
+  std::optional<uint16_t> orig_dst_port;
+  std::optional<model::IpAddr> reply_src;  // the backend the connection was DNAT'd to
+  std::optional<uint16_t> reply_src_port;
+  bool matches(const Flow& f) const;
+};
+
+// UDP entries still bound to an endpoint that left (its port optional).
+FlowMatch udp_to_endpoint(const model::IpAddr& endpoint, std::optional<uint16_t> port = {});
+// UDP entries to a service VIP:port made while it had no endpoints (they blackhole the client
+// until deleted, since NAT is only chosen for a connection's first packet).
+FlowMatch udp_to_service(const model::IpAddr& vip, uint16_t port);
+// Likewise for a NodePort: any destination address, that port.
+FlowMatch udp_to_node_port(uint16_t node_port);
+
+// Live connections to one endpoint, for drain/ stage 3.
+struct FlowCount {
+  size_t tcp_established = 0;
+  size_t tcp_opening = 0;  // SYN_SENT, SYN_RECV
+  size_t tcp_closing = 0;  // FIN_WAIT, CLOSE_WAIT, LAST_ACK (still carrying data or a FIN)
+  size_t udp = 0;          // entries until they time out
+  size_t sctp = 0;
+  // What a drain waits for: everything but TCP's TIME_WAIT/CLOSE leftovers.
+  size_t live() const { return tcp_established + tcp_opening + tcp_closing + udp + sctp; }
+  friend bool operator==(const FlowCount&, const FlowCount&) = default;
+};
+
+// Adds one entry's contribution (if reply_src is `endpoint`) to `count`.
+void count_flow(const Flow& f, const model::IpAddr& endpoint, FlowCount& count);
+
+class Conntrack {
+ public:
+  virtual ~Conntrack() = default;
+  // Every entry of every family.
+  virtual Result<std::vector<Flow>> list() = 0;
+  // Deletes every entry matching any of `matches`, in one walk of the table. Returns how many
+  // it deleted (entries that vanished meanwhile are not errors and not counted).
+  virtual Result<size_t> delete_flows(const std::vector<FlowMatch>& matches) = 0;
+  // The connections whose reply source is `endpoint` (any port).
+  virtual Result<FlowCount> count_flows_to(const model::IpAddr& endpoint) = 0;
+};
+
+// The libnl-nf implementation. Each call opens its own netlink socket in the calling thread's
+// network namespace, so one instance is safe to use from several threads.
+std::unique_ptr<Conntrack> make_netlink_conntrack();
+
+// kube-proxy's conntrack settings; only the ones set are written.
+struct ConntrackSysctls {
+  std::optional<uint32_t> max_per_core;  // nf_conntrack_max = max(max_per_core * cpus, min)
+  std::optional<uint32_t> min;
+  std::optional<uint32_t> tcp_timeout_established_seconds;
+  std::optional<uint32_t> tcp_timeout_close_wait_seconds;
+  std::optional<bool> tcp_be_liberal;
+  std::optional<uint32_t> udp_timeout_seconds;
+  std::optional<uint32_t> udp_timeout_stream_seconds;
+};
+
+// Writes the configured settings under `proc_sys` ("/proc/sys" for real), skipping values
+// already in place. nf_conntrack_max is only raised, never lowered, as kube-proxy does; when
+// raised, the hash table (`hashsize_path`, empty: leave it) is grown to max/4 if smaller.
+// Returns the "key=value" entries it wrote; an error names the first that failed.
+Result<std::vector<std::string>> apply_conntrack_sysctls(
+    const ConntrackSysctls& settings, unsigned cpus, const std::string& proc_sys = "/proc/sys",
+    const std::string& hashsize_path = "/sys/module/nf_conntrack/parameters/hashsize");
+
+}  // namespace endpointd::proxy

@@ -1,0 +1,547 @@
+// The planner: every service port becomes elements of a fixed set of maps; only the
+// per-size backend maps (and their chains) come and go, one per endpoint count in use.
+#include "proxy/planner.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace endpointd::proxy {
+namespace {
+
+using model::IpAddr;
+using model::MergedEndpoint;
+using model::Protocol;
+using model::Service;
+using model::ServicePort;
+using model::ServiceState;
+using model::TrafficPolicy;
+
+uint8_t l4proto(Protocol p) {
+  switch (p) {
+    case Protocol::kTCP: return 6;
+    case Protocol::kUDP: return 17;
+    case Protocol::kSCTP: return 132;
+  }
+  return 0;
+}
+
+std::string vip_key(const IpAddr& a, uint8_t proto, uint16_t port) {
+  return addr_field(a) + proto_field(proto) + port_field(port);
+}
+
+Element verdict_element(std::string key, Verdict v, std::string chain = {}) {
+  Element e;
+  e.key = std::move(key);
+  e.verdict = v;
+  e.chain = std::move(chain);
+  return e;
+}
+
+Rule rule(RuleShape shape, std::string target = {}, std::string set = {}, uint32_t n = 0) {
+  return Rule{shape, std::move(target), std::move(set), n};
+}
+
+Chain base_chain(std::string name, std::string type, std::string hook, int prio, std::vector<Rule> rules) {
+  Chain c;
+  c.name = std::move(name);
+  c.base = BaseHook{std::move(type), std::move(hook), prio};
+  c.rules = std::move(rules);
+  return c;
+}
+
+Chain chain(std::string name, std::vector<Rule> rules) {
+  Chain c;
+  c.name = std::move(name);
+  c.rules = std::move(rules);
+  return c;
+}
+
+Set set(std::string name, SetShape shape) {
+  Set s;
+  s.name = std::move(name);
+  s.shape = shape;
+  return s;
+}
+
+struct Target {
+  IpAddr addr;
+  uint16_t port;
+  friend auto operator<=>(const Target&, const Target&) = default;
+};
+
+bool hints_usable(const std::vector<const MergedEndpoint*>& eps, bool by_node) {
+  if (eps.empty()) return false;
+  for (const auto* e : eps) {
+    if (by_node ? e->hint_nodes.empty() : e->hint_zones.empty()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Set backends_set(bool local, uint32_t n) {
+  Set s = set(local ? names::local_backends(n) : names::backends(n), SetShape::kBackends);
+  s.modulus = n;
+  return s;
+}
+
+std::vector<Chain> backends_chains(bool local, uint32_t n) {
+  std::string map = local ? names::local_backends(n) : names::backends(n);
+  std::vector<Chain> out;
+  if (local) {
+    out.push_back(chain(names::local_lb(n), {rule(RuleShape::kDnatRandom, {}, map, n)}));
+  } else {
+    out.push_back(chain(names::lb(n), {rule(RuleShape::kDnatRandom, {}, map, n)}));
+    out.push_back(chain(names::lb_hash(n), {rule(RuleShape::kDnatSourceHash, {}, map, n)}));
+  }
+  return out;
+}
+
+Planner::Planner(NodeContext ctx) : ctx_(std::move(ctx)) {
+  v4_.family = IpFamily::kV4;
+  v6_.family = IpFamily::kV6;
+}
+
+std::vector<IpFamily> Planner::families() const {
+  std::vector<IpFamily> out;
+  if (ctx_.ipv4) out.push_back(IpFamily::kV4);
+  if (ctx_.ipv6) out.push_back(IpFamily::kV6);
+  return out;
+}
+
+uint64_t Planner::no_local_internal() const {
+  uint64_t n = 0;
+  for (const auto& [_, p] : services_) n += p.no_local_internal ? 1 : 0;
+  return n;
+}
+
+uint64_t Planner::no_local_external() const {
+  uint64_t n = 0;
+  for (const auto& [_, p] : services_) n += p.no_local_external ? 1 : 0;
+  return n;
+}
+
+// The fixed part of the layout: base chains at kube-proxy's hooks and priorities, the class
+// chains, and the sets and maps every service shares. See proxy/LAYOUT.md.
+void Planner::base_table(Table& t) const {
+  t.sets.clear();
+  t.chains.clear();
+  for (Set s : {set(names::kClusterCidrs, SetShape::kAddrInterval), set(names::kHairpin, SetShape::kAddrPair),
+                set(names::kFirewallIps, SetShape::kVipSet), set(names::kFirewallAllow, SetShape::kVipSrcInterval),
+                set(names::kNoEndpointServices, SetShape::kVipVerdictMap),
+                set(names::kServiceIps, SetShape::kVipVerdictMap), set(names::kServiceLb, SetShape::kVipVerdictMap),
+                set(names::kServiceLocalLb, SetShape::kVipVerdictMap)}) {
+    t.sets.emplace(s.name, std::move(s));
+  }
+  auto& cidrs = t.sets[names::kClusterCidrs];
+  for (const auto& p : ctx_.cluster_cidrs) {
+    if (p.family() != t.family) continue;
+    Element e;
+    e.key = addr_field(p.addr());
+    e.key_end = prefix_last(p);
+    cidrs.elements[e.key] = e;
+  }
+  bool have_cidrs = !cidrs.elements.empty();
+
+  auto add = [&t](Chain c) { t.chains.emplace(c.name, std::move(c)); };
+  add(base_chain("filter-prerouting", "filter", "prerouting", -110,
+                 {rule(RuleShape::kCtNewJump, "firewall-check")}));
+  add(base_chain("filter-input", "filter", "input", -110,
+                 {rule(RuleShape::kCtNewJump, "service-endpoints-check")}));
+  add(base_chain("filter-forward", "filter", "forward", -110,
+                 {rule(RuleShape::kCtNewJump, "service-endpoints-check")}));
+  add(base_chain("filter-output", "filter", "output", -110,
+                 {rule(RuleShape::kCtNewJump, "service-endpoints-check"),
+                  rule(RuleShape::kCtNewJump, "firewall-check")}));
+  add(base_chain("nat-prerouting", "nat", "prerouting", -100, {rule(RuleShape::kJump, "services")}));
+  add(base_chain("nat-output", "nat", "output", -100, {rule(RuleShape::kJump, "services")}));
+  add(base_chain("nat-postrouting", "nat", "postrouting", 100, {rule(RuleShape::kJump, "masquerading")}));
+  add(chain("firewall-check", {rule(RuleShape::kFirewallCheck)}));
+  add(chain("service-endpoints-check", {rule(RuleShape::kVipVmap, {}, names::kNoEndpointServices)}));
+  add(chain(names::kRejectChain, {rule(RuleShape::kReject)}));
+  add(chain(names::kMarkForMasquerade, {rule(RuleShape::kMarkForMasquerade)}));
+  add(chain("masquerading", {rule(RuleShape::kHairpinMark, names::kMarkForMasquerade),
+                             rule(RuleShape::kMasqReturnUnmarked), rule(RuleShape::kMasqClearMark),
+                             rule(RuleShape::kMasquerade)}));
+  add(chain("services", {rule(RuleShape::kVipVmap, {}, names::kServiceIps)}));
+
+  // Traffic to a cluster IP: masquerade what does not come from a pod (or everything).
+  std::vector<Rule> internal;
+  if (ctx_.masquerade_all) {
+    internal.push_back(rule(RuleShape::kJump, names::kMarkForMasquerade));
+  } else if (have_cidrs) {
+    internal.push_back(rule(RuleShape::kSaddrNotInJump, names::kMarkForMasquerade, names::kClusterCidrs));
+  }
+  internal.push_back(rule(RuleShape::kVipVmap, {}, names::kServiceLb));
+  add(chain(names::kSvcInternal, internal));
+  // External traffic with externalTrafficPolicy Cluster: always masqueraded.
+  add(chain(names::kSvcExternal, {rule(RuleShape::kJump, names::kMarkForMasquerade),
+                                  rule(RuleShape::kVipVmap, {}, names::kServiceLb)}));
+  // externalTrafficPolicy Local: pods and the node itself use every endpoint (as kube-proxy
+  // short-circuits them); everyone else only this node's endpoints, unmasqueraded.
+  std::vector<Rule> ext_local;
+  if (have_cidrs) {
+    ext_local.push_back(rule(RuleShape::kSaddrInVmap, {}, names::kServiceLb));
+  }
+  ext_local.push_back(rule(RuleShape::kFibLocalJump, names::kMarkForMasquerade));
+  ext_local.push_back(rule(RuleShape::kFibLocalVmap, {}, names::kServiceLb));
+  ext_local.push_back(rule(RuleShape::kVipVmap, {}, names::kServiceLocalLb));
+  add(chain(names::kSvcExternalLocal, ext_local));
+}
+
+Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
+  ServicePlan plan;
+  const Service& svc = st.service;
+  if (svc.type == model::ServiceType::kExternalName || svc.headless) return plan;
+  auto skip = [&](const std::string& why) {
+    ++stats_.skipped;
+    stats_.skip_reasons.push_back(svc.key.str() + ": " + why);
+  };
+  bool prefer_node = svc.traffic_distribution == "PreferSameNode";
+  bool prefer_close = svc.traffic_distribution == "PreferClose" || svc.topology_mode == "Auto" ||
+                      svc.topology_mode == "auto" || prefer_node;
+
+  for (IpFamily fam : {IpFamily::kV4, IpFamily::kV6}) {
+    bool fam_used = false;
+    for (const auto& a : svc.cluster_ips) fam_used |= a.family() == fam;
+    for (const auto& a : svc.external_ips) fam_used |= a.family() == fam;
+    for (const auto& a : svc.load_balancer_ips) fam_used |= a.family() == fam;
+    if (!fam_used) continue;
+    if (!has_family(fam)) {
+      skip(std::string("node has no ") + std::string(model::to_string(fam)) + " family");
+      continue;
+    }
+    for (const ServicePort& sp : svc.ports) {
+      if (sp.port == 0) {
+        skip("port " + sp.name + " is 0");
+        continue;
+      }
+      uint8_t proto = l4proto(sp.protocol);
+      // Endpoints of this family with a usable port for this service port.
+      struct Ep {
+        const MergedEndpoint* ep;
+        uint16_t port;
+      };
+      std::vector<Ep> eps;
+      for (const auto& e : st.endpoints) {
+        if (e.address.family() != fam) continue;
+        if (e.address.is_unspecified() || e.address.is_loopback()) {
+          skip("endpoint " + e.address.str() + " is not routable");
+          continue;
+        }
+        auto p = e.port_for(sp);
+        if (!p || *p == 0) continue;
+        eps.push_back({&e, *p});
+      }
+      auto select = [&](bool local_only) {
+        std::vector<const Ep*> ready, fallback;
+        for (const auto& e : eps) {
+          if (local_only && e.ep->node_name != ctx_.node_name) continue;
+          if (e.ep->conditions.ready && !e.ep->conditions.terminating) {
+            ready.push_back(&e);
+          } else if (e.ep->conditions.serving && e.ep->conditions.terminating) {
+            fallback.push_back(&e);
+          } else if (svc.publish_not_ready_addresses) {
+            ready.push_back(&e);
+          }
+        }
+        std::vector<const Ep*>& chosen = ready.empty() ? fallback : ready;
+        if (!local_only && prefer_close && !ready.empty()) {
+          std::vector<const MergedEndpoint*> raw;
+          for (const auto* e : ready) raw.push_back(e->ep);
+          std::vector<const Ep*> near;
+          if (prefer_node && hints_usable(raw, true)) {
+            for (const auto* e : ready) {
+              const auto& h = e->ep->hint_nodes;
+              if (std::find(h.begin(), h.end(), ctx_.node_name) != h.end()) near.push_back(e);
+            }
+          }
+          if (near.empty() && !ctx_.zone.empty() && hints_usable(raw, false)) {
+            for (const auto* e : ready) {
+              const auto& h = e->ep->hint_zones;
+              if (std::find(h.begin(), h.end(), ctx_.zone) != h.end()) near.push_back(e);
+            }
+          }
+          if (!near.empty()) return std::vector<Target>([&] {
+              std::vector<Target> t;
+              for (const auto* e : near) t.push_back({e->ep->address, e->port});
+              return t;
+            }());
+        }
+        std::vector<Target> t;
+        for (const auto* e : chosen) t.push_back({e->ep->address, e->port});
+        std::sort(t.begin(), t.end());
+        return t;
+      };
+      std::vector<Target> cluster = select(false);
+      std::vector<Target> local = select(true);
+      bool itp_local = svc.internal_traffic_policy == TrafficPolicy::kLocal;
+      bool etp_local = svc.external_traffic_policy == TrafficPolicy::kLocal;
+      const std::vector<Target>& internal = itp_local ? local : cluster;
+
+      auto put = [&](const std::string& set_name, Element e) {
+        plan.contributions.push_back({fam, set_name, std::move(e)});
+      };
+      auto put_backends = [&](const std::string& key, const std::vector<Target>& targets, bool local_map) {
+        auto n = static_cast<uint32_t>(targets.size());
+        for (uint32_t i = 0; i < n; ++i) {
+          Element e;
+          e.key = key + u32_field(i);
+          e.data = addr_field(targets[i].addr) + port_field(targets[i].port);
+          put(local_map ? names::local_backends(n) : names::backends(n), std::move(e));
+          put(names::kHairpin, Element{addr_field(targets[i].addr) + addr_field(targets[i].addr), {}, {},
+                                       Verdict::kNone, {}});
+        }
+      };
+      auto lb_chain = [&](uint32_t n) {
+        return svc.session_affinity_client_ip ? names::lb_hash(n) : names::lb(n);
+      };
+
+      // Cluster IPs.
+      for (const auto& vip : svc.cluster_ips) {
+        if (vip.family() != fam) continue;
+        if (vip.is_unspecified() || vip.is_loopback()) {
+          skip("cluster IP " + vip.str() + " is not routable");
+          continue;
+        }
+        std::string key = vip_key(vip, proto, sp.port);
+        if (internal.empty()) {
+          // kube-proxy: no endpoints at all -> reject; none on this node for
+          // internalTrafficPolicy Local -> drop.
+          bool drop = itp_local && !cluster.empty();
+          if (drop) plan.no_local_internal = true;
+          put(names::kNoEndpointServices,
+              drop ? verdict_element(key, Verdict::kDrop) : verdict_element(key, Verdict::kGoto, names::kRejectChain));
+          continue;
+        }
+        put(names::kServiceIps, verdict_element(key, Verdict::kGoto, names::kSvcInternal));
+        put(names::kServiceLb, verdict_element(key, Verdict::kGoto, lb_chain(static_cast<uint32_t>(internal.size()))));
+        put_backends(key, internal, false);
+      }
+
+      // External addresses: externalIPs, load-balancer ingress IPs, node ports.
+      struct External {
+        IpAddr addr;
+        uint16_t port;
+        bool firewall;
+      };
+      std::vector<External> externals;
+      for (const auto& a : svc.external_ips) {
+        if (a.family() == fam) externals.push_back({a, sp.port, false});
+      }
+      bool has_ranges = !svc.load_balancer_source_ranges.empty();
+      for (const auto& a : svc.load_balancer_ips) {
+        if (a.family() == fam) externals.push_back({a, sp.port, has_ranges});
+      }
+      bool node_port = (svc.type == model::ServiceType::kNodePort || svc.type == model::ServiceType::kLoadBalancer) &&
+                       sp.node_port != 0;
+      if (node_port) {
+        for (const auto& a : ctx_.node_ips) {
+          if (a.family() != fam || a.is_loopback() || a.is_unspecified()) continue;  // never on localhost
+          bool selected = ctx_.node_port_addresses.empty();
+          for (const auto& p : ctx_.node_port_addresses) selected |= p.contains(a);
+          if (selected) externals.push_back({a, sp.node_port, false});
+        }
+      }
+      for (const auto& ext : externals) {
+        if (ext.addr.is_unspecified() || ext.addr.is_loopback()) {
+          skip("external IP " + ext.addr.str() + " is not routable");
+          continue;
+        }
+        std::string key = vip_key(ext.addr, proto, ext.port);
+        if (ext.firewall) {
+          put(names::kFirewallIps, Element{key, {}, {}, Verdict::kNone, {}});
+          for (const auto& r : svc.load_balancer_source_ranges) {
+            if (r.family() != fam) continue;
+            put(names::kFirewallAllow, Element{key + addr_field(r.addr()), key + prefix_last(r), {}, Verdict::kNone, {}});
+          }
+        }
+        if (cluster.empty()) {
+          put(names::kNoEndpointServices, verdict_element(key, Verdict::kGoto, names::kRejectChain));
+          continue;
+        }
+        put(names::kServiceLb, verdict_element(key, Verdict::kGoto, lb_chain(static_cast<uint32_t>(cluster.size()))));
+        put_backends(key, cluster, false);
+        if (!etp_local) {
+          put(names::kServiceIps, verdict_element(key, Verdict::kGoto, names::kSvcExternal));
+          continue;
+        }
+        put(names::kServiceIps, verdict_element(key, Verdict::kGoto, names::kSvcExternalLocal));
+        if (local.empty()) {
+          plan.no_local_external = true;
+          put(names::kServiceLocalLb, verdict_element(key, Verdict::kDrop));
+          continue;
+        }
+        auto m = static_cast<uint32_t>(local.size());
+        put(names::kServiceLocalLb, verdict_element(key, Verdict::kGoto, names::local_lb(m)));
+        put_backends(key, local, true);
+      }
+    }
+  }
+  return plan;
+}
+
+TableChanges& Planner::changes_for(std::vector<TableChanges>* out, IpFamily f) {
+  for (auto& c : *out) {
+    if (c.family == f) return c;
+  }
+  out->push_back(TableChanges{});
+  out->back().family = f;
+  return out->back();
+}
+
+namespace {
+bool parse_size(const std::string& name, const std::string& prefix, uint32_t* n) {
+  if (name.rfind(prefix, 0) != 0) return false;
+  try {
+    *n = static_cast<uint32_t>(std::stoul(name.substr(prefix.size())));
+  } catch (...) {
+    return false;
+  }
+  return true;
+}
+}  // namespace
+
+void Planner::ensure_size(IpFamily f, bool local, uint32_t n, TableChanges* ch) {
+  auto& sizes = local ? state(f).local_lb_sizes : state(f).lb_sizes;
+  if (sizes[n]++ > 0) return;
+  Table& t = table_mut(f);
+  Set s = backends_set(local, n);
+  if (ch) ch->add_sets.push_back(s);
+  t.sets.emplace(s.name, std::move(s));
+  for (auto& c : backends_chains(local, n)) {
+    if (ch) ch->add_chains.push_back(c);
+    t.chains.emplace(c.name, std::move(c));
+  }
+}
+
+void Planner::release_size(IpFamily f, bool local, uint32_t n, TableChanges* ch) {
+  auto& sizes = local ? state(f).local_lb_sizes : state(f).lb_sizes;
+  auto it = sizes.find(n);
+  assert(it != sizes.end() && it->second > 0);
+  if (--it->second > 0) return;
+  sizes.erase(it);
+  Table& t = table_mut(f);
+  for (const auto& c : backends_chains(local, n)) {
+    if (ch) ch->del_chains.push_back(c.name);
+    t.chains.erase(c.name);
+  }
+  Set s = backends_set(local, n);
+  if (ch) ch->del_sets.push_back(s.name);
+  t.sets.erase(s.name);
+}
+
+void Planner::add_contribution(const Contribution& c, std::vector<TableChanges>* out) {
+  TableChanges* ch = out ? &changes_for(out, c.family) : nullptr;
+  uint32_t n = 0;
+  if (parse_size(c.set, "backends-", &n)) ensure_size(c.family, false, n, ch);
+  if (parse_size(c.set, "local-backends-", &n)) ensure_size(c.family, true, n, ch);
+  auto& owned = state(c.family).owned[c.set][c.element.key];
+  Table& t = table_mut(c.family);
+  if (owned.refs++ > 0 && owned.element == c.element) return;
+  // A new key, or two services claiming one key with different values (the newest wins).
+  if (owned.refs > 1 && ch) ch->del_elements.emplace_back(c.set, owned.element);
+  owned.element = c.element;
+  t.sets[c.set].elements[c.element.key] = c.element;
+  if (ch) ch->add_elements.emplace_back(c.set, c.element);
+}
+
+void Planner::remove_contribution(const Contribution& c, std::vector<TableChanges>* out) {
+  TableChanges* ch = out ? &changes_for(out, c.family) : nullptr;
+  auto& set_owned = state(c.family).owned[c.set];
+  auto it = set_owned.find(c.element.key);
+  assert(it != set_owned.end());
+  if (--it->second.refs == 0) {
+    if (ch) ch->del_elements.emplace_back(c.set, it->second.element);
+    table_mut(c.family).sets[c.set].elements.erase(c.element.key);
+    set_owned.erase(it);
+  }
+  uint32_t n = 0;
+  if (parse_size(c.set, "backends-", &n)) release_size(c.family, false, n, ch);
+  if (parse_size(c.set, "local-backends-", &n)) release_size(c.family, true, n, ch);
+}
+
+void Planner::reset(const model::Snapshot& snap) {
+  stats_ = {};
+  services_.clear();
+  s4_ = {};
+  s6_ = {};
+  base_table(v4_);
+  base_table(v6_);
+  for (const auto& st : snap.services) {
+    ServicePlan p = plan_service(*st);
+    for (const auto& c : p.contributions) add_contribution(c, nullptr);
+    services_[st->key()] = std::move(p);
+  }
+}
+
+std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const model::Delta& delta) {
+  stats_ = {};
+  std::vector<TableChanges> out;
+  auto redo = [&](const model::ServiceKey& key) {
+    ServicePlan next;
+    if (const auto* st = snap.find(key)) next = plan_service(*st);
+    // Add first, then remove: an element both plans carry never leaves the table.
+    for (const auto& c : next.contributions) add_contribution(c, &out);
+    auto it = services_.find(key);
+    if (it != services_.end()) {
+      for (const auto& c : it->second.contributions) remove_contribution(c, &out);
+    }
+    if (snap.find(key)) {
+      services_[key] = std::move(next);
+    } else if (it != services_.end()) {
+      services_.erase(it);
+    }
+  };
+  for (const auto& k : delta.removed) redo(k);
+  for (const auto& k : delta.changed) redo(k);
+  for (const auto& k : delta.added) redo(k);
+
+  // Normalise each family's changes: an element deleted and added again with the same value
+  // is no change at all; sets created and deleted in one update cancel out.
+  std::vector<TableChanges> result;
+  for (auto& ch : out) {
+    std::map<std::pair<std::string, std::string>, Element> added;
+    for (auto& [s, e] : ch.add_elements) added[{s, e.key}] = e;
+    std::map<std::pair<std::string, std::string>, Element> deleted;
+    for (auto& [s, e] : ch.del_elements) {
+      if (!deleted.count({s, e.key})) deleted[{s, e.key}] = e;
+    }
+    TableChanges n;
+    n.family = ch.family;
+    const Table& t = table(ch.family);
+    std::set<std::string> dels(ch.del_sets.begin(), ch.del_sets.end());
+    std::set<std::string> delc(ch.del_chains.begin(), ch.del_chains.end());
+    for (auto& s : ch.add_sets) {
+      if (dels.erase(s.name) == 0) n.add_sets.push_back(s);
+    }
+    for (auto& c : ch.add_chains) {
+      if (delc.erase(c.name) == 0) n.add_chains.push_back(c);
+    }
+    // A set created and deleted within this update never reaches the kernel.
+    std::set<std::string> fresh;
+    for (const auto& s : n.add_sets) fresh.insert(s.name);
+    for (auto& [k, e] : deleted) {
+      if (dels.count(k.first) || fresh.count(k.first)) continue;  // its whole set goes, or is new
+      auto a = added.find(k);
+      bool still = t.sets.count(k.first) && t.sets.at(k.first).elements.count(k.second);
+      if (a != added.end() && still && t.sets.at(k.first).elements.at(k.second) == e) {
+        added.erase(a);  // the same element went out and came back
+        continue;
+      }
+      if (!t.sets.count(k.first)) continue;
+      n.del_elements.emplace_back(k.first, e);
+    }
+    for (auto& [k, e] : added) {
+      auto it = t.sets.find(k.first);
+      if (it == t.sets.end() || !it->second.elements.count(k.second)) continue;
+      n.add_elements.emplace_back(k.first, it->second.elements.at(k.second));
+    }
+    n.del_sets.assign(dels.begin(), dels.end());
+    n.del_chains.assign(delc.begin(), delc.end());
+    if (!n.empty()) result.push_back(std::move(n));
+  }
+  return result;
+}
+
+}  // namespace endpointd::proxy

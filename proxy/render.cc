@@ -1,0 +1,175 @@
+// nft syntax for the table model. The text mirrors, rule by rule, the bytecode that
+// netlink.cc emits; tests/proxy checks that both list the same.
+#include "proxy/render.h"
+
+#include <cstdio>
+#include <cstring>
+
+namespace endpointd::proxy {
+namespace {
+
+std::string addr_text(IpFamily f, const std::string& bytes, size_t off) {
+  size_t n = f == IpFamily::kV4 ? 4 : 16;
+  uint8_t b[16] = {};
+  std::memcpy(b, bytes.data() + off, n);
+  return model::IpAddr::from_bytes(f, b).str();
+}
+
+std::string proto_text(uint8_t p) {
+  switch (p) {
+    case 6: return "tcp";
+    case 17: return "udp";
+    case 132: return "sctp";
+    default: return std::to_string(p);
+  }
+}
+
+uint16_t port_at(const std::string& bytes, size_t off) {
+  return static_cast<uint16_t>((static_cast<uint8_t>(bytes[off]) << 8) | static_cast<uint8_t>(bytes[off + 1]));
+}
+
+uint32_t u32_at(const std::string& bytes, size_t off) {
+  uint32_t v = 0;
+  std::memcpy(&v, bytes.data() + off, 4);
+  return v;
+}
+
+// "10.0.0.1 . tcp . 80"
+std::string vip_text(IpFamily f, const std::string& k) {
+  size_t a = f == IpFamily::kV4 ? 4 : 16;
+  return addr_text(f, k, 0) + " . " + proto_text(static_cast<uint8_t>(k[a])) + " . " +
+         std::to_string(port_at(k, a + 4));
+}
+
+int prefix_len(IpFamily f, const std::string& lo, const std::string& hi, size_t off) {
+  size_t n = f == IpFamily::kV4 ? 4 : 16;
+  int len = 0;
+  for (size_t i = 0; i < n; ++i) {
+    auto x = static_cast<uint8_t>(static_cast<uint8_t>(lo[off + i]) ^ static_cast<uint8_t>(hi[off + i]));
+    if (x == 0) {
+      len += 8;
+      continue;
+    }
+    while (!(x & 0x80)) {
+      ++len;
+      x = static_cast<uint8_t>(x << 1);
+    }
+    break;
+  }
+  return len;
+}
+
+std::string addr_range_text(IpFamily f, const std::string& lo, const std::string& hi, size_t off) {
+  int len = prefix_len(f, lo, hi, off);
+  int full = f == IpFamily::kV4 ? 32 : 128;
+  if (len == full) return addr_text(f, lo, off);
+  return addr_text(f, lo, off) + "/" + std::to_string(len);
+}
+
+std::string element_text(IpFamily f, const Set& s, const Element& e) {
+  size_t a = f == IpFamily::kV4 ? 4 : 16;
+  std::string out;
+  switch (s.shape) {
+    case SetShape::kAddrInterval: out = addr_range_text(f, e.key, e.key_end, 0); break;
+    case SetShape::kAddrPair: out = addr_text(f, e.key, 0) + " . " + addr_text(f, e.key, a); break;
+    case SetShape::kVipSet:
+    case SetShape::kVipVerdictMap: out = vip_text(f, e.key); break;
+    case SetShape::kVipSrcInterval: out = vip_text(f, e.key) + " . " + addr_range_text(f, e.key, e.key_end, a + 8); break;
+    case SetShape::kBackends: {
+      std::string addr = addr_text(f, e.data, 0);
+      if (f == IpFamily::kV6) addr = "[" + addr + "]";
+      out = vip_text(f, e.key) + " . " + std::to_string(u32_at(e.key, a + 8)) + " : " + addr + " . " +
+            std::to_string(port_at(e.data, a));
+      break;
+    }
+  }
+  if (e.verdict == Verdict::kGoto) out += " : goto " + e.chain;
+  if (e.verdict == Verdict::kDrop) out += " : drop";
+  return out;
+}
+
+std::string set_type(IpFamily f, SetShape shape) {
+  std::string addr = f == IpFamily::kV4 ? "ipv4_addr" : "ipv6_addr";
+  switch (shape) {
+    case SetShape::kAddrInterval: return "type " + addr;
+    case SetShape::kAddrPair: return "type " + addr + " . " + addr;
+    case SetShape::kVipSet: return "type " + addr + " . inet_proto . inet_service";
+    case SetShape::kVipSrcInterval: return "type " + addr + " . inet_proto . inet_service . " + addr;
+    case SetShape::kVipVerdictMap: return "type " + addr + " . inet_proto . inet_service : verdict";
+    case SetShape::kBackends: return "";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string render_rule(IpFamily f, const Rule& r) {
+  std::string ip = f == IpFamily::kV4 ? "ip" : "ip6";
+  std::string vip = ip + " daddr . meta l4proto . th dport";
+  std::string saddr = ip + " saddr";
+  switch (r.shape) {
+    case RuleShape::kCtNewJump: return "ct state new jump " + r.target;
+    case RuleShape::kJump: return "jump " + r.target;
+    case RuleShape::kFirewallCheck:
+      return vip + " @" + names::kFirewallIps + " " + vip + " . " + saddr + " != @" + names::kFirewallAllow + " drop";
+    case RuleShape::kVipVmap: return vip + " vmap @" + r.set;
+    case RuleShape::kReject: return "reject";
+    case RuleShape::kMarkForMasquerade: return "meta mark set meta mark | 0x00004000";
+    case RuleShape::kHairpinMark:
+      return "ct status dnat " + saddr + " . " + ip + " daddr @" + names::kHairpin + " jump " + r.target;
+    case RuleShape::kMasqReturnUnmarked: return "meta mark & 0x00004000 == 0x00000000 return";
+    case RuleShape::kMasqClearMark: return "meta mark set meta mark ^ 0x00004000";
+    case RuleShape::kMasquerade: return "masquerade fully-random";
+    case RuleShape::kSaddrNotInJump: return saddr + " != @" + r.set + " jump " + r.target;
+    case RuleShape::kSaddrInVmap: return saddr + " @" + names::kClusterCidrs + " " + vip + " vmap @" + r.set;
+    case RuleShape::kFibLocalJump: return "fib saddr type local jump " + r.target;
+    case RuleShape::kFibLocalVmap: return "fib saddr type local " + vip + " vmap @" + r.set;
+    case RuleShape::kDnatRandom:
+      return "dnat " + ip + " to " + vip + " . numgen random mod " + std::to_string(r.modulus) + " map @" + r.set;
+    case RuleShape::kDnatSourceHash:
+      return "dnat " + ip + " to " + vip + " . jhash " + saddr + " mod " + std::to_string(r.modulus) +
+             " seed 0x0 map @" + r.set;
+  }
+  return "";
+}
+
+std::string render(const Table& t) {
+  const IpFamily f = t.family;
+  std::string ip = f == IpFamily::kV4 ? "ip" : "ip6";
+  std::string out = "table " + ip + " " + kTableName + " {\n";
+  for (const auto& [name, s] : t.sets) {
+    bool is_map = s.shape == SetShape::kVipVerdictMap || s.shape == SetShape::kBackends;
+    out += std::string("\t") + (is_map ? "map " : "set ") + name + " {\n";
+    if (s.shape == SetShape::kBackends) {
+      out += "\t\ttypeof " + ip + " daddr . meta l4proto . th dport . numgen random mod " + std::to_string(s.modulus) +
+             " : " + ip + " daddr . th dport\n";
+    } else {
+      out += "\t\t" + set_type(f, s.shape) + "\n";
+    }
+    if (s.shape == SetShape::kAddrInterval || s.shape == SetShape::kVipSrcInterval) out += "\t\tflags interval\n";
+    if (!s.elements.empty()) {
+      out += "\t\telements = { ";
+      bool first = true;
+      for (const auto& [_, e] : s.elements) {
+        if (!first) out += ",\n\t\t\t     ";
+        first = false;
+        out += element_text(f, s, e);
+      }
+      out += " }\n";
+    }
+    out += "\t}\n";
+  }
+  for (const auto& [name, c] : t.chains) {
+    out += "\tchain " + name + " {\n";
+    if (c.base) {
+      out += "\t\ttype " + c.base->type + " hook " + c.base->hook + " priority " + std::to_string(c.base->priority) +
+             "; policy accept;\n";
+    }
+    for (const auto& r : c.rules) out += "\t\t" + render_rule(f, r) + "\n";
+    out += "\t}\n";
+  }
+  out += "}\n";
+  return out;
+}
+
+}  // namespace endpointd::proxy

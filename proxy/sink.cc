@@ -1,0 +1,255 @@
+// ProxySink: planner -> backend batch -> acknowledgement, with full resyncs on failure.
+#include "proxy/sink.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <spdlog/spdlog.h>
+
+namespace endpointd::proxy {
+
+struct ProxySink::Metrics {
+  prometheus::Histogram* sync = nullptr;
+  prometheus::Histogram* full = nullptr;
+  prometheus::Histogram* partial = nullptr;
+  prometheus::Histogram* programming = nullptr;
+  prometheus::Gauge* last_sync = nullptr;
+  prometheus::Gauge* last_queued = nullptr;
+  prometheus::Gauge* elements_v4 = nullptr;
+  prometheus::Gauge* elements_v6 = nullptr;
+  prometheus::Gauge* no_local_internal = nullptr;
+  prometheus::Gauge* no_local_external = nullptr;
+  prometheus::Counter* endpoint_changes = nullptr;
+  prometheus::Counter* service_changes = nullptr;
+  prometheus::Gauge* endpoint_pending = nullptr;
+  prometheus::Gauge* service_pending = nullptr;
+  prometheus::Counter* failures = nullptr;
+  prometheus::Counter* skipped = nullptr;
+};
+
+namespace {
+double seconds(ProxySink::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+}  // namespace
+
+ProxySink::ProxySink(Backend* backend, pipeline::AckBoard* board, Options opts)
+    : backend_(backend), board_(board), opts_(std::move(opts)), metrics_(std::make_unique<Metrics>()),
+      planner_(std::make_unique<Planner>(opts_.node)) {
+  rng_ = opts_.jitter_seed ? opts_.jitter_seed
+                           : static_cast<uint32_t>(Clock::now().time_since_epoch().count()) | 1;
+  if (board_) board_->add("proxy");
+  if (auto* r = opts_.registry) {
+    prometheus::Histogram::BucketBoundaries b = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                 0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+    auto hist = [&](const char* name, const char* help) {
+      return &prometheus::BuildHistogram().Name(name).Help(help).Register(*r).Add({}, b);
+    };
+    auto gauge = [&](const char* name, const char* help, std::map<std::string, std::string> labels = {}) {
+      return &prometheus::BuildGauge().Name(name).Help(help).Register(*r).Add(labels);
+    };
+    auto counter = [&](const char* name, const char* help) {
+      return &prometheus::BuildCounter().Name(name).Help(help).Register(*r).Add({});
+    };
+    metrics_->sync = hist("kubeproxy_sync_proxy_rules_duration_seconds", "Time to apply one update to the kernel.");
+    metrics_->full = hist("kubeproxy_sync_full_proxy_rules_duration_seconds", "Time of a full sync.");
+    metrics_->partial = hist("kubeproxy_sync_partial_proxy_rules_duration_seconds", "Time of an incremental sync.");
+    metrics_->programming = hist("kubeproxy_network_programming_duration_seconds",
+                                 "From the update being queued to the proxy to its batch committed.");
+    metrics_->last_sync = gauge("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "Last successful sync (unix time).");
+    metrics_->last_queued =
+        gauge("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", "Last update queued to the proxy (unix time).");
+    auto& elems = prometheus::BuildGauge()
+                      .Name("kubeproxy_sync_proxy_rules_nftables_elements")
+                      .Help("Map and set elements in endpointd's nftables tables.")
+                      .Register(*r);
+    metrics_->elements_v4 = &elems.Add({{"table", "ip"}});
+    metrics_->elements_v6 = &elems.Add({{"table", "ip6"}});
+    auto& nolocal = prometheus::BuildGauge()
+                        .Name("kubeproxy_sync_proxy_rules_no_local_endpoints_total")
+                        .Help("Services with a Local traffic policy and no endpoint on this node.")
+                        .Register(*r);
+    metrics_->no_local_internal = &nolocal.Add({{"traffic_policy", "internal"}});
+    metrics_->no_local_external = &nolocal.Add({{"traffic_policy", "external"}});
+    metrics_->endpoint_changes = counter("kubeproxy_sync_proxy_rules_endpoint_changes_total", "Endpoint changes applied.");
+    metrics_->service_changes = counter("kubeproxy_sync_proxy_rules_service_changes_total", "Service changes applied.");
+    metrics_->endpoint_pending = gauge("kubeproxy_sync_proxy_rules_endpoint_changes_pending", "Endpoint changes not yet applied.");
+    metrics_->service_pending = gauge("kubeproxy_sync_proxy_rules_service_changes_pending", "Service changes not yet applied.");
+    metrics_->failures =
+        counter("kubeproxy_sync_proxy_rules_nftables_sync_failures_total", "Batches the kernel rejected.");
+    metrics_->skipped = counter("endpointd_proxy_skipped_total",
+                                "Service ports or addresses skipped because the kernel cannot take them.");
+  }
+  resync_ = std::thread([this] { resync_loop(); });
+}
+
+ProxySink::~ProxySink() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (resync_.joinable()) resync_.join();
+  // Never flush on exit: the rules keep serving while the agent restarts.
+}
+
+void ProxySink::note_queued(Clock::time_point t) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (last_queued_ <= last_applied_) last_queued_ = t;
+  if (metrics_->last_queued) {
+    metrics_->last_queued->Set(seconds(std::chrono::system_clock::now().time_since_epoch()));
+  }
+}
+
+bool ProxySink::healthy(Clock::time_point now) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return !(last_queued_ > last_applied_ && now - last_queued_ > opts_.health_timeout);
+}
+
+void ProxySink::request_resync() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    need_full_ = true;
+    attempt_ = 0;
+    next_try_ = Clock::now();
+  }
+  cv_.notify_all();
+}
+
+bool ProxySink::wait_idle(std::chrono::milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  std::unique_lock<std::mutex> l(mu_);
+  return cv_.wait_until(l, deadline, [&] { return !need_full_ && latest_ == applied_; });
+}
+
+void ProxySink::count_changes(const model::Snapshot* old, const model::Snapshot& snap, const model::Delta& d) {
+  uint64_t svc = 0, eps = 0;
+  auto compare = [&](const model::ServiceKey& k) {
+    const auto* a = old ? old->find(k) : nullptr;
+    const auto* b = snap.find(k);
+    if (!a || !b) {
+      ++svc;
+      if ((a && !a->endpoints.empty()) || (b && !b->endpoints.empty())) ++eps;
+      return;
+    }
+    if (!a->service.equal_spec(b->service)) ++svc;
+    if (!(a->endpoints == b->endpoints)) ++eps;
+  };
+  for (const auto& k : d.added) compare(k);
+  for (const auto& k : d.changed) compare(k);
+  for (const auto& k : d.removed) compare(k);
+  if (metrics_->service_changes) {
+    metrics_->service_changes->Increment(static_cast<double>(svc));
+    metrics_->endpoint_changes->Increment(static_cast<double>(eps));
+  }
+}
+
+void ProxySink::record_success(const model::SnapshotPtr& snap, bool full, Clock::time_point started) {
+  auto now = Clock::now();
+  applied_ = snap;
+  last_applied_ = now;
+  attempt_ = 0;
+  uint64_t skipped = planner_->last_stats().skipped;
+  if (skipped) {
+    skipped_ += skipped;
+    for (const auto& why : planner_->last_stats().skip_reasons) spdlog::warn("proxy: skipped {}", why);
+  }
+  if (metrics_->sync) {
+    metrics_->sync->Observe(seconds(now - started));
+    (full ? metrics_->full : metrics_->partial)->Observe(seconds(now - started));
+    if (last_queued_ != Clock::time_point{}) metrics_->programming->Observe(seconds(now - last_queued_));
+    metrics_->last_sync->Set(seconds(std::chrono::system_clock::now().time_since_epoch()));
+    metrics_->elements_v4->Set(static_cast<double>(planner_->table(IpFamily::kV4).element_count()));
+    metrics_->elements_v6->Set(static_cast<double>(planner_->table(IpFamily::kV6).element_count()));
+    metrics_->no_local_internal->Set(static_cast<double>(planner_->no_local_internal()));
+    metrics_->no_local_external->Set(static_cast<double>(planner_->no_local_external()));
+    metrics_->endpoint_pending->Set(0);
+    metrics_->service_pending->Set(0);
+    if (skipped) metrics_->skipped->Increment(static_cast<double>(skipped));
+  }
+  if (board_) board_->applied("proxy", snap);
+}
+
+bool ProxySink::full_sync_locked(const model::SnapshotPtr& snap) {
+  auto started = Clock::now();
+  planner_->reset(*snap);
+  std::vector<const Table*> tables;
+  for (IpFamily f : planner_->families()) tables.push_back(&planner_->table(f));
+  auto r = backend_->full_sync(tables);
+  ++full_syncs_;
+  if (!r) {
+    ++failures_;
+    if (metrics_->failures) metrics_->failures->Increment();
+    // Bounded, jittered exponential backoff before the next attempt.
+    auto base = opts_.backoff_min * (1 << std::min(attempt_, 16));
+    if (base > opts_.backoff_max) base = opts_.backoff_max;
+    rng_ = rng_ * 1103515245u + 12345u;
+    double jitter = 0.5 + static_cast<double>((rng_ >> 8) % 1000) / 1000.0;  // 0.5x .. 1.5x
+    ++attempt_;
+    next_try_ = started + std::chrono::duration_cast<Clock::duration>(base * jitter);
+    need_full_ = true;
+    spdlog::error("proxy: full sync of generation {} failed (attempt {}): {}", snap->generation, attempt_, r.error());
+    return false;
+  }
+  need_full_ = false;
+  synced_ = true;
+  spdlog::info("proxy: full sync of generation {}: {} messages, {} bytes", snap->generation, r->messages, r->bytes);
+  record_success(snap, true, started);
+  return true;
+}
+
+void ProxySink::apply(const model::SnapshotPtr& snap, const model::Delta& delta) {
+  std::unique_lock<std::mutex> l(mu_);
+  if (last_queued_ <= last_applied_) last_queued_ = Clock::now();
+  model::SnapshotPtr old = latest_;
+  latest_ = snap;
+  count_changes(old.get(), *snap, delta);
+  if (need_full_) {
+    // The resync thread owns retries; the first sync (or one requested) happens here at once.
+    if (attempt_ == 0) full_sync_locked(snap);
+    cv_.notify_all();
+    return;
+  }
+  auto started = Clock::now();
+  model::Delta d = delta;
+  if (applied_ && d.from_generation != applied_->generation) {
+    // Deltas were coalesced past what we applied: recompute against what the kernel has.
+    d = model::diff(applied_.get(), *snap);
+  }
+  auto changes = planner_->update(*snap, d);
+  if (changes.empty()) {
+    record_success(snap, false, started);
+    cv_.notify_all();
+    return;
+  }
+  auto r = backend_->apply(changes);
+  if (!r) {
+    ++failures_;
+    if (metrics_->failures) metrics_->failures->Increment();
+    spdlog::error("proxy: batch for generation {} rejected: {}; full resync", snap->generation, r.error());
+    need_full_ = true;  // the planner's model is ahead of the kernel now
+    attempt_ = 0;
+    next_try_ = Clock::now();
+    cv_.notify_all();
+    return;
+  }
+  record_success(snap, false, started);
+  cv_.notify_all();
+}
+
+void ProxySink::resync_loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stopping_) {
+    if (need_full_ && latest_) {
+      if (Clock::now() >= next_try_) {
+        full_sync_locked(latest_);
+        cv_.notify_all();
+        continue;
+      }
+      cv_.wait_until(l, next_try_);
+      continue;
+    }
+    cv_.wait(l);
+  }
+}
+
+}  // namespace endpointd::proxy

@@ -1,0 +1,153 @@
+// The in-memory model of one endpointd nftables table (ip or ip6): its sets and maps with
+// their elements, and its chains with their rules. The planner builds it, render prints it,
+// the netlink backend programs it. It is the authoritative copy: the kernel is never listed
+// on a normal sync.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/ip.h"
+
+namespace endpointd::proxy {
+
+using model::IpFamily;
+
+inline constexpr const char* kTableName = "endpointd";
+inline constexpr uint32_t kMasqueradeMark = 0x4000;  // kube-proxy's default masquerade bit 14
+
+// Every set or map endpointd creates has one of these shapes. Keys are concatenations whose
+// fields each take 4 bytes (16 for an IPv6 address), network byte order, as nft lays them out
+// in registers.
+enum class SetShape : uint8_t {
+  kAddrInterval,     // type <addr>; flags interval                        (cluster-cidrs)
+  kAddrPair,         // type <addr> . <addr>                               (hairpin)
+  kVipSet,           // type <addr> . inet_proto . inet_service            (firewall-ips)
+  kVipSrcInterval,   // type <addr> . inet_proto . inet_service . <addr>; flags interval
+  kVipVerdictMap,    // type <addr> . inet_proto . inet_service : verdict
+  kBackends,         // typeof ip daddr . meta l4proto . th dport . numgen random mod N
+                     //        : ip daddr . th dport
+};
+
+enum class Verdict : uint8_t { kNone, kGoto, kDrop };
+
+struct Element {
+  std::string key;      // bytes, register layout
+  std::string key_end;  // interval sets: the inclusive upper bound (same layout); else empty
+  std::string data;     // kBackends: address . port in register layout
+  Verdict verdict = Verdict::kNone;
+  std::string chain;    // kGoto target
+  friend bool operator==(const Element&, const Element&) = default;
+};
+
+struct Set {
+  std::string name;
+  SetShape shape = SetShape::kVipSet;
+  uint32_t modulus = 0;  // kBackends only
+  std::map<std::string, Element> elements;  // by key
+};
+
+enum class RuleShape : uint8_t {
+  kCtNewJump,            // ct state new jump <target>
+  kJump,                 // jump <target>
+  kFirewallCheck,        // <vip> @firewall-ips <vip> . <saddr> != @firewall-allow drop
+  kVipVmap,              // <vip> vmap @<set>
+  kReject,               // reject
+  kMarkForMasquerade,    // meta mark set meta mark | 0x4000
+  kHairpinMark,          // ct status dnat <saddr> . <daddr> @hairpin jump <target>
+  kMasqReturnUnmarked,   // meta mark & 0x4000 == 0 return
+  kMasqClearMark,        // meta mark set meta mark ^ 0x4000
+  kMasquerade,           // masquerade fully-random
+  kSaddrNotInJump,       // <saddr> != @cluster-cidrs jump <target>
+  kSaddrInVmap,          // <saddr> @cluster-cidrs <vip> vmap @<set>
+  kFibLocalJump,         // fib saddr type local jump <target>
+  kFibLocalVmap,         // fib saddr type local <vip> vmap @<set>
+  kDnatRandom,           // dnat to <vip> . numgen random mod N map @<set>
+  kDnatSourceHash,       // dnat to <vip> . jhash <saddr> mod N seed 0x0 map @<set>
+};
+
+struct Rule {
+  RuleShape shape;
+  std::string target;  // chain jumped to
+  std::string set;     // set or map looked up
+  uint32_t modulus = 0;
+  friend bool operator==(const Rule&, const Rule&) = default;
+};
+
+struct BaseHook {
+  std::string type;  // "filter" or "nat"
+  std::string hook;  // "prerouting", "input", "forward", "output", "postrouting"
+  int priority = 0;
+  friend bool operator==(const BaseHook&, const BaseHook&) = default;
+};
+
+struct Chain {
+  std::string name;
+  std::optional<BaseHook> base;
+  std::vector<Rule> rules;
+  friend bool operator==(const Chain&, const Chain&) = default;
+};
+
+struct Table {
+  IpFamily family = IpFamily::kV4;
+  std::map<std::string, Set> sets;
+  std::map<std::string, Chain> chains;
+  size_t element_count() const;
+};
+
+// What to do to a table already programmed to reach the next one, in the order a batch
+// carries it: create sets and chains (with their rules), delete elements, add elements,
+// then delete chains and sets nothing refers to any more.
+struct TableChanges {
+  IpFamily family = IpFamily::kV4;
+  std::vector<Set> add_sets;      // without elements
+  std::vector<Chain> add_chains;  // with rules
+  std::vector<std::pair<std::string, Element>> del_elements;
+  std::vector<std::pair<std::string, Element>> add_elements;
+  std::vector<std::string> del_chains;
+  std::vector<std::string> del_sets;
+  bool empty() const {
+    return add_sets.empty() && add_chains.empty() && del_elements.empty() && add_elements.empty() &&
+           del_chains.empty() && del_sets.empty();
+  }
+  size_t size() const {
+    return add_sets.size() + add_chains.size() + del_elements.size() + add_elements.size() +
+           del_chains.size() + del_sets.size();
+  }
+};
+
+// Field helpers: the register layout of key and data fields.
+std::string addr_field(const model::IpAddr& a);
+std::string proto_field(uint8_t l4proto);
+std::string port_field(uint16_t port);
+std::string u32_field(uint32_t v);  // numgen / hash result, host byte order as the kernel has it
+
+// The bytes of the last address of a prefix (for interval keys).
+std::string prefix_last(const model::IpPrefix& p);
+
+// Names of the fixed chains and sets.
+namespace names {
+inline constexpr const char* kClusterCidrs = "cluster-cidrs";
+inline constexpr const char* kHairpin = "hairpin";
+inline constexpr const char* kFirewallIps = "firewall-ips";
+inline constexpr const char* kFirewallAllow = "firewall-allow";
+inline constexpr const char* kNoEndpointServices = "no-endpoint-services";
+inline constexpr const char* kServiceIps = "service-ips";
+inline constexpr const char* kServiceLb = "service-lb";
+inline constexpr const char* kServiceLocalLb = "service-local-lb";
+inline constexpr const char* kRejectChain = "reject-chain";
+inline constexpr const char* kMarkForMasquerade = "mark-for-masquerade";
+inline constexpr const char* kSvcInternal = "svc-internal";
+inline constexpr const char* kSvcExternal = "svc-external";
+inline constexpr const char* kSvcExternalLocal = "svc-external-local";
+std::string backends(uint32_t n);        // "backends-N"
+std::string local_backends(uint32_t n);  // "local-backends-N"
+std::string lb(uint32_t n);              // "lb-N"
+std::string lb_hash(uint32_t n);         // "lb-hash-N"
+std::string local_lb(uint32_t n);        // "local-lb-N"
+}  // namespace names
+
+}  // namespace endpointd::proxy

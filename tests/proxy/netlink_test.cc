@@ -1,0 +1,173 @@
+// Root tests in throwaway namespaces: what the netlink backend programs must list exactly as
+// what `nft -f` makes of render's output, expression for expression.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "proxy/monitor.h"
+#include "proxy/netlink.h"
+#include "proxy/planner.h"
+#include "proxy/render.h"
+#include "tests/proxy/fixtures.h"
+#include "tests/proxy/netns.h"
+
+namespace endpointd::proxy {
+namespace {
+
+using testing::NetNs;
+
+std::string list(const NetNs& ns, const char* family, bool bytecode = false) {
+  return ns.exec(std::string("nft ") + (bytecode ? "--debug=netlink " : "") + "list table " + family + " endpointd");
+}
+
+void load_render(const NetNs& ns, const Planner& p) {
+  std::string path = "/tmp/" + ns.name() + ".nft";
+  {
+    std::ofstream f(path);
+    for (IpFamily fam : p.families()) f << render(p.table(fam));
+  }
+  int st = 0;
+  std::string out = ns.exec("nft -f " + path, &st);
+  std::remove(path.c_str());
+  ASSERT_EQ(st, 0) << out;
+}
+
+std::unique_ptr<NetlinkBackend> open_in(const NetNs& ns) {
+  std::unique_ptr<NetlinkBackend> b;
+  ns.run([&] {
+    auto r = NetlinkBackend::open();
+    if (!r) throw std::runtime_error(r.error());
+    b = std::move(*r);
+  });
+  return b;
+}
+
+Result<BatchStats> sync(NetlinkBackend& b, const Planner& p) {
+  std::vector<const Table*> ts;
+  for (IpFamily f : p.families()) ts.push_back(&p.table(f));
+  return b.full_sync(ts);
+}
+
+// nft --debug=netlink prints hash set elements in hash order, which differs between two
+// namespaces; the rules' order is checked by the plain listing.
+std::vector<std::string> sorted_lines(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t nl = s.find('\n', pos);
+    if (nl == std::string::npos) nl = s.size();
+    out.push_back(s.substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void expect_same(const NetNs& a, const NetNs& b) {
+  for (const char* fam : {"ip", "ip6"}) {
+    std::string la = list(a, fam), lb = list(b, fam);
+    EXPECT_FALSE(la.empty());
+    EXPECT_EQ(la, lb) << fam;
+    EXPECT_EQ(sorted_lines(list(a, fam, true)), sorted_lines(list(b, fam, true))) << fam << " bytecode";
+  }
+}
+
+TEST(ProxyNetlink, FullSyncListsLikeRender) {
+  NetNs by_nft("nft"), by_netlink("nl");
+  Planner p(testing::node_context());
+  p.reset(*testing::every_shape());
+  load_render(by_nft, p);
+  auto b = open_in(by_netlink);
+  auto r = sync(*b, p);
+  ASSERT_TRUE(r.ok()) << r.error();
+  expect_same(by_nft, by_netlink);
+}
+
+TEST(ProxyNetlink, IncrementalChangesEndLikeAFreshLoad) {
+  NetNs by_nft("nft"), by_netlink("nl");
+  Planner p(testing::node_context());
+  auto s1 = testing::every_shape(1);
+  p.reset(*s1);
+  auto b = open_in(by_netlink);
+  ASSERT_TRUE(sync(*b, p).ok());
+  // Scale web from 2 to 3 endpoints, drop dns, give empty an endpoint.
+  std::vector<model::ServiceStatePtr> v;
+  for (const auto& st : s1->services) {
+    if (st->key().name == "dns") continue;
+    if (st->key().name == "web") {
+      auto eps = st->endpoints;
+      eps.push_back(testing::endpoint("10.244.1.9", 8080));
+      v.push_back(testing::state(st->service, eps));
+    } else if (st->key().name == "empty") {
+      v.push_back(testing::state(st->service, {testing::endpoint("10.244.1.10", 8080)}));
+    } else {
+      v.push_back(st);
+    }
+  }
+  auto s2 = testing::snapshot(2, v);
+  auto changes = p.update(*s2, model::diff(s1.get(), *s2));
+  auto r = b->apply(changes);
+  ASSERT_TRUE(r.ok()) << r.error();
+  load_render(by_nft, p);
+  expect_same(by_nft, by_netlink);
+}
+
+TEST(ProxyNetlink, FullSyncReconcilesWithoutDeletingTheTable) {
+  NetNs by_nft("nft"), by_netlink("nl");
+  auto b = open_in(by_netlink);
+  Planner old_plan(testing::node_context());
+  old_plan.reset(*testing::every_shape());
+  ASSERT_TRUE(sync(*b, old_plan).ok());
+  // Something extra that a full sync must remove, and a handle that must survive.
+  by_netlink.exec("nft add chain ip endpointd stray");
+  std::string handle_before = by_netlink.exec("nft -a list chain ip endpointd nat-prerouting");
+
+  Planner p(testing::node_context());
+  p.reset(*testing::snapshot(5, {testing::state(testing::service("only", {testing::ip("10.96.1.1")}, 80),
+                                                {testing::endpoint("10.244.1.2", 8080)})}));
+  auto b2 = open_in(by_netlink);  // a restarted agent
+  auto r = sync(*b2, p);
+  ASSERT_TRUE(r.ok()) << r.error();
+  load_render(by_nft, p);
+  expect_same(by_nft, by_netlink);
+  // The base chain was not recreated (its handle is the same): no flush, no gap.
+  auto handle_of = [](const std::string& s) { return s.substr(s.find("# handle"), 12); };
+  EXPECT_EQ(handle_of(handle_before), handle_of(by_netlink.exec("nft -a list chain ip endpointd nat-prerouting")));
+}
+
+TEST(ProxyNetlink, CleanupDeletesBothTables) {
+  NetNs ns("clean");
+  auto b = open_in(ns);
+  Planner p(testing::node_context());
+  p.reset(*testing::every_shape());
+  ASSERT_TRUE(sync(*b, p).ok());
+  auto r = b->cleanup();
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(ns.exec("nft list tables"), "");
+  EXPECT_TRUE(b->cleanup().ok());  // nothing left: still fine
+}
+
+TEST(ProxyNetlink, MonitorSeesForeignChangesOnly) {
+  NetNs ns("mon");
+  auto b = open_in(ns);
+  std::atomic<int> seen{0};
+  std::unique_ptr<Monitor> m;
+  ns.run([&] {
+    auto r = Monitor::start(b->port_id(), [&] { ++seen; });
+    if (!r) throw std::runtime_error(r.error());
+    m = std::move(*r);
+  });
+  Planner p(testing::node_context());
+  p.reset(*testing::every_shape());
+  ASSERT_TRUE(sync(*b, p).ok());
+  ns.exec("nft add table ip other");  // not ours
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let notifications drain
+  EXPECT_EQ(seen.load(), 0);
+  ns.exec("nft delete chain ip endpointd lb-hash-3");
+  for (int i = 0; i < 100 && seen.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_GT(seen.load(), 0);
+}
+
+}  // namespace
+}  // namespace endpointd::proxy
