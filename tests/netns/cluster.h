@@ -84,7 +84,7 @@ std::string testserver_path();
 std::string loadclient_path();
 
 struct ServerOptions {
-  std::string name;          // answered to every request
+  std::string name = {};     // answered to every request
   int tcp_port = 8080;       // -1: none
   int udp_port = -1;         // -1: none
   int grace_ms = 0;          // drain time after SIGTERM
@@ -109,7 +109,7 @@ struct ServerEvent {
 std::vector<ServerEvent> read_server_events(const std::string& path);
 
 struct LoadOptions {
-  std::string target;  // "ip:port"
+  std::string target = {};  // "ip:port"
   bool udp = false;
   bool keepalive = false;
   int concurrency = 1;

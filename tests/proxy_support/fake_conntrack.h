@@ -1,0 +1,63 @@
+// A conntrack table in memory for tests of the proxy and drain/: flows are added by the test,
+// matched and counted by the same rules as the netlink implementation.
+#pragma once
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "proxy/conntrack.h"
+
+namespace endpointd::proxy {
+
+class FakeConntrack : public Conntrack {
+ public:
+  void add(const Flow& f) {
+    std::lock_guard lock(mu_);
+    flows_.push_back(f);
+  }
+  void clear() {
+    std::lock_guard lock(mu_);
+    flows_.clear();
+  }
+  // Makes every call fail with `message` (empty: succeed again).
+  void fail_with(std::string message) {
+    std::lock_guard lock(mu_);
+    error_ = std::move(message);
+  }
+  std::vector<std::vector<FlowMatch>> delete_calls() const {
+    std::lock_guard lock(mu_);
+    return delete_calls_;
+  }
+
+  Result<std::vector<Flow>> list() override {
+    std::lock_guard lock(mu_);
+    if (!error_.empty()) return Error{error_};
+    return flows_;
+  }
+  Result<size_t> delete_flows(const std::vector<FlowMatch>& matches) override {
+    std::lock_guard lock(mu_);
+    delete_calls_.push_back(matches);
+    if (!error_.empty()) return Error{error_};
+    size_t before = flows_.size();
+    std::erase_if(flows_, [&](const Flow& f) {
+      return std::any_of(matches.begin(), matches.end(), [&](const FlowMatch& m) { return m.matches(f); });
+    });
+    return before - flows_.size();
+  }
+  Result<FlowCount> count_flows_to(const model::IpAddr& endpoint) override {
+    std::lock_guard lock(mu_);
+    if (!error_.empty()) return Error{error_};
+    FlowCount c;
+    for (const auto& f : flows_) count_flow(f, endpoint, c);
+    return c;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<Flow> flows_;
+  std::vector<std::vector<FlowMatch>> delete_calls_;
+  std::string error_;
+};
+
+}  // namespace endpointd::proxy
