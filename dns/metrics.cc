@@ -1,0 +1,107 @@
+// Prometheus families of the DNS sink.
+#include "dns/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "dns/message.h"
+
+namespace endpointd::dns {
+
+const std::vector<double> kLatencyBuckets = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
+                                             0.001,   0.0025,   0.005,   0.01,   0.05,    0.1,
+                                             0.5,     1,        2};
+
+size_t type_slot(uint16_t t) {
+  switch (t) {
+    case type::kA: return 0;
+    case type::kAAAA: return 1;
+    case type::kSRV: return 2;
+    case type::kPTR: return 3;
+    case type::kTXT: return 4;
+    case type::kCNAME: return 5;
+    case type::kSOA: return 6;
+    case type::kNS: return 7;
+    case type::kANY: return 8;
+    default: return 9;
+  }
+}
+
+size_t rcode_slot(uint16_t rc) {
+  if (rc <= 5) return rc;
+  if (rc == kRcodeBadVers) return 6;
+  return 7;
+}
+
+void LocalCounts::count(uint16_t qtype, size_t rslot) {
+  queries[type_slot(qtype)][rslot]++;
+  pending++;
+}
+
+void LocalCounts::latency(double seconds, size_t n) {
+  size_t b = 0;
+  while (b < kLatencyBuckets.size() && seconds > kLatencyBuckets[b]) ++b;
+  latency_buckets[b] += static_cast<double>(n);
+  latency_sum += seconds * static_cast<double>(n);
+}
+
+Metrics::Metrics(prometheus::Registry* r) {
+  if (!r) return;
+  static const char* kTypes[kTypeSlots] = {"A", "AAAA", "SRV", "PTR", "TXT", "CNAME", "SOA", "NS", "ANY", "other"};
+  static const char* kRcodes[kRcodeSlots] = {"NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN",
+                                             "NOTIMP",  "REFUSED", "BADVERS",  "dropped"};
+  auto& q = prometheus::BuildCounter()
+                .Name("endpointd_dns_queries_total")
+                .Help("DNS queries answered, by query type and response code")
+                .Register(*r);
+  for (size_t t = 0; t < kTypeSlots; ++t)
+    for (size_t c = 0; c < kRcodeSlots; ++c) queries_[t][c] = &q.Add({{"type", kTypes[t]}, {"rcode", kRcodes[c]}});
+  latency_ = &prometheus::BuildHistogram()
+                  .Name("endpointd_dns_request_duration_seconds")
+                  .Help("Time from receiving a query to sending its answer (zone answers)")
+                  .Register(*r)
+                  .Add({}, kLatencyBuckets);
+  forward_latency = &prometheus::BuildHistogram()
+                         .Name("endpointd_dns_forward_duration_seconds")
+                         .Help("Time to answer a forwarded query")
+                         .Register(*r)
+                         .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2, 5});
+  auto& cache = prometheus::BuildCounter()
+                    .Name("endpointd_dns_forward_cache_total")
+                    .Help("Forwarding cache lookups, by result")
+                    .Register(*r);
+  cache_hits_ = &cache.Add({{"result", "hit"}});
+  cache_misses_ = &cache.Add({{"result", "miss"}});
+  auto& fe = prometheus::BuildCounter()
+                 .Name("endpointd_dns_forward_errors_total")
+                 .Help("Forwarded queries that failed (timeout, upstream unreachable) or were shed")
+                 .Register(*r);
+  forward_errors_ = &fe.Add({{"reason", "upstream"}});
+  forward_shed_ = &fe.Add({{"reason", "shed"}});
+  programming_ = &prometheus::BuildHistogram()
+                      .Name("endpointd_dns_programming_duration_seconds")
+                      .Help("Time to build and swap in the zone of a snapshot")
+                      .Register(*r)
+                      .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5});
+}
+
+void Metrics::flush(LocalCounts& l) {
+  if (l.pending == 0) return;
+  if (latency_) {
+    for (size_t t = 0; t < kTypeSlots; ++t)
+      for (size_t c = 0; c < kRcodeSlots; ++c)
+        if (l.queries[t][c]) queries_[t][c]->Increment(static_cast<double>(l.queries[t][c]));
+    std::vector<double> b(l.latency_buckets.begin(), l.latency_buckets.begin() + kLatencyBuckets.size() + 1);
+    latency_->ObserveMultiple(b, l.latency_sum);
+  }
+  l = LocalCounts{};
+}
+
+void Metrics::cache_hit() { if (cache_hits_) cache_hits_->Increment(); }
+void Metrics::cache_miss() { if (cache_misses_) cache_misses_->Increment(); }
+void Metrics::forward_error() { if (forward_errors_) forward_errors_->Increment(); }
+void Metrics::forward_shed() { if (forward_shed_) forward_shed_->Increment(); }
+void Metrics::programming(double s) { if (programming_) programming_->Observe(s); }
+
+}  // namespace endpointd::dns

@@ -1,0 +1,90 @@
+// The DNS sink: builds the zone of each snapshot on the sink's thread, swaps it in for the
+// server's workers, reports applied(g) to the acknowledgement board, and answers drain/'s
+// question "when does the last answer that carried this address expire?".
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dns/forwarder.h"
+#include "dns/metrics.h"
+#include "dns/server.h"
+#include "dns/zone.h"
+#include "pipeline/ack_board.h"
+#include "pipeline/sink.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace endpointd::dns {
+
+struct DnsOptions {
+  std::string listen = "127.0.0.1:53";  // "ADDR:PORT" or "[V6]:PORT"; port 0 picks a free one
+  std::string zone = "cluster.local";
+  std::vector<std::string> upstreams;  // "ADDR[:PORT]"; empty: /etc/resolv.conf
+  uint32_t ttl = 5;
+  uint32_t negative_ttl = 5;
+  PodMode pod_mode = PodMode::kDisabled;
+  // Clients that may use forwarding. Empty: loopback and the private ranges (RFC 1918,
+  // RFC 6598, fc00::/7), so the agent is never an open resolver.
+  std::vector<model::IpPrefix> forward_allow;
+  int workers = 1;
+  size_t tcp_max_connections = 256;
+  std::chrono::milliseconds tcp_idle_timeout{10000};
+  std::chrono::milliseconds forward_timeout{2000};
+  int forward_tries = 2;
+  size_t forward_max_inflight = 1024;
+  size_t cache_entries = 10000;
+  uint32_t cache_max_ttl = 3600;
+  bool forwarding = true;  // false: names outside the zone get REFUSED
+};
+
+// Parses "ADDR:PORT" / "[V6]:PORT" / "ADDR" (port 53).
+std::optional<std::pair<std::string, uint16_t>> parse_listen(const std::string& s);
+
+class DnsSink : public pipeline::Sink {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // `board` and `registry` may be null. The sink registers itself on the board as "dns".
+  DnsSink(DnsOptions opts, pipeline::AckBoard* board, prometheus::Registry* registry);
+  ~DnsSink() override;
+
+  // Binds the sockets and starts serving (SERVFAIL inside the zone until the first synced
+  // snapshot is applied). An error message on failure.
+  std::optional<std::string> start();
+  void stop();
+  uint16_t port() const { return server_ ? server_->port() : 0; }
+
+  std::string name() const override { return "dns"; }
+  void apply(const model::SnapshotPtr& snap, const model::Delta& delta) override;
+
+  // When the last answer that carried `a` stops being cacheable by its receiver (its TTL
+  // after it was sent); nullopt when no answer on record carried it.
+  std::optional<Clock::time_point> last_answer_expiry(const model::IpAddr& a);
+  ZonePtr zone() const { return zones_.load(); }
+  Forwarder* forwarder() { return forwarder_.get(); }
+  Server* server() { return server_.get(); }
+
+ private:
+  void harvest(int64_t now_ns);  // folds retired zones no worker holds into departed_
+
+  DnsOptions opts_;
+  ZoneOptions zone_opts_;
+  pipeline::AckBoard* board_;
+  std::unique_ptr<Metrics> metrics_;
+  ZoneSlot zones_;
+  std::unique_ptr<Forwarder> forwarder_;
+  std::unique_ptr<Server> server_;
+
+  std::mutex mu_;  // guards retired_ and departed_
+  std::vector<ZonePtr> retired_;
+  std::unordered_map<model::IpAddr, int64_t, model::IpAddrHash> departed_;  // last served ns
+};
+
+}  // namespace endpointd::dns

@@ -1,0 +1,473 @@
+// The server on loopback: asked by dig/kdig (subprocesses) and by endpointd's own codec, with
+// a fake upstream on loopback for forwarding.
+#include "dns/sink.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include "tests/dns/test_util.h"
+
+namespace endpointd::dns {
+namespace {
+
+using namespace testing;
+
+sockaddr_in loopback(uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return a;
+}
+
+const sockaddr* as_sa(const sockaddr_in* a) { return reinterpret_cast<const sockaddr*>(a); }
+
+// One UDP exchange; empty when nothing came back within the timeout.
+std::vector<uint8_t> udp_ask(uint16_t port, const std::vector<uint8_t>& pkt, int timeout_ms = 2000) {
+  int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in a = loopback(port);
+  sendto(fd, pkt.data(), pkt.size(), 0, as_sa(&a), sizeof a);
+  pollfd p{fd, POLLIN, 0};
+  std::vector<uint8_t> out;
+  if (poll(&p, 1, timeout_ms) == 1) {
+    out.resize(65535);
+    ssize_t n = recv(fd, out.data(), out.size(), 0);
+    out.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  }
+  close(fd);
+  return out;
+}
+
+bool read_full(int fd, uint8_t* p, size_t n) {
+  while (n) {
+    pollfd pf{fd, POLLIN, 0};
+    if (poll(&pf, 1, 3000) != 1) return false;
+    ssize_t k = recv(fd, p, n, 0);
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+// Several queries on one TCP connection, answers read in order.
+std::vector<std::vector<uint8_t>> tcp_ask(uint16_t port, const std::vector<std::vector<uint8_t>>& pkts) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = loopback(port);
+  std::vector<std::vector<uint8_t>> out;
+  if (connect(fd, as_sa(&a), sizeof a) != 0) {
+    close(fd);
+    return out;
+  }
+  std::vector<uint8_t> all;
+  for (const auto& p : pkts) {
+    all.push_back(static_cast<uint8_t>(p.size() >> 8));
+    all.push_back(static_cast<uint8_t>(p.size()));
+    all.insert(all.end(), p.begin(), p.end());
+  }
+  send(fd, all.data(), all.size(), MSG_NOSIGNAL);
+  for (size_t i = 0; i < pkts.size(); ++i) {
+    uint8_t len[2];
+    if (!read_full(fd, len, 2)) break;
+    std::vector<uint8_t> m(load_u16(len));
+    if (!read_full(fd, m.data(), m.size())) break;
+    out.push_back(std::move(m));
+  }
+  close(fd);
+  return out;
+}
+
+std::string run(const std::string& cmd) {
+  std::string out;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
+  pclose(f);
+  return out;
+}
+
+// A tiny upstream: example.org A 192.0.2.1 (TTL 2), missing.example NXDOMAIN (SOA minimum 1),
+// refused.example REFUSED, and silence for everything else.
+class FakeUpstream {
+ public:
+  FakeUpstream() {
+    fd_ = socket(AF_INET, SOCK_DGRAM, 0);
+    sockaddr_in a = loopback(0);
+    bind(fd_, as_sa(&a), sizeof a);
+    socklen_t len = sizeof a;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~FakeUpstream() {
+    stop_ = true;
+    thread_.join();
+    close(fd_);
+  }
+  uint16_t port() const { return port_; }
+  int queries() const { return queries_.load(); }
+
+ private:
+  void serve() {
+    uint8_t in[1500], out[1500];
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 50) != 1) continue;
+      sockaddr_in from{};
+      socklen_t fl = sizeof from;
+      ssize_t n = recvfrom(fd_, in, sizeof in, 0, reinterpret_cast<sockaddr*>(&from), &fl);
+      if (n <= 0) continue;
+      queries_++;
+      Query q = parse_query({in, static_cast<size_t>(n)});
+      if (q.status != ParseStatus::kOk) continue;
+      std::string name = name_to_text(q.qname_lower.span());
+      Writer w(out, sizeof out);
+      uint16_t flags = flag::kQR | flag::kRA | (q.flags & flag::kRD);
+      if (name == "example.org." && q.qtype == type::kA) {
+        w.header(q.id, flags, 1, 1, 0, 0);
+        w.name(q.qname.span());
+        w.u16(q.qtype);
+        w.u16(kClassIN);
+        size_t at = w.begin_rr(q.qname.span(), type::kA, kClassIN, 2);
+        w.bytes(std::vector<uint8_t>{192, 0, 2, 1});
+        w.end_rr(at);
+      } else if (name == "missing.example.") {
+        w.header(q.id, flags | 3, 1, 0, 1, 0);
+        w.name(q.qname.span());
+        w.u16(q.qtype);
+        w.u16(kClassIN);
+        auto apex = name_from_text("example");
+        size_t at = w.begin_rr(apex->span(), type::kSOA, kClassIN, 60);
+        w.name(name_from_text("ns.example")->span());
+        w.name(name_from_text("h.example")->span());
+        for (uint32_t v : {1u, 2u, 3u, 4u, 1u}) w.u32(v);
+        w.end_rr(at);
+      } else if (name == "refused.example.") {
+        w.header(q.id, flags | 5, 1, 0, 0, 0);
+        w.name(q.qname.span());
+        w.u16(q.qtype);
+        w.u16(kClassIN);
+      } else {
+        continue;  // silence: the forwarder must time out
+      }
+      sendto(fd_, out, w.size(), 0, reinterpret_cast<sockaddr*>(&from), fl);
+    }
+  }
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> queries_{0};
+  std::thread thread_;
+};
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DnsOptions o;
+    o.listen = "127.0.0.1:0";
+    o.upstreams = {"127.0.0.1:" + std::to_string(upstream_.port())};
+    o.forward_timeout = std::chrono::milliseconds(300);
+    o.forward_tries = 1;
+    o.workers = 2;
+    o.tcp_idle_timeout = std::chrono::milliseconds(500);
+    board_.add("other");
+    sink_ = std::make_unique<DnsSink>(o, &board_, &registry_);
+    auto err = sink_->start();
+    ASSERT_FALSE(err) << *err;
+    port_ = sink_->port();
+    ASSERT_NE(port_, 0);
+  }
+  void TearDown() override { sink_->stop(); }
+
+  void sync() {
+    std::vector<model::MergedEndpoint> many;
+    for (int i = 1; i <= 60; ++i) many.push_back(endpoint("10.2.0." + std::to_string(i)));
+    auto snap = snapshot({service("default", "web", {"10.96.0.10"}),
+                          service("default", "db", {"None"}, {endpoint("10.1.0.1", true, false, "db-0")}),
+                          service("default", "big", {"None"}, many)},
+                         7);
+    sink_->apply(snap, model::Delta{});
+  }
+  std::optional<Message> ask(const std::string& name, uint16_t t, uint16_t edns = 0) {
+    auto r = udp_ask(port_, query(name, t, edns));
+    return parse_message(r);
+  }
+  std::string dig(const std::string& args) {
+    return run("dig -p " + std::to_string(port_) + " @127.0.0.1 +time=2 +tries=1 " + args + " 2>&1");
+  }
+
+  FakeUpstream upstream_;
+  pipeline::AckBoard board_;
+  prometheus::Registry registry_;
+  std::unique_ptr<DnsSink> sink_;
+  uint16_t port_ = 0;
+};
+
+TEST_F(ServerTest, ServFailBeforeSyncThenAnswersAndAcks) {
+  auto m = ask("web.default.svc.cluster.local", type::kA);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->rcode, 2);
+  for (const auto& e : board_.entries()) EXPECT_EQ(e.generation(), 0u);
+  sync();
+  m = ask("web.default.svc.cluster.local", type::kA);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->rcode, 0);
+  ASSERT_EQ(m->answer.size(), 1u);
+  EXPECT_EQ(m->answer[0].text, "10.96.0.10");
+  for (const auto& e : board_.entries())
+    if (e.consumer == "dns") {
+      EXPECT_EQ(e.generation(), 7u);
+    }
+}
+
+TEST_F(ServerTest, DigSeesRecordsNoDataAndNxDomain) {
+  sync();
+  EXPECT_EQ(dig("+short web.default.svc.cluster.local A"), "10.96.0.10\n");
+  EXPECT_EQ(dig("+short db-0.db.default.svc.cluster.local A"), "10.1.0.1\n");
+  EXPECT_EQ(dig("+short _http._tcp.web.default.svc.cluster.local SRV"), "0 100 80 web.default.svc.cluster.local.\n");
+  EXPECT_EQ(dig("+short -x 10.96.0.10"), "web.default.svc.cluster.local.\n");
+  EXPECT_EQ(dig("+short dns-version.cluster.local TXT"), "\"1.1.0\"\n");
+  std::string nodata = dig("web.default.svc.cluster.local AAAA");
+  EXPECT_NE(nodata.find("status: NOERROR"), std::string::npos) << nodata;
+  EXPECT_NE(nodata.find("ANSWER: 0, AUTHORITY: 1"), std::string::npos) << nodata;
+  std::string nx = dig("nope.default.svc.cluster.local A");
+  EXPECT_NE(nx.find("status: NXDOMAIN"), std::string::npos) << nx;
+  EXPECT_NE(nx.find("IN\tSOA"), std::string::npos) << nx;
+}
+
+TEST_F(ServerTest, CaseEchoedOverTheWire) {
+  sync();
+  std::string out = dig("+noall +answer WeB.DeFault.svc.Cluster.Local A");
+  EXPECT_NE(out.find("WeB.DeFault.svc.Cluster.Local."), std::string::npos) << out;
+  auto m = ask("WEB.default.svc.cluster.local", type::kA);
+  EXPECT_EQ(m->qname, "WEB.default.svc.cluster.local.");
+}
+
+TEST_F(ServerTest, TruncationThenTcp) {
+  sync();
+  auto m = ask("big.default.svc.cluster.local", type::kA);
+  ASSERT_TRUE(m);
+  EXPECT_TRUE(m->tc());
+  EXPECT_TRUE(m->answer.empty());
+  // EDNS0 with room: the whole answer over UDP.
+  m = ask("big.default.svc.cluster.local", type::kA, 4096);
+  EXPECT_FALSE(m->tc());
+  EXPECT_EQ(m->answer.size(), 60u);
+  EXPECT_TRUE(m->edns);
+  // dig retries over TCP by itself on TC.
+  std::string out = dig("+noedns +short big.default.svc.cluster.local A");
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 60) << out;
+  std::string k = run("kdig -p " + std::to_string(port_) + " @127.0.0.1 +tcp +short big.default.svc.cluster.local A 2>&1");
+  EXPECT_EQ(std::count(k.begin(), k.end(), '\n'), 60) << k;
+}
+
+TEST_F(ServerTest, TcpSeveralQueriesPerConnection) {
+  sync();
+  auto rs = tcp_ask(port_, {query("web.default.svc.cluster.local", type::kA, 0, 1),
+                            query("nope.default.svc.cluster.local", type::kA, 0, 2),
+                            query("big.default.svc.cluster.local", type::kA, 0, 3)});
+  ASSERT_EQ(rs.size(), 3u);
+  auto a = parse_message(rs[0]), b = parse_message(rs[1]), c = parse_message(rs[2]);
+  EXPECT_EQ(a->id, 1);
+  EXPECT_EQ(a->answer.size(), 1u);
+  EXPECT_EQ(b->rcode, 3);
+  EXPECT_EQ(c->answer.size(), 60u);
+  EXPECT_FALSE(c->tc());
+}
+
+TEST_F(ServerTest, TcpGarbageClosesTheConnection) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = loopback(port_);
+  ASSERT_EQ(connect(fd, as_sa(&a), sizeof a), 0);
+  uint8_t junk[] = {0, 3, 1, 2, 3};
+  send(fd, junk, sizeof junk, MSG_NOSIGNAL);
+  uint8_t b;
+  pollfd p{fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 3000), 1);
+  EXPECT_EQ(recv(fd, &b, 1, 0), 0);  // closed, nothing sent
+  close(fd);
+}
+
+TEST_F(ServerTest, GarbageNeverAmplified) {
+  sync();
+  uint64_t before = sink_->server()->dropped();
+  EXPECT_TRUE(udp_ask(port_, {1, 2, 3}, 200).empty());  // short: dropped
+  EXPECT_EQ(sink_->server()->dropped(), before + 1);
+  std::vector<uint8_t> bad(12, 0);
+  bad[5] = 3;  // qdcount 3, nothing after
+  auto r = udp_ask(port_, bad);
+  ASSERT_EQ(r.size(), 12u);
+  EXPECT_EQ(r[3] & 0xF, 1);  // FORMERR, header only
+  auto loop = query("web.default.svc.cluster.local", type::kA);
+  loop[12] = 0xC0;
+  loop[13] = 12;
+  r = udp_ask(port_, loop);
+  EXPECT_LE(r.size(), loop.size());
+  EXPECT_EQ(r[3] & 0xF, 1);
+  // Still serving.
+  EXPECT_EQ(ask("web.default.svc.cluster.local", type::kA)->rcode, 0);
+}
+
+TEST_F(ServerTest, EdnsBadVersion) {
+  sync();
+  std::string out = dig("+edns=1 +noednsneg web.default.svc.cluster.local A");
+  EXPECT_NE(out.find("BADVERS"), std::string::npos) << out;
+}
+
+TEST_F(ServerTest, ForwardsToUpstream) {
+  std::string out = dig("+short example.org A");
+  EXPECT_EQ(out, "192.0.2.1\n");
+  std::string nx = dig("missing.example A");
+  EXPECT_NE(nx.find("status: NXDOMAIN"), std::string::npos) << nx;
+  std::string refused = dig("refused.example A");
+  EXPECT_NE(refused.find("status: REFUSED"), std::string::npos) << refused;
+  // Timeout upstream: SERVFAIL.
+  auto m = ask("silent.example", type::kA);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->rcode, 2);
+  EXPECT_GE(sink_->forwarder()->errors(), 1u);
+  // Second ask is a cache hit: the upstream sees nothing new, the ID is the asker's.
+  int seen = upstream_.queries();
+  auto again = udp_ask(port_, query("EXAMPLE.org", type::kA, 1232, 0x4242));
+  auto am = parse_message(again);
+  ASSERT_TRUE(am);
+  EXPECT_EQ(am->id, 0x4242);
+  EXPECT_EQ(am->qname, "EXAMPLE.org.");
+  EXPECT_EQ(am->answer.at(0).text, "192.0.2.1");
+  EXPECT_EQ(upstream_.queries(), seen);
+  EXPECT_GE(sink_->forwarder()->cache_hits(), 1u);
+  // Over TCP too.
+  auto rs = tcp_ask(port_, {query("example.org", type::kA, 0, 9)});
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(parse_message(rs[0])->answer.at(0).text, "192.0.2.1");
+}
+
+TEST_F(ServerTest, MetricsCount) {
+  sync();
+  ask("web.default.svc.cluster.local", type::kA);
+  ask("nope.default.svc.cluster.local", type::kA);
+  // Workers flush when idle; ask the registry until it shows.
+  std::string text;
+  for (int i = 0; i < 100; ++i) {
+    text = prometheus::TextSerializer().Serialize(registry_.Collect());
+    if (text.find("endpointd_dns_queries_total{rcode=\"NXDOMAIN\",type=\"A\"} 1") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_NE(text.find("endpointd_dns_queries_total{rcode=\"NXDOMAIN\",type=\"A\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("endpointd_dns_programming_duration_seconds_count 1"), std::string::npos);
+}
+
+TEST_F(ServerTest, TerminatingEndpointLeavesButItsLastAnswerIsRemembered) {
+  sync();
+  auto before = std::chrono::steady_clock::now();
+  auto m = ask("db.default.svc.cluster.local", type::kA);
+  ASSERT_EQ(m->answer.size(), 1u);
+  auto snap = snapshot({service("default", "db", {"None"}, {endpoint("10.1.0.1", true, true, "db-0")})}, 8);
+  sink_->apply(snap, model::Delta{});
+  EXPECT_EQ(ask("db.default.svc.cluster.local", type::kA)->rcode, 3);
+  auto exp = sink_->last_answer_expiry(ip("10.1.0.1"));
+  ASSERT_TRUE(exp);
+  EXPECT_GE(*exp, before + std::chrono::seconds(5));
+  EXPECT_LE(*exp, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  EXPECT_FALSE(sink_->last_answer_expiry(ip("10.9.9.9")));
+}
+
+TEST(ServerAllowList, RefusedOutsideTheAllowList) {
+  FakeUpstream up;
+  DnsOptions o;
+  o.listen = "127.0.0.1:0";
+  o.upstreams = {"127.0.0.1:" + std::to_string(up.port())};
+  o.forward_allow = {*model::IpPrefix::parse("10.0.0.0/8")};
+  DnsSink sink(o, nullptr, nullptr);
+  ASSERT_FALSE(sink.start());
+  sink.apply(snapshot({service("default", "web", {"10.96.0.10"})}), model::Delta{});
+  auto m = parse_message(udp_ask(sink.port(), query("example.org", type::kA)));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->rcode, 5);
+  EXPECT_EQ(up.queries(), 0);
+  m = parse_message(udp_ask(sink.port(), query("web.default.svc.cluster.local", type::kA)));
+  EXPECT_EQ(m->rcode, 0);  // the cluster zone is served to everyone
+}
+
+TEST(ForwarderCache, ExpiresWithTheTtlAndShedsOverTheLimit) {
+  FakeUpstream up;
+  auto now = std::chrono::steady_clock::now();
+  ForwarderOptions o;
+  o.upstreams = {"127.0.0.1:" + std::to_string(up.port())};
+  o.now = [&now] { return now; };
+  o.timeout = std::chrono::milliseconds(300);
+  o.tries = 1;
+  Forwarder f(o);
+  ASSERT_FALSE(f.start());
+  auto ask_through = [&](const std::string& name) {
+    auto pkt = query(name, type::kA, 0, 77);
+    Query q = parse_query(pkt);
+    std::promise<std::vector<uint8_t>> p;
+    auto fut = p.get_future();
+    EXPECT_TRUE(f.forward(q, [&p](std::span<const uint8_t> r) { p.set_value({r.begin(), r.end()}); }));
+    return fut.get();
+  };
+  auto r = parse_message(ask_through("example.org"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->id, 77);
+  Query q = parse_query(query("example.org", type::kA, 0, 5));
+  uint8_t out[512];
+  ASSERT_GT(f.cached(q, out, sizeof out), 0u);
+  now += std::chrono::seconds(1);
+  size_t n = f.cached(q, out, sizeof out);
+  ASSERT_GT(n, 0u);
+  EXPECT_EQ(parse_message({out, n})->answer.at(0).ttl, 1u);  // TTL counts down
+  now += std::chrono::seconds(1);
+  EXPECT_EQ(f.cached(q, out, sizeof out), 0u);  // expired after its TTL of 2 s
+  // Negative answers are cached for the SOA minimum (1 s).
+  EXPECT_EQ(parse_message(ask_through("missing.example"))->rcode, 3);
+  Query nq = parse_query(query("missing.example", type::kA));
+  EXPECT_GT(f.cached(nq, out, sizeof out), 0u);
+  now += std::chrono::seconds(1);
+  EXPECT_EQ(f.cached(nq, out, sizeof out), 0u);
+  // REFUSED from upstream is passed through, never cached.
+  EXPECT_EQ(parse_message(ask_through("refused.example"))->rcode, 5);
+  Query rq = parse_query(query("refused.example", type::kA));
+  EXPECT_EQ(f.cached(rq, out, sizeof out), 0u);
+  f.stop();
+
+  ForwarderOptions tiny = o;
+  tiny.max_inflight = 1;
+  Forwarder g(tiny);
+  ASSERT_FALSE(g.start());
+  Query sq = parse_query(query("silent.example", type::kA));
+  std::promise<void> done;
+  EXPECT_TRUE(g.forward(sq, [&](std::span<const uint8_t>) { done.set_value(); }));
+  EXPECT_FALSE(g.forward(sq, [](std::span<const uint8_t>) {}));  // shed
+  EXPECT_EQ(g.shed(), 1u);
+  done.get_future().wait();
+  g.stop();
+}
+
+TEST(Listen, Parse) {
+  EXPECT_EQ(parse_listen("127.0.0.1:53")->second, 53);
+  EXPECT_EQ(parse_listen("[::1]:5353")->first, "::1");
+  EXPECT_EQ(parse_listen("10.0.0.1")->second, 53);
+  EXPECT_FALSE(parse_listen("nope:53"));
+  EXPECT_FALSE(parse_listen("1.2.3.4:99999"));
+}
+
+}  // namespace
+}  // namespace endpointd::dns
