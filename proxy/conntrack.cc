@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <unordered_map>
 
 namespace endpointd::proxy {
 namespace {
@@ -164,6 +165,25 @@ class NetlinkConntrack final : public Conntrack {
     auto r = dump(sock->get(), ctx);
     if (!r) return Error{r.error()};
     return count;
+  }
+
+  Result<std::vector<FlowCount>> count_flows_to_each(const std::vector<model::IpAddr>& endpoints) override {
+    std::vector<FlowCount> counts(endpoints.size());
+    if (endpoints.empty()) return counts;
+    std::unordered_map<model::IpAddr, size_t, model::IpAddrHash> index;
+    for (size_t i = 0; i < endpoints.size(); ++i) index.emplace(endpoints[i], i);
+    auto sock = connect_ctnetlink();
+    if (!sock) return Error{sock.error()};
+    DumpContext ctx;
+    ctx.visit = [&](const Flow& f) {
+      auto it = index.find(f.reply_src);
+      if (it != index.end()) count_flow(f, f.reply_src, counts[it->second]);
+    };
+    auto r = dump(sock->get(), ctx);
+    if (!r) return Error{r.error()};
+    // A repeated address gets the same count as its first occurrence.
+    for (size_t i = 0; i < endpoints.size(); ++i) counts[i] = counts[index.at(endpoints[i])];
+    return counts;
   }
 };
 

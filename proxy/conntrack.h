@@ -74,6 +74,10 @@ class Conntrack {
   virtual Result<size_t> delete_flows(const std::vector<FlowMatch>& matches) = 0;
   // The connections whose reply source is `endpoint` (any port).
   virtual Result<FlowCount> count_flows_to(const model::IpAddr& endpoint) = 0;
+  // The same for several endpoints in one walk of the table (a rolling update drains many at
+  // once); the counts are in the order of `endpoints`.
+  virtual Result<std::vector<FlowCount>> count_flows_to_each(
+      const std::vector<model::IpAddr>& endpoints) = 0;
 };
 
 // The libnl-nf implementation. Each call opens its own netlink socket in the calling thread's

@@ -14,7 +14,8 @@ inline model::IpAddr ip(const char* s) { return *model::IpAddr::parse(s); }
 inline model::IpPrefix prefix(const char* s) { return *model::IpPrefix::parse(s); }
 
 inline model::MergedEndpoint endpoint(const char* addr, uint16_t port, const std::string& node = "node-a",
-                                      bool ready = true, bool terminating = false, bool serving = true) {
+                                      bool ready = true, bool terminating = false, bool serving = true,
+                                      model::Protocol proto = model::Protocol::kTCP) {
   model::MergedEndpoint e;
   e.address = ip(addr);
   e.conditions.ready = ready;
@@ -24,6 +25,7 @@ inline model::MergedEndpoint endpoint(const char* addr, uint16_t port, const std
   model::EndpointPort p;
   p.name = "http";
   p.port = port;
+  p.protocol = proto;
   e.ports.push_back(p);
   return e;
 }
@@ -81,8 +83,10 @@ inline model::SnapshotPtr every_shape(uint64_t g = 1) {
   // UDP with ClientIP affinity and three endpoints.
   auto dns = service("dns", {ip("10.96.0.12")}, 53, Protocol::kUDP);
   dns.session_affinity_client_ip = true;
-  v.push_back(state(dns, {endpoint("10.244.1.4", 53), endpoint("10.244.2.4", 53, "node-b"),
-                          endpoint("10.244.3.4", 53, "node-c")}));
+  auto udp = [](const char* a, const char* node) {
+    return endpoint(a, 53, node, true, false, true, Protocol::kUDP);
+  };
+  v.push_back(state(dns, {udp("10.244.1.4", "node-a"), udp("10.244.2.4", "node-b"), udp("10.244.3.4", "node-c")}));
   // NodePort + LoadBalancer with source ranges and externalTrafficPolicy Local.
   auto lb = service("lb", {ip("10.96.0.13"), ip("fd96::13")}, 443);
   lb.type = model::ServiceType::kLoadBalancer;
@@ -98,7 +102,7 @@ inline model::SnapshotPtr every_shape(uint64_t g = 1) {
   sctp.type = model::ServiceType::kNodePort;
   sctp.ports[0].node_port = 30900;
   sctp.internal_traffic_policy = model::TrafficPolicy::kLocal;
-  v.push_back(state(sctp, {endpoint("10.244.2.6", 9000, "node-b")}));
+  v.push_back(state(sctp, {endpoint("10.244.2.6", 9000, "node-b", true, false, true, Protocol::kSCTP)}));
   // Only a terminating, serving endpoint: used as the fallback.
   v.push_back(state(service("term", {ip("10.96.0.15")}, 80),
                     {endpoint("10.244.1.7", 8080, "node-a", false, true, true)}));
