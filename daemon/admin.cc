@@ -56,9 +56,15 @@ void probe(httplib::Response& res, const std::function<Probe()>& fn) {
 
 AdminServer::AdminServer(Handlers h, prometheus::Registry* registry)
     : handlers_(std::move(h)), registry_(registry), server_(std::make_unique<httplib::Server>()) {
-  server_->Get("/healthz", [this](const httplib::Request&, httplib::Response& res) { probe(res, handlers_.healthz); });
-  server_->Get("/readyz", [this](const httplib::Request&, httplib::Response& res) { probe(res, handlers_.readyz); });
-  server_->Get("/livez", [this](const httplib::Request&, httplib::Response& res) { probe(res, handlers_.livez); });
+  server_->Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
+    probe(res, handlers_.healthz);
+  });
+  server_->Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
+    probe(res, handlers_.readyz);
+  });
+  server_->Get("/livez", [this](const httplib::Request&, httplib::Response& res) {
+    probe(res, handlers_.livez);
+  });
   server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     std::string body;
     if (registry_) body = prometheus::TextSerializer().Serialize(registry_->Collect());
@@ -70,7 +76,9 @@ AdminServer::AdminServer(Handlers h, prometheus::Registry* registry)
   });
 }
 
-AdminServer::~AdminServer() { stop(); }
+AdminServer::~AdminServer() {
+  stop();
+}
 
 bool AdminServer::start(const std::string& listen, std::string* error) {
   std::string host;

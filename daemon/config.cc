@@ -24,9 +24,9 @@ class YamlConfig : public CLI::Config {
     try {
       root = YAML::Load(in);
     } catch (const YAML::Exception& e) {
-      throw CLI::ParseError("config file: YAML: line " + std::to_string(e.mark.line + 1) + ": " +
-                                e.msg,
-                            CLI::ExitCodes::ConfigError);
+      throw CLI::ParseError(
+          "config file: YAML: line " + std::to_string(e.mark.line + 1) + ": " + e.msg,
+          CLI::ExitCodes::ConfigError);
     }
     if (root.IsNull()) return items;
     if (!root.IsMap())
@@ -54,7 +54,8 @@ bool valid_host_port(const std::string& s) {
   auto colon = s.rfind(':');
   if (colon == std::string::npos || colon + 1 == s.size()) return false;
   std::string host = s.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   if (!host.empty() && !model::IpAddr::parse(host) && host != "localhost") return false;
   try {
     int port = std::stoi(s.substr(colon + 1));
@@ -74,7 +75,8 @@ void add_run_flags(CLI::App& app, Config& cfg) {
                  "Watch a directory of manifests instead of the Kubernetes API");
   app.add_option("--kubeconfig", cfg.kubeconfig,
                  "kubeconfig file (default: in-cluster when KUBERNETES_SERVICE_HOST is set)");
-  app.add_option("--node-name", cfg.node_name, "This node's name (default $NODE_NAME, else the host name)");
+  app.add_option("--node-name", cfg.node_name,
+                 "This node's name (default $NODE_NAME, else the host name)");
   app.add_option("--dataplane", cfg.dataplane, "Service dataplane to program")
       ->check(CLI::IsMember({"nftables", "none"}))
       ->capture_default_str();
@@ -83,13 +85,15 @@ void add_run_flags(CLI::App& app, Config& cfg) {
   app.add_option("--dns-upstream", cfg.dns_upstream,
                  "Upstream DNS servers ADDR[:PORT],... (default: /etc/resolv.conf)")
       ->delimiter(',');
-  app.add_option("--feed-listen", cfg.feed_listen, "ADDR:PORT for the gRPC feed and xDS (empty: off)");
+  app.add_option("--feed-listen", cfg.feed_listen,
+                 "ADDR:PORT for the gRPC feed and xDS (empty: off)");
   app.add_option("--admin-listen", cfg.admin_listen,
                  "ADDR:PORT for /healthz, /readyz, /livez, /metrics, /debug/state")
       ->capture_default_str();
   app.add_option("--drain-socket", cfg.drain_socket, "Unix socket that pods' prestop calls reach")
       ->capture_default_str();
-  app.add_option("--cluster-cidr", cfg.cluster_cidr, "Pod network CIDRs, for local-traffic detection")
+  app.add_option("--cluster-cidr", cfg.cluster_cidr,
+                 "Pod network CIDRs, for local-traffic detection")
       ->delimiter(',');
   app.add_option("--watch-pods", cfg.watch_pods, "Watch this node's pods (needed for drains)")
       ->capture_default_str();
@@ -120,9 +124,10 @@ void resolve_defaults(Config& cfg) {
 }
 
 std::string validate(const Config& cfg) {
-  for (const auto& [name, value] : {std::pair<const char*, const std::string&>{"--dns-listen", cfg.dns_listen},
-                                    {"--feed-listen", cfg.feed_listen},
-                                    {"--admin-listen", cfg.admin_listen}}) {
+  for (const auto& [name, value] :
+       {std::pair<const char*, const std::string&>{"--dns-listen", cfg.dns_listen},
+        {"--feed-listen", cfg.feed_listen},
+        {"--admin-listen", cfg.admin_listen}}) {
     if (!value.empty() && !valid_host_port(value))
       return std::string(name) + ": \"" + value + "\" is not ADDR:PORT";
   }

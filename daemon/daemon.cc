@@ -23,7 +23,8 @@ struct Daemon::Impl {
 
   Probe readyz() {
     auto snap = loop->current();
-    if (!snap->synced) return {false, "not synced: the first full list of cluster state has not arrived"};
+    if (!snap->synced)
+      return {false, "not synced: the first full list of cluster state has not arrived"};
     for (const auto& e : board.entries())
       if (!e.snapshot || !e.snapshot->synced)
         return {false, "sink " + e.consumer + " has not applied the first synced state"};
@@ -40,11 +41,17 @@ struct Daemon::Impl {
   }
 };
 
-Daemon::Daemon(Config cfg) : impl_(std::make_unique<Impl>()) { impl_->cfg = std::move(cfg); }
+Daemon::Daemon(Config cfg) : impl_(std::make_unique<Impl>()) {
+  impl_->cfg = std::move(cfg);
+}
 
-Daemon::~Daemon() { stop(); }
+Daemon::~Daemon() {
+  stop();
+}
 
-int Daemon::admin_port() const { return impl_->admin ? impl_->admin->port() : -1; }
+int Daemon::admin_port() const {
+  return impl_->admin ? impl_->admin->port() : -1;
+}
 
 bool Daemon::start(std::string* error) {
   auto& m = *impl_;

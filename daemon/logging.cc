@@ -12,7 +12,8 @@ namespace {
 
 class EscapedMessage : public spdlog::custom_flag_formatter {
  public:
-  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
     std::string out;
     watcher::append_json_string(out, std::string_view(msg.payload.data(), msg.payload.size()));
     dest.append(out.data(), out.data() + out.size());

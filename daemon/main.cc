@@ -43,8 +43,9 @@ int run(endpointd::daemon::Config cfg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"endpointd: propagates Kubernetes endpoint changes to the node's dataplane, DNS and "
-               "proxies, and drains terminating pods safely"};
+  CLI::App app{
+      "endpointd: propagates Kubernetes endpoint changes to the node's dataplane, DNS and "
+      "proxies, and drains terminating pods safely"};
   app.require_subcommand(1);
 
   endpointd::daemon::Config cfg;

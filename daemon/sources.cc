@@ -35,7 +35,8 @@ class KubeApiSource : public Source {
  public:
   KubeApiSource(watcher::ClusterConfig cluster, watcher::KubeClientConfig kc,
                 std::function<void(model::Event)> post, prometheus::Registry& registry)
-      : server_(cluster.server), client_(std::move(cluster), std::move(kc), std::move(post), registry) {}
+      : server_(cluster.server),
+        client_(std::move(cluster), std::move(kc), std::move(post), registry) {}
   bool start(std::string*) override {
     client_.start();
     return true;

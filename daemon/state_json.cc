@@ -18,14 +18,41 @@ class Json {
     out.push_back(':');
     first_ = true;  // the value follows without a comma
   }
-  void str(std::string_view v) { comma(); append_json_string(out, v); }
-  void num(uint64_t v) { comma(); out += std::to_string(v); }
-  void num_d(double v) { comma(); char b[32]; std::snprintf(b, sizeof b, "%.3f", v); out += b; }
-  void boolean(bool v) { comma(); out += v ? "true" : "false"; }
-  void raw(std::string_view v) { comma(); out += v; }
-  void open(char c) { comma(); out.push_back(c); first_ = true; }
-  void close(char c) { out.push_back(c); first_ = false; }
-  void kv(std::string_view k, std::string_view v) { key(k); str(v); }
+  void str(std::string_view v) {
+    comma();
+    append_json_string(out, v);
+  }
+  void num(uint64_t v) {
+    comma();
+    out += std::to_string(v);
+  }
+  void num_d(double v) {
+    comma();
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3f", v);
+    out += b;
+  }
+  void boolean(bool v) {
+    comma();
+    out += v ? "true" : "false";
+  }
+  void raw(std::string_view v) {
+    comma();
+    out += v;
+  }
+  void open(char c) {
+    comma();
+    out.push_back(c);
+    first_ = true;
+  }
+  void close(char c) {
+    out.push_back(c);
+    first_ = false;
+  }
+  void kv(std::string_view k, std::string_view v) {
+    key(k);
+    str(v);
+  }
 
  private:
   void comma() {
@@ -66,7 +93,10 @@ void service(Json& j, const model::ServiceState& st) {
     j.key("port");
     j.num(p.port);
     j.key("targetPort");
-    if (p.target_port_name.empty()) j.num(p.target_port_number); else j.str(p.target_port_name);
+    if (p.target_port_name.empty())
+      j.num(p.target_port_number);
+    else
+      j.str(p.target_port_name);
     if (p.node_port) {
       j.key("nodePort");
       j.num(p.node_port);

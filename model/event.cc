@@ -5,15 +5,21 @@ namespace endpointd::model {
 
 std::string_view to_string(ObjectKind k) {
   switch (k) {
-    case ObjectKind::kService: return "Service";
-    case ObjectKind::kEndpointSlice: return "EndpointSlice";
-    case ObjectKind::kNode: return "Node";
-    case ObjectKind::kPod: return "Pod";
+    case ObjectKind::kService:
+      return "Service";
+    case ObjectKind::kEndpointSlice:
+      return "EndpointSlice";
+    case ObjectKind::kNode:
+      return "Node";
+    case ObjectKind::kPod:
+      return "Pod";
   }
   return "?";
 }
 
-ObjectKind kind_of(const Object& o) { return static_cast<ObjectKind>(o.index()); }
+ObjectKind kind_of(const Object& o) {
+  return static_cast<ObjectKind>(o.index());
+}
 
 std::string key_string(const Object& o) {
   return std::visit(

@@ -7,7 +7,9 @@
 
 namespace endpointd::model {
 
-std::string_view to_string(IpFamily f) { return f == IpFamily::kV4 ? "IPv4" : "IPv6"; }
+std::string_view to_string(IpFamily f) {
+  return f == IpFamily::kV4 ? "IPv4" : "IPv6";
+}
 
 std::optional<IpAddr> IpAddr::parse(std::string_view text) {
   if (text.empty() || text.size() >= INET6_ADDRSTRLEN) return std::nullopt;
@@ -111,7 +113,9 @@ bool IpPrefix::contains(const IpAddr& a) const {
   return (a.data()[full] & mask) == (addr_.data()[full] & mask);
 }
 
-std::string IpPrefix::str() const { return addr_.str() + "/" + std::to_string(length_); }
+std::string IpPrefix::str() const {
+  return addr_.str() + "/" + std::to_string(length_);
+}
 
 size_t IpAddrHash::operator()(const IpAddr& a) const {
   // FNV-1a over the address bytes and family.

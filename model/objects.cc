@@ -7,9 +7,12 @@ namespace endpointd::model {
 
 std::string_view to_string(Protocol p) {
   switch (p) {
-    case Protocol::kTCP: return "TCP";
-    case Protocol::kUDP: return "UDP";
-    case Protocol::kSCTP: return "SCTP";
+    case Protocol::kTCP:
+      return "TCP";
+    case Protocol::kUDP:
+      return "UDP";
+    case Protocol::kSCTP:
+      return "SCTP";
   }
   return "?";
 }
@@ -23,15 +26,21 @@ std::optional<Protocol> parse_protocol(std::string_view s) {
 
 std::string_view to_string(ServiceType t) {
   switch (t) {
-    case ServiceType::kClusterIP: return "ClusterIP";
-    case ServiceType::kNodePort: return "NodePort";
-    case ServiceType::kLoadBalancer: return "LoadBalancer";
-    case ServiceType::kExternalName: return "ExternalName";
+    case ServiceType::kClusterIP:
+      return "ClusterIP";
+    case ServiceType::kNodePort:
+      return "NodePort";
+    case ServiceType::kLoadBalancer:
+      return "LoadBalancer";
+    case ServiceType::kExternalName:
+      return "ExternalName";
   }
   return "?";
 }
 
-std::string_view to_string(TrafficPolicy t) { return t == TrafficPolicy::kLocal ? "Local" : "Cluster"; }
+std::string_view to_string(TrafficPolicy t) {
+  return t == TrafficPolicy::kLocal ? "Local" : "Cluster";
+}
 
 namespace {
 auto spec_tie(const Service& s) {
@@ -44,11 +53,14 @@ auto spec_tie(const Service& s) {
 }
 }  // namespace
 
-bool Service::equal_spec(const Service& o) const { return spec_tie(*this) == spec_tie(o); }
+bool Service::equal_spec(const Service& o) const {
+  return spec_tie(*this) == spec_tie(o);
+}
 
 bool EndpointSlice::equal_content(const EndpointSlice& o) const {
   return std::tie(key, service_name, address_type, ports, endpoints, service_proxy_name) ==
-         std::tie(o.key, o.service_name, o.address_type, o.ports, o.endpoints, o.service_proxy_name);
+         std::tie(o.key, o.service_name, o.address_type, o.ports, o.endpoints,
+                  o.service_proxy_name);
 }
 
 bool Node::equal_content(const Node& o) const {
@@ -73,10 +85,10 @@ std::vector<IpAddr> Node::internal_ips() const {
 
 bool Pod::equal_content(const Pod& o) const {
   return std::tie(key, uid, node_name, pod_ips, host_network, phase, terminating,
-                  deletion_timestamp, termination_grace_period_seconds, annotations, labels) ==
-         std::tie(o.key, o.uid, o.node_name, o.pod_ips, o.host_network, o.phase, o.terminating,
-                  o.deletion_timestamp, o.termination_grace_period_seconds, o.annotations,
-                  o.labels);
+                  deletion_timestamp, termination_grace_period_seconds, annotations,
+                  labels) == std::tie(o.key, o.uid, o.node_name, o.pod_ips, o.host_network, o.phase,
+                                      o.terminating, o.deletion_timestamp,
+                                      o.termination_grace_period_seconds, o.annotations, o.labels);
 }
 
 }  // namespace endpointd::model

@@ -50,8 +50,8 @@ struct Service {
   std::string uid;
   std::string resource_version;  // not part of equality: it changes on every write
   ServiceType type = ServiceType::kClusterIP;
-  bool headless = false;              // clusterIP: None
-  std::vector<IpAddr> cluster_ips;    // primary first, as spec.clusterIPs
+  bool headless = false;            // clusterIP: None
+  std::vector<IpAddr> cluster_ips;  // primary first, as spec.clusterIPs
   std::vector<ServicePort> ports;
   std::vector<IpAddr> external_ips;
   std::vector<IpAddr> load_balancer_ips;  // status.loadBalancer.ingress[].ip

@@ -12,8 +12,9 @@ std::optional<uint16_t> MergedEndpoint::port_for(const ServicePort& sp) const {
 }
 
 const MergedEndpoint* ServiceState::find(const IpAddr& a) const {
-  auto it = std::lower_bound(endpoints.begin(), endpoints.end(), a,
-                             [](const MergedEndpoint& e, const IpAddr& x) { return e.address < x; });
+  auto it =
+      std::lower_bound(endpoints.begin(), endpoints.end(), a,
+                       [](const MergedEndpoint& e, const IpAddr& x) { return e.address < x; });
   if (it == endpoints.end() || it->address != a) return nullptr;
   return &*it;
 }
@@ -23,7 +24,9 @@ namespace {
 // Lower rank wins when two slices carry the same address: a copy that is not terminating
 // beats one that is (the endpoint moved to a new slice while the old one is rewritten), then
 // a ready copy beats a not-ready one.
-int rank(const EndpointConditions& c) { return (c.terminating ? 2 : 0) + (c.ready ? 0 : 1); }
+int rank(const EndpointConditions& c) {
+  return (c.terminating ? 2 : 0) + (c.ready ? 0 : 1);
+}
 
 template <typename Vec, typename Key>
 auto find_sorted(const Vec& v, const Key& key, auto key_of) -> decltype(v.begin()) {
@@ -89,16 +92,14 @@ ServiceState build_service_state(const Service& svc,
 }
 
 const ServiceState* Snapshot::find(const ServiceKey& key) const {
-  auto it = find_sorted(services, key, [](const ServiceStatePtr& p) -> const ServiceKey& {
-    return p->key();
-  });
+  auto it = find_sorted(services, key,
+                        [](const ServiceStatePtr& p) -> const ServiceKey& { return p->key(); });
   return it == services.end() ? nullptr : it->get();
 }
 
 ServiceStatePtr Snapshot::find_ptr(const ServiceKey& key) const {
-  auto it = find_sorted(services, key, [](const ServiceStatePtr& p) -> const ServiceKey& {
-    return p->key();
-  });
+  auto it = find_sorted(services, key,
+                        [](const ServiceStatePtr& p) -> const ServiceKey& { return p->key(); });
   return it == services.end() ? nullptr : *it;
 }
 

@@ -78,6 +78,7 @@ struct Delta {
 Delta diff(const Snapshot* from, const Snapshot& to);
 
 // Builds one service's state from its spec and every slice that belongs to it.
-ServiceState build_service_state(const Service& svc, const std::vector<const EndpointSlice*>& slices);
+ServiceState build_service_state(const Service& svc,
+                                 const std::vector<const EndpointSlice*>& slices);
 
 }  // namespace endpointd::model

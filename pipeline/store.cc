@@ -134,7 +134,8 @@ void Store::replace(model::Replace&& r) {
   }
   for (const auto& k : gone) remove(r.kind, k);
   for (auto& o : r.objects)
-    if (model::kind_of(o) == r.kind) std::visit([&](auto&& x) { upsert(std::move(x)); }, std::move(o));
+    if (model::kind_of(o) == r.kind)
+      std::visit([&](auto&& x) { upsert(std::move(x)); }, std::move(o));
   if (listed_.insert(r.kind).second) synced_changed_ = true;
 }
 
@@ -182,7 +183,8 @@ model::SnapshotPtr Store::build(const model::SnapshotPtr& prev) {
     next->services.push_back(std::make_shared<const model::ServiceState>(std::move(state)));
   };
   for (const auto& key : dirty_) {
-    while (old_it != p.services.end() && (*old_it)->key() < key) next->services.push_back(*old_it++);
+    while (old_it != p.services.end() && (*old_it)->key() < key)
+      next->services.push_back(*old_it++);
     if (old_it != p.services.end() && (*old_it)->key() == key)
       rebuild(key, *old_it++);
     else

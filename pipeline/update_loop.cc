@@ -17,7 +17,9 @@ class UpdateLoop::SinkRunner {
   explicit SinkRunner(Sink* sink) : sink_(sink) {}
   ~SinkRunner() { stop(); }
 
-  void start() { thread_ = std::thread([this] { run(); }); }
+  void start() {
+    thread_ = std::thread([this] { run(); });
+  }
   void stop() {
     {
       std::lock_guard lock(mu_);
@@ -88,14 +90,15 @@ UpdateLoop::UpdateLoop(Options opts)
                                .Help("Endpoints (merged, per service) in the newest snapshot")
                                .Register(*r)
                                .Add({});
-    prometheus::Histogram::BucketBoundaries b = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
-                                                 0.005,   0.01,   0.025,   0.05,   0.1,   0.25,
-                                                 0.5,     1,      2.5};
-    metrics_->event_to_snapshot = &prometheus::BuildHistogram()
-                                       .Name("endpointd_event_to_snapshot_seconds")
-                                       .Help("From an event's arrival to the snapshot that holds it")
-                                       .Register(*r)
-                                       .Add({}, b);
+    prometheus::Histogram::BucketBoundaries b = {0.00005, 0.0001, 0.00025, 0.0005, 0.001,
+                                                 0.0025,  0.005,  0.01,    0.025,  0.05,
+                                                 0.1,     0.25,   0.5,     1,      2.5};
+    metrics_->event_to_snapshot =
+        &prometheus::BuildHistogram()
+             .Name("endpointd_event_to_snapshot_seconds")
+             .Help("From an event's arrival to the snapshot that holds it")
+             .Register(*r)
+             .Add({}, b);
     metrics_->build = &prometheus::BuildHistogram()
                            .Name("endpointd_snapshot_build_seconds")
                            .Help("Time to apply queued events and build a snapshot")
@@ -114,9 +117,13 @@ UpdateLoop::UpdateLoop(Options opts)
   }
 }
 
-UpdateLoop::~UpdateLoop() { stop(); }
+UpdateLoop::~UpdateLoop() {
+  stop();
+}
 
-void UpdateLoop::add_sink(Sink* sink) { sinks_.push_back(std::make_unique<SinkRunner>(sink)); }
+void UpdateLoop::add_sink(Sink* sink) {
+  sinks_.push_back(std::make_unique<SinkRunner>(sink));
+}
 
 void UpdateLoop::on_publish(std::function<void(const model::SnapshotPtr&)> fn) {
   observers_.push_back(std::move(fn));

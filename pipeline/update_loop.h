@@ -67,8 +67,8 @@ class UpdateLoop {
   std::vector<std::unique_ptr<SinkRunner>> sinks_;
   std::vector<std::function<void(const model::SnapshotPtr&)>> observers_;
 
-  mutable std::mutex mu_;  // guards queue_, current_, stopping_
-  mutable std::condition_variable cv_;          // queue_ not empty / stopping
+  mutable std::mutex mu_;                      // guards queue_, current_, stopping_
+  mutable std::condition_variable cv_;         // queue_ not empty / stopping
   mutable std::condition_variable published_;  // current_ changed
   std::deque<model::Event> queue_;
   model::SnapshotPtr current_;

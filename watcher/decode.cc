@@ -21,7 +21,9 @@ struct DecodeFailure {
   std::string reason;
 };
 
-[[noreturn]] void fail(std::string reason) { throw DecodeFailure{std::move(reason)}; }
+[[noreturn]] void fail(std::string reason) {
+  throw DecodeFailure{std::move(reason)};
+}
 
 class Reader {
  public:
@@ -52,7 +54,8 @@ class Reader {
     int64_t i;
     if (v->get_int64().get(i) == simdjson::SUCCESS) return i;
     uint64_t u;
-    if (v->get_uint64().get(u) == simdjson::SUCCESS) fail(std::string(path) + "." + std::string(name) + ": number too large");
+    if (v->get_uint64().get(u) == simdjson::SUCCESS)
+      fail(std::string(path) + "." + std::string(name) + ": number too large");
     fail(std::string(path) + "." + std::string(name) + ": expected an integer");
   }
 
@@ -181,19 +184,38 @@ model::Service decode_service(const dom::element& obj, Reader& r) {
   auto spec = Reader::field(obj, "spec");
   if (!spec) fail("spec missing");
   r.check_known(*spec, "spec",
-                {"type", "clusterIP", "clusterIPs", "ports", "selector", "externalIPs",
-                 "loadBalancerIP", "loadBalancerSourceRanges", "loadBalancerClass",
-                 "sessionAffinity", "sessionAffinityConfig", "internalTrafficPolicy",
-                 "externalTrafficPolicy", "healthCheckNodePort", "publishNotReadyAddresses",
-                 "externalName", "trafficDistribution", "ipFamilies", "ipFamilyPolicy",
+                {"type",
+                 "clusterIP",
+                 "clusterIPs",
+                 "ports",
+                 "selector",
+                 "externalIPs",
+                 "loadBalancerIP",
+                 "loadBalancerSourceRanges",
+                 "loadBalancerClass",
+                 "sessionAffinity",
+                 "sessionAffinityConfig",
+                 "internalTrafficPolicy",
+                 "externalTrafficPolicy",
+                 "healthCheckNodePort",
+                 "publishNotReadyAddresses",
+                 "externalName",
+                 "trafficDistribution",
+                 "ipFamilies",
+                 "ipFamilyPolicy",
                  "allocateLoadBalancerNodePorts"});
 
   std::string type = Reader::str(*spec, "type", "spec");
-  if (type.empty() || type == "ClusterIP") s.type = model::ServiceType::kClusterIP;
-  else if (type == "NodePort") s.type = model::ServiceType::kNodePort;
-  else if (type == "LoadBalancer") s.type = model::ServiceType::kLoadBalancer;
-  else if (type == "ExternalName") s.type = model::ServiceType::kExternalName;
-  else fail("spec.type: unknown service type \"" + type + "\"");
+  if (type.empty() || type == "ClusterIP")
+    s.type = model::ServiceType::kClusterIP;
+  else if (type == "NodePort")
+    s.type = model::ServiceType::kNodePort;
+  else if (type == "LoadBalancer")
+    s.type = model::ServiceType::kLoadBalancer;
+  else if (type == "ExternalName")
+    s.type = model::ServiceType::kExternalName;
+  else
+    fail("spec.type: unknown service type \"" + type + "\"");
 
   std::vector<std::string> ips;
   for (const auto& e : Reader::array(*spec, "clusterIPs", "spec")) {
@@ -274,7 +296,8 @@ model::Service decode_service(const dom::element& obj, Reader& r) {
     s.load_balancer_source_ranges.push_back(*p);
   }
   std::string affinity = Reader::str(*spec, "sessionAffinity", "spec");
-  if (affinity == "ClientIP") s.session_affinity_client_ip = true;
+  if (affinity == "ClientIP")
+    s.session_affinity_client_ip = true;
   else if (!affinity.empty() && affinity != "None")
     fail("spec.sessionAffinity: unknown value \"" + affinity + "\"");
   if (auto cfg = Reader::field(*spec, "sessionAffinityConfig"))
@@ -323,11 +346,16 @@ model::EndpointSlice decode_slice(const dom::element& obj, Reader& r) {
   s.service_name = label(meta, "kubernetes.io/service-name");
   s.service_proxy_name = label(meta, std::string(kProxyNameLabel));
   std::string at = Reader::str(obj, "addressType", "");
-  if (at == "IPv4") s.address_type = model::AddressType::kIPv4;
-  else if (at == "IPv6") s.address_type = model::AddressType::kIPv6;
-  else if (at == "FQDN") s.address_type = model::AddressType::kFQDN;
-  else if (at.empty()) fail("addressType missing");
-  else fail("addressType: unknown value \"" + at + "\"");
+  if (at == "IPv4")
+    s.address_type = model::AddressType::kIPv4;
+  else if (at == "IPv6")
+    s.address_type = model::AddressType::kIPv6;
+  else if (at == "FQDN")
+    s.address_type = model::AddressType::kFQDN;
+  else if (at.empty())
+    fail("addressType missing");
+  else
+    fail("addressType: unknown value \"" + at + "\"");
 
   int i = 0;
   for (const auto& pe : Reader::array(obj, "ports", "")) {
@@ -348,8 +376,8 @@ model::EndpointSlice decode_slice(const dom::element& obj, Reader& r) {
   for (const auto& ee : endpoints) {
     std::string path = "endpoints[" + std::to_string(i++) + "]";
     r.check_known(ee, path,
-                  {"addresses", "conditions", "hostname", "nodeName", "zone", "hints",
-                   "targetRef", "deprecatedTopology"});
+                  {"addresses", "conditions", "hostname", "nodeName", "zone", "hints", "targetRef",
+                   "deprecatedTopology"});
     model::Endpoint e;
     for (const auto& ae : Reader::array(ee, "addresses", path)) {
       std::string_view v;
@@ -487,25 +515,36 @@ std::optional<ObjectKind> kind_from_name(std::string_view kind) {
 Result<Decoded> decode_object(const dom::element& obj, std::optional<ObjectKind> hint) {
   std::optional<ObjectKind> kind = hint;
   std::string_view kind_text;
-  if (auto k = Reader::field(obj, "kind"); k && k->get_string().get(kind_text) == simdjson::SUCCESS) {
+  if (auto k = Reader::field(obj, "kind");
+      k && k->get_string().get(kind_text) == simdjson::SUCCESS) {
     auto parsed = kind_from_name(kind_text);
     if (!parsed)
       return Error{describe(obj, std::nullopt) + ": unsupported kind \"" + std::string(kind_text) +
                    "\""};
     if (hint && *parsed != *hint)
-      return Error{describe(obj, parsed) + ": expected kind " + std::string(model::to_string(*hint))};
+      return Error{describe(obj, parsed) + ": expected kind " +
+                   std::string(model::to_string(*hint))};
     kind = parsed;
   }
   if (!kind) return Error{describe(obj, std::nullopt) + ": kind missing"};
-  if (obj.type() != dom::element_type::OBJECT) return Error{"object expected, got another JSON value"};
+  if (obj.type() != dom::element_type::OBJECT)
+    return Error{"object expected, got another JSON value"};
   Decoded d;
   Reader r(d.warnings);
   try {
     switch (*kind) {
-      case ObjectKind::kService: d.object = decode_service(obj, r); break;
-      case ObjectKind::kEndpointSlice: d.object = decode_slice(obj, r); break;
-      case ObjectKind::kNode: d.object = decode_node(obj, r); break;
-      case ObjectKind::kPod: d.object = decode_pod(obj, r); break;
+      case ObjectKind::kService:
+        d.object = decode_service(obj, r);
+        break;
+      case ObjectKind::kEndpointSlice:
+        d.object = decode_slice(obj, r);
+        break;
+      case ObjectKind::kNode:
+        d.object = decode_node(obj, r);
+        break;
+      case ObjectKind::kPod:
+        d.object = decode_pod(obj, r);
+        break;
     }
   } catch (const DecodeFailure& f) {
     return Error{describe(obj, kind) + ": " + f.reason};
@@ -534,7 +573,8 @@ Result<DecodedList> decode_list(std::string_view json, ObjectKind kind) {
   DecodedList out;
   if (auto m = Reader::field(root, "metadata")) {
     std::string_view v;
-    if (auto rv = Reader::field(*m, "resourceVersion"); rv && rv->get_string().get(v) == simdjson::SUCCESS)
+    if (auto rv = Reader::field(*m, "resourceVersion");
+        rv && rv->get_string().get(v) == simdjson::SUCCESS)
       out.resource_version = v;
     if (auto c = Reader::field(*m, "continue"); c && c->get_string().get(v) == simdjson::SUCCESS)
       out.continue_token = v;

@@ -9,12 +9,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstring>
-#include <fstream>
-#include <mutex>
 #include <prometheus/counter.h>
 #include <prometheus/registry.h>
 #include <simdjson.h>
+#include <cstring>
+#include <fstream>
+#include <mutex>
 #include <sstream>
 
 #include "watcher/decode.h"
@@ -110,7 +110,9 @@ ManifestSource::ManifestSource(fs::path dir, Post post, prometheus::Registry* re
   }
 }
 
-ManifestSource::~ManifestSource() { stop(); }
+ManifestSource::~ManifestSource() {
+  stop();
+}
 
 bool ManifestSource::start(std::string* error) {
   std::error_code ec;

@@ -32,8 +32,10 @@ class DaemonApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(api_.ok()) << api_.error();
-    api_.apply(R"({"apiVersion":"v1","kind":"Service","metadata":{"name":"web","namespace":"demo"},"spec":{"clusterIP":"10.96.0.10","ports":[{"name":"http","port":80}]}})");
-    api_.apply(R"({"apiVersion":"v1","kind":"Service","metadata":{"name":"api","namespace":"demo"},"spec":{"clusterIP":"10.96.0.11","ports":[{"name":"http","port":80}]}})");
+    api_.apply(
+        R"({"apiVersion":"v1","kind":"Service","metadata":{"name":"web","namespace":"demo"},"spec":{"clusterIP":"10.96.0.10","ports":[{"name":"http","port":80}]}})");
+    api_.apply(
+        R"({"apiVersion":"v1","kind":"Service","metadata":{"name":"api","namespace":"demo"},"spec":{"clusterIP":"10.96.0.11","ports":[{"name":"http","port":80}]}})");
     api_.apply(slice_json({"10.244.0.1", "10.244.0.2"}));
     api_.apply(R"({"apiVersion":"v1","kind":"Node","metadata":{"name":"node-a"}})");
     char path[] = "/tmp/endpointd-kubeconfig-XXXXXX";
@@ -87,7 +89,10 @@ class DaemonApiTest : public ::testing::Test {
 
 TEST_F(DaemonApiTest, SyncsThenFollowsWatchEvents) {
   ASSERT_TRUE(wait([&] { return endpoints("web") == 2; }));
-  ASSERT_TRUE(wait([&] { auto r = http_->Get("/readyz"); return r && r->status == 200; }));
+  ASSERT_TRUE(wait([&] {
+    auto r = http_->Get("/readyz");
+    return r && r->status == 200;
+  }));
   api_.apply(slice_json({"10.244.0.1", "10.244.0.2", "10.244.0.3"}));
   EXPECT_TRUE(wait([&] { return endpoints("web") == 3; }));
 }

@@ -29,8 +29,7 @@ addressType: IPv4
 ports: [{name: http, port: 8080}]
 endpoints:
 )";
-  for (int i = 1; i <= endpoints; ++i)
-    s += "- addresses: [10.244.0." + std::to_string(i) + "]\n";
+  for (int i = 1; i <= endpoints; ++i) s += "- addresses: [10.244.0." + std::to_string(i) + "]\n";
   return s;
 }
 

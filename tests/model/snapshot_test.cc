@@ -6,7 +6,9 @@
 namespace endpointd::model {
 namespace {
 
-IpAddr ip(const char* s) { return *IpAddr::parse(s); }
+IpAddr ip(const char* s) {
+  return *IpAddr::parse(s);
+}
 
 Service svc(const char* name) {
   Service s;

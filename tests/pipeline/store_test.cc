@@ -8,7 +8,9 @@ namespace {
 
 using model::ObjectKind;
 
-model::IpAddr ip(const char* s) { return *model::IpAddr::parse(s); }
+model::IpAddr ip(const char* s) {
+  return *model::IpAddr::parse(s);
+}
 
 model::Service svc(const char* name, const char* cluster_ip = "10.96.0.1") {
   model::Service s;
@@ -33,8 +35,12 @@ model::EndpointSlice slice(const char* name, const char* service, std::vector<co
   return s;
 }
 
-model::Event up(model::Object o) { return model::Event{model::Upsert{std::move(o)}}; }
-model::Event rm(ObjectKind k, const char* name) { return model::Event{model::Remove{k, {"ns", name}}}; }
+model::Event up(model::Object o) {
+  return model::Event{model::Upsert{std::move(o)}};
+}
+model::Event rm(ObjectKind k, const char* name) {
+  return model::Event{model::Remove{k, {"ns", name}}};
+}
 
 class StoreTest : public ::testing::Test {
  protected:

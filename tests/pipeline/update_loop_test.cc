@@ -23,7 +23,9 @@ model::Service svc(const std::string& name) {
   return s;
 }
 
-model::Event up(model::Object o) { return model::Event{model::Upsert{std::move(o)}}; }
+model::Event up(model::Object o) {
+  return model::Event{model::Upsert{std::move(o)}};
+}
 
 class RecordingSink : public Sink {
  public:

@@ -50,7 +50,8 @@ TEST(Decode, ServiceWithEverything) {
 }
 
 TEST(Decode, HeadlessAndExternalName) {
-  auto h = decode_json(R"({"kind":"Service","metadata":{"name":"db"},"spec":{"clusterIP":"None"}})");
+  auto h =
+      decode_json(R"({"kind":"Service","metadata":{"name":"db"},"spec":{"clusterIP":"None"}})");
   ASSERT_TRUE(h) << h.error();
   const auto& hs = std::get<model::Service>(h->object);
   EXPECT_TRUE(hs.headless);
@@ -86,7 +87,8 @@ TEST(Decode, EndpointSliceConditionsDefaultAsKubernetesSays) {
 }
 
 TEST(Decode, NodeAndPod) {
-  auto n = decode_json(R"({"kind":"Node","metadata":{"name":"n1","labels":{"topology.kubernetes.io/zone":"z"}},
+  auto n = decode_json(
+      R"({"kind":"Node","metadata":{"name":"n1","labels":{"topology.kubernetes.io/zone":"z"}},
       "spec":{"podCIDRs":["10.244.1.0/24"]},
       "status":{"addresses":[{"type":"InternalIP","address":"192.168.1.2"},{"type":"Hostname","address":"n1"}]}})");
   ASSERT_TRUE(n) << n.error();
@@ -117,14 +119,18 @@ TEST(Decode, BadInputIsRefusedWithAReasonNamingTheObject) {
        "Service n/a: spec.clusterIPs: invalid IP address \"10.0.0.300\""},
       {R"({"kind":"Service","metadata":{"name":"a"},"spec":{"ports":[{"port":70000}]}})",
        "port 70000 out of range"},
-      {R"({"kind":"Service","metadata":{"name":"a"},"spec":{"ports":[{"port":0}]}})", "port 0 out of range"},
+      {R"({"kind":"Service","metadata":{"name":"a"},"spec":{"ports":[{"port":0}]}})",
+       "port 0 out of range"},
       {R"({"kind":"Service","metadata":{"name":"a"},"spec":{"ports":[{"port":80,"protocol":"ICMP"}]}})",
        "unknown protocol \"ICMP\""},
-      {R"({"kind":"Service","metadata":{"name":"a"},"spec":{"type":"Bogus"}})", "unknown service type"},
-      {R"({"kind":"Service","metadata":{"name":"a"},"spec":{"ports":[{"port":"80"}]}})", "expected an integer"},
+      {R"({"kind":"Service","metadata":{"name":"a"},"spec":{"type":"Bogus"}})",
+       "unknown service type"},
+      {R"({"kind":"Service","metadata":{"name":"a"},"spec":{"ports":[{"port":"80"}]}})",
+       "expected an integer"},
       {R"({"kind":"Service","metadata":{"name":"a"},"spec":{"ports":[{"name":"x","port":80},{"name":"x","port":81}]}})",
        "duplicate port name"},
-      {R"({"kind":"Service","metadata":{"name":"a"},"spec":{"type":"ExternalName"}})", "externalName missing"},
+      {R"({"kind":"Service","metadata":{"name":"a"},"spec":{"type":"ExternalName"}})",
+       "externalName missing"},
       {R"({"kind":"Service","metadata":{},"spec":{}})", "metadata.name missing"},
       {R"({"kind":"Service","metadata":{"name":"a"}})", "spec missing"},
       {R"({"kind":"EndpointSlice","metadata":{"name":"s","namespace":"n"},"addressType":"IPv4",
@@ -175,11 +181,12 @@ TEST(Decode, HintGivesKindToListItemsAndMustAgree) {
 }
 
 TEST(DecodeList, KeepsGoodItemsAndReportsBadOnes) {
-  auto l = decode_list(R"({"kind":"ServiceList","metadata":{"resourceVersion":"77","continue":"tok"},
+  auto l =
+      decode_list(R"({"kind":"ServiceList","metadata":{"resourceVersion":"77","continue":"tok"},
       "items":[{"metadata":{"name":"good"},"spec":{}},
                {"metadata":{"name":"bad"},"spec":{"clusterIP":"nope"}},
                {"metadata":{"name":"good2"},"spec":{}}]})",
-                       ObjectKind::kService);
+                  ObjectKind::kService);
   ASSERT_TRUE(l) << l.error();
   EXPECT_EQ(l->resource_version, "77");
   EXPECT_EQ(l->continue_token, "tok");

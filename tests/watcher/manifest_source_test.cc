@@ -171,7 +171,8 @@ TEST_F(ManifestSourceTest, BadObjectKeepsItsPreviousVersionOthersUpdate) {
   EXPECT_NE(errs[0].reason.find("EndpointSlice demo/web-1"), std::string::npos);
   EXPECT_NE(errs[0].reason.find("10.244.0.999"), std::string::npos);
   auto text = prometheus::TextSerializer().Serialize(reg_.Collect());
-  EXPECT_NE(text.find("endpointd_decode_errors_total{kind=\"EndpointSlice\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("endpointd_decode_errors_total{kind=\"EndpointSlice\"} 1"),
+            std::string::npos);
 }
 
 TEST_F(ManifestSourceTest, ListsAndJson) {
@@ -181,14 +182,17 @@ items:
 - {kind: Service, metadata: {name: a, namespace: demo}, spec: {clusterIP: 10.96.0.1}}
 - {kind: Service, metadata: {name: b, namespace: demo}, spec: {clusterIP: 10.96.0.2}}
 )");
-  write("c.json", R"({"kind":"ServiceList","items":[{"kind":"Service","metadata":{"name":"c","namespace":"demo"},"spec":{}}]})");
+  write(
+      "c.json",
+      R"({"kind":"ServiceList","items":[{"kind":"Service","metadata":{"name":"c","namespace":"demo"},"spec":{}}]})");
   start();
   auto s = col_.wait_past(0);
   EXPECT_EQ(s->services.size(), 3u);
 }
 
 TEST_F(ManifestSourceTest, MissingDirectoryFailsToStart) {
-  ManifestSource src(dir_ / "nope", [](model::Event) {}, nullptr);
+  ManifestSource src(
+      dir_ / "nope", [](model::Event) {}, nullptr);
   std::string err;
   EXPECT_FALSE(src.start(&err));
   EXPECT_NE(err.find("nope"), std::string::npos);
