@@ -393,6 +393,23 @@ TEST_F(KubeClientTest, MalformedObjectIsRejectedAndCountedOthersStay) {
   EXPECT_EQ(recorder_.total_removes(), 0);
 }
 
+TEST_F(KubeClientTest, OtherErrorEventReconnectsFromTheSamePosition) {
+  server_.apply(service_json("a"));
+  start(services_only());
+  ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
+  const std::string rv = client_->stats(ObjectKind::kService).resource_version;
+  server_.send_raw_watch_line(
+      "services",
+      R"({"type":"ERROR","object":{"kind":"Status","code":500,"reason":"InternalError","message":"etcd hiccup"}})");
+  ASSERT_TRUE(wait_until([&] { return watch_requests().size() == 2; }));
+  EXPECT_EQ(watch_requests()[1].param("resourceVersion"), rv);
+  auto st = client_->stats(ObjectKind::kService);
+  EXPECT_EQ(st.error_events, 1u);
+  EXPECT_EQ(st.reconnect_count("error_event"), 1u);
+  EXPECT_EQ(st.relists, 0u);  // not a 410: no relist
+  EXPECT_EQ(metric("endpointd_watch_events_total", {{"kind", "Service"}, {"type", "ERROR"}}), 1);
+}
+
 TEST_F(KubeClientTest, ObjectsOfAnotherServiceProxyAreIgnored) {
   server_.apply(service_json("a"));
   server_.apply(service_json("other", "10.96.0.9", 80, "default",
