@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Writes the DNS benchmark's records for NSD and Knot as a zone file, and dnsperf's queries.
+
+The same deterministic cluster that bench_server builds as a Snapshot (keep the two in step):
+  services i = 0..N-1: name svc<i>, namespace ns<i % 100>, ClusterIP 10.96.<i/256>.<i%256>,
+  one named port http/TCP 80, E endpoints each 10.<128 + (i*E+j)/65536>.<((i*E+j)/256)%256>.<(i*E+j)%256>
+  (port 8080); every tenth service is headless (its ready endpoints are its A records,
+  ep-<j> hostnames).
+Usage: gen_zone.py OUTDIR [--services N] [--endpoints-per-service E]
+"""
+import argparse
+import os
+import random
+
+ap = argparse.ArgumentParser()
+ap.add_argument("out")
+ap.add_argument("--services", type=int, default=10000)
+ap.add_argument("--endpoints-per-service", type=int, default=10)
+ap.add_argument("--queries", type=int, default=100000)
+a = ap.parse_args()
+os.makedirs(a.out, exist_ok=True)
+Z = "cluster.local"
+N, E = a.services, a.endpoints_per_service
+
+
+def cip(i):
+    return f"10.96.{i // 256}.{i % 256}"
+
+
+def eip(i, j):
+    k = i * E + j
+    return f"10.{128 + k // 65536}.{(k // 256) % 256}.{k % 256}"
+
+
+with open(os.path.join(a.out, "cluster.local.zone"), "w") as f:
+    f.write(f"$ORIGIN {Z}.\n$TTL 5\n")
+    f.write(f"@ IN SOA ns.dns.{Z}. hostmaster.{Z}. 1 7200 1800 86400 5\n")
+    f.write(f"@ IN NS ns.dns.{Z}.\n")
+    f.write("ns.dns IN A 127.0.0.1\n")
+    f.write('dns-version IN TXT "1.1.0"\n')
+    for i in range(N):
+        base = f"svc{i}.ns{i % 100}.svc"
+        if i % 10 == 0:
+            for j in range(E):
+                f.write(f"{base} IN A {eip(i, j)}\n")
+                f.write(f"ep-{j}.{base} IN A {eip(i, j)}\n")
+                f.write(f"_http._tcp.{base} IN SRV 0 10 8080 ep-{j}.{base}.{Z}.\n")
+        else:
+            f.write(f"{base} IN A {cip(i)}\n")
+            f.write(f"_http._tcp.{base} IN SRV 0 100 80 {base}.{Z}.\n")
+
+rng = random.Random(1)
+with open(os.path.join(a.out, "queries.txt"), "w") as f:
+    for _ in range(a.queries):
+        i = rng.randrange(N)
+        base = f"svc{i}.ns{i % 100}.svc.{Z}"
+        r = rng.random()
+        if r < 0.7:
+            f.write(f"{base} A\n")
+        elif r < 0.8:
+            f.write(f"{base} AAAA\n")  # NODATA
+        elif r < 0.9:
+            f.write(f"nope{i}.ns{i % 100}.svc.{Z} A\n")  # NXDOMAIN
+        else:
+            f.write(f"_http._tcp.{base} SRV\n")
