@@ -77,7 +77,8 @@ class Netns {
   std::string sysctl(const std::string& key);
 
   // Starts a process inside this namespace. The namespace owns it: it is stopped before the
-  // namespace is deleted. The reference stays valid for the namespace's life.
+  // namespace is deleted. The reference stays valid for the namespace's life. The child gets
+  // SIGKILL when the spawning thread dies, so spawn from the test's own thread, not inside run().
   Process& spawn(std::vector<std::string> argv, const std::string& log_name,
                  bool ready_pipe = false, std::vector<std::string> env = {});
 

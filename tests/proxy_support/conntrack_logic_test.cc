@@ -65,6 +65,10 @@ TEST(FlowCount, CountsLiveConnectionsByReplySource) {
   EXPECT_EQ(*c, (FlowCount{.tcp_established = 2, .tcp_opening = 1, .tcp_closing = 1, .udp = 1}));
   EXPECT_EQ(c->live(), 5u);
   EXPECT_EQ(ct.count_flows_to(ip("10.244.9.9"))->live(), 0u);
+  auto each = ct.count_flows_to_each({ip("10.244.1.11"), ip(ep)});
+  ASSERT_TRUE(each);
+  EXPECT_EQ((*each)[0], FlowCount{.tcp_established = 1});
+  EXPECT_EQ((*each)[1], *c);
 }
 
 TEST(FakeConntrack, DeletesWhatAnyMatchSelectsAndReportsErrors) {

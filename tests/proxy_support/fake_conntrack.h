@@ -52,6 +52,15 @@ class FakeConntrack : public Conntrack {
     for (const auto& f : flows_) count_flow(f, endpoint, c);
     return c;
   }
+  Result<std::vector<FlowCount>> count_flows_to_each(const std::vector<model::IpAddr>& endpoints) override {
+    std::lock_guard lock(mu_);
+    if (!error_.empty()) return Error{error_};
+    std::vector<FlowCount> out(endpoints.size());
+    for (size_t i = 0; i < endpoints.size(); ++i) {
+      for (const auto& f : flows_) count_flow(f, endpoints[i], out[i]);
+    }
+    return out;
+  }
 
  private:
   mutable std::mutex mu_;

@@ -25,7 +25,7 @@ model::Snapshot one_service(uint16_t hc_port, std::vector<std::string> endpoint_
   }
   model::Snapshot s;
   s.generation = 1;
-  s.services.push_back(st);
+  s.services = std::vector<model::ServiceStatePtr>{st};
   return s;
 }
 

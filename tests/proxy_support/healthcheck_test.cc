@@ -41,9 +41,9 @@ model::Snapshot snapshot(std::vector<model::ServiceStatePtr> services) {
   model::Snapshot s;
   s.generation = 1;
   s.synced = true;
-  s.services = std::move(services);
-  std::sort(s.services.begin(), s.services.end(),
+  std::sort(services.begin(), services.end(),
             [](const auto& a, const auto& b) { return a->key() < b->key(); });
+  s.services = std::move(services);
   return s;
 }
 
