@@ -1,5 +1,6 @@
 // Serves the DNS benchmark's cluster (see gen_zone.py: the same records) with endpointd's
 // DNS sink until SIGINT/SIGTERM. Usage: bench_server PORT [services] [endpoints-per-service]
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   auto snap = std::make_shared<model::Snapshot>();
   snap->generation = 1;
   snap->synced = true;
+  std::vector<model::ServiceStatePtr> services;
   for (int i = 0; i < n; ++i) {
     auto st = std::make_shared<model::ServiceState>();
     st->service.key = {"ns" + std::to_string(i % 100), "svc" + std::to_string(i)};
@@ -47,10 +49,10 @@ int main(int argc, char** argv) {
       m.ports.push_back({"http", model::Protocol::kTCP, 8080, ""});
       st->endpoints.push_back(std::move(m));
     }
-    snap->services.push_back(std::move(st));
+    services.push_back(std::move(st));
   }
-  std::sort(snap->services.begin(), snap->services.end(),
-            [](const auto& a, const auto& b) { return a->key() < b->key(); });
+  std::sort(services.begin(), services.end(), [](const auto& a, const auto& b) { return a->key() < b->key(); });
+  snap->services = std::move(services);
   dns::DnsOptions o;
   o.listen = "127.0.0.1:" + std::to_string(port);
   o.forwarding = false;

@@ -1,6 +1,7 @@
 // Helpers for the dns tests: snapshots from a few lines, queries as bytes.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,9 +49,9 @@ inline model::SnapshotPtr snapshot(std::vector<model::ServiceStatePtr> services,
   auto s = std::make_shared<model::Snapshot>();
   s->generation = gen;
   s->synced = synced;
+  // Accepts a sorted-here vector whether services is a vector or a ServiceList.
+  std::sort(services.begin(), services.end(), [](const auto& a, const auto& b) { return a->key() < b->key(); });
   s->services = std::move(services);
-  std::sort(s->services.begin(), s->services.end(),
-            [](const auto& a, const auto& b) { return a->key() < b->key(); });
   return s;
 }
 
