@@ -92,15 +92,13 @@ ServiceState build_service_state(const Service& svc,
 }
 
 const ServiceState* Snapshot::find(const ServiceKey& key) const {
-  auto it = find_sorted(services, key,
-                        [](const ServiceStatePtr& p) -> const ServiceKey& { return p->key(); });
-  return it == services.end() ? nullptr : it->get();
+  const ServiceStatePtr* p = services.find(key);
+  return p ? p->get() : nullptr;
 }
 
 ServiceStatePtr Snapshot::find_ptr(const ServiceKey& key) const {
-  auto it = find_sorted(services, key,
-                        [](const ServiceStatePtr& p) -> const ServiceKey& { return p->key(); });
-  return it == services.end() ? nullptr : *it;
+  const ServiceStatePtr* p = services.find(key);
+  return p ? *p : nullptr;
 }
 
 const Node* Snapshot::find_node(std::string_view name) const {
@@ -113,29 +111,40 @@ const Pod* Snapshot::find_pod(const ObjectKey& key) const {
   return it == pods.end() ? nullptr : it->get();
 }
 
-size_t Snapshot::endpoint_count() const {
-  size_t n = 0;
-  for (const auto& s : services) n += s->endpoints.size();
-  return n;
-}
-
 Delta diff(const Snapshot* from, const Snapshot& to) {
   Delta d;
   d.to_generation = to.generation;
   static const Snapshot kEmpty;
   const Snapshot& a = from ? *from : kEmpty;
   d.from_generation = a.generation;
-  size_t i = 0, j = 0;
-  while (i < a.services.size() || j < to.services.size()) {
-    if (j == to.services.size() ||
-        (i < a.services.size() && a.services[i]->key() < to.services[j]->key())) {
-      d.removed.push_back(a.services[i++]->key());
-    } else if (i == a.services.size() || to.services[j]->key() < a.services[i]->key()) {
-      d.added.push_back(to.services[j++]->key());
-    } else {
-      if (a.services[i] != to.services[j]) d.changed.push_back(to.services[j]->key());
+  // Walk both lists; a chunk shared by both is skipped whole.
+  const auto& ca = a.services.chunks();
+  const auto& cb = to.services.chunks();
+  size_t i = 0, ii = 0, j = 0, jj = 0;  // chunk and item positions
+  auto at_a = [&]() -> const ServiceStatePtr& { return ca[i]->items[ii]; };
+  auto at_b = [&]() -> const ServiceStatePtr& { return cb[j]->items[jj]; };
+  auto next_a = [&] {
+    if (++ii == ca[i]->items.size()) ++i, ii = 0;
+  };
+  auto next_b = [&] {
+    if (++jj == cb[j]->items.size()) ++j, jj = 0;
+  };
+  while (i < ca.size() || j < cb.size()) {
+    if (i < ca.size() && j < cb.size() && ii == 0 && jj == 0 && ca[i] == cb[j]) {
       ++i;
       ++j;
+      continue;
+    }
+    if (j == cb.size() || (i < ca.size() && at_a()->key() < at_b()->key())) {
+      d.removed.push_back(at_a()->key());
+      next_a();
+    } else if (i == ca.size() || at_b()->key() < at_a()->key()) {
+      d.added.push_back(at_b()->key());
+      next_b();
+    } else {
+      if (at_a() != at_b()) d.changed.push_back(at_b()->key());
+      next_a();
+      next_b();
     }
   }
   auto same = [](const auto& x, const auto& y) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/objects.h"
+#include "model/service_list.h"
 
 namespace endpointd::model {
 
@@ -39,15 +40,16 @@ struct ServiceState {
   const MergedEndpoint* find(const IpAddr& a) const;
 };
 
-using ServiceStatePtr = std::shared_ptr<const ServiceState>;
 using NodePtr = std::shared_ptr<const Node>;
 using PodPtr = std::shared_ptr<const Pod>;
 
 struct Snapshot {
   uint64_t generation = 0;
   bool synced = false;  // every source has delivered its first full list
-  // Sorted by key. Copying a snapshot copies pointers only.
-  std::vector<ServiceStatePtr> services;
+  // Sorted by key, in shared chunks: the next snapshot shares what did not change.
+  ServiceList services;
+  // Merged endpoints over all services, kept by the builder.
+  size_t endpoints = 0;
   std::vector<NodePtr> nodes;  // sorted by name
   std::vector<PodPtr> pods;    // sorted by key
 
@@ -55,7 +57,7 @@ struct Snapshot {
   ServiceStatePtr find_ptr(const ServiceKey& key) const;
   const Node* find_node(std::string_view name) const;
   const Pod* find_pod(const ObjectKey& key) const;
-  size_t endpoint_count() const;
+  size_t endpoint_count() const { return endpoints; }
 };
 
 using SnapshotPtr = std::shared_ptr<const Snapshot>;

@@ -162,36 +162,33 @@ model::SnapshotPtr Store::build(const model::SnapshotPtr& prev) {
   auto next = std::make_shared<model::Snapshot>();
   bool changed = false;
 
-  // Services: walk the previous (sorted) list and the dirty keys (sorted) together.
-  next->services.reserve(p.services.size() + dirty_.size());
-  auto old_it = p.services.begin();
-  auto rebuild = [&](const model::ServiceKey& key, const model::ServiceStatePtr& old) {
+  // Services: rebuild the dirty ones; every chunk of the list without one is shared.
+  std::vector<std::pair<model::ServiceKey, model::ServiceStatePtr>> changes;
+  size_t endpoints = p.endpoints;
+  for (const auto& key : dirty_) {
+    model::ServiceStatePtr old = p.find_ptr(key);
     auto svc = services_.find(key);
     if (svc == services_.end()) {
-      if (old) changed = true;
-      return;
+      if (old) {
+        endpoints -= old->endpoints.size();
+        changes.emplace_back(key, nullptr);
+      }
+      continue;
     }
     std::vector<const model::EndpointSlice*> slices;
     if (auto idx = slices_by_service_.find(key); idx != slices_by_service_.end())
       for (const auto& sk : idx->second) slices.push_back(&slices_.at(sk));
     auto state = model::build_service_state(svc->second, slices);
-    if (old && old->service.equal_spec(state.service) && old->endpoints == state.endpoints) {
-      next->services.push_back(old);  // same content: keep the pointer, sinks skip it
-      return;
-    }
-    changed = true;
-    next->services.push_back(std::make_shared<const model::ServiceState>(std::move(state)));
-  };
-  for (const auto& key : dirty_) {
-    while (old_it != p.services.end() && (*old_it)->key() < key)
-      next->services.push_back(*old_it++);
-    if (old_it != p.services.end() && (*old_it)->key() == key)
-      rebuild(key, *old_it++);
-    else
-      rebuild(key, nullptr);
+    // Same content: keep the old pointer, so sinks see no change.
+    if (old && old->service.equal_spec(state.service) && old->endpoints == state.endpoints) continue;
+    if (old) endpoints -= old->endpoints.size();
+    endpoints += state.endpoints.size();
+    changes.emplace_back(key, std::make_shared<const model::ServiceState>(std::move(state)));
   }
-  next->services.insert(next->services.end(), old_it, p.services.end());
   dirty_.clear();
+  if (!changes.empty()) changed = true;
+  next->services = p.services.with(changes);
+  next->endpoints = endpoints;
 
   if (nodes_dirty_) {
     next->nodes.reserve(nodes_.size());

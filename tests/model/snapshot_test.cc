@@ -146,3 +146,84 @@ TEST(Snapshot, FindsByKey) {
 
 }  // namespace
 }  // namespace endpointd::model
+
+namespace endpointd::model {
+namespace {
+
+ServiceStatePtr state(int i, int version = 0) {
+  ServiceState st;
+  char name[16];
+  std::snprintf(name, sizeof name, "s%05d", i);
+  st.service.key = {"ns", name};
+  st.service.uid = std::to_string(version);
+  return std::make_shared<const ServiceState>(std::move(st));
+}
+
+std::vector<std::string> names(const ServiceList& l) {
+  std::vector<std::string> out;
+  for (const auto& p : l) out.push_back(p->key().name);
+  return out;
+}
+
+TEST(ServiceList, ChangesShareEveryUntouchedChunk) {
+  std::vector<ServiceStatePtr> all;
+  for (int i = 0; i < 1000; i += 2) all.push_back(state(i));
+  ServiceList l(all);
+  ASSERT_EQ(l.size(), 500u);
+  ASSERT_GT(l.chunks().size(), 5u);
+  // Replace one, insert one, remove one: all in the middle.
+  auto next = l.with({{state(500)->key(), state(500, 1)},
+                      {state(501)->key(), state(501)},
+                      {state(502)->key(), nullptr}});
+  EXPECT_EQ(next.size(), 500u);
+  auto n = names(next);
+  EXPECT_TRUE(std::is_sorted(n.begin(), n.end()));
+  EXPECT_EQ(next.find(state(501)->key())->get()->key().name, "s00501");
+  EXPECT_EQ(next.find(state(502)->key()), nullptr);
+  EXPECT_EQ(next.find(state(500)->key())->get()->service.uid, "1");
+  size_t shared = 0;
+  for (const auto& c : next.chunks())
+    for (const auto& o : l.chunks()) shared += (c == o);
+  EXPECT_GE(shared, l.chunks().size() - 1);  // only the touched chunk was copied
+  Snapshot a, b;
+  a.services = l;
+  b.services = next;
+  auto d = diff(&a, b);
+  EXPECT_EQ(d.added.size(), 1u);
+  EXPECT_EQ(d.removed.size(), 1u);
+  EXPECT_EQ(d.changed.size(), 1u);
+}
+
+TEST(ServiceList, GrowsFromEmptySplitsAndEmpties) {
+  ServiceList l;
+  std::vector<std::pair<ServiceKey, ServiceStatePtr>> adds;
+  for (int i = 0; i < 300; ++i) adds.emplace_back(state(i)->key(), state(i));
+  auto full = l.with(adds);
+  EXPECT_EQ(full.size(), 300u);
+  EXPECT_GE(full.chunks().size(), 300 / (2 * ServiceList::kChunk));
+  for (const auto& c : full.chunks()) EXPECT_LE(c->items.size(), 2 * ServiceList::kChunk);
+  // Insert at both ends.
+  auto ends = full.with({{ServiceKey{"a", "first"}, [] {
+                           ServiceState st;
+                           st.service.key = {"a", "first"};
+                           return std::make_shared<const ServiceState>(std::move(st));
+                         }()},
+                         {ServiceKey{"zz", "last"}, [] {
+                           ServiceState st;
+                           st.service.key = {"zz", "last"};
+                           return std::make_shared<const ServiceState>(std::move(st));
+                         }()}});
+  auto n = names(ends);
+  ASSERT_EQ(n.size(), 302u);
+  EXPECT_EQ(n.front(), "first");
+  EXPECT_EQ(n.back(), "last");
+  std::vector<std::pair<ServiceKey, ServiceStatePtr>> removes;
+  for (const auto& p : ends) removes.emplace_back(p->key(), nullptr);
+  auto empty = ends.with(removes);
+  EXPECT_TRUE(empty.empty());
+  EXPECT_TRUE(empty.chunks().empty());
+  EXPECT_EQ(empty.begin(), empty.end());
+}
+
+}  // namespace
+}  // namespace endpointd::model
