@@ -1,0 +1,72 @@
+// The feed sink: endpointd's gRPC feed for ingress controllers and meshes, on one port —
+// endpointd.v1.UpstreamFeed (its own API), Envoy's AggregatedDiscoveryService (xDS, state
+// of the world and delta), the gRPC health service and server reflection. It reports
+// applied(g) under "feed" when every live subscriber acknowledged generation g.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "feed/hub.h"
+#include "pipeline/ack_board.h"
+#include "pipeline/sink.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace endpointd::feed {
+
+struct FeedOptions {
+  std::string listen = "127.0.0.1:0";  // "ADDR:PORT" or "[V6]:PORT"; port 0 picks a free one
+  std::string zone = "cluster.local";  // the DNS zone in xDS resource names
+  size_t max_streams = 4096;           // Watch and xDS streams together; more: RESOURCE_EXHAUSTED
+  size_t max_streams_per_connection = 1024;
+  int max_message_bytes = 16 << 20;    // received and sent, per message
+  std::chrono::milliseconds keepalive_time{30000};     // server pings an idle connection
+  std::chrono::milliseconds keepalive_timeout{10000};  // and closes it without an answer
+  std::chrono::milliseconds min_client_ping_interval{10000};  // faster client pings: GOAWAY
+  // TLS from PEM files when cert and key are set; with a client CA, clients must present a
+  // certificate it signed.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+};
+
+class FeedSink : public pipeline::Sink {
+ public:
+  // `board` and `registry` may be null. The sink registers itself on the board as "feed".
+  FeedSink(FeedOptions opts, pipeline::AckBoard* board, prometheus::Registry* registry);
+  ~FeedSink() override;
+  FeedSink(const FeedSink&) = delete;
+  FeedSink& operator=(const FeedSink&) = delete;
+
+  // Binds and starts serving; an error message on failure. Subscribers get their first
+  // answer once a synced snapshot was applied.
+  std::optional<std::string> start();
+  // Ends every stream (UNAVAILABLE) and stops the server.
+  void stop();
+  uint16_t port() const;  // the bound port, after start()
+
+  std::string name() const override { return "feed"; }
+  void apply(const model::SnapshotPtr& snap, const model::Delta& delta) override;
+
+  // For /debug/state: one row per live stream (subscription, versions sent and acked, NACKs).
+  std::vector<SubscriberInfo> subscribers() const;
+  // The generation every live subscriber acknowledged (0 before the first synced snapshot).
+  uint64_t applied_generation() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Parses "ADDR:PORT" / "[V6]:PORT"; nullopt when malformed.
+std::optional<std::pair<std::string, uint16_t>> parse_feed_listen(const std::string& s);
+
+}  // namespace endpointd::feed

@@ -1,0 +1,92 @@
+// The feed's metrics.
+#include "feed/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+namespace endpointd::feed {
+
+namespace {
+const char* kApiNames[] = {"watch", "ads", "delta_ads"};
+const char* kRejectNames[] = {"too_many_streams", "invalid_subscribe", "invalid_ack",
+                              "unknown_type",     "stale_nonce",       "bad_resource_name"};
+int idx(Metrics::Api a) { return static_cast<int>(a); }
+void bump(std::atomic<uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); }
+uint64_t read(const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); }
+}  // namespace
+
+Metrics::Metrics(prometheus::Registry* r) {
+  if (!r) return;
+  auto& streams = prometheus::BuildGauge()
+                      .Name("endpointd_feed_streams")
+                      .Help("Open feed streams, by API")
+                      .Register(*r);
+  auto& updates = prometheus::BuildCounter()
+                      .Name("endpointd_feed_updates_sent_total")
+                      .Help("Responses sent to feed subscribers, by API")
+                      .Register(*r);
+  auto& acks = prometheus::BuildCounter()
+                   .Name("endpointd_feed_acks_total")
+                   .Help("Acknowledgements received from feed subscribers, by API")
+                   .Register(*r);
+  auto& nacks = prometheus::BuildCounter()
+                    .Name("endpointd_feed_nacks_total")
+                    .Help("xDS responses a client rejected (NACK), by API")
+                    .Register(*r);
+  for (int i = 0; i < kApis; ++i) {
+    streams_[i] = &streams.Add({{"api", kApiNames[i]}});
+    updates_[i] = &updates.Add({{"api", kApiNames[i]}});
+    acks_[i] = &acks.Add({{"api", kApiNames[i]}});
+    nacks_[i] = &nacks.Add({{"api", kApiNames[i]}});
+  }
+  auto& rejected = prometheus::BuildCounter()
+                       .Name("endpointd_feed_rejected_total")
+                       .Help("Streams refused and requests ignored by the feed, by reason")
+                       .Register(*r);
+  for (int i = 0; i < kRejects; ++i) rejected_[i] = &rejected.Add({{"reason", kRejectNames[i]}});
+  coalesced_ = &prometheus::BuildCounter()
+                    .Name("endpointd_feed_coalesced_total")
+                    .Help("Snapshots a slow subscriber skipped: it was sent a newer state instead")
+                    .Register(*r)
+                    .Add({});
+  applied_ = &prometheus::BuildGauge()
+                  .Name("endpointd_feed_applied_generation")
+                  .Help("The newest generation every live feed subscriber acknowledged")
+                  .Register(*r)
+                  .Add({});
+}
+
+void Metrics::stream_opened(Api a) {
+  if (streams_[idx(a)]) streams_[idx(a)]->Increment();
+}
+void Metrics::stream_closed(Api a) {
+  if (streams_[idx(a)]) streams_[idx(a)]->Decrement();
+}
+void Metrics::update_sent(Api a) {
+  if (updates_[idx(a)]) updates_[idx(a)]->Increment();
+}
+void Metrics::ack(Api a) {
+  if (acks_[idx(a)]) acks_[idx(a)]->Increment();
+}
+void Metrics::nack(Api a) {
+  bump(nack_count_);
+  if (nacks_[idx(a)]) nacks_[idx(a)]->Increment();
+}
+void Metrics::coalesced() {
+  bump(coalesced_count_);
+  if (coalesced_) coalesced_->Increment();
+}
+void Metrics::rejected(Reject r) {
+  const int i = static_cast<int>(r);
+  bump(reject_counts_[i]);
+  if (rejected_[i]) rejected_[i]->Increment();
+}
+void Metrics::applied(uint64_t g) {
+  if (applied_) applied_->Set(static_cast<double>(g));
+}
+uint64_t Metrics::count(Reject r) const { return read(reject_counts_[static_cast<int>(r)]); }
+uint64_t Metrics::nacks() const { return read(nack_count_); }
+uint64_t Metrics::coalesced_count() const { return read(coalesced_count_); }
+
+}  // namespace endpointd::feed

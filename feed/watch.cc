@@ -1,0 +1,264 @@
+// endpointd.v1.UpstreamFeed/Watch: one callback reactor per stream. At most one response is
+// in flight; a snapshot that arrives meanwhile replaces the pending one, so a slow reader is
+// sent the newest state (coalesced), never a backlog.
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <set>
+
+#include "endpointd/v1/feed.grpc.pb.h"
+#include "feed/resources.h"
+#include "feed/services.h"
+
+namespace endpointd::feed {
+
+namespace {
+
+using Reject = Metrics::Reject;
+
+class WatchStream final : public grpc::ServerBidiReactor<v1::WatchRequest, v1::WatchResponse>,
+                          public Subscriber {
+ public:
+  WatchStream(grpc::CallbackServerContext* ctx, ServiceContext sc)
+      : sc_(std::move(sc)), id_(sc_.hub->next_id()), peer_(ctx->peer()), acks_(sc_.hub->current()) {
+    if (!sc_.hub->add(this)) {
+      sc_.metrics->rejected(Reject::kTooManyStreams);
+      spdlog::warn("feed: refused a watch stream from {}: stream limit reached", peer_);
+      refused_ = true;
+      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "endpointd feed: too many streams"));
+      return;
+    }
+    sc_.metrics->stream_opened(Metrics::Api::kWatch);
+    bool acks_moved = false;
+    {
+      std::lock_guard lock(mu_);
+      auto cur = sc_.hub->current();
+      if (cur && (!newest_ || cur->generation > newest_->generation)) newest_ = cur;
+      acks_moved = maybe_write_locked();
+    }
+    if (acks_moved) sc_.hub->acks_changed();
+    StartRead(&in_);
+  }
+
+  void notify(const model::SnapshotPtr& snap) override {
+    std::lock_guard lock(mu_);
+    if (newest_ && snap->generation <= newest_->generation) return;
+    if (writing_ && newest_ != basis_) sc_.metrics->coalesced();
+    newest_ = snap;
+    maybe_write_locked();  // the hub recomputes acks after notifying everyone
+  }
+
+  model::SnapshotPtr acked() const override {
+    std::lock_guard lock(mu_);
+    return acks_.acked();
+  }
+
+  SubscriberInfo info() const override {
+    std::lock_guard lock(mu_);
+    SubscriberInfo i;
+    i.id = id_;
+    i.api = "watch";
+    i.peer = peer_;
+    i.client = client_;
+    i.subscription = subscribed_ ? sel_.str() : "";
+    i.sent_version = acks_.sent_version();
+    i.acked_version = acks_.acked_version();
+    i.acked_generation = acks_.acked() ? acks_.acked()->generation : 0;
+    return i;
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client half-closed or went away
+      std::lock_guard lock(mu_);
+      finish_locked(grpc::Status::OK);
+      return;
+    }
+    bool acks_moved = false;
+    {
+      std::lock_guard lock(mu_);
+      switch (in_.request_case()) {
+        case v1::WatchRequest::kSubscribe: {
+          std::string error;
+          auto sel = Selection::from(in_.subscribe(), &error);
+          if (!sel) {
+            sc_.metrics->rejected(Reject::kInvalidSubscribe);
+            spdlog::warn("feed: invalid Subscribe from {}: {}", peer_, error);
+            finish_locked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "endpointd feed: " + error));
+            return;
+          }
+          sel_ = std::move(*sel);
+          client_ = in_.subscribe().client_name();
+          subscribed_ = true;
+          need_full_ = true;
+          acks_moved = maybe_write_locked();
+          break;
+        }
+        case v1::WatchRequest::kAck:
+          sc_.metrics->ack(Metrics::Api::kWatch);
+          if (acks_.ack(in_.ack().version())) {
+            acks_moved = true;
+          } else {
+            sc_.metrics->rejected(Reject::kInvalidAck);
+          }
+          break;
+        case v1::WatchRequest::REQUEST_NOT_SET:
+          sc_.metrics->rejected(Reject::kInvalidSubscribe);
+          finish_locked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                     "endpointd feed: a WatchRequest holds a subscribe or an ack"));
+          return;
+      }
+    }
+    if (acks_moved) sc_.hub->acks_changed();
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    bool acks_moved = false;
+    {
+      std::lock_guard lock(mu_);
+      writing_ = false;
+      if (!ok) finishing_ = true;
+      if (finishing_) {
+        finish_locked(status_);
+        return;
+      }
+      acks_moved = maybe_write_locked();
+    }
+    if (acks_moved) sc_.hub->acks_changed();
+  }
+
+  void OnDone() override {
+    if (!refused_) {
+      sc_.hub->remove(this);
+      sc_.metrics->stream_closed(Metrics::Api::kWatch);
+    }
+    delete this;
+  }
+
+ private:
+  // Finishes now, or when the write in flight completes.
+  void finish_locked(grpc::Status st) {
+    if (!finishing_) status_ = std::move(st);
+    finishing_ = true;
+    if (writing_ || finished_) return;
+    finished_ = true;
+    Finish(status_);
+  }
+
+  // Sends what the subscriber lacks, if nothing is in flight. Returns true when acked()
+  // moved without a send (the new snapshot changed nothing this subscriber sees).
+  bool maybe_write_locked() {
+    if (writing_ || finishing_ || !newest_) return false;
+    if (!subscribed_) {  // routes by nothing yet, so it holds nothing back
+      acks_.unchanged(newest_);
+      return true;
+    }
+    out_.Clear();
+    if (need_full_) {
+      need_full_ = false;
+      out_.set_full(true);
+      build_full();
+    } else {
+      if (basis_ == newest_) return false;
+      build_incremental();
+      if (out_.services_size() == 0 && out_.removed_size() == 0) {
+        basis_ = newest_;
+        acks_.unchanged(newest_);
+        return true;
+      }
+    }
+    out_.set_version(newest_->generation);
+    basis_ = newest_;
+    acks_.sent(newest_);
+    writing_ = true;
+    sc_.metrics->update_sent(Metrics::Api::kWatch);
+    StartWrite(&out_);
+    return false;
+  }
+
+  std::set<model::ServiceKey> exact_keys() const {
+    std::set<model::ServiceKey> keys;
+    for (const auto& s : sel_.selectors) keys.insert({s.ns, s.name});
+    return keys;
+  }
+
+  void build_full() {
+    if (sel_.exact_only()) {
+      for (const auto& k : exact_keys())
+        if (const auto* st = newest_->find(k)) fill_service(*st, sel_, out_.add_services());
+      return;
+    }
+    for (const auto& st : newest_->services)
+      if (sel_.matches(st->key())) fill_service(*st, sel_, out_.add_services());
+  }
+
+  void add_removed(const model::ServiceKey& k) {
+    auto* r = out_.add_removed();
+    r->set_namespace_(k.ns);
+    r->set_name(k.name);
+  }
+
+  void build_incremental() {
+    if (sel_.exact_only()) {
+      for (const auto& k : exact_keys()) {
+        auto before = basis_->find_ptr(k);
+        auto after = newest_->find_ptr(k);
+        if (before == after) continue;
+        if (after) {
+          fill_service(*after, sel_, out_.add_services());
+        } else {
+          add_removed(k);
+        }
+      }
+      return;
+    }
+    auto delta = sc_.hub->diff(basis_, newest_);
+    for (const auto* keys : {&delta->added, &delta->changed})
+      for (const auto& k : *keys)
+        if (sel_.matches(k))
+          if (const auto* st = newest_->find(k)) fill_service(*st, sel_, out_.add_services());
+    for (const auto& k : delta->removed)
+      if (sel_.matches(k)) add_removed(k);
+  }
+
+  const ServiceContext sc_;
+  const uint64_t id_;
+  const std::string peer_;
+  bool refused_ = false;
+
+  mutable std::mutex mu_;  // guards everything below; taken after the hub's lock, never before
+  v1::WatchRequest in_;
+  v1::WatchResponse out_;
+  Selection sel_;
+  std::string client_;
+  bool subscribed_ = false;
+  bool need_full_ = false;
+  bool writing_ = false;
+  bool finishing_ = false;
+  bool finished_ = false;
+  grpc::Status status_;
+  model::SnapshotPtr basis_;   // the state the last response brought the client to
+  model::SnapshotPtr newest_;  // the newest snapshot known
+  AckTracker acks_;
+};
+
+class WatchService final : public v1::UpstreamFeed::CallbackService {
+ public:
+  explicit WatchService(ServiceContext sc) : sc_(std::move(sc)) {}
+  grpc::ServerBidiReactor<v1::WatchRequest, v1::WatchResponse>* Watch(
+      grpc::CallbackServerContext* ctx) override {
+    return new WatchStream(ctx, sc_);
+  }
+
+ private:
+  ServiceContext sc_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::Service> make_watch_service(ServiceContext ctx) {
+  return std::make_unique<WatchService>(std::move(ctx));
+}
+
+}  // namespace endpointd::feed
