@@ -204,13 +204,15 @@ void UpdateLoop::run() {
 }
 
 void UpdateLoop::publish(model::SnapshotPtr snap, Clock::time_point oldest_event) {
+  // Observers and sinks first: whoever sees the new generation as current can rely on every
+  // sink having been handed it.
+  for (auto& fn : observers_) fn(snap);
+  for (auto& s : sinks_) s->offer(snap);
   {
     std::lock_guard lock(mu_);
     current_ = snap;
   }
   published_.notify_all();
-  for (auto& fn : observers_) fn(snap);
-  for (auto& s : sinks_) s->offer(snap);
   if (metrics_->generation) {
     metrics_->generation->Set(static_cast<double>(snap->generation));
     metrics_->services->Set(static_cast<double>(snap->services.size()));

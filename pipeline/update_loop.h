@@ -39,7 +39,8 @@ class UpdateLoop {
 
   // Before start(). The sink must outlive the loop; it runs on a thread of its own.
   void add_sink(Sink* sink);
-  // Called on the loop thread after each publish, before the sinks get it. Keep it cheap.
+  // Called on the loop thread for each new snapshot, before sinks get it and before it is
+  // current. Keep it cheap.
   void on_publish(std::function<void(const model::SnapshotPtr&)> fn);
 
   void start();
