@@ -141,15 +141,16 @@ SetDef set_def(IpFamily f, SetShape shape) {
 
 // ---- message building ----
 
+constexpr size_t kScratch = 1 << 20;
+
 class Builder {
  public:
   explicit Builder(uint32_t seq) : seq_(seq) {
-    scratch_.resize(1 << 20);
-    append(nftnl_batch_begin(scratch_.data(), seq_++));
+    append(nftnl_batch_begin(scratch_.get(), seq_++));
   }
 
   Batch finish() {
-    append(nftnl_batch_end(scratch_.data(), seq_++));
+    append(nftnl_batch_end(scratch_.get(), seq_++));
     batch_.first_seq = first_;
     return std::move(batch_);
   }
@@ -157,15 +158,16 @@ class Builder {
   nlmsghdr* header(uint16_t type, IpFamily f, uint16_t flags, std::string what) {
     if (first_ == 0) first_ = seq_;
     batch_.what.push_back(std::move(what));
-    return nftnl_nlmsg_build_hdr(scratch_.data(), type, nf_family(f), flags | NLM_F_ACK, seq_++);
+    return nftnl_nlmsg_build_hdr(scratch_.get(), type, nf_family(f), flags | NLM_F_ACK, seq_++);
   }
   void done(nlmsghdr* nlh) {
-    batch_.bytes.append(scratch_.data(), nlh->nlmsg_len);
+    batch_.bytes.append(scratch_.get(), nlh->nlmsg_len);
   }
 
  private:
-  void append(const nlmsghdr* nlh) { batch_.bytes.append(scratch_.data(), nlh->nlmsg_len); }
-  std::vector<char> scratch_;
+  void append(const nlmsghdr* nlh) { batch_.bytes.append(scratch_.get(), nlh->nlmsg_len); }
+  // One message at a time is built here (not zero-filled: a small batch stays cheap).
+  std::unique_ptr<char[]> scratch_{new char[kScratch]};
   Batch batch_;
   uint32_t seq_;
   uint32_t first_ = 0;
@@ -478,6 +480,29 @@ void add_rule(Builder& b, IpFamily f, const std::string& chain, const Rule& r) {
       x.vip();
       x.lookup(reg_at(0), r.set, false, NFT_REG_VERDICT);
       break;
+    case RuleShape::kVipInSetGoto:
+      x.vip();
+      x.lookup(reg_at(0), r.set, false);
+      x.verdict(NFT_GOTO, r.target);
+      break;
+    case RuleShape::kVipInSetDrop:
+      x.vip();
+      x.lookup(reg_at(0), r.set, false);
+      x.verdict(NF_DROP);
+      break;
+    case RuleShape::kRejectTcpReset: {
+      x.meta(NFT_META_L4PROTO, NFT_REG_1);
+      auto* c = x.add("cmp");
+      uint8_t tcp = IPPROTO_TCP;
+      nftnl_expr_set_u32(c, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
+      nftnl_expr_set_u32(c, NFTNL_EXPR_CMP_OP, NFT_CMP_EQ);
+      nftnl_expr_set_data(c, NFTNL_EXPR_CMP_DATA, &tcp, 1);
+      auto* e = x.add("reject");
+      nftnl_expr_set_u32(e, NFTNL_EXPR_REJECT_TYPE, NFT_REJECT_TCP_RST);
+      nftnl_expr_set_u8(e, NFTNL_EXPR_REJECT_CODE, 0);
+      break;
+    }
+    case RuleShape::kDrop: x.verdict(NF_DROP); break;
     case RuleShape::kReject: {
       auto* e = x.add("reject");
       nftnl_expr_set_u32(e, NFTNL_EXPR_REJECT_TYPE, NFT_REJECT_ICMP_UNREACH);
@@ -607,10 +632,16 @@ void changes(Builder& b, const TableChanges& ch, const Table* shapes_from) {
   for (const auto& c : ch.add_chains) {
     for (const auto& r : c.rules) add_rule(b, f, c.name, r);
   }
+  for (const auto& c : ch.replace_chains) {
+    flush_chain(b, f, c.name);
+    for (const auto& r : c.rules) add_rule(b, f, c.name, r);
+  }
   auto shape_of = [](const std::string& set) {
     if (set == names::kClusterCidrs) return SetShape::kAddrInterval;
     if (set == names::kHairpin) return SetShape::kAddrPair;
-    if (set == names::kFirewallIps) return SetShape::kVipSet;
+    if (set == names::kFirewallIps || set == names::kNoEndpointReject || set == names::kNoEndpointDrop) {
+      return SetShape::kVipSet;
+    }
     if (set == names::kFirewallAllow) return SetShape::kVipSrcInterval;
     if (set.find("backends-") != std::string::npos) return SetShape::kBackends;
     return SetShape::kVipVerdictMap;

@@ -66,6 +66,7 @@ Set set(std::string name, SetShape shape) {
 struct Target {
   IpAddr addr;
   uint16_t port;
+  bool on_this_node;  // only these can be hairpin traffic's source and destination
   friend auto operator<=>(const Target&, const Target&) = default;
 };
 
@@ -85,16 +86,27 @@ Set backends_set(bool local, uint32_t n) {
   return s;
 }
 
-std::vector<Chain> backends_chains(bool local, uint32_t n) {
-  std::string map = local ? names::local_backends(n) : names::backends(n);
-  std::vector<Chain> out;
-  if (local) {
-    out.push_back(chain(names::local_lb(n), {rule(RuleShape::kDnatRandom, {}, map, n)}));
-  } else {
-    out.push_back(chain(names::lb(n), {rule(RuleShape::kDnatRandom, {}, map, n)}));
-    out.push_back(chain(names::lb_hash(n), {rule(RuleShape::kDnatSourceHash, {}, map, n)}));
+// One rule per backend-map size in use: a key absent from backends-N misses the lookup, which
+// ends that rule, so each key finds the one map that has it. Changing a service's endpoint
+// count moves its elements between maps and touches no verdict, so the kernel has no jump
+// graph to validate again (a verdict element change costs milliseconds at 10k services).
+void Planner::rebuild_lb_chains(IpFamily f) {
+  Table& t = table_mut(f);
+  const FamilyState& st = state(f);
+  auto& lb = t.chains[names::kLb].rules;
+  auto& hash = t.chains[names::kLbHash].rules;
+  auto& local = t.chains[names::kLocalLb].rules;
+  lb.clear();
+  hash.clear();
+  local.clear();
+  for (const auto& [n, _] : st.lb_sizes) {
+    lb.push_back(rule(RuleShape::kDnatRandom, {}, names::backends(n), n));
+    hash.push_back(rule(RuleShape::kDnatSourceHash, {}, names::backends(n), n));
   }
-  return out;
+  for (const auto& [n, _] : st.local_lb_sizes) {
+    local.push_back(rule(RuleShape::kDnatRandom, {}, names::local_backends(n), n));
+  }
+  local.push_back(rule(RuleShape::kDrop));  // externalTrafficPolicy Local, none on this node
 }
 
 Planner::Planner(NodeContext ctx) : ctx_(std::move(ctx)) {
@@ -109,16 +121,14 @@ std::vector<IpFamily> Planner::families() const {
   return out;
 }
 
-uint64_t Planner::no_local_internal() const {
-  uint64_t n = 0;
-  for (const auto& [_, p] : services_) n += p.no_local_internal ? 1 : 0;
-  return n;
+void Planner::forget_service(const ServicePlan& p) {
+  no_local_internal_ -= p.no_local_internal ? 1 : 0;
+  no_local_external_ -= p.no_local_external ? 1 : 0;
 }
 
-uint64_t Planner::no_local_external() const {
-  uint64_t n = 0;
-  for (const auto& [_, p] : services_) n += p.no_local_external ? 1 : 0;
-  return n;
+void Planner::remember_service(const ServicePlan& p) {
+  no_local_internal_ += p.no_local_internal ? 1 : 0;
+  no_local_external_ += p.no_local_external ? 1 : 0;
 }
 
 // The fixed part of the layout: base chains at kube-proxy's hooks and priorities, the class
@@ -128,9 +138,8 @@ void Planner::base_table(Table& t) const {
   t.chains.clear();
   for (Set s : {set(names::kClusterCidrs, SetShape::kAddrInterval), set(names::kHairpin, SetShape::kAddrPair),
                 set(names::kFirewallIps, SetShape::kVipSet), set(names::kFirewallAllow, SetShape::kVipSrcInterval),
-                set(names::kNoEndpointServices, SetShape::kVipVerdictMap),
-                set(names::kServiceIps, SetShape::kVipVerdictMap), set(names::kServiceLb, SetShape::kVipVerdictMap),
-                set(names::kServiceLocalLb, SetShape::kVipVerdictMap)}) {
+                set(names::kNoEndpointReject, SetShape::kVipSet), set(names::kNoEndpointDrop, SetShape::kVipSet),
+                set(names::kServiceIps, SetShape::kVipVerdictMap), set(names::kServiceLb, SetShape::kVipVerdictMap)}) {
     t.sets.emplace(s.name, std::move(s));
   }
   auto& cidrs = t.sets[names::kClusterCidrs];
@@ -157,8 +166,17 @@ void Planner::base_table(Table& t) const {
   add(base_chain("nat-output", "nat", "output", -100, {rule(RuleShape::kJump, "services")}));
   add(base_chain("nat-postrouting", "nat", "postrouting", 100, {rule(RuleShape::kJump, "masquerading")}));
   add(chain("firewall-check", {rule(RuleShape::kFirewallCheck)}));
-  add(chain("service-endpoints-check", {rule(RuleShape::kVipVmap, {}, names::kNoEndpointServices)}));
-  add(chain(names::kRejectChain, {rule(RuleShape::kReject)}));
+  // Plain sets rather than a verdict map: a service gaining or losing its last endpoint then
+  // changes no verdict element (see rebuild_lb_chains).
+  add(chain("service-endpoints-check", {rule(RuleShape::kVipInSetGoto, names::kRejectChain, names::kNoEndpointReject),
+                                        rule(RuleShape::kVipInSetDrop, {}, names::kNoEndpointDrop)}));
+  // TCP gets a reset: a local client's SYN is rejected while connect() holds its socket, and
+  // TCP only records an ICMP error met then as soft (the connect would wait for a retransmit);
+  // a reset is queued to the socket's backlog and refuses the connect at once.
+  add(chain(names::kRejectChain, {rule(RuleShape::kRejectTcpReset), rule(RuleShape::kReject)}));
+  add(chain(names::kLb, {}));
+  add(chain(names::kLbHash, {}));
+  add(chain(names::kLocalLb, {rule(RuleShape::kDrop)}));
   add(chain(names::kMarkForMasquerade, {rule(RuleShape::kMarkForMasquerade)}));
   add(chain("masquerading", {rule(RuleShape::kHairpinMark, names::kMarkForMasquerade),
                              rule(RuleShape::kMasqReturnUnmarked), rule(RuleShape::kMasqClearMark),
@@ -185,7 +203,7 @@ void Planner::base_table(Table& t) const {
   }
   ext_local.push_back(rule(RuleShape::kFibLocalJump, names::kMarkForMasquerade));
   ext_local.push_back(rule(RuleShape::kFibLocalVmap, {}, names::kServiceLb));
-  ext_local.push_back(rule(RuleShape::kVipVmap, {}, names::kServiceLocalLb));
+  ext_local.push_back(rule(RuleShape::kJump, names::kLocalLb));
   add(chain(names::kSvcExternalLocal, ext_local));
 }
 
@@ -197,6 +215,9 @@ Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
     ++stats_.skipped;
     stats_.skip_reasons.push_back(svc.key.str() + ": " + why);
   };
+  // A pod reaching itself through a service is always on this node; an endpoint without a
+  // node name (a hand-made slice) is kept in the hairpin set to be safe.
+  auto is_here = [&](const MergedEndpoint& e) { return e.node_name.empty() || e.node_name == ctx_.node_name; };
   bool prefer_node = svc.traffic_distribution == "PreferSameNode";
   bool prefer_close = svc.traffic_distribution == "PreferClose" || svc.topology_mode == "Auto" ||
                       svc.topology_mode == "auto" || prefer_node;
@@ -264,12 +285,12 @@ Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
           }
           if (!near.empty()) return std::vector<Target>([&] {
               std::vector<Target> t;
-              for (const auto* e : near) t.push_back({e->ep->address, e->port});
+              for (const auto* e : near) t.push_back({e->ep->address, e->port, is_here(*e->ep)});
               return t;
             }());
         }
         std::vector<Target> t;
-        for (const auto* e : chosen) t.push_back({e->ep->address, e->port});
+        for (const auto* e : chosen) t.push_back({e->ep->address, e->port, is_here(*e->ep)});
         std::sort(t.begin(), t.end());
         return t;
       };
@@ -289,13 +310,15 @@ Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
           e.key = key + u32_field(i);
           e.data = addr_field(targets[i].addr) + port_field(targets[i].port);
           put(local_map ? names::local_backends(n) : names::backends(n), std::move(e));
-          put(names::kHairpin, Element{addr_field(targets[i].addr) + addr_field(targets[i].addr), {}, {},
-                                       Verdict::kNone, {}});
+          if (targets[i].on_this_node) {
+            put(names::kHairpin, Element{addr_field(targets[i].addr) + addr_field(targets[i].addr), {}, {},
+                                         Verdict::kNone, {}});
+          }
         }
       };
-      auto lb_chain = [&](uint32_t n) {
-        return svc.session_affinity_client_ip ? names::lb_hash(n) : names::lb(n);
-      };
+      // service-ips and service-lb depend on the service alone, never on its endpoints, so an
+      // endpoint change touches no verdict element (see rebuild_lb_chains).
+      const char* lb_chain = svc.session_affinity_client_ip ? names::kLbHash : names::kLb;
 
       // Cluster IPs.
       for (const auto& vip : svc.cluster_ips) {
@@ -305,17 +328,16 @@ Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
           continue;
         }
         std::string key = vip_key(vip, proto, sp.port);
+        put(names::kServiceIps, verdict_element(key, Verdict::kGoto, names::kSvcInternal));
+        put(names::kServiceLb, verdict_element(key, Verdict::kGoto, lb_chain));
         if (internal.empty()) {
           // kube-proxy: no endpoints at all -> reject; none on this node for
           // internalTrafficPolicy Local -> drop.
           bool drop = itp_local && !cluster.empty();
           if (drop) plan.no_local_internal = true;
-          put(names::kNoEndpointServices,
-              drop ? verdict_element(key, Verdict::kDrop) : verdict_element(key, Verdict::kGoto, names::kRejectChain));
+          put(drop ? names::kNoEndpointDrop : names::kNoEndpointReject, Element{key, {}, {}, Verdict::kNone, {}});
           continue;
         }
-        put(names::kServiceIps, verdict_element(key, Verdict::kGoto, names::kSvcInternal));
-        put(names::kServiceLb, verdict_element(key, Verdict::kGoto, lb_chain(static_cast<uint32_t>(internal.size()))));
         put_backends(key, internal, false);
       }
 
@@ -356,24 +378,19 @@ Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
             put(names::kFirewallAllow, Element{key + addr_field(r.addr()), key + prefix_last(r), {}, Verdict::kNone, {}});
           }
         }
+        put(names::kServiceIps,
+            verdict_element(key, Verdict::kGoto, etp_local ? names::kSvcExternalLocal : names::kSvcExternal));
+        put(names::kServiceLb, verdict_element(key, Verdict::kGoto, lb_chain));
         if (cluster.empty()) {
-          put(names::kNoEndpointServices, verdict_element(key, Verdict::kGoto, names::kRejectChain));
+          put(names::kNoEndpointReject, Element{key, {}, {}, Verdict::kNone, {}});
           continue;
         }
-        put(names::kServiceLb, verdict_element(key, Verdict::kGoto, lb_chain(static_cast<uint32_t>(cluster.size()))));
         put_backends(key, cluster, false);
-        if (!etp_local) {
-          put(names::kServiceIps, verdict_element(key, Verdict::kGoto, names::kSvcExternal));
-          continue;
-        }
-        put(names::kServiceIps, verdict_element(key, Verdict::kGoto, names::kSvcExternalLocal));
+        if (!etp_local) continue;
         if (local.empty()) {
-          plan.no_local_external = true;
-          put(names::kServiceLocalLb, verdict_element(key, Verdict::kDrop));
+          plan.no_local_external = true;  // local-lb ends in drop
           continue;
         }
-        auto m = static_cast<uint32_t>(local.size());
-        put(names::kServiceLocalLb, verdict_element(key, Verdict::kGoto, names::local_lb(m)));
         put_backends(key, local, true);
       }
     }
@@ -402,40 +419,27 @@ bool parse_size(const std::string& name, const std::string& prefix, uint32_t* n)
 }
 }  // namespace
 
-void Planner::ensure_size(IpFamily f, bool local, uint32_t n, TableChanges* ch) {
+void Planner::ensure_size(IpFamily f, bool local, uint32_t n) {
   auto& sizes = local ? state(f).local_lb_sizes : state(f).lb_sizes;
   if (sizes[n]++ > 0) return;
-  Table& t = table_mut(f);
   Set s = backends_set(local, n);
-  if (ch) ch->add_sets.push_back(s);
-  t.sets.emplace(s.name, std::move(s));
-  for (auto& c : backends_chains(local, n)) {
-    if (ch) ch->add_chains.push_back(c);
-    t.chains.emplace(c.name, std::move(c));
-  }
+  table_mut(f).sets.emplace(s.name, std::move(s));
 }
 
-void Planner::release_size(IpFamily f, bool local, uint32_t n, TableChanges* ch) {
+void Planner::release_size(IpFamily f, bool local, uint32_t n) {
   auto& sizes = local ? state(f).local_lb_sizes : state(f).lb_sizes;
   auto it = sizes.find(n);
   assert(it != sizes.end() && it->second > 0);
   if (--it->second > 0) return;
   sizes.erase(it);
-  Table& t = table_mut(f);
-  for (const auto& c : backends_chains(local, n)) {
-    if (ch) ch->del_chains.push_back(c.name);
-    t.chains.erase(c.name);
-  }
-  Set s = backends_set(local, n);
-  if (ch) ch->del_sets.push_back(s.name);
-  t.sets.erase(s.name);
+  table_mut(f).sets.erase(local ? names::local_backends(n) : names::backends(n));
 }
 
 void Planner::add_contribution(const Contribution& c, std::vector<TableChanges>* out) {
   TableChanges* ch = out ? &changes_for(out, c.family) : nullptr;
   uint32_t n = 0;
-  if (parse_size(c.set, "backends-", &n)) ensure_size(c.family, false, n, ch);
-  if (parse_size(c.set, "local-backends-", &n)) ensure_size(c.family, true, n, ch);
+  if (parse_size(c.set, "backends-", &n)) ensure_size(c.family, false, n);
+  if (parse_size(c.set, "local-backends-", &n)) ensure_size(c.family, true, n);
   auto& owned = state(c.family).owned[c.set][c.element.key];
   Table& t = table_mut(c.family);
   if (owned.refs++ > 0 && owned.element == c.element) return;
@@ -457,8 +461,8 @@ void Planner::remove_contribution(const Contribution& c, std::vector<TableChange
     set_owned.erase(it);
   }
   uint32_t n = 0;
-  if (parse_size(c.set, "backends-", &n)) release_size(c.family, false, n, ch);
-  if (parse_size(c.set, "local-backends-", &n)) release_size(c.family, true, n, ch);
+  if (parse_size(c.set, "backends-", &n)) release_size(c.family, false, n);
+  if (parse_size(c.set, "local-backends-", &n)) release_size(c.family, true, n);
 }
 
 void Planner::reset(const model::Snapshot& snap) {
@@ -468,16 +472,29 @@ void Planner::reset(const model::Snapshot& snap) {
   s6_ = {};
   base_table(v4_);
   base_table(v6_);
+  no_local_internal_ = 0;
+  no_local_external_ = 0;
   for (const auto& st : snap.services) {
     ServicePlan p = plan_service(*st);
     for (const auto& c : p.contributions) add_contribution(c, nullptr);
-    services_[st->key()] = std::move(p);
+    remember_service(p);
+    services_.emplace_hint(services_.end(), st->key(), std::move(p));
   }
+  rebuild_lb_chains(IpFamily::kV4);
+  rebuild_lb_chains(IpFamily::kV6);
 }
 
 std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const model::Delta& delta) {
   stats_ = {};
   std::vector<TableChanges> out;
+  // The backend-map sizes in use before, to find the maps (and lb rules) that come and go.
+  auto sizes_of = [](const std::map<uint32_t, uint32_t>& m) {
+    std::set<uint32_t> out;
+    for (const auto& [n, _] : m) out.insert(n);
+    return out;
+  };
+  std::set<uint32_t> before[2][2] = {{sizes_of(s4_.lb_sizes), sizes_of(s4_.local_lb_sizes)},
+                                     {sizes_of(s6_.lb_sizes), sizes_of(s6_.local_lb_sizes)}};
   auto redo = [&](const model::ServiceKey& key) {
     ServicePlan next;
     if (const auto* st = snap.find(key)) next = plan_service(*st);
@@ -486,8 +503,10 @@ std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const mod
     auto it = services_.find(key);
     if (it != services_.end()) {
       for (const auto& c : it->second.contributions) remove_contribution(c, &out);
+      forget_service(it->second);
     }
     if (snap.find(key)) {
+      remember_service(next);
       services_[key] = std::move(next);
     } else if (it != services_.end()) {
       services_.erase(it);
@@ -496,6 +515,24 @@ std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const mod
   for (const auto& k : delta.removed) redo(k);
   for (const auto& k : delta.changed) redo(k);
   for (const auto& k : delta.added) redo(k);
+
+  for (IpFamily f : {IpFamily::kV4, IpFamily::kV6}) {
+    const auto& b = before[f == IpFamily::kV4 ? 0 : 1];
+    std::set<uint32_t> after[2] = {sizes_of(state(f).lb_sizes), sizes_of(state(f).local_lb_sizes)};
+    if (after[0] == b[0] && after[1] == b[1]) continue;
+    TableChanges& ch = changes_for(&out, f);
+    for (int local = 0; local < 2; ++local) {
+      for (uint32_t n : after[local]) {
+        if (!b[local].count(n)) ch.add_sets.push_back(backends_set(local == 1, n));
+      }
+      for (uint32_t n : b[local]) {
+        if (!after[local].count(n)) ch.del_sets.push_back(local ? names::local_backends(n) : names::backends(n));
+      }
+    }
+    rebuild_lb_chains(f);
+    const Table& t = table(f);
+    for (const char* c : {names::kLb, names::kLbHash, names::kLocalLb}) ch.replace_chains.push_back(t.chains.at(c));
+  }
 
   // Normalise each family's changes: an element deleted and added again with the same value
   // is no change at all; sets created and deleted in one update cancel out.
@@ -518,6 +555,7 @@ std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const mod
     for (auto& c : ch.add_chains) {
       if (delc.erase(c.name) == 0) n.add_chains.push_back(c);
     }
+    n.replace_chains = std::move(ch.replace_chains);
     // A set created and deleted within this update never reaches the kernel.
     std::set<std::string> fresh;
     for (const auto& s : n.add_sets) fresh.insert(s.name);

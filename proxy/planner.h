@@ -40,6 +40,8 @@ class Planner {
   explicit Planner(NodeContext ctx);
 
   const NodeContext& context() const { return ctx_; }
+  // A new node context (this node's IPs or zone changed); takes effect at the next reset().
+  void set_context(NodeContext ctx) { ctx_ = std::move(ctx); }
 
   // Builds the tables for `snap` from nothing (forgets any earlier state).
   void reset(const model::Snapshot& snap);
@@ -52,8 +54,8 @@ class Planner {
   std::vector<IpFamily> families() const;
   const PlanStats& last_stats() const { return stats_; }
   // Current no-local-endpoints counts (kube-proxy's gauge-like counters).
-  uint64_t no_local_internal() const;
-  uint64_t no_local_external() const;
+  uint64_t no_local_internal() const { return no_local_internal_; }
+  uint64_t no_local_external() const { return no_local_external_; }
 
  private:
   struct Contribution {
@@ -85,8 +87,12 @@ class Planner {
   Table& table_mut(IpFamily f) { return f == IpFamily::kV4 ? v4_ : v6_; }
   FamilyState& state(IpFamily f) { return f == IpFamily::kV4 ? s4_ : s6_; }
   bool has_family(IpFamily f) const { return f == IpFamily::kV4 ? ctx_.ipv4 : ctx_.ipv6; }
-  void ensure_size(IpFamily f, bool local, uint32_t n, TableChanges* ch);
-  void release_size(IpFamily f, bool local, uint32_t n, TableChanges* ch);
+  void ensure_size(IpFamily f, bool local, uint32_t n);
+  void release_size(IpFamily f, bool local, uint32_t n);
+  // Rewrites the rules of lb, lb-hash and local-lb from the backend-map sizes in use.
+  void rebuild_lb_chains(IpFamily f);
+  void forget_service(const ServicePlan& p);
+  void remember_service(const ServicePlan& p);
   TableChanges& changes_for(std::vector<TableChanges>* out, IpFamily f);
 
   NodeContext ctx_;
@@ -96,10 +102,11 @@ class Planner {
   FamilyState s6_;
   std::map<model::ServiceKey, ServicePlan> services_;
   PlanStats stats_;
+  uint64_t no_local_internal_ = 0;
+  uint64_t no_local_external_ = 0;
 };
 
-// The chains and rules of a backend-map size (shared by the planner and tests).
+// The map of one backend-map size (shared by the planner and tests).
 Set backends_set(bool local, uint32_t n);
-std::vector<Chain> backends_chains(bool local, uint32_t n);
 
 }  // namespace endpointd::proxy

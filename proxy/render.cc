@@ -129,6 +129,10 @@ std::string render_rule(IpFamily f, const Rule& r) {
     case RuleShape::kDnatSourceHash:
       return "dnat " + ip + " to " + vip + " . jhash " + saddr + " mod " + std::to_string(r.modulus) +
              " seed 0x0 map @" + r.set;
+    case RuleShape::kVipInSetGoto: return vip + " @" + r.set + " goto " + r.target;
+    case RuleShape::kVipInSetDrop: return vip + " @" + r.set + " drop";
+    case RuleShape::kRejectTcpReset: return "meta l4proto tcp reject with tcp reset";
+    case RuleShape::kDrop: return "drop";
   }
   return "";
 }

@@ -7,7 +7,77 @@
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <set>
+
+#include "proxy/healthcheck.h"
+
 namespace endpointd::proxy {
+
+namespace {
+bool usable(const model::MergedEndpoint& e) {
+  return e.conditions.ready || (e.conditions.serving && e.conditions.terminating);
+}
+
+std::set<std::pair<model::IpAddr, uint16_t>> used_targets(const model::ServiceState* st, const model::ServicePort& sp) {
+  std::set<std::pair<model::IpAddr, uint16_t>> out;
+  if (!st) return out;
+  for (const auto& e : st->endpoints) {
+    auto p = e.port_for(sp);
+    if (p && *p != 0 && usable(e)) out.emplace(e.address, *p);
+  }
+  return out;
+}
+
+const model::ServicePort* same_port(const model::ServiceState* st, const model::ServicePort& sp) {
+  if (!st) return nullptr;
+  for (const auto& p : st->service.ports) {
+    if (p.name == sp.name && p.protocol == sp.protocol) return &p;
+  }
+  return nullptr;
+}
+}  // namespace
+
+std::vector<FlowMatch> stale_udp_flows(const model::ServiceState* before, const model::ServiceState* after) {
+  std::vector<FlowMatch> out;
+  if (before) {
+    for (const auto& sp : before->service.ports) {
+      if (sp.protocol != model::Protocol::kUDP) continue;
+      const auto* now_port = same_port(after, sp);
+      auto now = now_port ? used_targets(after, *now_port) : decltype(used_targets(after, sp)){};
+      for (const auto& [addr, port] : used_targets(before, sp)) {
+        if (!now.count({addr, port})) out.push_back(udp_to_endpoint(addr, port));
+      }
+    }
+  }
+  if (after) {
+    for (const auto& sp : after->service.ports) {
+      if (sp.protocol != model::Protocol::kUDP || used_targets(after, sp).empty()) continue;
+      const auto* old_port = same_port(before, sp);
+      if (old_port && !used_targets(before, *old_port).empty()) continue;
+      const auto& svc = after->service;
+      for (const auto* list : {&svc.cluster_ips, &svc.external_ips, &svc.load_balancer_ips}) {
+        for (const auto& a : *list) out.push_back(udp_to_service(a, sp.port));
+      }
+      if (sp.node_port != 0) out.push_back(udp_to_node_port(sp.node_port));
+    }
+  }
+  return out;
+}
+
+NodeContext node_context_from(const NodeContext& base, const model::Snapshot& snap) {
+  NodeContext c = base;
+  const model::Node* n = snap.find_node(base.node_name);
+  if (!n) return c;
+  if (!n->zone.empty()) c.zone = n->zone;
+  for (const auto& a : n->addresses) {
+    if (a.type != "InternalIP" && a.type != "ExternalIP") continue;
+    auto ip = model::IpAddr::parse(a.address);
+    if (!ip) continue;
+    if (std::find(c.node_ips.begin(), c.node_ips.end(), *ip) == c.node_ips.end()) c.node_ips.push_back(*ip);
+  }
+  return c;
+}
 
 struct ProxySink::Metrics {
   prometheus::Histogram* sync = nullptr;
@@ -26,6 +96,8 @@ struct ProxySink::Metrics {
   prometheus::Gauge* service_pending = nullptr;
   prometheus::Counter* failures = nullptr;
   prometheus::Counter* skipped = nullptr;
+  prometheus::Counter* conntrack_deleted = nullptr;
+  prometheus::Counter* conntrack_failures = nullptr;
 };
 
 namespace {
@@ -78,6 +150,10 @@ ProxySink::ProxySink(Backend* backend, pipeline::AckBoard* board, Options opts)
         counter("kubeproxy_sync_proxy_rules_nftables_sync_failures_total", "Batches the kernel rejected.");
     metrics_->skipped = counter("endpointd_proxy_skipped_total",
                                 "Service ports or addresses skipped because the kernel cannot take them.");
+    metrics_->conntrack_deleted =
+        counter("endpointd_proxy_conntrack_deleted_total", "Stale UDP conntrack entries deleted.");
+    metrics_->conntrack_failures =
+        counter("endpointd_proxy_conntrack_cleanup_failures_total", "UDP conntrack cleanups that failed.");
   }
   resync_ = std::thread([this] { resync_loop(); });
 }
@@ -193,8 +269,54 @@ bool ProxySink::full_sync_locked(const model::SnapshotPtr& snap) {
   need_full_ = false;
   synced_ = true;
   spdlog::info("proxy: full sync of generation {}: {} messages, {} bytes", snap->generation, r->messages, r->bytes);
+  model::SnapshotPtr before = applied_;
   record_success(snap, true, started);
+  after_commit(before.get(), *snap, {}, true);
   return true;
+}
+
+bool ProxySink::follow_node(const model::Snapshot& snap) {
+  NodeContext c = node_context_from(opts_.node, snap);
+  if (c == planner_->context()) return false;
+  spdlog::info("proxy: node {} changed (zone '{}', {} node IPs): full sync", c.node_name, c.zone, c.node_ips.size());
+  planner_->set_context(std::move(c));
+  return true;
+}
+
+void ProxySink::after_commit(const model::Snapshot* before, const model::Snapshot& now, const model::Delta& delta,
+                             bool full) {
+  model::Delta d = delta;
+  if (full && before) d = model::diff(before, now);
+  bool health = full || d.nodes_changed;
+  std::vector<FlowMatch> stale;
+  auto local_hc = [](const model::ServiceState* s) {
+    return s && s->service.external_traffic_policy == model::TrafficPolicy::kLocal &&
+           s->service.health_check_node_port != 0;
+  };
+  auto visit = [&](const model::ServiceKey& k) {
+    const auto* a = before ? before->find(k) : nullptr;
+    const auto* b = now.find(k);
+    health = health || local_hc(a) || local_hc(b);
+    if (opts_.conntrack) {
+      auto m = stale_udp_flows(a, b);
+      stale.insert(stale.end(), m.begin(), m.end());
+    }
+  };
+  for (const auto& k : d.added) visit(k);
+  for (const auto& k : d.changed) visit(k);
+  for (const auto& k : d.removed) visit(k);
+  if (!stale.empty()) {
+    auto r = opts_.conntrack->delete_flows(stale);
+    if (!r) {
+      ++conntrack_failures_;
+      if (metrics_->conntrack_failures) metrics_->conntrack_failures->Increment();
+      spdlog::warn("proxy: UDP conntrack cleanup for generation {} failed: {}", now.generation, r.error());
+    } else {
+      conntrack_deleted_ += *r;
+      if (metrics_->conntrack_deleted) metrics_->conntrack_deleted->Increment(static_cast<double>(*r));
+    }
+  }
+  if (opts_.health_checks && health) opts_.health_checks->update(now, planner_->context().node_name);
 }
 
 void ProxySink::apply(const model::SnapshotPtr& snap, const model::Delta& delta) {
@@ -203,6 +325,10 @@ void ProxySink::apply(const model::SnapshotPtr& snap, const model::Delta& delta)
   model::SnapshotPtr old = latest_;
   latest_ = snap;
   count_changes(old.get(), *snap, delta);
+  if ((delta.nodes_changed || !applied_) && follow_node(*snap)) {
+    need_full_ = true;
+    attempt_ = 0;
+  }
   if (need_full_) {
     // The resync thread owns retries; the first sync (or one requested) happens here at once.
     if (attempt_ == 0) full_sync_locked(snap);
@@ -217,7 +343,9 @@ void ProxySink::apply(const model::SnapshotPtr& snap, const model::Delta& delta)
   }
   auto changes = planner_->update(*snap, d);
   if (changes.empty()) {
+    model::SnapshotPtr before = applied_;
     record_success(snap, false, started);
+    after_commit(before.get(), *snap, d, false);
     cv_.notify_all();
     return;
   }
@@ -232,7 +360,9 @@ void ProxySink::apply(const model::SnapshotPtr& snap, const model::Delta& delta)
     cv_.notify_all();
     return;
   }
+  model::SnapshotPtr before = applied_;
   record_success(snap, false, started);
+  after_commit(before.get(), *snap, d, false);
   cv_.notify_all();
 }
 

@@ -15,6 +15,7 @@
 #include "pipeline/ack_board.h"
 #include "pipeline/sink.h"
 #include "proxy/backend.h"
+#include "proxy/conntrack.h"
 #include "proxy/planner.h"
 
 namespace prometheus {
@@ -22,6 +23,18 @@ class Registry;
 }
 
 namespace endpointd::proxy {
+
+class HealthCheckServer;
+
+// The UDP conntrack entries to delete after `before` became `after` (either may be null):
+// entries still bound to an endpoint that is no longer used, and, for a UDP port that had no
+// endpoint and now has some, the entries that blackholed its addresses (NAT is chosen only on
+// a connection's first packet); for a node port, entries to that port on any address.
+std::vector<FlowMatch> stale_udp_flows(const model::ServiceState* before, const model::ServiceState* after);
+
+// This node's context as the snapshot describes it: `base` (flags) plus this node's Node object
+// (its InternalIP/ExternalIP addresses are added to node_ips, its zone replaces base's).
+NodeContext node_context_from(const NodeContext& base, const model::Snapshot& snap);
 
 class ProxySink : public pipeline::Sink {
  public:
@@ -35,6 +48,8 @@ class ProxySink : public pipeline::Sink {
     std::chrono::milliseconds backoff_min{std::chrono::milliseconds(100)};
     std::chrono::milliseconds backoff_max{std::chrono::seconds(10)};
     uint32_t jitter_seed = 0;  // 0: seeded from the clock
+    Conntrack* conntrack = nullptr;              // UDP cleanup after each batch; null: off
+    HealthCheckServer* health_checks = nullptr;  // healthCheckNodePort listeners; null: off
   };
 
   // `backend` and `board` must outlive the sink. Registers "proxy" on the board.
@@ -54,6 +69,8 @@ class ProxySink : public pipeline::Sink {
   uint64_t failures() const { return failures_.load(); }
   uint64_t full_syncs() const { return full_syncs_.load(); }
   uint64_t skipped() const { return skipped_.load(); }
+  uint64_t conntrack_deleted() const { return conntrack_deleted_.load(); }
+  uint64_t conntrack_failures() const { return conntrack_failures_.load(); }
   // Waits until no resync is pending (tests).
   bool wait_idle(std::chrono::milliseconds timeout);
 
@@ -66,6 +83,10 @@ class ProxySink : public pipeline::Sink {
   void resync_loop();
   void record_success(const model::SnapshotPtr& snap, bool full, Clock::time_point started);
   void count_changes(const model::Snapshot* old, const model::Snapshot& snap, const model::Delta& d);
+  // After a committed batch: conntrack cleanup and the health-check listeners.
+  void after_commit(const model::Snapshot* before, const model::Snapshot& now, const model::Delta& d, bool full);
+  // Follows this node's Node object; true when the context changed (a full sync is due).
+  bool follow_node(const model::Snapshot& snap);
 
   Backend* backend_;
   pipeline::AckBoard* board_;
@@ -88,6 +109,8 @@ class ProxySink : public pipeline::Sink {
   std::atomic<uint64_t> failures_{0};
   std::atomic<uint64_t> full_syncs_{0};
   std::atomic<uint64_t> skipped_{0};
+  std::atomic<uint64_t> conntrack_deleted_{0};
+  std::atomic<uint64_t> conntrack_failures_{0};
   std::thread resync_;
 };
 

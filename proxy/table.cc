@@ -50,9 +50,6 @@ std::string prefix_last(const model::IpPrefix& p) {
 namespace names {
 std::string backends(uint32_t n) { return "backends-" + std::to_string(n); }
 std::string local_backends(uint32_t n) { return "local-backends-" + std::to_string(n); }
-std::string lb(uint32_t n) { return "lb-" + std::to_string(n); }
-std::string lb_hash(uint32_t n) { return "lb-hash-" + std::to_string(n); }
-std::string local_lb(uint32_t n) { return "local-lb-" + std::to_string(n); }
 }  // namespace names
 
 }  // namespace endpointd::proxy

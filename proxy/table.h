@@ -67,6 +67,10 @@ enum class RuleShape : uint8_t {
   kFibLocalVmap,         // fib saddr type local <vip> vmap @<set>
   kDnatRandom,           // dnat to <vip> . numgen random mod N map @<set>
   kDnatSourceHash,       // dnat to <vip> . jhash <saddr> mod N seed 0x0 map @<set>
+  kVipInSetGoto,         // <vip> @<set> goto <target>
+  kVipInSetDrop,         // <vip> @<set> drop
+  kRejectTcpReset,       // meta l4proto tcp reject with tcp reset
+  kDrop,                 // drop
 };
 
 struct Rule {
@@ -105,17 +109,20 @@ struct TableChanges {
   IpFamily family = IpFamily::kV4;
   std::vector<Set> add_sets;      // without elements
   std::vector<Chain> add_chains;  // with rules
+  // Existing chains whose rules are all replaced (flushed and added again, in one batch): the
+  // load-balancing chains carry one rule per backend-map size in use.
+  std::vector<Chain> replace_chains;
   std::vector<std::pair<std::string, Element>> del_elements;
   std::vector<std::pair<std::string, Element>> add_elements;
   std::vector<std::string> del_chains;
   std::vector<std::string> del_sets;
   bool empty() const {
-    return add_sets.empty() && add_chains.empty() && del_elements.empty() && add_elements.empty() &&
-           del_chains.empty() && del_sets.empty();
+    return add_sets.empty() && add_chains.empty() && replace_chains.empty() && del_elements.empty() &&
+           add_elements.empty() && del_chains.empty() && del_sets.empty();
   }
   size_t size() const {
-    return add_sets.size() + add_chains.size() + del_elements.size() + add_elements.size() +
-           del_chains.size() + del_sets.size();
+    return add_sets.size() + add_chains.size() + replace_chains.size() + del_elements.size() +
+           add_elements.size() + del_chains.size() + del_sets.size();
   }
 };
 
@@ -134,10 +141,13 @@ inline constexpr const char* kClusterCidrs = "cluster-cidrs";
 inline constexpr const char* kHairpin = "hairpin";
 inline constexpr const char* kFirewallIps = "firewall-ips";
 inline constexpr const char* kFirewallAllow = "firewall-allow";
-inline constexpr const char* kNoEndpointServices = "no-endpoint-services";
+inline constexpr const char* kNoEndpointReject = "no-endpoint-reject";
+inline constexpr const char* kNoEndpointDrop = "no-endpoint-drop";
 inline constexpr const char* kServiceIps = "service-ips";
 inline constexpr const char* kServiceLb = "service-lb";
-inline constexpr const char* kServiceLocalLb = "service-local-lb";
+inline constexpr const char* kLb = "lb";
+inline constexpr const char* kLbHash = "lb-hash";
+inline constexpr const char* kLocalLb = "local-lb";
 inline constexpr const char* kRejectChain = "reject-chain";
 inline constexpr const char* kMarkForMasquerade = "mark-for-masquerade";
 inline constexpr const char* kSvcInternal = "svc-internal";
@@ -145,9 +155,6 @@ inline constexpr const char* kSvcExternal = "svc-external";
 inline constexpr const char* kSvcExternalLocal = "svc-external-local";
 std::string backends(uint32_t n);        // "backends-N"
 std::string local_backends(uint32_t n);  // "local-backends-N"
-std::string lb(uint32_t n);              // "lb-N"
-std::string lb_hash(uint32_t n);         // "lb-hash-N"
-std::string local_lb(uint32_t n);        // "local-lb-N"
 }  // namespace names
 
 }  // namespace endpointd::proxy

@@ -205,7 +205,7 @@ TEST(ProxyNetlink, MonitorSeesForeignChangesOnly) {
   ns.exec("nft add table ip other");  // not ours
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let notifications drain
   EXPECT_EQ(seen.load(), 0);
-  EXPECT_EQ(ns.exec("nft delete chain ip endpointd lb-3"), "");
+  EXPECT_EQ(ns.exec("nft flush chain ip endpointd svc-internal"), "");
   for (int i = 0; i < 100 && seen.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_GT(seen.load(), 0);
 }

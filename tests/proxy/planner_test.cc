@@ -37,22 +37,30 @@ TEST(ProxyPlanner, EveryShape) {
   Planner p(testing::node_context());
   p.reset(*testing::every_shape());
   const Table& t = p.table(IpFamily::kV4);
-  auto* reject = find(t, "no-endpoint-services", vip("10.96.0.11", 6, 80));
-  ASSERT_NE(reject, nullptr);
-  EXPECT_EQ(reject->chain, "reject-chain");
-  EXPECT_EQ(find(t, "service-lb", vip("10.96.0.12", 17, 53))->chain, "lb-hash-3");  // affinity
+  EXPECT_NE(find(t, "no-endpoint-reject", vip("10.96.0.11", 6, 80)), nullptr);
+  EXPECT_EQ(find(t, "service-lb", vip("10.96.0.12", 17, 53))->chain, "lb-hash");  // affinity
+  EXPECT_NE(find(t, "backends-3", vip("10.96.0.12", 17, 53) + u32_field(2)), nullptr);
   EXPECT_EQ(find(t, "service-ips", vip("203.0.113.7", 6, 443))->chain, "svc-external-local");
-  EXPECT_EQ(find(t, "service-local-lb", vip("192.168.50.1", 6, 30443))->chain, "local-lb-1");  // NodePort
+  // NodePort with externalTrafficPolicy Local: this node's one endpoint.
+  EXPECT_NE(find(t, "local-backends-1", vip("192.168.50.1", 6, 30443) + u32_field(0)), nullptr);
   EXPECT_NE(find(t, "firewall-ips", vip("203.0.113.7", 6, 443)), nullptr);
   EXPECT_EQ(find(t, "firewall-ips", vip("203.0.113.8", 6, 443)), nullptr);  // externalIP: no firewall
   // internalTrafficPolicy Local without a local endpoint: drop, counted.
-  EXPECT_EQ(find(t, "no-endpoint-services", vip("10.96.0.14", 132, 9000))->verdict, Verdict::kDrop);
+  EXPECT_NE(find(t, "no-endpoint-drop", vip("10.96.0.14", 132, 9000)), nullptr);
+  EXPECT_EQ(find(t, "no-endpoint-reject", vip("10.96.0.14", 132, 9000)), nullptr);
   EXPECT_EQ(p.no_local_internal(), 1u);
   // Terminating fallback: the serving terminating endpoint is used.
-  EXPECT_EQ(find(t, "service-lb", vip("10.96.0.15", 6, 80))->chain, "lb-1");
-  // IPv6: the LB's only endpoint is on another node -> drop for external traffic.
+  EXPECT_NE(find(t, "backends-1", vip("10.96.0.15", 6, 80) + u32_field(0)), nullptr);
+  // One lb rule per backend-map size in use; local-lb ends in drop.
+  EXPECT_EQ(t.chains.at("lb").rules.size(), 3u);  // sizes 1, 2, 3
+  EXPECT_EQ(t.chains.at("local-lb").rules.back().shape, RuleShape::kDrop);
+  // IPv6: the LB's only endpoint is on another node -> no local backends, local-lb drops.
   const Table& t6 = p.table(IpFamily::kV6);
-  EXPECT_EQ(find(t6, "service-local-lb", vip("2001:db8::7", 6, 443))->verdict, Verdict::kDrop);
+  EXPECT_EQ(t6.sets.count("local-backends-1"), 0u);
+  EXPECT_EQ(p.no_local_external(), 1u);
+  // Hairpin: only endpoints on this node.
+  EXPECT_NE(find(t, "hairpin", addr_field(testing::ip("10.244.1.4")) + addr_field(testing::ip("10.244.1.4"))), nullptr);
+  EXPECT_EQ(find(t, "hairpin", addr_field(testing::ip("10.244.2.4")) + addr_field(testing::ip("10.244.2.4"))), nullptr);
 }
 
 TEST(ProxyPlanner, OneEndpointChangeIsASmallChange) {
@@ -78,6 +86,44 @@ TEST(ProxyPlanner, OneEndpointChangeIsASmallChange) {
   // The planner's table equals a fresh plan of the new snapshot.
   Planner fresh(testing::node_context());
   fresh.reset(*s2);
+  EXPECT_EQ(render(p.table(IpFamily::kV4)), render(fresh.table(IpFamily::kV4)));
+}
+
+// An endpoint leaving moves the service's elements to the next smaller backend map: no verdict
+// element changes (the kernel would re-validate every jump), the lb chains get their rules
+// rewritten only when a map size appears or goes.
+TEST(ProxyPlanner, EndpointCountChangeTouchesNoVerdict) {
+  Planner p(testing::node_context());
+  auto web = testing::service("web", {testing::ip("10.96.0.10")}, 80);
+  auto other = testing::service("other", {testing::ip("10.96.0.11")}, 80);
+  std::vector<model::MergedEndpoint> three = {testing::endpoint("10.244.1.2", 8080), testing::endpoint("10.244.1.3", 8080),
+                                              testing::endpoint("10.244.1.4", 8080)};
+  std::vector<model::MergedEndpoint> two(three.begin(), three.begin() + 2);
+  auto s1 = testing::snapshot(1, {testing::state(web, three), testing::state(other, two)});
+  p.reset(*s1);
+  auto s2 = testing::snapshot(2, {testing::state(web, two), testing::state(other, two)});
+  auto ch = p.update(*s2, model::diff(s1.get(), *s2));
+  ASSERT_EQ(ch.size(), 1u);
+  for (const auto& [set, e] : ch[0].add_elements) EXPECT_EQ(e.verdict, Verdict::kNone) << set;
+  for (const auto& [set, e] : ch[0].del_elements) EXPECT_EQ(e.verdict, Verdict::kNone) << set;
+  // backends-3 went away: its set is deleted and the lb chains rewritten without it.
+  EXPECT_EQ(ch[0].del_sets, std::vector<std::string>{"backends-3"});
+  ASSERT_EQ(ch[0].replace_chains.size(), 3u);
+  EXPECT_EQ(ch[0].replace_chains[0].name, "lb");
+  EXPECT_EQ(ch[0].replace_chains[0].rules.size(), 1u);
+  // The same change again between sizes that stay in use: elements only.
+  auto keep = testing::service("keep", {testing::ip("10.96.0.12")}, 80);
+  auto s3 = testing::snapshot(3, {testing::state(web, three), testing::state(other, two), testing::state(keep, three)});
+  p.update(*s3, model::diff(s2.get(), *s3));
+  auto s4 = testing::snapshot(4, {testing::state(web, two), testing::state(other, two), testing::state(keep, three)});
+  ch = p.update(*s4, model::diff(s3.get(), *s4));
+  ASSERT_EQ(ch.size(), 1u);
+  EXPECT_TRUE(ch[0].replace_chains.empty());
+  EXPECT_TRUE(ch[0].add_sets.empty());
+  EXPECT_EQ(ch[0].add_elements.size(), 2u);  // backends-2 x 2
+  EXPECT_EQ(ch[0].del_elements.size(), 3u);  // backends-3 x 3
+  Planner fresh(testing::node_context());
+  fresh.reset(*s4);
   EXPECT_EQ(render(p.table(IpFamily::kV4)), render(fresh.table(IpFamily::kV4)));
 }
 

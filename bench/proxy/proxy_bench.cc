@@ -1,0 +1,276 @@
+// The proxy benchmark driver (bench/proxy/run drives it): builds a synthetic cluster of N
+// services x M endpoints, and either prints it as nft text (endpointd's render, or kube-proxy's
+// nftables layout for the same state) or, inside a network namespace, runs the proxy sink over
+// netlink: a full sync, then single-endpoint changes timed from the sink being handed the
+// snapshot to the batch committed. Prints one JSON object per measurement.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "pipeline/ack_board.h"
+#include "proxy/netlink.h"
+#include "proxy/planner.h"
+#include "proxy/render.h"
+#include "proxy/sink.h"
+#include "tests/proxy/fixtures.h"
+
+namespace endpointd::proxy {
+namespace {
+
+struct Options {
+  std::string mode;
+  int services = 10000;
+  int endpoints = 10;
+  int nodes = 100;  // endpoints are spread over this many nodes; this node is node-0
+  int changes = 1000;
+};
+
+std::string node_name(int n) { return "node-" + std::to_string(n); }
+
+std::string ep_addr(int n) {
+  return "10." + std::to_string(100 + n / 65536) + "." + std::to_string((n / 256) % 256) + "." +
+         std::to_string(n % 256);
+}
+
+std::string vip_addr(int i) { return "10.96." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1); }
+
+model::MergedEndpoint endpoint_of(const Options& o, int n) {
+  return testing::endpoint(ep_addr(n).c_str(), 8080, node_name(n % o.nodes));
+}
+
+std::vector<model::ServiceStatePtr> cluster(const Options& o) {
+  std::vector<model::ServiceStatePtr> v;
+  v.reserve(static_cast<size_t>(o.services));
+  for (int i = 0; i < o.services; ++i) {
+    std::vector<model::MergedEndpoint> eps;
+    for (int j = 0; j < o.endpoints; ++j) eps.push_back(endpoint_of(o, i * o.endpoints + j));
+    char name[32];
+    std::snprintf(name, sizeof(name), "s%05d", i);  // sorted like the index
+    v.push_back(testing::state(testing::service(name, {testing::ip(vip_addr(i).c_str())}, 80), std::move(eps)));
+  }
+  return v;
+}
+
+NodeContext node_context() {
+  NodeContext c;
+  c.node_name = node_name(0);
+  c.zone = "zone-a";
+  c.node_ips = {testing::ip("192.168.50.1")};
+  c.cluster_cidrs = {testing::prefix("10.64.0.0/10")};
+  c.ipv6 = false;
+  return c;
+}
+
+long rss_kib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+double ms(std::chrono::steady_clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// kube-proxy's nftables layout (pkg/proxy/nftables) for the same state: the fixed maps and base
+// chains, then per service a chain with its masquerade test and an anonymous numgen vmap of
+// gotos, and per endpoint a chain with its hairpin test and its dnat.
+void print_kube_proxy(const Options& o) {
+  std::string out;
+  out.reserve(static_cast<size_t>(o.services) * (400 + 250 * o.endpoints));
+  out +=
+      "table ip kube-proxy {\n"
+      "\tcomment \"rules for kube-proxy\"\n"
+      "\tset cluster-ips { type ipv4_addr; comment \"Active ClusterIPs\"; }\n"
+      "\tset nodeport-ips { type ipv4_addr; comment \"IPs that accept NodePort traffic\"; }\n"
+      "\tmap no-endpoint-services { type ipv4_addr . inet_proto . inet_service : verdict; }\n"
+      "\tmap no-endpoint-nodeports { type inet_proto . inet_service : verdict; }\n"
+      "\tmap firewall-ips { type ipv4_addr . inet_proto . inet_service : verdict; }\n"
+      "\tmap service-ips { type ipv4_addr . inet_proto . inet_service : verdict; }\n"
+      "\tmap service-nodeports { type inet_proto . inet_service : verdict; }\n"
+      "\tchain filter-prerouting { type filter hook prerouting priority -110; ct state new jump firewall-check; }\n"
+      "\tchain filter-input { type filter hook input priority -110; ct state new jump nodeport-endpoints-check; "
+      "ct state new jump service-endpoints-check; }\n"
+      "\tchain filter-forward { type filter hook forward priority -110; ct state new jump service-endpoints-check; "
+      "ct state new jump cluster-ips-check; }\n"
+      "\tchain filter-output { type filter hook output priority -110; ct state new jump service-endpoints-check; "
+      "ct state new jump firewall-check; }\n"
+      "\tchain filter-output-post-dnat { type filter hook output priority -90; ct state new jump cluster-ips-check; }\n"
+      "\tchain nat-prerouting { type nat hook prerouting priority -100; jump services; }\n"
+      "\tchain nat-output { type nat hook output priority -100; jump services; }\n"
+      "\tchain nat-postrouting { type nat hook postrouting priority 100; jump masquerading; }\n"
+      "\tchain cluster-ips-check { ip daddr @cluster-ips reject; ip daddr 10.96.0.0/12 drop; }\n"
+      "\tchain mark-for-masquerade { meta mark set meta mark | 0x4000; }\n"
+      "\tchain masquerading { meta mark & 0x4000 == 0 return; meta mark set meta mark ^ 0x4000; "
+      "masquerade fully-random; }\n"
+      "\tchain services { ip daddr . meta l4proto . th dport vmap @service-ips; "
+      "fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports; }\n"
+      "\tchain service-endpoints-check { ip daddr . meta l4proto . th dport vmap @no-endpoint-services; "
+      "fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @no-endpoint-nodeports; }\n"
+      "\tchain nodeport-endpoints-check { ip daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports; }\n"
+      "\tchain firewall-check { ip daddr . meta l4proto . th dport vmap @firewall-ips; }\n"
+      "\tchain reject-chain { reject; }\n";
+  std::string elements_ips, elements_svc;
+  for (int i = 0; i < o.services; ++i) {
+    char svc[64];
+    std::snprintf(svc, sizeof(svc), "service-%08X-default/s%05d/tcp/http", static_cast<unsigned>(i * 2654435761u), i);
+    std::string vip = vip_addr(i);
+    out += "\tchain " + std::string(svc) + " {\n\t\tip daddr " + vip +
+           " tcp dport 80 ip saddr != 10.64.0.0/10 jump mark-for-masquerade\n";
+    std::string vmap = "\t\tnumgen random mod " + std::to_string(o.endpoints) + " vmap { ";
+    std::string eps;
+    for (int j = 0; j < o.endpoints; ++j) {
+      std::string a = ep_addr(i * o.endpoints + j);
+      char ep[96];
+      std::snprintf(ep, sizeof(ep), "endpoint-%08X-default/s%05d/tcp/http__%s/8080",
+                    static_cast<unsigned>((i * o.endpoints + j) * 2246822519u), i, a.c_str());
+      vmap += (j ? ", " : "") + std::to_string(j) + " : goto " + ep;
+      eps += "\tchain " + std::string(ep) + " {\n\t\tip saddr " + a + " jump mark-for-masquerade\n\t\tmeta l4proto tcp dnat to " +
+             a + ":8080\n\t}\n";
+    }
+    out += vmap + " }\n\t}\n" + eps;
+    elements_ips += (i ? ", " : "") + vip;
+    elements_svc += (i ? ", " : "") + vip + " . tcp . 80 : goto " + svc;
+  }
+  out += "}\n";
+  if (o.services > 0) {
+    out += "add element ip kube-proxy cluster-ips { " + elements_ips + " }\n";
+    out += "add element ip kube-proxy service-ips { " + elements_svc + " }\n";
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
+void print_render(const Options& o) {
+  Planner p(node_context());
+  p.reset(*testing::snapshot(1, cluster(o)));
+  std::string out = render(p.table(IpFamily::kV4));
+  std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
+// Inside the namespace the caller made: full sync through the sink, then one-endpoint changes.
+int run_sync(const Options& o) {
+  auto services = cluster(o);
+  auto be = NetlinkBackend::open();
+  if (!be) {
+    std::fprintf(stderr, "netlink: %s\n", be.error().c_str());
+    return 1;
+  }
+  pipeline::AckBoard board;
+  ProxySink::Options so;
+  so.node = node_context();
+  ProxySink sink(be->get(), &board, so);
+
+  auto snap = testing::snapshot(1, services);
+  model::Delta all = model::diff(nullptr, *snap);
+  auto t0 = std::chrono::steady_clock::now();
+  sink.apply(snap, all);
+  auto t1 = std::chrono::steady_clock::now();
+  if (!sink.synced()) {
+    std::fprintf(stderr, "full sync failed\n");
+    return 1;
+  }
+  size_t elements = sink.planner()->table(IpFamily::kV4).element_count();
+  std::printf("{\"what\":\"full_sync\",\"services\":%d,\"endpoints\":%d,\"nodes\":%d,\"elements\":%zu,\"ms\":%.1f}\n",
+              o.services, o.endpoints, o.nodes, elements, ms(t1 - t0));
+  std::fflush(stdout);
+
+  if (std::getenv("PROBE")) {
+    // Which kind of element makes a batch expensive in the kernel.
+    const Table& t = sink.planner()->table(IpFamily::kV4);
+    for (const char* set : {"backends-10", "service-lb", "service-ips", "hairpin"}) {
+      const auto& el = t.sets.at(set).elements.begin()->second;
+      TableChanges ch;
+      ch.del_elements.emplace_back(set, el);
+      ch.add_elements.emplace_back(set, el);
+      double best = 1e9;
+      for (int k = 0; k < 20; ++k) {
+        auto s = std::chrono::steady_clock::now();
+        auto r = (*be)->apply({ch});
+        best = std::min(best, ms(std::chrono::steady_clock::now() - s));
+        if (!r) std::fprintf(stderr, "%s\n", r.error().c_str());
+      }
+      std::printf("{\"probe\":\"%s\",\"best_ms\":%.3f}\n", set, best);
+    }
+  }
+  // Endpoint changes: a service loses its last endpoint, or gets it back.
+  std::vector<double> lat;
+  lat.reserve(static_cast<size_t>(o.changes));
+  std::vector<bool> shrunk(static_cast<size_t>(o.services), false);
+  uint64_t g = 1;
+  for (int c = 0; c < o.changes; ++c) {
+    auto i = static_cast<size_t>((static_cast<uint64_t>(c) * 7919u) % static_cast<uint64_t>(o.services));
+    const auto& old = services[i];
+    auto eps = old->endpoints;
+    if (shrunk[i]) {
+      eps.push_back(endpoint_of(o, static_cast<int>(i) * o.endpoints + o.endpoints - 1));
+    } else {
+      eps.pop_back();
+    }
+    shrunk[i] = !shrunk[i];
+    services[i] = testing::state(old->service, std::move(eps));
+    auto next = testing::snapshot(++g, services);
+    model::Delta d;
+    d.from_generation = g - 1;
+    d.to_generation = g;
+    d.changed.push_back(services[i]->key());
+    auto s = std::chrono::steady_clock::now();
+    sink.apply(next, d);
+    auto e = std::chrono::steady_clock::now();
+    lat.push_back(ms(e - s));
+  }
+  if (sink.failures() != 0) {
+    std::fprintf(stderr, "%llu batches failed\n", static_cast<unsigned long long>(sink.failures()));
+    return 1;
+  }
+  std::vector<double> sorted = lat;
+  std::sort(sorted.begin(), sorted.end());
+  auto pct = [&](double q) { return sorted.empty() ? 0.0 : sorted[static_cast<size_t>(q * static_cast<double>(sorted.size() - 1))]; };
+  std::printf("{\"what\":\"endpoint_change\",\"changes\":%d,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%.3f}\n",
+              o.changes, pct(0.5), pct(0.99), sorted.empty() ? 0.0 : sorted.back());
+  std::printf("{\"what\":\"rss\",\"kib\":%ld}\n", rss_kib());
+  return 0;
+}
+
+}  // namespace
+}  // namespace endpointd::proxy
+
+int main(int argc, char** argv) {
+  using endpointd::proxy::Options;
+  Options o;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: proxy_bench sync|render|kube-proxy [--services N] [--endpoints M] [--nodes K] [--changes C]\n");
+    return 2;
+  }
+  o.mode = argv[1];
+  for (int i = 2; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    int v = std::atoi(argv[i + 1]);
+    if (k == "--services") o.services = v;
+    else if (k == "--endpoints") o.endpoints = v;
+    else if (k == "--nodes") o.nodes = std::max(1, v);
+    else if (k == "--changes") o.changes = v;
+    else {
+      std::fprintf(stderr, "unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (o.mode == "render") {
+    endpointd::proxy::print_render(o);
+    return 0;
+  }
+  if (o.mode == "kube-proxy") {
+    endpointd::proxy::print_kube_proxy(o);
+    return 0;
+  }
+  if (o.mode == "sync") return endpointd::proxy::run_sync(o);
+  std::fprintf(stderr, "unknown mode %s\n", o.mode.c_str());
+  return 2;
+}
