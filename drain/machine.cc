@@ -1,0 +1,473 @@
+// The drain state machine. Every step forward is taken in evaluate() or on_snapshot(); a step
+// forced by a deadline or a degraded input leaves a note and a counter behind.
+#include "drain/machine.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "drain/selection.h"
+
+namespace endpointd::drain {
+
+std::string_view to_string(Stage s) {
+  switch (s) {
+    case Stage::kWaitingTerminating: return "waiting-terminating";
+    case Stage::kStopAccepting: return "stop-accepting";
+    case Stage::kRemoved: return "removed";
+    case Stage::kDrained: return "drained";
+    case Stage::kReleased: return "released";
+  }
+  return "?";
+}
+
+ReleaseAfter release_after_of(const model::Pod& pod, ReleaseAfter fallback) {
+  auto it = pod.annotations.find(kReleaseAfterAnnotation);
+  if (it == pod.annotations.end()) return fallback;
+  if (it->second == "removed") return ReleaseAfter::kRemoved;
+  if (it->second == "drained") return ReleaseAfter::kDrained;
+  return fallback;
+}
+
+namespace {
+
+bool in_any_service(const model::Snapshot& s, const model::IpAddr& ip) {
+  for (const auto& st : s.services)
+    if (st->find(ip)) return true;
+  return false;
+}
+
+std::string ms_since(TimePoint from, TimePoint t) {
+  return std::to_string(std::chrono::duration_cast<milliseconds>(t - from).count());
+}
+
+std::string json_str(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+Machine::Machine(Options opts) : opts_(std::move(opts)) {}
+
+const model::Pod* Machine::pod_for(const model::IpAddr& ip) const {
+  if (!snap_) return nullptr;
+  for (const auto& p : snap_->pods) {
+    if (p->node_name != opts_.node_name || p->host_network) continue;
+    if (std::find(p->pod_ips.begin(), p->pod_ips.end(), ip) != p->pod_ips.end()) return p.get();
+  }
+  return nullptr;
+}
+
+void Machine::set_budget(Drain& d, TimePoint now) const {
+  int64_t grace_s = 30;
+  if (const model::Pod* p = pod_for(d.ip)) grace_s = std::max<int64_t>(0, p->termination_grace_period_seconds);
+  milliseconds grace{grace_s * 1000};
+  auto margin = std::max(opts_.min_margin,
+                         milliseconds(static_cast<int64_t>(static_cast<double>(grace.count()) * opts_.margin_fraction)));
+  auto budget = std::max(milliseconds(0), grace - margin);
+  d.start = now;
+  d.budget_end = now + budget;
+  d.removal_deadline = d.budget_end;
+  if (opts_.removal_timeout.count() > 0) d.removal_deadline = std::min(d.budget_end, now + opts_.removal_timeout);
+}
+
+Drain& Machine::ensure(const model::IpAddr& ip, TimePoint now, bool* created) {
+  auto it = drains_.find(ip);
+  *created = it == drains_.end();
+  if (!*created) return it->second;
+  Drain& d = drains_[ip];
+  d.ip = ip;
+  if (const model::Pod* p = pod_for(ip)) {
+    d.pod = p->key;
+    d.pod_uid = p->uid;
+    d.release_after = release_after_of(*p, opts_.default_release_after);
+  } else {
+    d.release_after = opts_.default_release_after;
+  }
+  set_budget(d, now);
+  return d;
+}
+
+std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoint now) {
+  snap_ = std::move(snap);
+  std::vector<model::IpAddr> started;
+  auto begin_stop_accepting = [&](Drain& d, const char* why) {
+    d.stage = Stage::kStopAccepting;
+    d.stop_accepting = now;
+    if (why) d.notes.emplace_back(why);
+    for (const auto& n : snap_->nodes) {
+      if (n->name == opts_.node_name) continue;
+      PeerState p;
+      auto ips = n->internal_ips();
+      if (ips.empty()) {
+        p.state = PeerState::State::kFailed;
+        p.last_error = "node has no InternalIP";
+        ++counters_.peers_unconfirmed;
+        d.notes.push_back("peer " + n->name + ": node has no InternalIP, not asked");
+      } else {
+        p.address = ips.front().str();
+      }
+      d.peers[n->name] = p;
+    }
+    started.push_back(d.ip);
+  };
+  std::set<model::IpAddr> seen;
+  for (const auto& st : snap_->services) {
+    for (const auto& e : st->endpoints) {
+      if (!e.conditions.terminating) continue;
+      bool local = e.node_name == opts_.node_name || (e.node_name.empty() && pod_for(e.address));
+      if (!local || !seen.insert(e.address).second) continue;
+      bool created = false;
+      Drain& d = ensure(e.address, now, &created);
+      if (d.stage == Stage::kWaitingTerminating) begin_stop_accepting(d, nullptr);
+    }
+  }
+  // Endpoints that left every service before they were seen terminating are not selectable
+  // any more either; drains whose endpoint is gone and that nobody waits for are history.
+  for (auto it = drains_.begin(); it != drains_.end();) {
+    Drain& d = it->second;
+    bool present = in_any_service(*snap_, d.ip);
+    if (!present && d.stage == Stage::kWaitingTerminating) {
+      begin_stop_accepting(d, "endpoint left its slices without being seen terminating");
+    }
+    bool waited = false;
+    for (const auto& [id, w] : waiters_)
+      if (!w.verdict && !d.pod_uid.empty() && w.uid == d.pod_uid) waited = true;
+    bool pod_gone = d.pod.name.empty() || !snap_->find_pod(d.pod);
+    if (!present && !waited && (d.stage == Stage::kReleased || pod_gone)) {
+      finished_.push_back(std::move(d));
+      if (finished_.size() > opts_.history) finished_.erase(finished_.begin());
+      it = drains_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return started;
+}
+
+void Machine::peer_answered(const model::IpAddr& ip, const std::string& node, bool confirmed,
+                            const std::string& error, TimePoint now) {
+  auto it = drains_.find(ip);
+  if (it == drains_.end()) return;
+  auto pit = it->second.peers.find(node);
+  if (pit == it->second.peers.end() || pit->second.state != PeerState::State::kPending) return;
+  pit->second.answered = now;
+  if (confirmed) {
+    pit->second.state = PeerState::State::kConfirmed;
+  } else {
+    pit->second.state = PeerState::State::kFailed;
+    pit->second.last_error = error;
+    ++counters_.peers_unconfirmed;
+    it->second.notes.push_back("peer " + node + " did not confirm: " + error);
+  }
+}
+
+uint64_t Machine::add_waiter(const model::ObjectKey& pod, const std::string& uid, TimePoint now) {
+  uint64_t id = next_waiter_++;
+  waiters_[id] = Waiter{pod, uid, now, std::nullopt};
+  return id;
+}
+
+void Machine::remove_waiter(uint64_t id) { waiters_.erase(id); }
+
+std::optional<Verdict> Machine::verdict(uint64_t id) const {
+  auto it = waiters_.find(id);
+  if (it == waiters_.end()) return Verdict{false, "unknown prestop call"};
+  return it->second.verdict;
+}
+
+std::vector<model::IpAddr> Machine::need_flow_counts() const {
+  std::vector<model::IpAddr> out;
+  for (const auto& [ip, d] : drains_)
+    if (d.stage == Stage::kRemoved && d.release_after == ReleaseAfter::kDrained) out.push_back(ip);
+  return out;
+}
+
+bool Machine::local_removed(Drain& d, const Inputs& in) {
+  bool all = true;
+  for (const auto& e : in.consumers) {
+    if (d.consumers_confirmed.count(e.consumer)) continue;
+    bool routes = !e.snapshot || selectable(e.consumer, *e.snapshot, d.ip);
+    if (!routes && e.consumer == "dns" && in.dns_expiry) {
+      auto exp = in.dns_expiry(d.ip);
+      if (exp && *exp > in.now) routes = true;
+    }
+    if (routes) {
+      all = false;
+    } else {
+      d.consumers_confirmed[e.consumer] = in.now;
+      d.last_confirmation = in.now;
+    }
+  }
+  return all;
+}
+
+bool Machine::peers_done(Drain& d, TimePoint now) {
+  // Under kWait a silent peer holds stage 2 until the removal deadline (handled there).
+  bool may_time_out = opts_.peer_policy == PeerPolicy::kProceed;
+  TimePoint peer_deadline = d.start + opts_.peer_timeout;
+  bool done = true;
+  for (auto& [node, p] : d.peers) {
+    if (p.state == PeerState::State::kConfirmed) {
+      if (p.answered && (!d.last_confirmation || *p.answered > *d.last_confirmation)) d.last_confirmation = p.answered;
+      continue;
+    }
+    if (p.state == PeerState::State::kFailed) continue;
+    if (may_time_out && now >= peer_deadline) {
+      p.state = PeerState::State::kFailed;
+      p.last_error = "no answer by the peer deadline";
+      p.answered = now;
+      ++counters_.peers_unconfirmed;
+      d.notes.push_back("peer " + node + " did not confirm by its deadline; proceeding by policy");
+      continue;
+    }
+    done = false;
+  }
+  return done;
+}
+
+void Machine::move(Drain& d, Stage to, TimePoint at, std::vector<Transition>& out) {
+  std::optional<TimePoint> entered;
+  switch (d.stage) {
+    case Stage::kWaitingTerminating: entered = d.start; break;
+    case Stage::kStopAccepting: entered = d.stop_accepting; break;
+    case Stage::kRemoved: entered = d.removed; break;
+    case Stage::kDrained: entered = d.drained; break;
+    case Stage::kReleased: entered = d.released; break;
+  }
+  d.stage = to;
+  switch (to) {
+    case Stage::kStopAccepting: d.stop_accepting = at; break;
+    case Stage::kRemoved: d.removed = at; break;
+    case Stage::kDrained: d.drained = at; break;
+    case Stage::kReleased: d.released = at; break;
+    default: break;
+  }
+  out.push_back({d.ip, to, at, entered ? at - *entered : std::chrono::nanoseconds(0)});
+}
+
+void Machine::advance(Drain& d, const Inputs& in, std::vector<Transition>& out) {
+  if (d.stage == Stage::kStopAccepting) {
+    bool local = local_removed(d, in);
+    bool peers = peers_done(d, in.now);
+    if (local && peers) {
+      move(d, Stage::kRemoved, in.now, out);
+    } else if (in.now >= d.removal_deadline) {
+      std::string missing;
+      for (const auto& e : in.consumers)
+        if (!d.consumers_confirmed.count(e.consumer)) missing += " " + e.consumer;
+      for (auto& [node, p] : d.peers) {
+        if (p.state != PeerState::State::kPending) continue;
+        p.state = PeerState::State::kFailed;
+        p.last_error = "no answer by the removal deadline";
+        ++counters_.peers_unconfirmed;
+        missing += " peer:" + node;
+      }
+      d.removal_forced = true;
+      ++counters_.removal_deadlines;
+      d.notes.push_back("removal deadline passed; still routing or unconfirmed:" + missing);
+      move(d, Stage::kRemoved, in.now, out);
+    }
+  }
+  if (d.stage == Stage::kRemoved && d.release_after == ReleaseAfter::kDrained) {
+    auto it = in.flows.find(d.ip);
+    if (it != in.flows.end()) {
+      if (it->second.ok()) {
+        d.flows = it->second.value();
+        d.conntrack_failed_since.reset();
+        if (d.flows->live() == 0) {
+          d.last_confirmation = in.now;
+          move(d, Stage::kDrained, in.now, out);
+          return;
+        }
+      } else if (!d.conntrack_failed_since) {
+        d.conntrack_failed_since = in.now;
+        ++counters_.conntrack_unavailable;
+        d.notes.push_back("conntrack unavailable (" + it->second.error() + "); waiting " +
+                          std::to_string(opts_.conntrack_unavailable_wait.count()) + " ms");
+      }
+    }
+    if (d.conntrack_failed_since && in.now >= std::min(d.budget_end, *d.conntrack_failed_since + opts_.conntrack_unavailable_wait)) {
+      d.drain_forced = true;
+      d.notes.emplace_back("drained without a conntrack count");
+      move(d, Stage::kDrained, in.now, out);
+    } else if (in.now >= d.budget_end) {
+      d.drain_forced = true;
+      ++counters_.drain_deadlines;
+      d.notes.push_back("drain deadline passed with " + std::to_string(d.flows ? d.flows->live() : 0) +
+                        " live connections");
+      move(d, Stage::kDrained, in.now, out);
+    }
+  }
+}
+
+std::vector<model::IpAddr> Machine::pod_endpoints(const model::Pod& pod) const {
+  std::vector<model::IpAddr> out;
+  for (const auto& ip : pod.pod_ips)
+    if (drains_.count(ip) || (snap_ && in_any_service(*snap_, ip))) out.push_back(ip);
+  return out;
+}
+
+void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>& out) {
+  if (w.verdict) return;
+  const model::Pod* pod = snap_ ? snap_->find_pod(w.pod) : nullptr;
+  std::vector<model::IpAddr> ips;
+  if (pod) {
+    if (!pod->terminating) {
+      if (in.now >= w.called + opts_.terminating_wait) {
+        ++counters_.not_terminating_in_api;
+        w.verdict = Verdict{false, "the API did not show pod " + w.pod.str() + " terminating within " +
+                                       std::to_string(opts_.terminating_wait.count()) +
+                                       " ms; nothing was drained"};
+      }
+      return;
+    }
+    ips = pod_endpoints(*pod);
+  } else {
+    for (const auto& [ip, d] : drains_)
+      if (d.pod_uid == w.uid) ips.push_back(ip);
+  }
+  if (ips.empty()) {
+    ++counters_.no_endpoints;
+    w.verdict = Verdict{true, "pod " + w.pod.str() + " has no endpoints: nothing to remove or drain"};
+    return;
+  }
+  bool all_ready = true;
+  std::string forced;
+  for (const auto& ip : ips) {
+    bool created = false;
+    Drain& d = ensure(ip, in.now, &created);
+    if (created) {
+      d.pod = w.pod;
+      d.pod_uid = w.uid;
+    }
+    if (d.stage == Stage::kWaitingTerminating) {
+      if (in.now >= d.budget_end) {
+        ++counters_.never_terminating;
+        d.notes.emplace_back("endpoint never became terminating within the budget");
+        w.verdict = Verdict{false, "endpoint " + ip.str() + " of pod " + w.pod.str() +
+                                       " never became terminating in its EndpointSlices; "
+                                       "removal was not confirmed"};
+        return;
+      }
+      all_ready = false;
+      continue;
+    }
+    bool ready = d.stage >= Stage::kDrained ||
+                 (d.stage == Stage::kRemoved && d.release_after == ReleaseAfter::kRemoved);
+    if (!ready) all_ready = false;
+    if (d.removal_forced || d.drain_forced)
+      for (const auto& n : d.notes) forced += "; " + n;
+  }
+  if (!all_ready) return;
+  std::string summary;
+  for (const auto& ip : ips) {
+    Drain& d = drains_.at(ip);
+    if (d.stage != Stage::kReleased) move(d, Stage::kReleased, in.now, out);
+    ++counters_.released;
+    summary += (summary.empty() ? "" : ", ") + ip.str() + ": removed after " +
+               ms_since(d.start, d.removed.value_or(in.now)) + " ms" +
+               (d.drained ? ", drained after " + ms_since(d.start, *d.drained) + " ms" : "");
+  }
+  w.verdict = Verdict{true, "released " + w.pod.str() + " (" + summary + ")" + forced};
+}
+
+std::vector<Transition> Machine::evaluate(const Inputs& in) {
+  std::vector<Transition> out;
+  for (auto& [ip, d] : drains_) advance(d, in, out);
+  for (auto& [id, w] : waiters_) settle_waiter(w, in, out);
+  return out;
+}
+
+std::optional<TimePoint> Machine::next_deadline() const {
+  std::optional<TimePoint> best;
+  auto consider = [&](TimePoint t) {
+    if (!best || t < *best) best = t;
+  };
+  for (const auto& [ip, d] : drains_) {
+    switch (d.stage) {
+      case Stage::kWaitingTerminating: consider(d.budget_end); break;
+      case Stage::kStopAccepting:
+        consider(d.removal_deadline);
+        if (opts_.peer_policy == PeerPolicy::kProceed) consider(d.start + opts_.peer_timeout);
+        break;
+      case Stage::kRemoved:
+        consider(d.budget_end);
+        if (d.conntrack_failed_since) consider(*d.conntrack_failed_since + opts_.conntrack_unavailable_wait);
+        break;
+      default: break;
+    }
+  }
+  for (const auto& [id, w] : waiters_)
+    if (!w.verdict) consider(w.called + opts_.terminating_wait);
+  return best;
+}
+
+std::string Machine::to_json(TimePoint now) const {
+  auto wall = [&](TimePoint t) {
+    auto sys = std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(t - now);
+    return std::to_string(std::chrono::duration_cast<milliseconds>(sys.time_since_epoch()).count());
+  };
+  auto one = [&](const Drain& d) {
+    std::string j = "{\"address\":" + json_str(d.ip.str()) + ",\"pod\":" + json_str(d.pod.str()) +
+                    ",\"pod_uid\":" + json_str(d.pod_uid) + ",\"stage\":" + json_str(std::string(to_string(d.stage))) +
+                    ",\"release_after\":" + json_str(d.release_after == ReleaseAfter::kRemoved ? "removed" : "drained") +
+                    ",\"start_unix_ms\":" + wall(d.start) + ",\"timeline_ms\":{";
+    std::string t;
+    auto add = [&](const char* k, const std::optional<TimePoint>& v) {
+      if (!v) return;
+      t += (t.empty() ? "" : ",") + std::string("\"") + k + "\":" + ms_since(d.start, *v);
+    };
+    add("stop_accepting", d.stop_accepting);
+    add("removed", d.removed);
+    add("drained", d.drained);
+    add("released", d.released);
+    add("removal_deadline", d.removal_deadline);
+    add("budget_end", d.budget_end);
+    j += t + "},\"consumers_confirmed_ms\":{";
+    std::string c;
+    for (const auto& [name, at] : d.consumers_confirmed)
+      c += (c.empty() ? "" : ",") + json_str(name) + ":" + ms_since(d.start, at);
+    j += c + "},\"peers\":[";
+    std::string p;
+    for (const auto& [node, ps] : d.peers) {
+      const char* st = ps.state == PeerState::State::kConfirmed ? "confirmed"
+                       : ps.state == PeerState::State::kFailed  ? "failed"
+                                                                 : "pending";
+      p += (p.empty() ? "" : ",") + std::string("{\"node\":") + json_str(node) + ",\"state\":\"" + st +
+           "\",\"error\":" + json_str(ps.last_error) +
+           (ps.answered ? ",\"answered_ms\":" + ms_since(d.start, *ps.answered) : std::string()) + "}";
+    }
+    j += p + "],\"live_flows\":" + (d.flows ? std::to_string(d.flows->live()) : std::string("null")) +
+         ",\"removal_forced\":" + (d.removal_forced ? "true" : "false") +
+         ",\"drain_forced\":" + (d.drain_forced ? "true" : "false") + ",\"notes\":[";
+    std::string n;
+    for (const auto& s : d.notes) n += (n.empty() ? "" : ",") + json_str(s);
+    return j + n + "]}";
+  };
+  std::string out = "[";
+  bool first = true;
+  for (const auto& d : finished_) {
+    out += (first ? "" : ",") + one(d);
+    first = false;
+  }
+  for (const auto& [ip, d] : drains_) {
+    out += (first ? "" : ",") + one(d);
+    first = false;
+  }
+  return out + "]";
+}
+
+}  // namespace endpointd::drain

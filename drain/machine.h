@@ -1,0 +1,179 @@
+// The drain state machine: per terminating endpoint of this node, stop-accepting → removed →
+// drained → released, with a timestamp for each stage. Pure: time, acknowledgements, peer
+// answers and conntrack counts come in as values, so it is tested without threads or root.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "model/result.h"
+#include "model/snapshot.h"
+#include "pipeline/ack_board.h"
+#include "proxy/conntrack.h"
+
+namespace endpointd::drain {
+
+using Clock = std::chrono::steady_clock;
+using TimePoint = Clock::time_point;
+using std::chrono::milliseconds;
+
+// The pod annotation that chooses when the prestop call returns: "removed" (the application
+// drains its own connections after SIGTERM) or "drained" (after conntrack shows no live flow).
+inline constexpr const char* kReleaseAfterAnnotation = "endpointd.io/release-after";
+
+enum class Stage { kWaitingTerminating, kStopAccepting, kRemoved, kDrained, kReleased };
+std::string_view to_string(Stage s);
+enum class ReleaseAfter { kRemoved, kDrained };
+// What a peer that did not confirm by its deadline means: proceed (and count it), or keep
+// waiting until the removal deadline of the grace budget.
+enum class PeerPolicy { kProceed, kWait };
+
+struct Options {
+  std::string node_name;
+  // The application's own shutdown after release: max(min_margin, grace × margin_fraction)
+  // is kept out of the budget.
+  milliseconds min_margin{2000};
+  double margin_fraction = 0.2;
+  // Stage 2's own bound inside the budget (0: the whole budget).
+  milliseconds removal_timeout{0};
+  milliseconds peer_timeout{5000};
+  PeerPolicy peer_policy = PeerPolicy::kProceed;
+  // How long a prestop call waits for the API to show its pod terminating.
+  milliseconds terminating_wait{10000};
+  // With conntrack unavailable, stage 3 waits this long (within the budget) and proceeds.
+  milliseconds conntrack_unavailable_wait{2000};
+  ReleaseAfter default_release_after = ReleaseAfter::kDrained;
+  size_t history = 64;  // finished drains kept for /debug/state
+};
+
+struct PeerState {
+  enum class State { kPending, kConfirmed, kFailed };
+  State state = State::kPending;
+  std::string address;  // "ip:port"
+  std::string last_error;
+  std::optional<TimePoint> answered;
+};
+
+struct Drain {
+  model::IpAddr ip;
+  model::ObjectKey pod;  // empty when no pod on this node has the address
+  std::string pod_uid;
+  ReleaseAfter release_after = ReleaseAfter::kDrained;
+  Stage stage = Stage::kWaitingTerminating;
+  TimePoint start{};  // when this agent first knew the endpoint was going away
+  TimePoint removal_deadline{};
+  TimePoint budget_end{};
+  std::optional<TimePoint> stop_accepting, removed, drained, released;
+  std::map<std::string, TimePoint> consumers_confirmed;
+  std::map<std::string, PeerState> peers;  // by node name
+  std::optional<proxy::FlowCount> flows;
+  std::optional<TimePoint> conntrack_failed_since;
+  std::vector<std::string> notes;  // every forced step and degraded input, in order
+  bool removal_forced = false, drain_forced = false;
+  std::optional<TimePoint> last_confirmation;  // the newest confirmation stage 2/3 waited for
+};
+
+// What a prestop call is told.
+struct Verdict {
+  bool release = false;  // true: exit 0
+  std::string reason;
+};
+
+struct Counters {
+  uint64_t removal_deadlines = 0;
+  uint64_t drain_deadlines = 0;
+  uint64_t peers_unconfirmed = 0;
+  uint64_t conntrack_unavailable = 0;
+  uint64_t no_endpoints = 0;
+  uint64_t never_terminating = 0;
+  uint64_t not_terminating_in_api = 0;
+  uint64_t released = 0;
+};
+
+struct Transition {
+  model::IpAddr ip;
+  Stage to;
+  TimePoint at;
+  std::chrono::nanoseconds stage_duration{};  // time spent in the stage just left
+};
+
+class Machine {
+ public:
+  explicit Machine(Options opts);
+
+  const Options& options() const { return opts_; }
+
+  // A new snapshot: starts drains for this node's terminating endpoints (stop-accepting) and
+  // notices endpoints that left every service. Returns the drains that need peer calls (the
+  // peers are listed in their `peers`).
+  std::vector<model::IpAddr> on_snapshot(model::SnapshotPtr snap, TimePoint now);
+
+  void peer_answered(const model::IpAddr& ip, const std::string& node, bool confirmed,
+                     const std::string& error, TimePoint now);
+
+  // Registers a prestop call for a pod (identified by the server) and returns its id.
+  uint64_t add_waiter(const model::ObjectKey& pod, const std::string& uid, TimePoint now);
+  void remove_waiter(uint64_t id);
+  std::optional<Verdict> verdict(uint64_t id) const;
+
+  // Addresses whose live flows stage 3 needs now.
+  std::vector<model::IpAddr> need_flow_counts() const;
+
+  struct Inputs {
+    TimePoint now;
+    std::vector<pipeline::AckBoard::Entry> consumers;
+    // When the last DNS answer carrying an address expires (may be empty).
+    std::function<std::optional<TimePoint>(const model::IpAddr&)> dns_expiry;
+    // Results for the addresses of need_flow_counts().
+    std::map<model::IpAddr, Result<proxy::FlowCount>> flows;
+  };
+  // Advances every drain and waiter as far as the inputs allow. Returns the transitions.
+  std::vector<Transition> evaluate(const Inputs& in);
+  // The earliest deadline that would change something without any new input.
+  std::optional<TimePoint> next_deadline() const;
+
+  const std::map<model::IpAddr, Drain>& drains() const { return drains_; }
+  const std::vector<Drain>& finished() const { return finished_; }
+  const Counters& counters() const { return counters_; }
+  model::SnapshotPtr snapshot() const { return snap_; }
+
+  // JSON array for /debug/state: each drain's stage and timeline (ms since its start), peers,
+  // consumers, notes. `now` and the steady→wall offset turn times into readable values.
+  std::string to_json(TimePoint now) const;
+
+ private:
+  struct Waiter {
+    model::ObjectKey pod;
+    std::string uid;
+    TimePoint called;
+    std::optional<Verdict> verdict;
+  };
+  const model::Pod* pod_for(const model::IpAddr& ip) const;
+  Drain& ensure(const model::IpAddr& ip, TimePoint now, bool* created);
+  void set_budget(Drain& d, TimePoint now) const;
+  std::vector<model::IpAddr> pod_endpoints(const model::Pod& pod) const;
+  bool local_removed(Drain& d, const Inputs& in);
+  bool peers_done(Drain& d, TimePoint now);
+  void advance(Drain& d, const Inputs& in, std::vector<Transition>& out);
+  void move(Drain& d, Stage to, TimePoint at, std::vector<Transition>& out);
+  void settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>& out);
+
+  Options opts_;
+  model::SnapshotPtr snap_;
+  std::map<model::IpAddr, Drain> drains_;
+  std::vector<Drain> finished_;
+  std::map<uint64_t, Waiter> waiters_;
+  uint64_t next_waiter_ = 1;
+  Counters counters_;
+};
+
+// The release rule of a pod from its annotation (unknown values: `fallback`).
+ReleaseAfter release_after_of(const model::Pod& pod, ReleaseAfter fallback);
+
+}  // namespace endpointd::drain

@@ -1,0 +1,262 @@
+// The drain state machine with an injected clock: stage order, confirmations, deadlines and
+// degraded inputs, each with its counter.
+#include "drain/machine.h"
+
+#include <gtest/gtest.h>
+
+#include "drain/selection.h"
+#include "tests/drain/fixture.h"
+
+namespace endpointd::drain {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Ep;
+using testing::ip;
+using testing::make_snapshot;
+using testing::PodDef;
+
+const Ep kWeb1{"10.244.1.10", "node-a", true, true, false, "web-1"};
+const Ep kWeb1Terminating{"10.244.1.10", "node-a", false, true, true, "web-1"};
+const Ep kWeb3{"10.244.2.10", "node-b", true, true, false, "web-3"};
+
+struct MachineTest : ::testing::Test {
+  TimePoint t0 = TimePoint(std::chrono::seconds(1000));
+  Options opts() {
+    Options o;
+    o.node_name = "node-a";
+    return o;
+  }
+  static pipeline::AckBoard::Entry entry(const std::string& c, model::SnapshotPtr s) {
+    pipeline::AckBoard::Entry e;
+    e.consumer = c;
+    e.snapshot = std::move(s);
+    return e;
+  }
+  static Machine::Inputs inputs(TimePoint now, std::vector<pipeline::AckBoard::Entry> consumers) {
+    Machine::Inputs in;
+    in.now = now;
+    in.consumers = std::move(consumers);
+    return in;
+  }
+};
+
+TEST_F(MachineTest, SelectionFollowsEachConsumersRule) {
+  auto both = make_snapshot(1, {kWeb1Terminating, kWeb3});
+  EXPECT_FALSE(selectable("proxy", *both, ip("10.244.1.10")));
+  EXPECT_TRUE(selectable("proxy", *both, ip("10.244.2.10")));
+  // Terminating fallback: the only endpoint left is still chosen by the proxy and the feed.
+  auto alone = make_snapshot(2, {kWeb1Terminating});
+  EXPECT_TRUE(selectable("proxy", *alone, ip("10.244.1.10")));
+  EXPECT_TRUE(selectable("feed", *alone, ip("10.244.1.10")));
+  // ready=false without terminating (a failing probe) is not selectable, and not a drain.
+  auto unready = make_snapshot(3, {{"10.244.1.10", "node-a", false, false, false, "web-1"}, kWeb3});
+  EXPECT_FALSE(selectable("proxy", *unready, ip("10.244.1.10")));
+  // DNS answers endpoints of headless services only, and drops terminating ones at once.
+  auto headless = make_snapshot(4, {kWeb1, kWeb3}, {}, true);
+  EXPECT_TRUE(selectable("dns", *headless, ip("10.244.1.10")));
+  EXPECT_FALSE(selectable("proxy", *headless, ip("10.244.1.10")));
+  EXPECT_FALSE(selectable("dns", *make_snapshot(5, {kWeb1Terminating, kWeb3}, {}, true), ip("10.244.1.10")));
+  EXPECT_FALSE(selectable("dns", *both, ip("10.244.2.10")));
+  auto unsynced = std::make_shared<model::Snapshot>();
+  EXPECT_TRUE(selectable("proxy", *unsynced, ip("10.244.1.10")));
+}
+
+TEST_F(MachineTest, StagesInOrderWithPeersAndConntrack) {
+  Options o = opts();
+  Machine m(o);
+  auto s1 = make_snapshot(1, {kWeb1, kWeb3}, {{"web-1", "10.244.1.10"}});
+  EXPECT_TRUE(m.on_snapshot(s1, t0).empty());
+  uint64_t w = m.add_waiter({"demo", "web-1"}, "uid-web-1", t0);
+  m.evaluate(inputs(t0, {entry("proxy", s1)}));
+  EXPECT_FALSE(m.verdict(w));
+
+  auto s2 = make_snapshot(2, {kWeb1Terminating, kWeb3}, {{"web-1", "10.244.1.10", "node-a", true}});
+  auto started = m.on_snapshot(s2, t0 + 10ms);
+  ASSERT_EQ(started.size(), 1u);
+  const Drain& d = m.drains().at(ip("10.244.1.10"));
+  EXPECT_EQ(d.stage, Stage::kStopAccepting);
+  ASSERT_EQ(d.peers.size(), 1u);
+  EXPECT_EQ(d.peers.at("node-b").address, "192.168.77.3");
+  // The proxy still has generation 1: not removed.
+  m.evaluate(inputs(t0 + 20ms, {entry("proxy", s1), entry("dns", s2)}));
+  EXPECT_EQ(d.stage, Stage::kStopAccepting);
+  // The proxy applied 2, but the peer has not answered.
+  m.evaluate(inputs(t0 + 30ms, {entry("proxy", s2), entry("dns", s2)}));
+  EXPECT_EQ(d.stage, Stage::kStopAccepting);
+  m.peer_answered(ip("10.244.1.10"), "node-b", true, "", t0 + 40ms);
+  m.evaluate(inputs(t0 + 40ms, {entry("proxy", s2), entry("dns", s2)}));
+  EXPECT_EQ(d.stage, Stage::kRemoved);
+  EXPECT_EQ(m.need_flow_counts(), std::vector<model::IpAddr>{ip("10.244.1.10")});
+  auto in = inputs(t0 + 50ms, {entry("proxy", s2), entry("dns", s2)});
+  proxy::FlowCount busy;
+  busy.tcp_established = 2;
+  in.flows.emplace(ip("10.244.1.10"), busy);
+  m.evaluate(in);
+  EXPECT_EQ(d.stage, Stage::kRemoved);
+  EXPECT_FALSE(m.verdict(w));
+  in.now = t0 + 70ms;
+  in.flows.clear();
+  in.flows.emplace(ip("10.244.1.10"), proxy::FlowCount{});
+  m.evaluate(in);
+  EXPECT_EQ(d.stage, Stage::kReleased);
+  ASSERT_TRUE(m.verdict(w));
+  EXPECT_TRUE(m.verdict(w)->release);
+  EXPECT_LE(*d.stop_accepting, *d.removed);
+  EXPECT_LE(*d.removed, *d.drained);
+  EXPECT_LE(*d.drained, *d.released);
+  EXPECT_EQ(*d.released, t0 + 70ms);
+  EXPECT_EQ(m.counters().removal_deadlines, 0u);
+  EXPECT_EQ(m.counters().peers_unconfirmed, 0u);
+  EXPECT_NE(m.to_json(t0 + 70ms).find("\"stage\":\"released\""), std::string::npos);
+  // The endpoint leaves the slices: the drain becomes history.
+  m.remove_waiter(w);
+  m.on_snapshot(make_snapshot(3, {kWeb3}, {}), t0 + 80ms);
+  EXPECT_TRUE(m.drains().empty());
+  EXPECT_EQ(m.finished().size(), 1u);
+}
+
+TEST_F(MachineTest, ReleaseAfterRemovedSkipsTheDrain) {
+  Machine m(opts());
+  auto s = make_snapshot(2, {kWeb1Terminating, kWeb3}, {{"web-1", "10.244.1.10", "node-a", true, 30, "removed"}});
+  m.on_snapshot(s, t0);
+  uint64_t w = m.add_waiter({"demo", "web-1"}, "uid-web-1", t0);
+  m.peer_answered(ip("10.244.1.10"), "node-b", true, "", t0);
+  m.evaluate(inputs(t0 + 5ms, {entry("proxy", s)}));
+  ASSERT_TRUE(m.verdict(w));
+  EXPECT_TRUE(m.verdict(w)->release);
+  EXPECT_FALSE(m.drains().at(ip("10.244.1.10")).drained);
+}
+
+TEST_F(MachineTest, TerminatingFallbackIsBoundedByTheBudget) {
+  Machine m(opts());
+  // web-1 is the only endpoint: the proxy keeps it as a last resort, so removal never comes.
+  auto s = make_snapshot(2, {kWeb1Terminating}, {{"web-1", "10.244.1.10", "node-a", true, 10}});
+  m.on_snapshot(s, t0);
+  uint64_t w = m.add_waiter({"demo", "web-1"}, "uid-web-1", t0);
+  m.peer_answered(ip("10.244.1.10"), "node-b", true, "", t0);
+  m.evaluate(inputs(t0 + 1s, {entry("proxy", s)}));
+  EXPECT_EQ(m.drains().at(ip("10.244.1.10")).stage, Stage::kStopAccepting);
+  // Grace 10 s, margin max(2 s, 20 %) = 2 s: the budget ends at 8 s.
+  ASSERT_TRUE(m.next_deadline());
+  EXPECT_EQ(*m.next_deadline(), t0 + 5s);  // the peer deadline comes first (already answered)
+  auto in = inputs(t0 + 8s, {entry("proxy", s)});
+  in.flows.emplace(ip("10.244.1.10"), proxy::FlowCount{});
+  m.evaluate(in);
+  m.evaluate(in);
+  EXPECT_EQ(m.counters().removal_deadlines, 1u);
+  ASSERT_TRUE(m.verdict(w));
+  EXPECT_TRUE(m.verdict(w)->release);
+  EXPECT_NE(m.verdict(w)->reason.find("removal deadline"), std::string::npos);
+  EXPECT_TRUE(m.drains().at(ip("10.244.1.10")).removal_forced);
+}
+
+TEST_F(MachineTest, PeerDeadlinePolicies) {
+  for (PeerPolicy policy : {PeerPolicy::kProceed, PeerPolicy::kWait}) {
+    Options o = opts();
+    o.peer_policy = policy;
+    o.peer_timeout = 500ms;
+    Machine m(o);
+    auto s = make_snapshot(2, {kWeb1Terminating, kWeb3}, {{"web-1", "10.244.1.10", "node-a", true, 30, "removed"}});
+    m.on_snapshot(s, t0);
+    m.evaluate(inputs(t0 + 600ms, {entry("proxy", s)}));
+    const Drain& d = m.drains().at(ip("10.244.1.10"));
+    if (policy == PeerPolicy::kProceed) {
+      EXPECT_EQ(d.stage, Stage::kRemoved);
+      EXPECT_EQ(m.counters().peers_unconfirmed, 1u);
+      EXPECT_EQ(m.counters().removal_deadlines, 0u);
+    } else {
+      EXPECT_EQ(d.stage, Stage::kStopAccepting);
+      m.evaluate(inputs(d.removal_deadline, {entry("proxy", s)}));
+      EXPECT_EQ(d.stage, Stage::kRemoved);
+      EXPECT_EQ(m.counters().peers_unconfirmed, 1u);
+      EXPECT_EQ(m.counters().removal_deadlines, 1u);
+    }
+  }
+}
+
+TEST_F(MachineTest, DnsWaitsForTheLastAnswersTtl) {
+  Machine m(opts());
+  auto s = make_snapshot(2, {kWeb1Terminating, kWeb3}, {{"web-1", "10.244.1.10", "node-a", true}});
+  m.on_snapshot(s, t0);
+  m.peer_answered(ip("10.244.1.10"), "node-b", true, "", t0);
+  auto in = inputs(t0 + 1s, {entry("proxy", s), entry("dns", s)});
+  in.dns_expiry = [&](const model::IpAddr&) -> std::optional<TimePoint> { return t0 + 5s; };
+  m.evaluate(in);
+  EXPECT_EQ(m.drains().at(ip("10.244.1.10")).stage, Stage::kStopAccepting);
+  EXPECT_TRUE(m.drains().at(ip("10.244.1.10")).consumers_confirmed.count("proxy"));
+  in.now = t0 + 5s;
+  m.evaluate(in);
+  EXPECT_EQ(m.drains().at(ip("10.244.1.10")).stage, Stage::kRemoved);
+}
+
+TEST_F(MachineTest, ConntrackUnavailableIsCountedAndBounded) {
+  Options o = opts();
+  o.conntrack_unavailable_wait = 1s;
+  Machine m(o);
+  auto s = make_snapshot(2, {kWeb1Terminating, kWeb3}, {{"web-1", "10.244.1.10", "node-a", true}});
+  m.on_snapshot(s, t0);
+  uint64_t w = m.add_waiter({"demo", "web-1"}, "uid-web-1", t0);
+  m.peer_answered(ip("10.244.1.10"), "node-b", true, "", t0);
+  auto in = inputs(t0 + 10ms, {entry("proxy", s)});
+  m.evaluate(in);
+  in.flows.emplace(ip("10.244.1.10"), Error{"netlink: operation not permitted"});
+  m.evaluate(in);
+  EXPECT_EQ(m.counters().conntrack_unavailable, 1u);
+  EXPECT_FALSE(m.verdict(w));
+  in.now = t0 + 1010ms;
+  m.evaluate(in);
+  ASSERT_TRUE(m.verdict(w));
+  EXPECT_NE(m.verdict(w)->reason.find("conntrack unavailable"), std::string::npos);
+}
+
+TEST_F(MachineTest, PrestopBeforeTheApiShowsTerminating) {
+  Options o = opts();
+  o.terminating_wait = 2s;
+  Machine m(o);
+  auto s1 = make_snapshot(1, {kWeb1, kWeb3}, {{"web-1", "10.244.1.10"}});
+  m.on_snapshot(s1, t0);
+  uint64_t w = m.add_waiter({"demo", "web-1"}, "uid-web-1", t0);
+  m.evaluate(inputs(t0 + 1s, {entry("proxy", s1)}));
+  EXPECT_FALSE(m.verdict(w));
+  // The pod becomes terminating but its endpoint does not (yet): waiting-terminating.
+  auto s2 = make_snapshot(2, {kWeb1, kWeb3}, {{"web-1", "10.244.1.10", "node-a", true, 10}});
+  m.on_snapshot(s2, t0 + 1500ms);
+  m.evaluate(inputs(t0 + 1500ms, {entry("proxy", s2)}));
+  EXPECT_FALSE(m.verdict(w));
+  EXPECT_EQ(m.drains().at(ip("10.244.1.10")).stage, Stage::kWaitingTerminating);
+  // It never does: at the end of the budget the caller is told why, with a non-zero exit.
+  m.evaluate(inputs(t0 + 1500ms + 8s, {entry("proxy", s2)}));
+  ASSERT_TRUE(m.verdict(w));
+  EXPECT_FALSE(m.verdict(w)->release);
+  EXPECT_EQ(m.counters().never_terminating, 1u);
+  // A pod the API never shows terminating.
+  uint64_t w2 = m.add_waiter({"demo", "web-9"}, "uid-web-9", t0);
+  auto s3 = make_snapshot(3, {kWeb3}, {{"web-9", "10.244.1.99"}});
+  m.on_snapshot(s3, t0);
+  m.evaluate(inputs(t0 + 2s, {entry("proxy", s3)}));
+  ASSERT_TRUE(m.verdict(w2));
+  EXPECT_FALSE(m.verdict(w2)->release);
+  EXPECT_EQ(m.counters().not_terminating_in_api, 1u);
+}
+
+TEST_F(MachineTest, PodWithoutEndpointsIsReleasedAtOnce) {
+  Machine m(opts());
+  auto s = make_snapshot(1, {kWeb3}, {{"batch-1", "10.244.1.50", "node-a", true}});
+  m.on_snapshot(s, t0);
+  uint64_t w = m.add_waiter({"demo", "batch-1"}, "uid-batch-1", t0);
+  m.evaluate(inputs(t0, {entry("proxy", s)}));
+  ASSERT_TRUE(m.verdict(w));
+  EXPECT_TRUE(m.verdict(w)->release);
+  EXPECT_EQ(m.counters().no_endpoints, 1u);
+}
+
+TEST_F(MachineTest, RemoteEndpointsAreNotDrainedHere) {
+  Machine m(opts());
+  auto s = make_snapshot(2, {kWeb1, {"10.244.2.10", "node-b", false, true, true, "web-3"}});
+  EXPECT_TRUE(m.on_snapshot(s, t0).empty());
+  EXPECT_TRUE(m.drains().empty());
+}
+
+}  // namespace
+}  // namespace endpointd::drain
