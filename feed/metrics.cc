@@ -10,7 +10,8 @@ namespace endpointd::feed {
 namespace {
 const char* kApiNames[] = {"watch", "ads", "delta_ads"};
 const char* kRejectNames[] = {"too_many_streams", "invalid_subscribe", "invalid_ack",
-                              "unknown_type",     "stale_nonce",       "bad_resource_name"};
+                              "unknown_type",     "stale_nonce",       "bad_resource_name",
+                              "malformed"};
 int idx(Metrics::Api a) { return static_cast<int>(a); }
 void bump(std::atomic<uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); }
 uint64_t read(const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); }

@@ -26,6 +26,7 @@ class Metrics {
     kUnknownType,
     kStaleNonce,
     kBadResourceName,
+    kMalformed,
   };
 
   void stream_opened(Api a);
@@ -43,7 +44,7 @@ class Metrics {
 
  private:
   static constexpr int kApis = 3;
-  static constexpr int kRejects = 6;
+  static constexpr int kRejects = 7;
   prometheus::Gauge* streams_[kApis] = {};
   prometheus::Counter* updates_[kApis] = {};
   prometheus::Counter* acks_[kApis] = {};

@@ -16,7 +16,7 @@ namespace {
 
 using Reject = Metrics::Reject;
 
-class WatchStream final : public grpc::ServerBidiReactor<v1::WatchRequest, v1::WatchResponse>,
+class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
                           public Subscriber {
  public:
   WatchStream(grpc::CallbackServerContext* ctx, ServiceContext sc)
@@ -38,7 +38,7 @@ class WatchStream final : public grpc::ServerBidiReactor<v1::WatchRequest, v1::W
       acks_moved = maybe_write_locked();
     }
     if (acks_moved) sc_.hub->acks_changed();
-    StartRead(&in_);
+    StartRead(&in_bytes_);
   }
 
   void notify(const model::SnapshotPtr& snap) override {
@@ -77,6 +77,13 @@ class WatchStream final : public grpc::ServerBidiReactor<v1::WatchRequest, v1::W
     bool acks_moved = false;
     {
       std::lock_guard lock(mu_);
+      if (!grpc::SerializationTraits<v1::WatchRequest>::Deserialize(&in_bytes_, &in_).ok()) {
+        sc_.metrics->rejected(Reject::kMalformed);
+        spdlog::warn("feed: malformed WatchRequest from {}", peer_);
+        finish_locked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                   "endpointd feed: malformed WatchRequest"));
+        return;
+      }
       switch (in_.request_case()) {
         case v1::WatchRequest::kSubscribe: {
           std::string error;
@@ -110,7 +117,7 @@ class WatchStream final : public grpc::ServerBidiReactor<v1::WatchRequest, v1::W
       }
     }
     if (acks_moved) sc_.hub->acks_changed();
-    StartRead(&in_);
+    StartRead(&in_bytes_);
   }
 
   void OnWriteDone(bool ok) override {
@@ -173,7 +180,14 @@ class WatchStream final : public grpc::ServerBidiReactor<v1::WatchRequest, v1::W
     acks_.sent(newest_);
     writing_ = true;
     sc_.metrics->update_sent(Metrics::Api::kWatch);
-    StartWrite(&out_);
+    out_bytes_.Clear();  // the serializer wants an empty buffer
+    bool own = false;
+    if (!grpc::SerializationTraits<v1::WatchResponse>::Serialize(out_, &out_bytes_, &own).ok()) {
+      writing_ = false;
+      finish_locked(grpc::Status(grpc::StatusCode::INTERNAL, "endpointd feed: cannot encode"));
+      return false;
+    }
+    StartWrite(&out_bytes_);
     return false;
   }
 
@@ -228,6 +242,8 @@ class WatchStream final : public grpc::ServerBidiReactor<v1::WatchRequest, v1::W
   bool refused_ = false;
 
   mutable std::mutex mu_;  // guards everything below; taken after the hub's lock, never before
+  grpc::ByteBuffer in_bytes_;
+  grpc::ByteBuffer out_bytes_;
   v1::WatchRequest in_;
   v1::WatchResponse out_;
   Selection sel_;
@@ -243,10 +259,10 @@ class WatchStream final : public grpc::ServerBidiReactor<v1::WatchRequest, v1::W
   AckTracker acks_;
 };
 
-class WatchService final : public v1::UpstreamFeed::CallbackService {
+class WatchService final : public v1::UpstreamFeed::WithRawCallbackMethod_Watch<v1::UpstreamFeed::Service> {
  public:
   explicit WatchService(ServiceContext sc) : sc_(std::move(sc)) {}
-  grpc::ServerBidiReactor<v1::WatchRequest, v1::WatchResponse>* Watch(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Watch(
       grpc::CallbackServerContext* ctx) override {
     return new WatchStream(ctx, sc_);
   }
