@@ -95,6 +95,23 @@ void add_run_flags(CLI::App& app, Config& cfg) {
   app.add_option("--cluster-cidr", cfg.cluster_cidr,
                  "Pod network CIDRs, for local-traffic detection")
       ->delimiter(',');
+  app.add_flag("--masquerade-all", cfg.masquerade_all,
+               "Masquerade all traffic to services, not only traffic from outside the cluster");
+  app.add_option("--nodeport-addresses", cfg.nodeport_addresses,
+                 "CIDRs selecting the node addresses NodePorts are served on (default: all)")
+      ->delimiter(',');
+  app.add_flag("--cleanup", cfg.cleanup,
+               "Delete endpointd's nftables tables and exit (the agent never does so on its own)");
+  app.add_option("--dns-pod-records", cfg.dns_pod_records,
+                 "Pod A records a-b-c-d.<ns>.pod.<zone>: disabled, insecure or verified")
+      ->check(CLI::IsMember({"disabled", "insecure", "verified"}))
+      ->capture_default_str();
+  app.add_option("--dns-ttl", cfg.dns_ttl, "TTL of cluster records, in seconds")
+      ->check(CLI::Range(0, 3600))
+      ->capture_default_str();
+  app.add_option("--dns-forward-allow", cfg.dns_forward_allow,
+                 "Client CIDRs that may use forwarding (default: loopback and private ranges)")
+      ->delimiter(',');
   app.add_option("--watch-pods", cfg.watch_pods, "Watch this node's pods (needed for drains)")
       ->capture_default_str();
   app.add_option("--watch-timeout", cfg.watch_timeout_seconds,
@@ -131,8 +148,12 @@ std::string validate(const Config& cfg) {
     if (!value.empty() && !valid_host_port(value))
       return std::string(name) + ": \"" + value + "\" is not ADDR:PORT";
   }
-  for (const auto& c : cfg.cluster_cidr)
-    if (!model::IpPrefix::parse(c)) return "--cluster-cidr: \"" + c + "\" is not a CIDR";
+  for (const auto& [flag, list] :
+       {std::pair<const char*, const std::vector<std::string>&>{"--cluster-cidr", cfg.cluster_cidr},
+        {"--nodeport-addresses", cfg.nodeport_addresses},
+        {"--dns-forward-allow", cfg.dns_forward_allow}})
+    for (const auto& c : list)
+      if (!model::IpPrefix::parse(c)) return std::string(flag) + ": \"" + c + "\" is not a CIDR";
   if (!cfg.source_dir.empty() && !cfg.kubeconfig.empty())
     return "--source-dir and --kubeconfig are exclusive: choose one source of cluster state";
   return {};

@@ -22,6 +22,12 @@ struct Config {
   std::string admin_listen = "127.0.0.1:10256";
   std::string drain_socket = "/run/endpointd/drain.sock";
   std::vector<std::string> cluster_cidr;
+  bool masquerade_all = false;
+  std::vector<std::string> nodeport_addresses;
+  bool cleanup = false;
+  std::string dns_pod_records = "insecure";
+  int dns_ttl = 5;
+  std::vector<std::string> dns_forward_allow;
   bool watch_pods = true;
   int watch_timeout_seconds = 300;
   int list_page_size = 500;

@@ -5,7 +5,17 @@
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <cstring>
+
 #include "daemon/admin.h"
+#include "dns/sink.h"
+#include "proxy/monitor.h"
+#include "proxy/netlink.h"
+#include "proxy/sink.h"
 #include "daemon/sources.h"
 #include "daemon/state_json.h"
 #include "pipeline/ack_board.h"
@@ -20,6 +30,19 @@ struct Daemon::Impl {
   std::unique_ptr<pipeline::UpdateLoop> loop;
   std::unique_ptr<Source> source;
   std::unique_ptr<AdminServer> admin;
+  std::unique_ptr<proxy::NetlinkBackend> netlink;
+  std::unique_ptr<proxy::ProxySink> proxy_sink;
+  std::unique_ptr<proxy::Monitor> monitor;
+  std::unique_ptr<dns::DnsSink> dns_sink;
+
+  bool start_proxy(std::string* error);
+  bool start_dns(std::string* error);
+
+  Probe healthz() {
+    if (proxy_sink && !proxy_sink->healthy())
+      return {false, "the nftables dataplane has an update queued that was not applied in time"};
+    return {true, "ok"};
+  }
 
   Probe readyz() {
     auto snap = loop->current();
@@ -59,6 +82,8 @@ bool Daemon::start(std::string* error) {
   lo.registry = m.registry.get();
   lo.expected_kinds = expected_kinds(m.cfg);
   m.loop = std::make_unique<pipeline::UpdateLoop>(lo);
+  if (m.cfg.dataplane == "nftables" && !m.start_proxy(error)) return false;
+  if (!m.cfg.dns_listen.empty() && !m.start_dns(error)) return false;
   m.loop->on_publish([](const model::SnapshotPtr& s) {
     spdlog::debug("published generation {} ({} services, synced={})", s->generation,
                   s->services.size(), s->synced);
@@ -66,7 +91,7 @@ bool Daemon::start(std::string* error) {
   m.loop->start();
 
   AdminServer::Handlers h;
-  h.healthz = [] { return Probe{true, "ok"}; };
+  h.healthz = [&m] { return m.healthz(); };
   h.livez = [] { return Probe{true, "ok"}; };
   h.readyz = [&m] { return m.readyz(); };
   h.debug_state = [&m] { return m.debug_state(); };
@@ -89,6 +114,88 @@ void Daemon::stop() {
   if (m.source) m.source->stop();
   if (m.admin) m.admin->stop();
   if (m.loop) m.loop->stop();
+  m.monitor.reset();
+  if (m.dns_sink) m.dns_sink->stop();
+}
+
+namespace {
+
+// The addresses NodePorts may be served on: this host's global unicast addresses. (The
+// planner narrows them with --nodeport-addresses.)
+std::vector<model::IpAddr> host_addresses() {
+  std::vector<model::IpAddr> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* a = list; a; a = a->ifa_next) {
+    if (!a->ifa_addr) continue;
+    std::optional<model::IpAddr> ip;
+    if (a->ifa_addr->sa_family == AF_INET) {
+      sockaddr_in sin{};
+      std::memcpy(&sin, a->ifa_addr, sizeof sin);
+      uint8_t b[4];
+      std::memcpy(b, &sin.sin_addr, sizeof b);
+      ip = model::IpAddr::from_bytes(model::IpFamily::kV4, b);
+    } else if (a->ifa_addr->sa_family == AF_INET6) {
+      sockaddr_in6 sin6{};
+      std::memcpy(&sin6, a->ifa_addr, sizeof sin6);
+      ip = model::IpAddr::from_bytes(model::IpFamily::kV6, sin6.sin6_addr.s6_addr);
+      if (ip->data()[0] == 0xfe && (ip->data()[1] & 0xc0) == 0x80) continue;  // link-local
+    }
+    if (ip && !ip->is_loopback() && !ip->is_unspecified()) out.push_back(*ip);
+  }
+  freeifaddrs(list);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+}  // namespace
+
+bool Daemon::Impl::start_proxy(std::string* error) {
+  auto be = proxy::NetlinkBackend::open();
+  if (!be) {
+    *error = "nftables: " + be.error();
+    return false;
+  }
+  netlink = std::move(*be);
+  proxy::ProxySink::Options po;
+  po.registry = registry.get();
+  po.node.node_name = cfg.node_name;
+  po.node.node_ips = host_addresses();
+  for (const auto& c : cfg.cluster_cidr) po.node.cluster_cidrs.push_back(*model::IpPrefix::parse(c));
+  for (const auto& c : cfg.nodeport_addresses)
+    po.node.node_port_addresses.push_back(*model::IpPrefix::parse(c));
+  po.node.masquerade_all = cfg.masquerade_all;
+  proxy_sink = std::make_unique<proxy::ProxySink>(netlink.get(), &board, po);
+  loop->add_sink(proxy_sink.get());
+  loop->on_publish([sink = proxy_sink.get()](const model::SnapshotPtr&) { sink->note_queued(); });
+  // Someone else changing endpointd's tables gets a full resync.
+  auto mon = proxy::Monitor::start(netlink->port_id(),
+                                   [sink = proxy_sink.get()] { sink->request_resync(); });
+  if (mon)
+    monitor = std::move(*mon);
+  else
+    spdlog::warn("nftables monitor unavailable ({}): changes made by others are repaired only at "
+                 "the next full sync", mon.error());
+  return true;
+}
+
+bool Daemon::Impl::start_dns(std::string* error) {
+  dns::DnsOptions o;
+  o.listen = cfg.dns_listen;
+  o.zone = cfg.dns_zone;
+  o.upstreams = cfg.dns_upstream;
+  o.ttl = static_cast<uint32_t>(cfg.dns_ttl);
+  o.pod_mode = dns::parse_pod_mode(cfg.dns_pod_records).value_or(dns::PodMode::kDisabled);
+  for (const auto& c : cfg.dns_forward_allow) o.forward_allow.push_back(*model::IpPrefix::parse(c));
+  dns_sink = std::make_unique<dns::DnsSink>(o, &board, registry.get());
+  if (auto err = dns_sink->start()) {
+    *error = "DNS: " + *err;
+    return false;
+  }
+  loop->add_sink(dns_sink.get());
+  spdlog::info("DNS on {} (port {}) for zone {}", cfg.dns_listen, dns_sink->port(), cfg.dns_zone);
+  return true;
 }
 
 }  // namespace endpointd::daemon

@@ -19,6 +19,7 @@ class Daemon {
   bool start(std::string* error);
   void stop();
   int admin_port() const;
+  int dns_port() const;
 
  private:
   struct Impl;

@@ -7,6 +7,7 @@
 
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/render.h"
 #include "daemon/version.h"
 
 namespace {
@@ -14,6 +15,7 @@ namespace {
 int run(endpointd::daemon::Config cfg) {
   using namespace endpointd::daemon;
   resolve_defaults(cfg);
+  if (cfg.cleanup) return cleanup(std::cerr);
   setup_logging(cfg.log_format, cfg.log_level);
   if (auto err = validate(cfg); !err.empty()) {
     spdlog::error("{}", err);
@@ -52,6 +54,17 @@ int main(int argc, char** argv) {
   auto* run_cmd = app.add_subcommand("run", "Run the node agent");
   endpointd::daemon::add_run_flags(*run_cmd, cfg);
 
+  endpointd::daemon::Config render_cfg;
+  auto* render_cmd =
+      app.add_subcommand("render", "Print, in nft syntax, the ruleset endpointd would program");
+  render_cmd->add_option("--source-dir", render_cfg.source_dir, "Directory of manifests")->required();
+  render_cmd->add_option("--node-name", render_cfg.node_name, "The node to render for");
+  render_cmd->add_option("--cluster-cidr", render_cfg.cluster_cidr, "Pod network CIDRs")->delimiter(',');
+  render_cmd->add_option("--nodeport-addresses", render_cfg.nodeport_addresses,
+                         "CIDRs selecting NodePort addresses")
+      ->delimiter(',');
+  render_cmd->add_flag("--masquerade-all", render_cfg.masquerade_all, "Masquerade all service traffic");
+
   auto* version_cmd = app.add_subcommand("version", "Print the version");
 
   CLI11_PARSE(app, argc, argv);
@@ -60,5 +73,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*run_cmd) return run(cfg);
+  if (*render_cmd) {
+    endpointd::daemon::resolve_defaults(render_cfg);
+    return endpointd::daemon::render(render_cfg, std::cout, std::cerr);
+  }
   return 0;
 }

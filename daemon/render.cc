@@ -1,0 +1,66 @@
+// One-shot dataplane commands. render goes through the same decoder, Store and planner as the
+// daemon, so what it prints is what `endpointd run` would program.
+#include "daemon/render.h"
+
+#include <ostream>
+
+#include "pipeline/store.h"
+#include "proxy/netlink.h"
+#include "proxy/planner.h"
+#include "proxy/render.h"
+#include "watcher/manifest_source.h"
+
+namespace endpointd::daemon {
+
+int render(const Config& cfg, std::ostream& out, std::ostream& err) {
+  if (cfg.source_dir.empty()) {
+    err << "endpointd render: --source-dir is required\n";
+    return 2;
+  }
+  pipeline::Store store({model::ObjectKind::kService, model::ObjectKind::kEndpointSlice});
+  watcher::ManifestSource src(cfg.source_dir, [&](model::Event ev) { store.apply(std::move(ev)); },
+                              nullptr);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(cfg.source_dir, ec)) {
+    err << "endpointd render: " << cfg.source_dir << " is not a readable directory\n";
+    return 1;
+  }
+  src.rescan();
+  for (const auto& e : src.errors()) err << "endpointd render: " << e.file << ": " << e.reason << "\n";
+  auto snap = store.build(nullptr);
+
+  proxy::NodeContext ctx;
+  ctx.node_name = cfg.node_name;
+  if (const auto* node = snap->find_node(cfg.node_name)) {
+    ctx.zone = node->zone;
+    for (const auto& a : node->addresses)
+      if (a.type == "InternalIP" || a.type == "ExternalIP")
+        if (auto ip = model::IpAddr::parse(a.address)) ctx.node_ips.push_back(*ip);
+  }
+  for (const auto& c : cfg.cluster_cidr)
+    if (auto p = model::IpPrefix::parse(c)) ctx.cluster_cidrs.push_back(*p);
+  for (const auto& c : cfg.nodeport_addresses)
+    if (auto p = model::IpPrefix::parse(c)) ctx.node_port_addresses.push_back(*p);
+  ctx.masquerade_all = cfg.masquerade_all;
+  proxy::Planner planner(ctx);
+  planner.reset(*snap);
+  for (auto family : planner.families()) out << proxy::render(planner.table(family));
+  return 0;
+}
+
+int cleanup(std::ostream& err) {
+  auto be = proxy::NetlinkBackend::open();
+  if (!be) {
+    err << "endpointd: nftables: " << be.error() << "\n";
+    return 1;
+  }
+  auto r = (*be)->cleanup();
+  if (!r) {
+    err << "endpointd: cleanup: " << r.error() << "\n";
+    return 1;
+  }
+  err << "endpointd: deleted the ip and ip6 endpointd tables\n";
+  return 0;
+}
+
+}  // namespace endpointd::daemon
