@@ -168,7 +168,7 @@ int run_sync(const Options& o) {
   so.node = node_context();
   ProxySink sink(be->get(), &board, so);
 
-  auto snap = testing::snapshot(1, services);
+  model::SnapshotPtr snap = testing::snapshot(1, services);
   model::Delta all = model::diff(nullptr, *snap);
   auto t0 = std::chrono::steady_clock::now();
   sink.apply(snap, all);
@@ -216,7 +216,10 @@ int run_sync(const Options& o) {
     }
     shrunk[i] = !shrunk[i];
     services[i] = testing::state(old->service, std::move(eps));
-    auto next = testing::snapshot(++g, services);
+    auto next = std::make_shared<model::Snapshot>(*snap);
+    next->generation = ++g;
+    next->services = snap->services.with({{services[i]->key(), services[i]}});
+    snap = next;
     model::Delta d;
     d.from_generation = g - 1;
     d.to_generation = g;
