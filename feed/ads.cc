@@ -59,7 +59,8 @@ class AdsStream final
           std::conditional_t<kDelta, disc::DeltaDiscoveryResponse, disc::DiscoveryResponse>>,
       public Subscriber {
   using Request = std::conditional_t<kDelta, disc::DeltaDiscoveryRequest, disc::DiscoveryRequest>;
-  using Response = std::conditional_t<kDelta, disc::DeltaDiscoveryResponse, disc::DiscoveryResponse>;
+  using Response =
+      std::conditional_t<kDelta, disc::DeltaDiscoveryResponse, disc::DiscoveryResponse>;
   static constexpr Metrics::Api kApi = kDelta ? Metrics::Api::kDeltaAds : Metrics::Api::kAds;
 
  public:
@@ -70,8 +71,8 @@ class AdsStream final
       sc_.metrics->rejected(Reject::kTooManyStreams);
       spdlog::warn("feed: refused an xDS stream from {}: stream limit reached", peer_);
       refused_ = true;
-      this->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                "endpointd feed: too many streams"));
+      this->Finish(
+          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "endpointd feed: too many streams"));
       return;
     }
     sc_.metrics->stream_opened(kApi);
@@ -109,10 +110,12 @@ class AdsStream final
     for (const auto& [url, ts] : types_) {
       if (!ts.requested) continue;
       if (!i.subscription.empty()) i.subscription += " ";
-      i.subscription += std::string(short_name(ts.type)) + "=" +
-                        (ts.wildcard ? std::string("*") : std::to_string(ts.names.size()) + " names");
+      i.subscription +=
+          std::string(short_name(ts.type)) + "=" +
+          (ts.wildcard ? std::string("*") : std::to_string(ts.names.size()) + " names");
       i.nacks += ts.nacks;
-      if (!ts.last_nack.empty()) i.last_nack = std::string(short_name(ts.type)) + ": " + ts.last_nack;
+      if (!ts.last_nack.empty())
+        i.last_nack = std::string(short_name(ts.type)) + ": " + ts.last_nack;
     }
     i.sent_version = acks_.sent_version();
     i.acked_version = acks_.acked_version();
@@ -289,7 +292,9 @@ class AdsStream final
       for (const auto& st : s.services)
         for (uint16_t port : xds_ports(*st)) {
           ServicePortName spn{st->key(), port};
-          add(out, ts, named ? listener_name(spn.key, port, sc_.zone) : cluster_name(spn.key, port, sc_.zone),
+          add(out, ts,
+              named ? listener_name(spn.key, port, sc_.zone)
+                    : cluster_name(spn.key, port, sc_.zone),
               spn, st);
         }
     }
@@ -355,7 +360,8 @@ class AdsStream final
     if constexpr (kDelta) {
       for (const auto& [name, b] : want) {
         auto prev = ts.sent.find(name);
-        if (prev != ts.sent.end() && prev->second.any.value() == b.any.value() && !ts.force.count(name))
+        if (prev != ts.sent.end() && prev->second.any.value() == b.any.value() &&
+            !ts.force.count(name))
           continue;
         auto* r = out_.add_resources();
         r->set_name(name);
@@ -410,8 +416,8 @@ class AdsStream final
 class AdsService final : public disc::AggregatedDiscoveryService::CallbackService {
  public:
   explicit AdsService(ServiceContext sc) : sc_(std::move(sc)) {}
-  grpc::ServerBidiReactor<disc::DiscoveryRequest, disc::DiscoveryResponse>* StreamAggregatedResources(
-      grpc::CallbackServerContext* ctx) override {
+  grpc::ServerBidiReactor<disc::DiscoveryRequest, disc::DiscoveryResponse>*
+  StreamAggregatedResources(grpc::CallbackServerContext* ctx) override {
     return new AdsStream<false>(ctx, sc_);
   }
   grpc::ServerBidiReactor<disc::DeltaDiscoveryRequest, disc::DeltaDiscoveryResponse>*

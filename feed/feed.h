@@ -26,9 +26,9 @@ struct FeedOptions {
   std::string zone = "cluster.local";  // the DNS zone in xDS resource names
   size_t max_streams = 4096;           // Watch and xDS streams together; more: RESOURCE_EXHAUSTED
   size_t max_streams_per_connection = 1024;
-  int max_message_bytes = 16 << 20;    // received and sent, per message
-  std::chrono::milliseconds keepalive_time{30000};     // server pings an idle connection
-  std::chrono::milliseconds keepalive_timeout{10000};  // and closes it without an answer
+  int max_message_bytes = 16 << 20;                           // received and sent, per message
+  std::chrono::milliseconds keepalive_time{30000};            // server pings an idle connection
+  std::chrono::milliseconds keepalive_timeout{10000};         // and closes it without an answer
   std::chrono::milliseconds min_client_ping_interval{10000};  // faster client pings: GOAWAY
   // TLS from PEM files when cert and key are set; with a client CA, clients must present a
   // certificate it signed.

@@ -60,7 +60,9 @@ void Hub::remove(Subscriber* s) {
   recompute();  // a subscriber that went away stops holding back applied(g)
 }
 
-void Hub::acks_changed() { recompute(); }
+void Hub::acks_changed() {
+  recompute();
+}
 
 void Hub::recompute() {
   model::SnapshotPtr report;

@@ -40,7 +40,9 @@ class AckTracker {
   bool caught_up() const { return in_flight_.empty(); }
   const model::SnapshotPtr& acked() const { return acked_; }
   uint64_t acked_version() const { return acked_version_; }
-  uint64_t sent_version() const { return in_flight_.empty() ? acked_version_ : in_flight_.back().version; }
+  uint64_t sent_version() const {
+    return in_flight_.empty() ? acked_version_ : in_flight_.back().version;
+  }
 
  private:
   struct InFlight {

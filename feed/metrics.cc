@@ -12,9 +12,15 @@ const char* kApiNames[] = {"watch", "ads", "delta_ads"};
 const char* kRejectNames[] = {"too_many_streams", "invalid_subscribe", "invalid_ack",
                               "unknown_type",     "stale_nonce",       "bad_resource_name",
                               "malformed"};
-int idx(Metrics::Api a) { return static_cast<int>(a); }
-void bump(std::atomic<uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); }
-uint64_t read(const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); }
+int idx(Metrics::Api a) {
+  return static_cast<int>(a);
+}
+void bump(std::atomic<uint64_t>& c) {
+  c.fetch_add(1, std::memory_order_relaxed);
+}
+uint64_t read(const std::atomic<uint64_t>& c) {
+  return c.load(std::memory_order_relaxed);
+}
 }  // namespace
 
 Metrics::Metrics(prometheus::Registry* r) {
@@ -86,8 +92,14 @@ void Metrics::rejected(Reject r) {
 void Metrics::applied(uint64_t g) {
   if (applied_) applied_->Set(static_cast<double>(g));
 }
-uint64_t Metrics::count(Reject r) const { return read(reject_counts_[static_cast<int>(r)]); }
-uint64_t Metrics::nacks() const { return read(nack_count_); }
-uint64_t Metrics::coalesced_count() const { return read(coalesced_count_); }
+uint64_t Metrics::count(Reject r) const {
+  return read(reject_counts_[static_cast<int>(r)]);
+}
+uint64_t Metrics::nacks() const {
+  return read(nack_count_);
+}
+uint64_t Metrics::coalesced_count() const {
+  return read(coalesced_count_);
+}
 
 }  // namespace endpointd::feed

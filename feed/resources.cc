@@ -56,7 +56,8 @@ const model::ServicePort* find_port(const model::ServiceState& st, uint16_t port
 
 bool prefers_close(const model::Service& s) {
   std::string mode = s.topology_mode;
-  std::transform(mode.begin(), mode.end(), mode.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(mode.begin(), mode.end(), mode.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   return s.traffic_distribution == "PreferClose" || mode == "auto";
 }
 
@@ -73,8 +74,8 @@ google::protobuf::Any pack(const google::protobuf::Message& m) {
   return any;
 }
 
-google::protobuf::Any build_cla(const model::ServiceState* st, uint16_t port,
-                                const XdsContext& ctx, const std::string& name) {
+google::protobuf::Any build_cla(const model::ServiceState* st, uint16_t port, const XdsContext& ctx,
+                                const std::string& name) {
   namespace ep = envoy::config::endpoint::v3;
   namespace core = envoy::config::core::v3;
   ep::ClusterLoadAssignment cla;
@@ -147,7 +148,8 @@ std::optional<Selection> Selection::from(const v1::Subscribe& s, std::string* er
 
 bool Selection::exact_only() const {
   if (all) return false;
-  return std::all_of(selectors.begin(), selectors.end(), [](const Selector& s) { return !s.name.empty(); });
+  return std::all_of(selectors.begin(), selectors.end(),
+                     [](const Selector& s) { return !s.name.empty(); });
 }
 
 bool Selection::matches(const model::ServiceKey& k) const {
@@ -259,7 +261,8 @@ std::string listener_name(const model::ServiceKey& k, uint16_t port, std::string
 }
 
 std::string cluster_name(const model::ServiceKey& k, uint16_t port, std::string_view zone) {
-  return "outbound|" + std::to_string(port) + "||" + k.name + "." + k.ns + ".svc." + std::string(zone);
+  return "outbound|" + std::to_string(port) + "||" + k.name + "." + k.ns + ".svc." +
+         std::string(zone);
 }
 
 std::optional<ServicePortName> parse_resource_name(XdsType t, std::string_view name,
@@ -314,7 +317,8 @@ google::protobuf::Any build_resource(XdsType t, const ServicePortName& spn,
       rds->set_route_config_name(name);
       auto* router = m.add_http_filters();
       router->set_name("envoy.filters.http.router");
-      router->mutable_typed_config()->PackFrom(envoy::extensions::filters::http::router::v3::Router());
+      router->mutable_typed_config()->PackFrom(
+          envoy::extensions::filters::http::router::v3::Router());
       envoy::config::listener::v3::Listener l;
       l.set_name(name);
       l.mutable_api_listener()->mutable_api_listener()->PackFrom(m);

@@ -42,10 +42,12 @@ void fill_service(const model::ServiceState& st, const Selection& sel, v1::Servi
 // ---- xDS ----
 
 enum class XdsType { kListener, kRoute, kCluster, kEndpoint, kUnknown };
-inline constexpr std::string_view kListenerType = "type.googleapis.com/envoy.config.listener.v3.Listener";
+inline constexpr std::string_view kListenerType =
+    "type.googleapis.com/envoy.config.listener.v3.Listener";
 inline constexpr std::string_view kRouteType =
     "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
-inline constexpr std::string_view kClusterType = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+inline constexpr std::string_view kClusterType =
+    "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 inline constexpr std::string_view kEndpointType =
     "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
 XdsType xds_type(std::string_view type_url);

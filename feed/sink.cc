@@ -32,7 +32,8 @@ std::optional<std::pair<std::string, uint16_t>> parse_feed_listen(const std::str
   std::string_view port;
   if (!s.empty() && s.front() == '[') {
     auto close = s.find(']');
-    if (close == std::string::npos || close + 1 >= s.size() || s[close + 1] != ':') return std::nullopt;
+    if (close == std::string::npos || close + 1 >= s.size() || s[close + 1] != ':')
+      return std::nullopt;
     host = s.substr(1, close - 1);
     port = std::string_view(s).substr(close + 2);
   } else {
@@ -43,7 +44,8 @@ std::optional<std::pair<std::string, uint16_t>> parse_feed_listen(const std::str
   }
   unsigned v = 0;
   auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), v);
-  if (host.empty() || port.empty() || ec != std::errc() || p != port.data() + port.size() || v > 65535)
+  if (host.empty() || port.empty() || ec != std::errc() || p != port.data() + port.size() ||
+      v > 65535)
     return std::nullopt;
   return std::make_pair(host, static_cast<uint16_t>(v));
 }
@@ -73,15 +75,17 @@ FeedSink::FeedSink(FeedOptions opts, pipeline::AckBoard* board, prometheus::Regi
   if (board) board->add("feed");
 }
 
-FeedSink::~FeedSink() { stop(); }
+FeedSink::~FeedSink() {
+  stop();
+}
 
 std::optional<std::string> FeedSink::start() {
   auto& im = *impl_;
   auto listen = parse_feed_listen(im.opts.listen);
   if (!listen) return "feed: bad listen address '" + im.opts.listen + "' (want ADDR:PORT)";
-  const std::string addr = (listen->first.find(':') != std::string::npos ? "[" + listen->first + "]"
-                                                                         : listen->first) +
-                           ":" + std::to_string(listen->second);
+  const std::string addr =
+      (listen->first.find(':') != std::string::npos ? "[" + listen->first + "]" : listen->first) +
+      ":" + std::to_string(listen->second);
 
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!im.opts.tls_cert_file.empty() || !im.opts.tls_key_file.empty()) {
@@ -113,8 +117,10 @@ std::optional<std::string> FeedSink::start() {
   b.RegisterService(im.ads.get());
   b.SetMaxReceiveMessageSize(im.opts.max_message_bytes);
   b.SetMaxSendMessageSize(im.opts.max_message_bytes);
-  b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(im.opts.keepalive_time.count()));
-  b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(im.opts.keepalive_timeout.count()));
+  b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                       static_cast<int>(im.opts.keepalive_time.count()));
+  b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                       static_cast<int>(im.opts.keepalive_timeout.count()));
   b.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                        static_cast<int>(im.opts.min_client_ping_interval.count()));
@@ -142,11 +148,17 @@ void FeedSink::stop() {
   im.server.reset();
 }
 
-uint16_t FeedSink::port() const { return static_cast<uint16_t>(impl_->port); }
+uint16_t FeedSink::port() const {
+  return static_cast<uint16_t>(impl_->port);
+}
 
-void FeedSink::apply(const model::SnapshotPtr& snap, const model::Delta&) { impl_->hub.publish(snap); }
+void FeedSink::apply(const model::SnapshotPtr& snap, const model::Delta&) {
+  impl_->hub.publish(snap);
+}
 
-std::vector<SubscriberInfo> FeedSink::subscribers() const { return impl_->hub.infos(); }
+std::vector<SubscriberInfo> FeedSink::subscribers() const {
+  return impl_->hub.infos();
+}
 
 uint64_t FeedSink::applied_generation() const {
   auto a = impl_->hub.applied();

@@ -25,8 +25,8 @@ class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
       sc_.metrics->rejected(Reject::kTooManyStreams);
       spdlog::warn("feed: refused a watch stream from {}: stream limit reached", peer_);
       refused_ = true;
-      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          "endpointd feed: too many streams"));
+      Finish(
+          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "endpointd feed: too many streams"));
       return;
     }
     sc_.metrics->stream_opened(Metrics::Api::kWatch);
@@ -91,7 +91,8 @@ class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
           if (!sel) {
             sc_.metrics->rejected(Reject::kInvalidSubscribe);
             spdlog::warn("feed: invalid Subscribe from {}: {}", peer_, error);
-            finish_locked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "endpointd feed: " + error));
+            finish_locked(
+                grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "endpointd feed: " + error));
             return;
           }
           sel_ = std::move(*sel);
@@ -259,7 +260,8 @@ class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   AckTracker acks_;
 };
 
-class WatchService final : public v1::UpstreamFeed::WithRawCallbackMethod_Watch<v1::UpstreamFeed::Service> {
+class WatchService final
+    : public v1::UpstreamFeed::WithRawCallbackMethod_Watch<v1::UpstreamFeed::Service> {
  public:
   explicit WatchService(ServiceContext sc) : sc_(std::move(sc)) {}
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Watch(

@@ -57,7 +57,8 @@ inline model::SnapshotPtr snapshot(uint64_t g, std::vector<model::ServiceStatePt
   auto s = std::make_shared<model::Snapshot>();
   s->generation = g;
   s->synced = true;
-  std::sort(services.begin(), services.end(), [](const auto& a, const auto& b) { return a->key() < b->key(); });
+  std::sort(services.begin(), services.end(),
+            [](const auto& a, const auto& b) { return a->key() < b->key(); });
   s->services = std::move(services);
   return s;
 }

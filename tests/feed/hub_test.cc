@@ -32,7 +32,7 @@ TEST(AckTracker, AckMovesToTheSentSnapshotAndIgnoresBogusVersions) {
 TEST(AckTracker, UnchangedSnapshotsRideOnTheOutstandingResponse) {
   AckTracker t(snapshot(1, {}));
   t.sent(snapshot(2, {}));
-  t.unchanged(snapshot(3, {}));  // nothing this client sees changed in 3
+  t.unchanged(snapshot(3, {}));          // nothing this client sees changed in 3
   EXPECT_EQ(t.acked()->generation, 1u);  // but 2 is not acknowledged yet
   ASSERT_TRUE(t.ack(2));
   EXPECT_EQ(t.acked()->generation, 3u);

@@ -76,7 +76,8 @@ TEST_F(Proxyless, FollowsDrainAndAddWithoutAFailedRpc) {
       R"(","channel_creds":[{"type":"insecure"}],"server_features":["xds_v3"]}],)"
       R"("node":{"id":"proxyless-test","locality":{"zone":"zone-a"}}})";
   setenv("GRPC_XDS_BOOTSTRAP_CONFIG", bootstrap.c_str(), 1);
-  auto ch = grpc::CreateChannel("xds:///web.default.svc.cluster.local:80", grpc::InsecureChannelCredentials());
+  auto ch = grpc::CreateChannel("xds:///web.default.svc.cluster.local:80",
+                                grpc::InsecureChannelCredentials());
   auto stub = endpointd::testing::Echo::NewStub(ch);
 
   {  // the first RPC waits for LDS → RDS → CDS → EDS and a connection

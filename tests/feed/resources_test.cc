@@ -19,7 +19,8 @@ TEST(XdsNames, ListenerAndClusterNamesRoundTrip) {
   model::ServiceKey k{"default", "web"};
   EXPECT_EQ(listener_name(k, 80, "cluster.local"), "web.default.svc.cluster.local:80");
   EXPECT_EQ(cluster_name(k, 80, "cluster.local"), "outbound|80||web.default.svc.cluster.local");
-  auto l = parse_resource_name(XdsType::kListener, "web.default.svc.cluster.local:80", "cluster.local");
+  auto l =
+      parse_resource_name(XdsType::kListener, "web.default.svc.cluster.local:80", "cluster.local");
   ASSERT_TRUE(l);
   EXPECT_EQ(l->key, k);
   EXPECT_EQ(l->port, 80);
@@ -32,7 +33,8 @@ TEST(XdsNames, ListenerAndClusterNamesRoundTrip) {
                           "web.default.svc.cluster.local:0", "web.default.svc.cluster.local:99999",
                           ".default.svc.cluster.local:80", "a.b.c.svc.cluster.local:80", ""})
     EXPECT_FALSE(parse_resource_name(XdsType::kListener, bad, "cluster.local")) << bad;
-  EXPECT_FALSE(parse_resource_name(XdsType::kCluster, "web.default.svc.cluster.local:80", "cluster.local"));
+  EXPECT_FALSE(
+      parse_resource_name(XdsType::kCluster, "web.default.svc.cluster.local:80", "cluster.local"));
 }
 
 TEST(XdsResources, TypeUrlsAreEnvoys) {
@@ -56,7 +58,8 @@ TEST(XdsResources, TypeUrlsAreEnvoys) {
   EXPECT_EQ(r.type_url(), "type.googleapis.com/envoy.config.route.v3.RouteConfiguration");
   envoy::config::route::v3::RouteConfiguration rc;
   ASSERT_TRUE(r.UnpackTo(&rc));
-  EXPECT_EQ(rc.virtual_hosts(0).routes(0).route().cluster(), "outbound|80||web.default.svc.cluster.local");
+  EXPECT_EQ(rc.virtual_hosts(0).routes(0).route().cluster(),
+            "outbound|80||web.default.svc.cluster.local");
 
   auto c = build_resource(XdsType::kCluster, {{"default", "web"}, 80}, nullptr, {});
   EXPECT_EQ(c.type_url(), "type.googleapis.com/envoy.config.cluster.v3.Cluster");
@@ -69,12 +72,13 @@ TEST(XdsResources, TypeUrlsAreEnvoys) {
 }
 
 TEST(XdsResources, EndpointsGroupedByZoneWithWeightsAndDraining) {
-  auto st = service("default", "web",
-                    {{.ip = "10.0.0.1"},
-                     {.ip = "10.0.0.2"},
-                     {.ip = "10.0.0.3", .zone = "zone-b"},
-                     {.ip = "10.0.0.4", .ready = false, .serving = true, .terminating = true, .zone = "zone-b"},
-                     {.ip = "10.0.0.5", .ready = false, .serving = false}});
+  auto st = service(
+      "default", "web",
+      {{.ip = "10.0.0.1"},
+       {.ip = "10.0.0.2"},
+       {.ip = "10.0.0.3", .zone = "zone-b"},
+       {.ip = "10.0.0.4", .ready = false, .serving = true, .terminating = true, .zone = "zone-b"},
+       {.ip = "10.0.0.5", .ready = false, .serving = false}});
   auto any = build_resource(XdsType::kEndpoint, {{"default", "web"}, 80}, st.get(), {});
   EXPECT_EQ(any.type_url(), "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment");
   envoy::config::endpoint::v3::ClusterLoadAssignment cla;
@@ -103,7 +107,8 @@ TEST(XdsResources, PreferCloseMakesOtherZonesAFailoverPriority) {
   XdsContext ctx;
   ctx.client_zone = "zone-b";
   envoy::config::endpoint::v3::ClusterLoadAssignment cla;
-  ASSERT_TRUE(build_resource(XdsType::kEndpoint, {{"default", "web"}, 80}, st.get(), ctx).UnpackTo(&cla));
+  ASSERT_TRUE(
+      build_resource(XdsType::kEndpoint, {{"default", "web"}, 80}, st.get(), ctx).UnpackTo(&cla));
   ASSERT_EQ(cla.endpoints_size(), 2);
   EXPECT_EQ(cla.endpoints(0).priority(), 1u);  // zone-a
   EXPECT_EQ(cla.endpoints(1).priority(), 0u);  // zone-b, the client's
@@ -111,7 +116,8 @@ TEST(XdsResources, PreferCloseMakesOtherZonesAFailoverPriority) {
 
 TEST(XdsResources, MissingServiceIsAnEmptyAssignment) {
   envoy::config::endpoint::v3::ClusterLoadAssignment cla;
-  ASSERT_TRUE(build_resource(XdsType::kEndpoint, {{"default", "gone"}, 80}, nullptr, {}).UnpackTo(&cla));
+  ASSERT_TRUE(
+      build_resource(XdsType::kEndpoint, {{"default", "gone"}, 80}, nullptr, {}).UnpackTo(&cla));
   EXPECT_EQ(cla.cluster_name(), "outbound|80||gone.default.svc.cluster.local");
   EXPECT_EQ(cla.endpoints_size(), 0);
 }

@@ -22,7 +22,8 @@ class WatchClient {
     ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
     stream_ = stub_->Watch(&ctx_);
   }
-  bool subscribe(std::vector<std::tuple<std::string, std::string, uint32_t>> sel, bool all = false) {
+  bool subscribe(std::vector<std::tuple<std::string, std::string, uint32_t>> sel,
+                 bool all = false) {
     v1::WatchRequest r;
     r.mutable_subscribe()->set_all(all);
     r.mutable_subscribe()->set_client_name("test");
@@ -69,7 +70,8 @@ using Watch = FeedFixture;
 
 TEST_F(Watch, InitialStateThenIncrementalUpdatesAndAcks) {
   start();
-  auto web1 = service("default", "web", {{.ip = "10.0.0.1"}, {.ip = "10.0.0.2", .terminating = true}});
+  auto web1 =
+      service("default", "web", {{.ip = "10.0.0.1"}, {.ip = "10.0.0.2", .terminating = true}});
   auto api = service("default", "api", {{.ip = "10.0.1.1"}});
   publish(snapshot(1, {web1, api}));
 
@@ -122,8 +124,9 @@ TEST_F(Watch, InitialStateThenIncrementalUpdatesAndAcks) {
 
 TEST_F(Watch, SubscriptionChangeOnTheSameStream) {
   start();
-  publish(snapshot(5, {service("default", "web", {{.ip = "10.0.0.1"}}),
-                       service("prod", "a", {{.ip = "10.1.0.1"}}), service("prod", "b", {{.ip = "10.1.0.2"}})}));
+  publish(snapshot(
+      5, {service("default", "web", {{.ip = "10.0.0.1"}}),
+          service("prod", "a", {{.ip = "10.1.0.1"}}), service("prod", "b", {{.ip = "10.1.0.2"}})}));
   WatchClient c(channel_);
   ASSERT_TRUE(c.subscribe({{"default", "web", 0}}));
   EXPECT_EQ(c.read().services_size(), 1);
@@ -200,7 +203,8 @@ TEST_F(Watch, BogusAckIsCountedAndIgnored) {
   ASSERT_TRUE(c.subscribe({{"default", "web", 0}}));
   c.read();
   ASSERT_TRUE(c.ack(99));
-  EXPECT_TRUE(eventually([&] { return metric("endpointd_feed_rejected_total", "invalid_ack") == 1; }));
+  EXPECT_TRUE(
+      eventually([&] { return metric("endpointd_feed_rejected_total", "invalid_ack") == 1; }));
   EXPECT_EQ(board_generation(), 1u);  // joined at 1; 99 was never sent
   ASSERT_TRUE(c.ack(1));
   EXPECT_TRUE(c.close().ok());

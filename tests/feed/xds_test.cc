@@ -107,12 +107,15 @@ TEST_F(Xds, ClustersThenEndpointsWithAcks) {
   EXPECT_EQ(board_generation(), 1u);
 
   // An endpoint starts terminating: DRAINING, and applied(2) only after the ACK.
-  publish(snapshot(2, {service("default", "web", {{.ip = "10.0.0.1"}, {.ip = "10.0.0.2", .ready = false, .terminating = true}}),
-                       service("default", "api", {{.ip = "10.0.1.1"}}, 8080)}));
+  publish(snapshot(
+      2, {service("default", "web",
+                  {{.ip = "10.0.0.1"}, {.ip = "10.0.0.2", .ready = false, .terminating = true}}),
+          service("default", "api", {{.ip = "10.0.1.1"}}, 8080)}));
   auto eds2 = s.read();  // CDS did not change: only EDS is sent
   EXPECT_EQ(eds2.type_url(), kEds);
   EXPECT_EQ(eds2.version_info(), "2");
-  EXPECT_EQ(cla(eds2).endpoints(0).lb_endpoints(1).health_status(), envoy::config::core::v3::DRAINING);
+  EXPECT_EQ(cla(eds2).endpoints(0).lb_endpoints(1).health_status(),
+            envoy::config::core::v3::DRAINING);
   EXPECT_EQ(board_generation(), 1u);
   ASSERT_TRUE(s.write(request(kEds, {kWeb}, &eds2)));
   EXPECT_TRUE(eventually([&] { return board_generation() == 2; }));
@@ -151,7 +154,8 @@ TEST_F(Xds, StaleNonceAndUnknownTypeAndBadNames) {
   auto stale = request(kEds, {kWeb});
   stale.set_response_nonce("not-a-nonce");
   ASSERT_TRUE(s.write(stale));
-  EXPECT_TRUE(eventually([&] { return metric("endpointd_feed_rejected_total", "stale_nonce") == 1; }));
+  EXPECT_TRUE(
+      eventually([&] { return metric("endpointd_feed_rejected_total", "stale_nonce") == 1; }));
   EXPECT_EQ(sink_->subscribers()[0].acked_version, 0u);
 
   ASSERT_TRUE(s.write(request("type.googleapis.com/envoy.example.Nothing", {"x"})));
