@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "pipeline/ack_board.h"
+#include "proxy/conntrack.h"
 #include "proxy/monitor.h"
 #include "proxy/netlink.h"
 #include "proxy/sink.h"
@@ -112,6 +113,8 @@ int run(int argc, char** argv) {
   opts.node = ctx;
   opts.backoff_min = std::chrono::milliseconds(20);
   opts.backoff_max = std::chrono::milliseconds(500);
+  auto conntrack = proxy::make_netlink_conntrack();
+  opts.conntrack = conntrack.get();
   proxy::ProxySink sink(backend->get(), &board, opts);
   auto monitor = proxy::Monitor::start((*backend)->port_id(), [&sink] { sink.request_resync(); });
   if (!monitor) throw std::runtime_error("monitor: " + monitor.error());

@@ -211,23 +211,27 @@ std::set<std::string> keys(const std::map<std::string, int>& m) {
 
 class NodeProxy {
  public:
-  NodeProxy(Netns& node, NodeContext ctx) : node_(node) {
+  // Everything is made inside the node's namespace: the netlink socket, and the sink's resync
+  // thread, which (like apply) runs the conntrack cleanup in the namespace of its thread.
+  NodeProxy(Netns& node, NodeContext ctx) : node_(node), conntrack_(make_netlink_conntrack()) {
     node.run([&] {
       auto b = NetlinkBackend::open();
       if (!b) throw std::runtime_error("netlink backend: " + b.error());
       backend_ = std::move(*b);
+      ProxySink::Options o;
+      o.node = std::move(ctx);
+      o.backoff_min = 20ms;
+      o.backoff_max = 500ms;
+      o.conntrack = conntrack_.get();
+      sink_ = std::make_unique<ProxySink>(backend_.get(), &board_, o);
     });
-    ProxySink::Options o;
-    o.node = std::move(ctx);
-    o.backoff_min = 20ms;
-    o.backoff_max = 500ms;
-    sink_ = std::make_unique<ProxySink>(backend_.get(), &board_, o);
   }
 
-  // Hands the sink the next snapshot and waits until its batch committed.
+  // Hands the sink the next snapshot (on a thread inside the node) and waits until its batch
+  // committed.
   void apply(const model::SnapshotPtr& snap) {
     model::Delta d = model::diff(last_.get(), *snap);
-    sink_->apply(snap, d);
+    node_.run([&] { sink_->apply(snap, d); });
     last_ = snap;
     if (!sink_->wait_idle(5s)) throw std::runtime_error("proxy on " + node_.name() + " did not apply");
   }
@@ -239,6 +243,7 @@ class NodeProxy {
 
  private:
   Netns& node_;
+  std::unique_ptr<Conntrack> conntrack_;
   pipeline::AckBoard board_;
   std::unique_ptr<NetlinkBackend> backend_;
   std::unique_ptr<ProxySink> sink_;
@@ -593,40 +598,10 @@ TEST_F(TrafficTest, UdpServiceBalancesAndWorksRightAfterGettingEndpoints) {
   EXPECT_EQ(first.name, "node-2-pod-2");
 }
 
-// 8b. After a UDP endpoint leaves, a flow's conntrack entry still sends it there until the
-// entry is deleted; endpointd's conntrack (what the sink is to call) deletes it, and the next
-// datagram of the same flow reaches a current endpoint.
-TEST_F(TrafficTest, UdpFlowToARemovedEndpointIsDeletedByConntrack) {
-  start_proxies();
-  using model::Protocol;
-  auto udp = [&](const std::string& p) { return ep(p, true, false, true, Protocol::kUDP); };
-  auto svc = testing::service("udp", {ip("10.96.0.32")}, 53, Protocol::kUDP);
-  publish({testing::state(svc, {udp("node-2-pod-1")})});
-  auto send = [&] { return pod("node-1-pod-1").run([] { return udp_request("10.96.0.32", 53, 1000, 40003); }); };
-  EXPECT_EQ(send().name, "node-2-pod-1");
-
-  publish({testing::state(svc, {udp("node-2-pod-2")})});
-  Reply stale = send();
-  bool sink_cleans = stale.name == "node-2-pod-2";
-  if (!sink_cleans) {
-    EXPECT_EQ(stale.name, "node-2-pod-1") << "the flow's conntrack entry pins it to the old endpoint";
-    auto deleted = node(1).run([] {
-      return make_netlink_conntrack()->delete_flows({udp_to_endpoint(ip("10.244.2.10"))});
-    });
-    ASSERT_TRUE(deleted.ok()) << deleted.error();
-    EXPECT_GE(*deleted, 1u);
-  }
-  Reply now = send();
-  EXPECT_EQ(now.name, "node-2-pod-2") << std::strerror(now.err);
-  if (!sink_cleans) {
-    std::cerr << "NOTE: the proxy sink does not delete UDP conntrack entries of removed endpoints yet; "
-                 "deleted here with proxy/conntrack.h\n";
-  }
-}
-
-// 8c (the requirement on the sink). Disabled until ProxySink deletes conntrack entries itself:
-// a flow to a removed UDP endpoint, and a flow blackholed before the service had endpoints.
-TEST_F(TrafficTest, DISABLED_SinkDeletesStaleAndBlackholedUdpConntrackEntries) {
+// 8b. After a UDP endpoint leaves, the sink deletes the conntrack entries still bound to it:
+// the next datagram of the same flow (same source port) reaches a current endpoint. And a flow
+// blackholed before its service had endpoints works as soon as it has some.
+TEST_F(TrafficTest, SinkDeletesStaleAndBlackholedUdpConntrackEntries) {
   start_proxies();
   using model::Protocol;
   auto udp = [&](const std::string& p) { return ep(p, true, false, true, Protocol::kUDP); };
@@ -637,12 +612,26 @@ TEST_F(TrafficTest, DISABLED_SinkDeletesStaleAndBlackholedUdpConntrackEntries) {
     return pod("node-1-pod-1").run([=] { return udp_request(vip, 53, 700, sport); });
   };
   EXPECT_EQ(send("10.96.0.33", 40004).name, "node-2-pod-1");
-  // Before `blackholed` exists the node forwards the datagram unNATed toward the service CIDR
-  // and conntrack remembers that.
+  // Before `blackholed` exists the node forwards the datagram unNATed toward the service CIDR,
+  // and conntrack remembers that flow.
   EXPECT_NE(send("10.96.0.34", 40005).err, 0);
+  int blackholed = node(1).run([] {
+    auto flows = make_netlink_conntrack()->list();
+    if (!flows) throw std::runtime_error(flows.error());
+    int n = 0;
+    for (const auto& f : *flows) n += udp_to_service(ip("10.96.0.34"), 53).matches(f);
+    return n;
+  });
+  EXPECT_EQ(blackholed, 1);
+
+  uint64_t deleted_before = proxy(1).sink().conntrack_deleted();
   publish({testing::state(svc, {udp("node-2-pod-2")}), testing::state(bh, {udp("node-1-pod-2")})});
-  EXPECT_EQ(send("10.96.0.33", 40004).name, "node-2-pod-2");
-  EXPECT_EQ(send("10.96.0.34", 40005).name, "node-1-pod-2");
+  Reply moved = send("10.96.0.33", 40004);
+  EXPECT_EQ(moved.name, "node-2-pod-2") << std::strerror(moved.err);
+  Reply now = send("10.96.0.34", 40005);
+  EXPECT_EQ(now.name, "node-1-pod-2") << std::strerror(now.err);
+  EXPECT_GE(proxy(1).sink().conntrack_deleted() - deleted_before, 2u);
+  EXPECT_EQ(proxy(1).sink().conntrack_failures(), 0u);
 }
 
 // 10. Stop-accepting without resets: an established connection to an endpoint that left the
