@@ -436,7 +436,18 @@ std::string Machine::to_json(TimePoint now) const {
     add("released", d.released);
     add("removal_deadline", d.removal_deadline);
     add("budget_end", d.budget_end);
-    j += t + "},\"consumers_confirmed_ms\":{";
+    j += t + "},\"timeline_unix_ms\":{";
+    std::string u;
+    auto add_wall = [&](const char* k, const std::optional<TimePoint>& v) {
+      if (!v) return;
+      u += (u.empty() ? "" : ",") + std::string("\"") + k + "\":" + wall(*v);
+    };
+    add_wall("stop_accepting", d.stop_accepting);
+    add_wall("removed", d.removed);
+    add_wall("drained", d.drained);
+    add_wall("released", d.released);
+    add_wall("last_confirmation", d.last_confirmation);
+    j += u + "},\"consumers_confirmed_ms\":{";
     std::string c;
     for (const auto& [name, at] : d.consumers_confirmed)
       c += (c.empty() ? "" : ",") + json_str(name) + ":" + ms_since(d.start, at);

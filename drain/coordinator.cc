@@ -1,0 +1,326 @@
+// The coordinator's own thread: one owner of the Machine; the board, snapshots, peers and
+// prestop calls wake it, and it polls only while a drain waits on conntrack or a DNS TTL.
+#include "drain/coordinator.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <spdlog/spdlog.h>
+
+#include "drain/selection.h"
+#include "drain/servers.h"
+
+namespace endpointd::drain {
+
+struct Coordinator::Metrics {
+  std::shared_ptr<prometheus::Registry> own;
+  prometheus::Family<prometheus::Histogram>* stage;
+  prometheus::Family<prometheus::Counter>* deadlines;
+  prometheus::Counter* peers_unconfirmed;
+  prometheus::Counter* conntrack_unavailable;
+  prometheus::Counter* no_endpoints;
+  prometheus::Counter* never_terminating;
+  prometheus::Counter* not_terminating_in_api;
+  prometheus::Family<prometheus::Counter>* prestop;
+  prometheus::Gauge* active;
+
+  explicit Metrics(prometheus::Registry* r) {
+    if (!r) {
+      own = std::make_shared<prometheus::Registry>();
+      r = own.get();
+    }
+    stage = &prometheus::BuildHistogram()
+                 .Name("endpointd_drain_stage_duration_seconds")
+                 .Help("Time a terminating endpoint spent before reaching each drain stage, by stage reached")
+                 .Register(*r);
+    deadlines = &prometheus::BuildCounter()
+                     .Name("endpointd_drain_deadlines_total")
+                     .Help("Drain stages that ended at their deadline instead of a confirmation")
+                     .Register(*r);
+    auto counter = [&](const char* name, const char* help) {
+      return &prometheus::BuildCounter().Name(name).Help(help).Register(*r).Add({});
+    };
+    peers_unconfirmed = counter("endpointd_drain_peers_unconfirmed_total",
+                                "Peer agents that did not confirm an endpoint's removal by their deadline");
+    conntrack_unavailable = counter("endpointd_drain_conntrack_unavailable_total",
+                                    "Drains that could not count live connections in conntrack");
+    no_endpoints = counter("endpointd_drain_no_endpoints_total", "prestop calls from pods without endpoints");
+    never_terminating = counter("endpointd_drain_never_terminating_total",
+                                "Endpoints of terminating pods never shown terminating within the budget");
+    not_terminating_in_api = counter("endpointd_drain_not_terminating_in_api_total",
+                                     "prestop calls whose pod the API did not show terminating in time");
+    prestop = &prometheus::BuildCounter()
+                   .Name("endpointd_drain_prestop_total")
+                   .Help("prestop calls by outcome: released, failed, refused")
+                   .Register(*r);
+    active = &prometheus::BuildGauge().Name("endpointd_drain_active").Help("Drains in progress").Register(*r).Add({});
+  }
+  void observe(const Transition& t) {
+    static const std::vector<double> buckets = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+    stage->Add({{"stage", std::string(to_string(t.to))}}, buckets)
+        .Observe(std::chrono::duration<double>(t.stage_duration).count());
+  }
+};
+
+// Lets the board's observer outlive the coordinator safely (observers cannot be removed).
+struct BoardHook {
+  std::mutex mu;
+  Coordinator* target = nullptr;
+};
+
+Coordinator::Coordinator(pipeline::AckBoard* board, proxy::Conntrack* conntrack, DnsExpiry dns_expiry,
+                         CoordinatorOptions opts)
+    : board_(board),
+      conntrack_(conntrack),
+      dns_expiry_(std::move(dns_expiry)),
+      opts_(std::move(opts)),
+      metrics_(std::make_unique<Metrics>(opts_.registry)),
+      machine_(opts_.machine) {}
+
+Coordinator::~Coordinator() { stop(); }
+
+bool Coordinator::start(std::string* error) {
+  hook_ = std::make_shared<BoardHook>();
+  hook_->target = this;
+  board_->on_change([h = hook_] {
+    std::lock_guard lock(h->mu);
+    if (h->target) h->target->wake();
+  });
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = false;
+  }
+  thread_ = std::thread([this] { run(); });
+  for (size_t i = 0; i < std::max<size_t>(1, opts_.peer_concurrency); ++i)
+    peer_threads_.emplace_back([this] { peer_worker(); });
+  if (!opts_.peer_listen.empty()) {
+    peer_server_ = std::make_unique<PeerServer>(this, opts_.machine.node_name, opts_.peer_answer_max);
+    auto port = peer_server_->start(opts_.peer_listen, error);
+    if (!port) return false;
+    bound_peer_port_ = *port;
+  }
+  if (!opts_.drain_socket.empty()) {
+    prestop_server_ = std::make_unique<PrestopServer>(this, opts_.machine.node_name, opts_.prestop_max_connections,
+                                                      [this](const std::string& result) {
+                                                        metrics_->prestop->Add({{"result", result}}).Increment();
+                                                      });
+    if (!prestop_server_->start(opts_.drain_socket, error)) return false;
+  }
+  spdlog::info("drain: coordinator on node {} (peers on {}, prestop socket {})", opts_.machine.node_name,
+               opts_.peer_listen.empty() ? "-" : opts_.peer_listen,
+               opts_.drain_socket.empty() ? "-" : opts_.drain_socket);
+  return true;
+}
+
+void Coordinator::stop() {
+  if (hook_) {
+    std::lock_guard lock(hook_->mu);
+    hook_->target = nullptr;
+  }
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  changed_.notify_all();
+  if (prestop_server_) prestop_server_->stop();
+  if (peer_server_) peer_server_->stop();
+  if (thread_.joinable()) thread_.join();
+  for (auto& t : peer_threads_) t.join();
+  peer_threads_.clear();
+  prestop_server_.reset();
+  peer_server_.reset();
+}
+
+void Coordinator::wake() {
+  {
+    std::lock_guard lock(mu_);
+    dirty_ = true;
+  }
+  cv_.notify_all();
+  changed_.notify_all();
+}
+
+void Coordinator::on_snapshot(model::SnapshotPtr snap) {
+  {
+    std::lock_guard lock(mu_);
+    pending_ = snap;
+    latest_ = std::move(snap);
+    dirty_ = true;
+  }
+  cv_.notify_all();
+  changed_.notify_all();
+}
+
+model::SnapshotPtr Coordinator::snapshot() const {
+  std::lock_guard lock(mu_);
+  return latest_;
+}
+
+model::SnapshotPtr Coordinator::wait_snapshot(const std::function<bool(const model::Snapshot&)>& pred,
+                                              TimePoint deadline) const {
+  std::unique_lock lock(mu_);
+  while (true) {
+    if (latest_ && pred(*latest_)) return latest_;
+    if (stopping_ || Clock::now() >= deadline) return nullptr;
+    changed_.wait_until(lock, deadline);
+  }
+}
+
+std::string Coordinator::drains_json() const {
+  std::lock_guard lock(mu_);
+  return machine_.to_json(Clock::now());
+}
+
+Counters Coordinator::counters() const {
+  std::lock_guard lock(mu_);
+  return machine_.counters();
+}
+
+LocalRemoval Coordinator::local_removal(const model::IpAddr& ip) const {
+  LocalRemoval r;
+  r.removed = true;
+  auto now = Clock::now();
+  for (const auto& e : board_->entries()) {
+    LocalRemoval::Consumer c;
+    c.name = e.consumer;
+    c.generation = e.generation();
+    c.routes = !e.snapshot || selectable(e.consumer, *e.snapshot, ip);
+    if (!c.routes && e.consumer == "dns" && dns_expiry_) {
+      auto exp = dns_expiry_(ip);
+      if (exp && *exp > now) c.routes = true;
+    }
+    if (c.routes) r.removed = false;
+    r.consumers.push_back(c);
+  }
+  return r;
+}
+
+LocalRemoval Coordinator::await_local_removal(const model::IpAddr& ip, TimePoint deadline) const {
+  while (true) {
+    LocalRemoval r = local_removal(ip);
+    if (r.removed || Clock::now() >= deadline) return r;
+    std::unique_lock lock(mu_);
+    if (stopping_) return r;
+    // Board changes notify; the short bound covers DNS TTLs that pass without an event.
+    changed_.wait_for(lock, std::min<Clock::duration>(milliseconds(20), deadline - Clock::now()));
+  }
+}
+
+Verdict Coordinator::prestop(const model::ObjectKey& pod, const std::string& uid, const std::function<bool()>& gone) {
+  std::unique_lock lock(mu_);
+  uint64_t id = machine_.add_waiter(pod, uid, Clock::now());
+  dirty_ = true;
+  cv_.notify_all();
+  int64_t grace = 30;
+  if (latest_)
+    if (const model::Pod* p = latest_->find_pod(pod)) grace = p->termination_grace_period_seconds;
+  TimePoint hard = Clock::now() + std::chrono::seconds(grace) + opts_.machine.terminating_wait + std::chrono::seconds(5);
+  while (true) {
+    if (auto v = machine_.verdict(id)) {
+      machine_.remove_waiter(id);
+      return *v;
+    }
+    if (stopping_) {
+      machine_.remove_waiter(id);
+      return {false, "the agent is stopping; retry"};
+    }
+    if (Clock::now() >= hard) {
+      machine_.remove_waiter(id);
+      return {false, "no verdict within the pod's grace period"};
+    }
+    lock.unlock();
+    bool hung_up = gone && gone();
+    lock.lock();
+    if (hung_up) {
+      machine_.remove_waiter(id);
+      return {false, "the caller hung up"};
+    }
+    changed_.wait_for(lock, milliseconds(20));
+  }
+}
+
+void Coordinator::record(const std::vector<Transition>& ts) {
+  for (const auto& t : ts) {
+    metrics_->observe(t);
+    auto it = machine_.drains().find(t.ip);
+    std::string pod = it != machine_.drains().end() ? it->second.pod.str() : "";
+    spdlog::info("drain: {} (pod {}) {} after {:.1f} ms", t.ip.str(), pod, to_string(t.to),
+                 std::chrono::duration<double, std::milli>(t.stage_duration).count());
+  }
+  const Counters& c = machine_.counters();
+  auto bump = [](prometheus::Counter* m, uint64_t now, uint64_t before) {
+    if (now > before) m->Increment(static_cast<double>(now - before));
+  };
+  if (c.removal_deadlines > last_counters_.removal_deadlines)
+    metrics_->deadlines->Add({{"stage", "removal"}}).Increment(static_cast<double>(c.removal_deadlines - last_counters_.removal_deadlines));
+  if (c.drain_deadlines > last_counters_.drain_deadlines)
+    metrics_->deadlines->Add({{"stage", "drain"}}).Increment(static_cast<double>(c.drain_deadlines - last_counters_.drain_deadlines));
+  bump(metrics_->peers_unconfirmed, c.peers_unconfirmed, last_counters_.peers_unconfirmed);
+  bump(metrics_->conntrack_unavailable, c.conntrack_unavailable, last_counters_.conntrack_unavailable);
+  bump(metrics_->no_endpoints, c.no_endpoints, last_counters_.no_endpoints);
+  bump(metrics_->never_terminating, c.never_terminating, last_counters_.never_terminating);
+  bump(metrics_->not_terminating_in_api, c.not_terminating_in_api, last_counters_.not_terminating_in_api);
+  last_counters_ = c;
+  metrics_->active->Set(static_cast<double>(machine_.drains().size()));
+}
+
+void Coordinator::run() {
+  std::unique_lock lock(mu_);
+  TimePoint next = Clock::now() + std::chrono::hours(1);
+  while (true) {
+    cv_.wait_until(lock, next, [&] { return dirty_ || stopping_; });
+    if (stopping_) return;
+    dirty_ = false;
+    if (pending_) {
+      auto snap = std::move(pending_);
+      pending_.reset();
+      auto started = machine_.on_snapshot(snap, Clock::now());
+      for (const auto& ip : started) {
+        const Drain& d = machine_.drains().at(ip);
+        TimePoint deadline = opts_.machine.peer_policy == PeerPolicy::kWait ? d.removal_deadline
+                                                                           : d.start + opts_.machine.peer_timeout;
+        for (const auto& [node, p] : d.peers) {
+          if (p.state != PeerState::State::kPending) continue;
+          std::string host = p.address.find(':') != std::string::npos ? "[" + p.address + "]" : p.address;
+          peer_jobs_.push_back({ip, node, host + ":" + std::to_string(opts_.peer_port), deadline});
+        }
+        spdlog::info("drain: {} (pod {}) stop-accepting; asking {} peers", ip.str(), d.pod.str(), d.peers.size());
+      }
+      if (!started.empty()) cv_.notify_all();
+    }
+    auto need = machine_.need_flow_counts();
+    std::map<model::IpAddr, Result<proxy::FlowCount>> flows;
+    lock.unlock();
+    if (!need.empty()) {
+      if (!conntrack_) {
+        for (const auto& ip : need) flows.emplace(ip, Error{"no conntrack on this agent"});
+      } else {
+        auto counts = conntrack_->count_flows_to_each(need);
+        for (size_t i = 0; i < need.size(); ++i) {
+          if (counts.ok()) flows.emplace(need[i], counts.value()[i]);
+          else flows.emplace(need[i], Error{counts.error()});
+        }
+      }
+    }
+    auto entries = board_->entries();
+    lock.lock();
+    Machine::Inputs in;
+    in.now = Clock::now();
+    in.consumers = std::move(entries);
+    in.dns_expiry = dns_expiry_;
+    in.flows = std::move(flows);
+    auto ts = machine_.evaluate(in);
+    record(ts);
+    changed_.notify_all();
+    bool polling = false;
+    for (const auto& [ip, d] : machine_.drains())
+      if (d.stage == Stage::kStopAccepting || d.stage == Stage::kRemoved) polling = true;
+    next = Clock::now() + std::chrono::hours(1);
+    if (auto dl = machine_.next_deadline()) next = std::min(next, *dl);
+    if (polling) next = std::min(next, Clock::now() + opts_.conntrack_poll);
+  }
+}
+
+}  // namespace endpointd::drain

@@ -1,0 +1,148 @@
+// The drain coordinator: runs the state machine on its own thread, fed by snapshots, the
+// acknowledgement board, peer agents' answers and conntrack counts; serves peers
+// (Peer.AwaitRemoval over gRPC) and pods' prestop calls (a unix socket).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "drain/machine.h"
+#include "pipeline/ack_board.h"
+#include "proxy/conntrack.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace endpointd::drain {
+
+struct BoardHook;
+
+struct CoordinatorOptions {
+  Options machine;  // node_name, budgets, peer policy, release-after default
+  // Peer server: "ADDR:PORT" to listen on (empty: no server). Peers are called at their
+  // Node's InternalIP and `peer_port`.
+  std::string peer_listen = "0.0.0.0:9465";
+  uint16_t peer_port = 9465;
+  size_t peer_concurrency = 16;  // calls in flight at once
+  // A peer server holds an AwaitRemoval call at most this long.
+  milliseconds peer_answer_max{30000};
+  // The prestop socket (empty: none).
+  std::string drain_socket;
+  size_t prestop_max_connections = 256;
+  // How often live flows are counted while a drain waits for them.
+  milliseconds conntrack_poll{20};
+  prometheus::Registry* registry = nullptr;
+};
+
+struct LocalRemoval {
+  bool removed = false;
+  struct Consumer {
+    std::string name;
+    uint64_t generation = 0;
+    bool routes = true;
+  };
+  std::vector<Consumer> consumers;
+};
+
+class Coordinator {
+ public:
+  using DnsExpiry = std::function<std::optional<TimePoint>(const model::IpAddr&)>;
+
+  // `board` and `conntrack` must outlive the coordinator; `conntrack` may be null (stage 3
+  // then proceeds as with conntrack unavailable); `dns_expiry` may be empty.
+  Coordinator(pipeline::AckBoard* board, proxy::Conntrack* conntrack, DnsExpiry dns_expiry,
+              CoordinatorOptions opts);
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Starts the state-machine thread, the peer server and the prestop socket. Sockets are made
+  // in the calling thread's network namespace.
+  bool start(std::string* error);
+  void stop();
+
+  // Every published snapshot (UpdateLoop::on_publish). Cheap: hands it to the thread.
+  void on_snapshot(model::SnapshotPtr snap);
+
+  // For /debug/state.
+  std::string drains_json() const;
+  Counters counters() const;
+  uint16_t peer_port() const { return bound_peer_port_; }
+
+  // Whether this agent's own consumers still route new connections to `ip` (what a peer asks).
+  LocalRemoval local_removal(const model::IpAddr& ip) const;
+  // Waits until local_removal(ip).removed or the deadline.
+  LocalRemoval await_local_removal(const model::IpAddr& ip, TimePoint deadline) const;
+
+  // A prestop call from a pod, identified by the caller. Blocks until a verdict, the caller
+  // hanging up (`gone` returns true) or `hard_deadline`.
+  Verdict prestop(const model::ObjectKey& pod, const std::string& uid, const std::function<bool()>& gone);
+
+  // The newest snapshot the coordinator has seen.
+  model::SnapshotPtr snapshot() const;
+  // Waits until a snapshot arrived that satisfies pred (for the prestop server: the pod list).
+  model::SnapshotPtr wait_snapshot(const std::function<bool(const model::Snapshot&)>& pred, TimePoint deadline) const;
+
+ private:
+  struct Metrics;
+  struct PeerJob {
+    model::IpAddr ip;
+    std::string node;
+    std::string address;
+    TimePoint deadline;
+  };
+  class PeerServer;
+  class PrestopServer;
+  void run();
+  void peer_worker();
+  void wake();
+  void record(const std::vector<Transition>& ts);
+
+  pipeline::AckBoard* board_;
+  proxy::Conntrack* conntrack_;
+  DnsExpiry dns_expiry_;
+  CoordinatorOptions opts_;
+  std::unique_ptr<Metrics> metrics_;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;        // work for run()
+  mutable std::condition_variable changed_;   // verdicts, board changes, snapshots
+  Machine machine_;
+  model::SnapshotPtr pending_;  // newest snapshot not yet given to the machine
+  model::SnapshotPtr latest_;
+  bool dirty_ = false;
+  bool stopping_ = false;
+  Counters last_counters_;
+  std::deque<PeerJob> peer_jobs_;
+  std::thread thread_;
+  std::vector<std::thread> peer_threads_;
+  std::unique_ptr<PeerServer> peer_server_;
+  std::unique_ptr<PrestopServer> prestop_server_;
+  uint16_t bound_peer_port_ = 0;
+  std::shared_ptr<BoardHook> hook_;
+};
+
+// `endpointd prestop [--drain-socket PATH] [--timeout DURATION]`: exits 0 when the agent
+// releases the pod, non-zero with the reason on stderr otherwise. Retries while the agent is
+// unreachable (a restart) until its own deadline.
+int prestop_main(int argc, char** argv);
+struct PrestopClientOptions {
+  std::string socket = "/run/endpointd/drain.sock";
+  milliseconds timeout{120000};
+  milliseconds retry{200};
+};
+// Returns the exit code and writes the outcome to `message`.
+int run_prestop(const PrestopClientOptions& opts, std::string* message);
+// "500ms", "30s", "2m", "1h", or plain seconds.
+std::optional<milliseconds> parse_duration(const std::string& s);
+
+}  // namespace endpointd::drain

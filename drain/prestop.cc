@@ -1,0 +1,274 @@
+// The prestop socket and its client. The server identifies the caller by the kernel's
+// credentials and answers one line: "released <reason>", "failed <reason>" or
+// "refused <reason>". The client sends nothing: there is nothing it could say that counts.
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+
+#include "drain/identify.h"
+#include "drain/servers.h"
+
+namespace endpointd::drain {
+
+namespace {
+
+void write_all(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+bool peer_gone(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+}  // namespace
+
+Coordinator::PrestopServer::PrestopServer(Coordinator* c, std::string node, size_t max_connections,
+                                          std::function<void(const std::string&)> count)
+    : c_(c), node_(std::move(node)), max_connections_(max_connections), count_(std::move(count)) {}
+
+Coordinator::PrestopServer::~PrestopServer() { stop(); }
+
+bool Coordinator::PrestopServer::start(const std::string& path, std::string* error) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof addr.sun_path) {
+    *error = "drain socket path too long: " + path;
+    return false;
+  }
+  listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  stop_fd_ = ::eventfd(0, EFD_CLOEXEC);
+  if (listen_fd_ < 0 || stop_fd_ < 0) {
+    *error = std::string("drain socket: ") + std::strerror(errno);
+    return false;
+  }
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  ::unlink(path.c_str());  // a socket left by the previous agent
+  sockaddr* sa = static_cast<sockaddr*>(static_cast<void*>(&addr));
+  if (::bind(listen_fd_, sa, sizeof addr) != 0 || ::listen(listen_fd_, 64) != 0) {
+    *error = "drain socket " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  // Any pod's user may connect; who it is comes from the kernel, not from file permissions.
+  ::chmod(path.c_str(), 0666);
+  path_ = path;
+  accept_ = std::thread([this] { accept_loop(); });
+  return true;
+}
+
+void Coordinator::PrestopServer::stop() {
+  if (stopping_.exchange(true)) return;
+  if (stop_fd_ >= 0) {
+    uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(stop_fd_, &one, sizeof one);
+  }
+  if (accept_.joinable()) accept_.join();
+  std::vector<std::thread> workers;
+  {
+    std::lock_guard lock(mu_);
+    workers.swap(workers_);
+  }
+  for (auto& t : workers) t.join();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  if (stop_fd_ >= 0) ::close(stop_fd_);
+  listen_fd_ = stop_fd_ = -1;
+  // The socket file stays: a restarting agent replaces it, and clients retry meanwhile.
+}
+
+void Coordinator::PrestopServer::accept_loop() {
+  while (!stopping_) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      spdlog::error("drain: prestop socket poll: {}", std::strerror(errno));
+      return;
+    }
+    if (fds[1].revents) return;
+    if (!(fds[0].revents & POLLIN)) continue;
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    if (active_.load() >= max_connections_) {
+      write_all(fd, "failed the agent has too many prestop calls in progress; retry\n");
+      ::close(fd);
+      continue;
+    }
+    ++active_;
+    std::lock_guard lock(mu_);
+    workers_.emplace_back([this, fd] {
+      serve(fd);
+      ::close(fd);
+      --active_;
+    });
+  }
+}
+
+void Coordinator::PrestopServer::serve(int fd) {
+  std::string error;
+  auto caller = caller_of_socket(fd, &error);
+  if (!caller) {
+    spdlog::warn("drain: prestop refused: {}", error);
+    count_("refused");
+    write_all(fd, "refused " + error + "\n");
+    return;
+  }
+  // The agent may have just started: give the first pod list a moment to arrive.
+  auto snap = c_->wait_snapshot([](const model::Snapshot& s) { return s.synced; }, Clock::now() + std::chrono::seconds(5));
+  if (!snap) {
+    count_("failed");
+    write_all(fd, "failed the agent has no synced cluster state yet; retry\n");
+    return;
+  }
+  std::string reason;
+  const model::Pod* pod = match_pod(*snap, node_, *caller, &reason);
+  if (!pod) {
+    spdlog::warn("drain: prestop refused: {}", reason);
+    count_("refused");
+    write_all(fd, "refused " + reason + "\n");
+    return;
+  }
+  model::ObjectKey key = pod->key;
+  std::string uid = pod->uid;
+  spdlog::info("drain: prestop from pod {} ({})", key.str(), caller->describe());
+  Verdict v = c_->prestop(key, uid, [fd] { return peer_gone(fd); });
+  count_(v.release ? "released" : "failed");
+  if (v.release) spdlog::info("drain: prestop of {} released: {}", key.str(), v.reason);
+  else spdlog::warn("drain: prestop of {} not released: {}", key.str(), v.reason);
+  write_all(fd, (v.release ? "released " : "failed ") + v.reason + "\n");
+}
+
+// ---- client ----
+
+std::optional<milliseconds> parse_duration(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  if (i == 0) return std::nullopt;
+  double v = 0;
+  try {
+    v = std::stod(s.substr(0, i));
+  } catch (...) {
+    return std::nullopt;
+  }
+  std::string unit = s.substr(i);
+  double ms = 0;
+  if (unit.empty() || unit == "s") ms = v * 1000;
+  else if (unit == "ms") ms = v;
+  else if (unit == "m") ms = v * 60000;
+  else if (unit == "h") ms = v * 3600000;
+  else return std::nullopt;
+  return milliseconds(static_cast<int64_t>(ms));
+}
+
+int run_prestop(const PrestopClientOptions& opts, std::string* message) {
+  auto deadline = Clock::now() + opts.timeout;
+  std::string last = "not tried";
+  while (true) {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (opts.socket.size() >= sizeof addr.sun_path) {
+      *message = "socket path too long: " + opts.socket;
+      return 2;
+    }
+    std::memcpy(addr.sun_path, opts.socket.c_str(), opts.socket.size());
+    sockaddr* sa = static_cast<sockaddr*>(static_cast<void*>(&addr));
+    if (fd >= 0 && ::connect(fd, sa, sizeof addr) == 0) {
+      std::string line;
+      char buf[512];
+      while (line.find('\n') == std::string::npos) {
+        auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+        if (left <= 0) break;
+        pollfd p{fd, POLLIN, 0};
+        int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+        if (r < 0 && errno != EINTR) break;
+        if (r <= 0) continue;
+        ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n <= 0) break;
+        line.append(buf, static_cast<size_t>(n));
+        if (line.size() > 65536) break;
+      }
+      ::close(fd);
+      auto nl = line.find('\n');
+      if (nl != std::string::npos) {
+        line.resize(nl);
+        auto sp = line.find(' ');
+        std::string word = line.substr(0, sp);
+        std::string reason = sp == std::string::npos ? "" : line.substr(sp + 1);
+        if (word == "released") {
+          *message = reason;
+          return 0;
+        }
+        if (word == "refused") {
+          *message = "refused: " + reason;
+          return 3;
+        }
+        // "failed ... retry" answers from a starting or busy agent are retried.
+        if (reason.size() < 5 || reason.substr(reason.size() - 5) != "retry") {
+          *message = "not released: " + reason;
+          return 4;
+        }
+        last = reason;
+      } else {
+        last = "the agent closed the connection without an answer";
+      }
+    } else {
+      last = std::string("cannot reach the agent at ") + opts.socket + ": " + std::strerror(errno);
+      if (fd >= 0) ::close(fd);
+    }
+    if (Clock::now() + opts.retry >= deadline) {
+      *message = "timed out after " + std::to_string(opts.timeout.count()) + " ms; last: " + last;
+      return 5;
+    }
+    std::this_thread::sleep_for(opts.retry);
+  }
+}
+
+int prestop_main(int argc, char** argv) {
+  PrestopClientOptions opts;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const std::string& flag) -> std::optional<std::string> {
+      if (a == flag && i + 1 < argc) return std::string(argv[++i]);
+      if (a.rfind(flag + "=", 0) == 0) return a.substr(flag.size() + 1);
+      return std::nullopt;
+    };
+    if (auto v = value("--drain-socket")) {
+      opts.socket = *v;
+    } else if (auto t = value("--timeout")) {
+      auto d = parse_duration(*t);
+      if (!d) {
+        std::cerr << "endpointd prestop: bad --timeout " << *t << "\n";
+        return 2;
+      }
+      opts.timeout = *d;
+    } else if (a == "prestop") {
+      continue;
+    } else {
+      std::cerr << "usage: endpointd prestop [--drain-socket PATH] [--timeout DURATION]\n";
+      return 2;
+    }
+  }
+  std::string message;
+  int rc = run_prestop(opts, &message);
+  if (rc == 0) std::cout << "endpointd prestop: " << message << "\n";
+  else std::cerr << "endpointd prestop: " << message << "\n";
+  return rc;
+}
+
+}  // namespace endpointd::drain

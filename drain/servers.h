@@ -1,0 +1,62 @@
+// The coordinator's two servers (private to drain/): Peer.AwaitRemoval over gRPC for other
+// nodes' agents, and the prestop unix socket for pods of this node.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "drain/coordinator.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace endpointd::drain {
+
+class Coordinator::PeerServer {
+ public:
+  PeerServer(Coordinator* c, std::string node, milliseconds answer_max);
+  ~PeerServer();
+  // Returns the bound port.
+  std::optional<uint16_t> start(const std::string& listen, std::string* error);
+  void stop();
+
+ private:
+  class Service;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+class Coordinator::PrestopServer {
+ public:
+  PrestopServer(Coordinator* c, std::string node, size_t max_connections,
+                std::function<void(const std::string&)> count);
+  ~PrestopServer();
+  bool start(const std::string& path, std::string* error);
+  void stop();
+
+ private:
+  void accept_loop();
+  void serve(int fd);
+
+  Coordinator* c_;
+  std::string node_;
+  size_t max_connections_;
+  std::function<void(const std::string&)> count_;
+  std::string path_;
+  int listen_fd_ = -1;
+  int stop_fd_ = -1;  // eventfd: wakes the accept loop
+  std::atomic<bool> stopping_{false};
+  std::atomic<size_t> active_{0};
+  std::thread accept_;
+  std::mutex mu_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace endpointd::drain
