@@ -116,19 +116,21 @@ Reply answer(const Zone& zone, std::span<const uint8_t> pkt, const Query& q, uin
       // The name exists, the type does not: NODATA.
       w = Writer(out, cap);
       lk.kind = Zone::Kind::kNoData;
+    } else if (const AnswerLog* log = zone.pod_answers()) {
+      log->stamp(lk.pod_address, now_ns);  // drain support: this reply carried the address
     }
   }
   if (lk.kind == Zone::Kind::kNoData || lk.kind == Zone::Kind::kNxDomain) {
     uint16_t rcode = static_cast<uint16_t>(lk.kind == Zone::Kind::kNxDomain ? Rcode::kNxDomain : Rcode::kNoError);
     r.rcode = rcode;
-    bool soa = lk.soa && zone.in_zone(q.qname_lower);
+    bool soa = lk.soa;
     size_t soa_size = soa ? 2 + zone.soa_tail().size() : 0;
     if (head + soa_size + opt > limit) soa = false;
     w.header(q.id, reply_flags(q, true, rcode), 1, 0, soa ? 1 : 0, q.edns ? 1 : 0);
     question(w, q);
     if (soa) {
       // Owner: a pointer to the apex inside the question name.
-      w.u16(static_cast<uint16_t>(0xC000 | (kHeaderSize + q.qname.len - zone.apex().len)));
+      w.u16(static_cast<uint16_t>(0xC000 | (kHeaderSize + lk.soa_at)));
       w.bytes(zone.soa_tail());
     }
   }

@@ -84,6 +84,11 @@ Metrics::Metrics(prometheus::Registry* r) {
                       .Help("Time to build and swap in the zone of a snapshot")
                       .Register(*r)
                       .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5});
+  tcp_rejected_ = &prometheus::BuildCounter()
+                       .Name("endpointd_dns_tcp_connections_rejected_total")
+                       .Help("TCP connections closed at once because the connection limit was reached")
+                       .Register(*r)
+                       .Add({});
 }
 
 void Metrics::flush(LocalCounts& l) {
@@ -103,5 +108,6 @@ void Metrics::cache_miss() { if (cache_misses_) cache_misses_->Increment(); }
 void Metrics::forward_error() { if (forward_errors_) forward_errors_->Increment(); }
 void Metrics::forward_shed() { if (forward_shed_) forward_shed_->Increment(); }
 void Metrics::programming(double s) { if (programming_) programming_->Observe(s); }
+void Metrics::tcp_rejected() { if (tcp_rejected_) tcp_rejected_->Increment(); }
 
 }  // namespace endpointd::dns

@@ -39,6 +39,7 @@ class Metrics {
   void forward_error();
   void forward_shed();
   void programming(double seconds);
+  void tcp_rejected();
   prometheus::Histogram* forward_latency = nullptr;
 
  private:
@@ -49,6 +50,7 @@ class Metrics {
   prometheus::Counter* forward_errors_ = nullptr;
   prometheus::Counter* forward_shed_ = nullptr;
   prometheus::Histogram* programming_ = nullptr;
+  prometheus::Counter* tcp_rejected_ = nullptr;
 };
 
 }  // namespace endpointd::dns

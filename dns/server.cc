@@ -203,6 +203,10 @@ void Server::Worker::run() {
         spdlog::warn("dns: recvmmsg: {}", std::strerror(errno));
       }
       if (s_->metrics_) s_->metrics_->flush(counts_);
+      // Idle: let go of the zone, so that blocks retired since can be freed (drain support
+      // waits for that) and a quiet worker never pins an old generation.
+      zone_.reset();
+      zone_version_ = ~uint64_t{0};
       poll(pfd, 2, -1);
       if (pfd[1].revents) break;
       continue;
@@ -319,7 +323,11 @@ void Server::TcpServer::accept_all() {
     int fd = accept4(listen_.fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
     if (conns_.size() >= s_->opts_.tcp_max_connections) {
-      s_->tcp_rejected_++;
+      uint64_t n = ++s_->tcp_rejected_;
+      if (s_->metrics_) s_->metrics_->tcp_rejected();
+      if ((n & (n - 1)) == 0)  // the 1st, 2nd, 4th, 8th...: a log line without a flood
+        spdlog::warn("dns: tcp connection limit ({}) reached: {} connections closed so far",
+                     s_->opts_.tcp_max_connections, n);
       close(fd);
       continue;
     }

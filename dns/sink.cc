@@ -29,12 +29,25 @@ std::optional<std::pair<std::string, uint16_t>> parse_listen(const std::string& 
   return std::make_pair(host, static_cast<uint16_t>(p));
 }
 
+namespace {
+
+ZoneOptions zone_options(const DnsOptions& o) {
+  ZoneOptions z;
+  z.zone = o.zone;
+  z.ttl = o.ttl;
+  z.negative_ttl = o.negative_ttl;
+  z.pod_mode = o.pod_mode;
+  return z;
+}
+
+}  // namespace
+
 DnsSink::DnsSink(DnsOptions opts, pipeline::AckBoard* board, prometheus::Registry* registry)
-    : opts_(std::move(opts)), board_(board), metrics_(std::make_unique<Metrics>(registry)) {
-  zone_opts_.zone = opts_.zone;
-  zone_opts_.ttl = opts_.ttl;
-  zone_opts_.negative_ttl = opts_.negative_ttl;
-  zone_opts_.pod_mode = opts_.pod_mode;
+    : opts_(std::move(opts)),
+      zone_opts_(zone_options(opts_)),
+      board_(board),
+      metrics_(std::make_unique<Metrics>(registry)),
+      builder_(zone_opts_) {
   zones_.publish(Zone::unsynced(zone_opts_));
   if (opts_.forward_allow.empty())
     for (const char* p : {"127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
@@ -83,55 +96,33 @@ void DnsSink::stop() {
   if (forwarder_) forwarder_->stop();
 }
 
-void DnsSink::apply(const model::SnapshotPtr& snap, const model::Delta&) {
-  // The zone is rebuilt whole: encoding is cheap next to the hashing it needs anyway, and a
-  // rebuilt zone can never drift from its snapshot.
+void DnsSink::apply(const model::SnapshotPtr& snap, const model::Delta& delta) {
+  // Only the services the delta names are rebuilt; everything else is shared with the zone
+  // the workers serve now.
   auto t0 = Clock::now();
-  ZonePtr z = Zone::build(*snap, zone_opts_);
-  ZonePtr old = zones_.load();
-  zones_.publish(z);
-  metrics_->programming(std::chrono::duration<double>(Clock::now() - t0).count());
   {
     std::lock_guard lk(mu_);
-    if (old) retired_.push_back(std::move(old));
-    harvest(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+    zones_.publish(builder_.apply(snap, delta));
+    metrics_->programming(std::chrono::duration<double>(Clock::now() - t0).count());
+    builder_.harvest(horizon_ns());
   }
   if (board_) board_->applied("dns", snap);
 }
 
-void DnsSink::harvest(int64_t now_ns) {
-  for (auto it = retired_.begin(); it != retired_.end();) {
-    // Only we hold it: no worker can stamp it any more, its record is final.
-    if (it->use_count() == 1) {
-      for (const auto& [a, ns] : (*it)->served_addresses()) {
-        int64_t& d = departed_[a];
-        d = std::max(d, ns);
-      }
-      it = retired_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  int64_t horizon = now_ns - int64_t{opts_.ttl} * 1'000'000'000;
-  for (auto it = departed_.begin(); it != departed_.end();) {
-    if (it->second < horizon) it = departed_.erase(it);
-    else ++it;
-  }
+int64_t DnsSink::horizon_ns() const {
+  auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  return now - int64_t{opts_.ttl} * 1'000'000'000;
 }
 
 std::optional<DnsSink::Clock::time_point> DnsSink::last_answer_expiry(const model::IpAddr& a) {
-  int64_t best = 0;
+  std::optional<int64_t> ns;
   {
     std::lock_guard lk(mu_);
-    harvest(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
-    if (auto it = departed_.find(a); it != departed_.end()) best = it->second;
-    for (const auto& z : retired_)
-      if (auto ns = z->last_served_ns(a)) best = std::max(best, *ns);
+    builder_.harvest(horizon_ns());
+    ns = builder_.last_served_ns(a);
   }
-  if (ZonePtr z = zones_.load())
-    if (auto ns = z->last_served_ns(a)) best = std::max(best, *ns);
-  if (best == 0) return std::nullopt;
-  return Clock::time_point(std::chrono::nanoseconds(best)) + std::chrono::seconds(opts_.ttl);
+  if (!ns) return std::nullopt;
+  return Clock::time_point(std::chrono::nanoseconds(*ns)) + std::chrono::seconds(opts_.ttl);
 }
 
 }  // namespace endpointd::dns

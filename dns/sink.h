@@ -8,7 +8,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "dns/forwarder.h"
@@ -65,14 +64,15 @@ class DnsSink : public pipeline::Sink {
   void apply(const model::SnapshotPtr& snap, const model::Delta& delta) override;
 
   // When the last answer that carried `a` stops being cacheable by its receiver (its TTL
-  // after it was sent); nullopt when no answer on record carried it.
+  // after it was sent); nullopt when no answer on record carried it. Pod replies synthesised
+  // in insecure mode count too.
   std::optional<Clock::time_point> last_answer_expiry(const model::IpAddr& a);
   ZonePtr zone() const { return zones_.load(); }
   Forwarder* forwarder() { return forwarder_.get(); }
   Server* server() { return server_.get(); }
 
  private:
-  void harvest(int64_t now_ns);  // folds retired zones no worker holds into departed_
+  int64_t horizon_ns() const;  // replies older than this have expired everywhere
 
   DnsOptions opts_;
   ZoneOptions zone_opts_;
@@ -82,9 +82,8 @@ class DnsSink : public pipeline::Sink {
   std::unique_ptr<Forwarder> forwarder_;
   std::unique_ptr<Server> server_;
 
-  std::mutex mu_;  // guards retired_ and departed_
-  std::vector<ZonePtr> retired_;
-  std::unordered_map<model::IpAddr, int64_t, model::IpAddrHash> departed_;  // last served ns
+  std::mutex mu_;  // guards builder_: apply() against the drain queries
+  ZoneBuilder builder_;
 };
 
 }  // namespace endpointd::dns

@@ -1,10 +1,11 @@
-// Builds the pre-encoded zone of a Snapshot (Kubernetes DNS-Based Service Discovery 1.1.0)
-// and answers lookups against it.
+// Builds the pre-encoded zone of a Snapshot (Kubernetes DNS-Based Service Discovery 1.1.0),
+// incrementally from a Delta, and answers lookups against it.
 #include "dns/zone.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
-#include <map>
+#include <numeric>
 
 #include <arpa/inet.h>
 
@@ -19,7 +20,79 @@ std::optional<PodMode> parse_pod_mode(std::string_view s) {
   return std::nullopt;
 }
 
+uint64_t name_hash(std::string_view wire) { return std::hash<std::string_view>{}(wire); }
+
 namespace {
+
+uint64_t address_hash(const IpAddr& a) {
+  uint64_t h = 0xcbf29ce484222325ull ^ a.size();
+  for (size_t i = 0; i < a.size(); ++i) h = (h ^ a.data()[i]) * 0x100000001b3ull;
+  h ^= h >> 29;
+  h *= 0xbf58476d1ce4e5b9ull;
+  return h ^ (h >> 32);
+}
+
+}  // namespace
+
+void AnswerLog::stamp(const IpAddr& a, int64_t now_ns) const {
+  uint64_t h = address_hash(a);
+  for (size_t s : {h & (kSlots - 1), (h >> 32) & (kSlots - 1)}) {
+    // Written only when it moves forward, so that workers rarely share the cache line.
+    if (slots_[s].load(std::memory_order_relaxed) < now_ns) slots_[s].store(now_ns, std::memory_order_relaxed);
+  }
+}
+
+int64_t AnswerLog::last(const IpAddr& a) const {
+  uint64_t h = address_hash(a);
+  return std::min(slots_[h & (kSlots - 1)].load(std::memory_order_relaxed),
+                  slots_[(h >> 32) & (kSlots - 1)].load(std::memory_order_relaxed));
+}
+
+namespace {
+
+constexpr uint32_t kNone = ~uint32_t{0};
+constexpr uint8_t kInAddrSuffix = 14;  // \7in-addr\4arpa\0
+constexpr uint8_t kIp6Suffix = 10;     // \3ip6\4arpa\0
+
+uint8_t lower(char c) {
+  auto u = static_cast<uint8_t>(c);
+  return (u >= 'A' && u <= 'Z') ? static_cast<uint8_t>(u + 32) : u;
+}
+
+// A name put together from text labels and a wire suffix, lower case.
+class NameBuf {
+ public:
+  // Appends the labels of dotted `text`; `prefix` (when not 0) goes before the first label.
+  NameBuf& text(std::string_view t, char prefix = 0) {
+    while (ok_) {
+      size_t dot = t.find('.');
+      std::string_view label = t.substr(0, dot);
+      size_t len = label.size() + (prefix ? 1 : 0);
+      if (label.empty() || len > kMaxLabel || pos_ + 1 + len + 1 > kMaxNameWire) {
+        ok_ = false;
+        break;
+      }
+      n_.bytes[pos_++] = static_cast<uint8_t>(len);
+      if (prefix) n_.bytes[pos_++] = static_cast<uint8_t>(prefix);
+      for (char c : label) n_.bytes[pos_++] = lower(c);
+      prefix = 0;
+      if (dot == std::string_view::npos) break;
+      t.remove_prefix(dot + 1);
+    }
+    return *this;
+  }
+  std::optional<WireName> finish(const WireName& suffix) {
+    if (!ok_ || pos_ + suffix.len > kMaxNameWire) return std::nullopt;
+    std::memcpy(n_.bytes.data() + pos_, suffix.bytes.data(), suffix.len);
+    n_.len = static_cast<uint8_t>(pos_ + suffix.len);
+    return n_;
+  }
+
+ private:
+  WireName n_;
+  size_t pos_ = 0;
+  bool ok_ = true;
+};
 
 WireName must_name(const std::string& text) {
   auto n = name_from_text(text);
@@ -28,88 +101,43 @@ WireName must_name(const std::string& text) {
   return *n;
 }
 
-std::string key_of(const WireName& n) { return std::string(n.view()); }
-
-std::string reverse_text(const IpAddr& a) {
+WireName reverse_name(const IpAddr& a) {
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
+  WireName n;
+  size_t p = 0;
   const uint8_t* b = a.data();
   if (a.is_v4()) {
-    for (int i = 3; i >= 0; --i) out += std::to_string(b[i]) + ".";
-    return out + "in-addr.arpa";
+    for (int i = 3; i >= 0; --i) {
+      char digits[4];
+      auto [end, ec] = std::to_chars(digits, digits + sizeof digits, b[i]);
+      (void)ec;
+      auto len = static_cast<size_t>(end - digits);
+      n.bytes[p++] = static_cast<uint8_t>(len);
+      std::memcpy(n.bytes.data() + p, digits, len);
+      p += len;
+    }
+    static constexpr uint8_t kSuffix[] = {7, 'i', 'n', '-', 'a', 'd', 'd', 'r', 4, 'a', 'r', 'p', 'a', 0};
+    std::memcpy(n.bytes.data() + p, kSuffix, sizeof kSuffix);
+    n.len = static_cast<uint8_t>(p + sizeof kSuffix);
+    return n;
   }
   for (int i = 15; i >= 0; --i) {
-    out.push_back(kHex[b[i] & 0xF]);
-    out.push_back('.');
-    out.push_back(kHex[b[i] >> 4]);
-    out.push_back('.');
+    n.bytes[p++] = 1;
+    n.bytes[p++] = static_cast<uint8_t>(kHex[b[i] & 0xF]);
+    n.bytes[p++] = 1;
+    n.bytes[p++] = static_cast<uint8_t>(kHex[b[i] >> 4]);
   }
-  return out + "ip6.arpa";
+  static constexpr uint8_t kSuffix[] = {3, 'i', 'p', '6', 4, 'a', 'r', 'p', 'a', 0};
+  std::memcpy(n.bytes.data() + p, kSuffix, sizeof kSuffix);
+  n.len = static_cast<uint8_t>(p + sizeof kSuffix);
+  return n;
 }
 
-struct Rr {
-  uint16_t type = 0;
-  WireName owner;
-  std::vector<uint8_t> rdata;  // A, AAAA, TXT, and the fixed part of SOA / SRV
-  std::optional<WireName> target;
-  std::optional<WireName> target2;  // SOA rname
-  bool target_first = true;         // SRV: the fixed part comes before the target
-  bool compress_target = true;
-};
-
-struct PendingSet {
-  std::vector<Rr> answer, authority, additional;
-  std::vector<IpAddr> addresses;
-};
-
-struct PendingNode {
-  WireName name;
-  std::map<uint16_t, PendingSet> sets;
-  bool cname = false;
-  bool reverse = false;
-};
-
-Rr address_rr(const WireName& owner, const IpAddr& a) {
-  Rr r;
-  r.type = a.is_v4() ? type::kA : type::kAAAA;
-  r.owner = owner;
-  r.rdata.assign(a.data(), a.data() + a.size());
-  return r;
-}
-
-Rr name_rr(uint16_t t, const WireName& owner, const WireName& target) {
-  Rr r;
-  r.type = t;
-  r.owner = owner;
-  r.target = target;
-  return r;
-}
-
-Rr srv_rr(const WireName& owner, uint16_t prio, uint16_t weight, uint16_t port, const WireName& target) {
-  Rr r;
-  r.type = type::kSRV;
-  r.owner = owner;
-  r.rdata.resize(6);
-  store_u16(r.rdata.data(), prio);
-  store_u16(r.rdata.data() + 2, weight);
-  store_u16(r.rdata.data() + 4, port);
-  r.target = target;
-  r.target_first = false;
-  r.compress_target = false;  // RFC 2782: no compression in the SRV target
-  return r;
-}
-
-void write_rr(Writer& w, const Rr& r, uint32_t ttl) {
-  size_t at = w.begin_rr(r.owner.span(), r.type, kClassIN, ttl);
-  if (r.target && r.target_first) {
-    w.name(r.target->span(), r.compress_target);
-    if (r.target2) w.name(r.target2->span(), r.compress_target);
-    w.bytes(r.rdata);
-  } else {
-    w.bytes(r.rdata);
-    if (r.target) w.name(r.target->span(), r.compress_target);
-  }
-  w.end_rr(at);
+WireName wire_of(std::string_view v) {
+  WireName n;
+  n.len = static_cast<uint8_t>(std::min(v.size(), kMaxNameWire));
+  std::memcpy(n.bytes.data(), v.data(), n.len);
+  return n;
 }
 
 bool label_at_boundary_suffix(const WireName& name, const WireName& suffix, size_t* offset) {
@@ -129,84 +157,647 @@ bool label_at_boundary_suffix(const WireName& name, const WireName& suffix, size
 
 }  // namespace
 
-class ZoneBuilder {
+// Collects the records of one block, then sorts them into names and sets and encodes each
+// set once. Reused from block to block: its scratch vectors keep their capacity.
+class BlockWriter {
  public:
-  ZoneBuilder(const ZoneOptions& opts) : opts_(opts) {
-    apex_ = must_name(opts.zone);
-    pod_suffix_ = must_name("pod." + opts.zone);
+  explicit BlockWriter(uint32_t ttl) : ttl_(ttl), scratch_(65535) {}
+
+  void clear(uint8_t soa_suffix) {
+    names_.clear();
+    recs_.clear();
+    cname_.clear();
+    soa_suffix_ = soa_suffix;
+  }
+  uint32_t name(const WireName& n) {
+    names_.push_back(n);
+    cname_.push_back(false);
+    return static_cast<uint32_t>(names_.size() - 1);
+  }
+  void set_cname(uint32_t node) { cname_[node] = true; }
+  // The name exists even without records (an empty non-terminal: NODATA, not NXDOMAIN).
+  void exists(uint32_t node) {
+    Rec& r = add(node, 0, kExists, 0, node);
+    (void)r;
+  }
+  void address(uint32_t node, const IpAddr& a) { address_in(node, a.is_v4() ? type::kA : type::kAAAA, kAnswer, node, a); }
+  void additional_address(uint32_t node, uint16_t set_type, uint32_t owner, const IpAddr& a) {
+    address_in(node, set_type, kAdditional, owner, a);
+  }
+  void name_record(uint32_t node, uint16_t t, uint32_t target) { add(node, t, kAnswer, t, node).target = target; }
+  void srv(uint32_t node, uint16_t prio, uint16_t weight, uint16_t port, uint32_t target) {
+    Rec& r = add(node, type::kSRV, kAnswer, type::kSRV, node);
+    store_u16(r.rdata.data(), prio);
+    store_u16(r.rdata.data() + 2, weight);
+    store_u16(r.rdata.data() + 4, port);
+    r.rdlen = 6;
+    r.target = target;
+    r.target_first = false;
+    r.compress = false;  // RFC 2782: no compression in the SRV target
+  }
+  void txt(uint32_t node, std::string_view text) {
+    Rec& r = add(node, type::kTXT, kAnswer, type::kTXT, node);
+    r.rdata[0] = static_cast<uint8_t>(text.size());
+    std::memcpy(r.rdata.data() + 1, text.data(), text.size());
+    r.rdlen = static_cast<uint8_t>(1 + text.size());
+  }
+  void soa(uint32_t node, uint32_t mname, uint32_t rname, std::span<const uint8_t, 20> numbers) {
+    Rec& r = add(node, type::kSOA, kAnswer, type::kSOA, node);
+    r.target = mname;
+    r.target2 = rname;
+    std::memcpy(r.rdata.data(), numbers.data(), numbers.size());
+    r.rdlen = 20;
   }
 
-  std::shared_ptr<Zone> build(const model::Snapshot* snap) {
-    auto z = std::make_shared<Zone>();
-    z->opts_ = opts_;
-    z->apex_ = apex_;
-    z->pod_suffix_ = pod_suffix_;
-    z->generation_ = snap ? snap->generation : 0;
-    z->synced_ = snap && snap->synced;
-    soa_tail(*z);
-    if (!z->synced_) return z;
+  BlockPtr finish() {
+    order_.resize(recs_.size());
+    std::iota(order_.begin(), order_.end(), 0u);
+    std::sort(order_.begin(), order_.end(), [&](uint32_t x, uint32_t y) {
+      const Rec& a = recs_[x];
+      const Rec& b = recs_[y];
+      if (a.set_owner != b.set_owner) {
+        int c = names_[a.set_owner].view().compare(names_[b.set_owner].view());
+        if (c != 0) return c < 0;
+      }
+      if (a.set_type != b.set_type) return a.set_type < b.set_type;
+      return x < y;
+    });
+    // Runs of one owner name are nodes; runs of one type inside them are sets.
+    nodes_.clear();
+    sets_.clear();
+    node_of_.assign(names_.size(), kNone);
+    for (size_t k = 0; k < order_.size(); ++k) {
+      const Rec& r = recs_[order_[k]];
+      bool new_node = nodes_.empty() || names_[nodes_.back().name].view() != names_[r.set_owner].view();
+      if (new_node) nodes_.push_back({r.set_owner, static_cast<uint32_t>(sets_.size()), 0, false});
+      NodeSpec& n = nodes_.back();
+      node_of_[r.set_owner] = static_cast<uint32_t>(nodes_.size() - 1);
+      n.cname = n.cname || cname_[r.set_owner];
+      if (r.section == kExists) continue;
+      if (sets_.size() == n.set_begin || sets_.back().type != r.set_type)
+        sets_.push_back({static_cast<uint32_t>(k), static_cast<uint32_t>(k), r.set_type});
+      sets_.back().end = static_cast<uint32_t>(k + 1);
+    }
+    for (auto& n : nodes_) n.set_end = static_cast<uint32_t>(sets_.size());
+    for (size_t i = 0; i + 1 < nodes_.size(); ++i) nodes_[i].set_end = nodes_[i + 1].set_begin;
 
-    const std::string& zone = opts_.zone;
-    // Apex: SOA and NS.
-    {
-      PendingSet& soa = set(apex_, type::kSOA);
-      Rr r;
-      r.type = type::kSOA;
-      r.owner = apex_;
-      r.target = must_name("ns.dns." + zone);
-      r.target2 = must_name("hostmaster." + zone);
-      r.rdata = soa_numbers(z->generation_);
-      soa.answer.push_back(std::move(r));
-      set(apex_, type::kNS).answer.push_back(name_rr(type::kNS, apex_, must_name("ns.dns." + zone)));
+    auto block = std::make_shared<NameBlock>();
+    NameBlock& b = *block;
+    b.set_count_ = sets_.size();
+    b.sets_.reset(new RecordSet[sets_.size()]);
+    b.typed_.resize(sets_.size());
+    b.nodes_.resize(nodes_.size());
+    spans_.resize(sets_.size());
+    for (size_t i = 0; i < sets_.size(); ++i) encode(b, i);
+    std::vector<uint32_t> name_at(nodes_.size());
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const WireName& n = names_[nodes_[i].name];
+      name_at[i] = static_cast<uint32_t>(b.bytes_.size());
+      b.bytes_.insert(b.bytes_.end(), n.bytes.begin(), n.bytes.begin() + n.len);
     }
-    {
-      WireName v = must_name("dns-version." + zone);
-      Rr r;
-      r.type = type::kTXT;
-      r.owner = v;
-      r.rdata = {5, '1', '.', '1', '.', '0'};
-      set(v, type::kTXT).answer.push_back(std::move(r));
+    // Every byte is in place: now the spans.
+    for (size_t i = 0; i < sets_.size(); ++i) {
+      RecordSet& s = b.sets_[i];
+      s.body = {b.bytes_.data() + spans_[i].body_at, spans_[i].body_len};
+      s.addresses = {b.addresses_.data() + spans_[i].addr_at, spans_[i].addr_len};
+      b.typed_[i] = {sets_[i].type, &s};
     }
-    for (const auto& sp : snap->services) add_service(*sp);
-    if (opts_.pod_mode != PodMode::kDisabled) {
-      ensure(pod_suffix_);
-      for (const auto& sp : snap->services)
-        for (const auto& e : sp->endpoints)
-          if (!e.conditions.terminating) add_pod(sp->key().ns, e.address);
-      for (const auto& p : snap->pods)
-        if (!p->host_network && !p->terminating)
-          for (const auto& a : p->pod_ips) add_pod(p->key.ns, a);
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      ZoneNode& z = b.nodes_[i];
+      z.name = {reinterpret_cast<const char*>(b.bytes_.data() + name_at[i]),  // our bytes
+                names_[nodes_[i].name].len};
+      z.sets = {b.typed_.data() + nodes_[i].set_begin, nodes_[i].set_end - nodes_[i].set_begin};
+      z.cname = nodes_[i].cname;
+      z.soa_suffix = soa_suffix_;
     }
-    encode(*z);
-    return z;
+    last_ = block;
+    return block;
+  }
+
+  // After finish(): the name of the node that name id `id` became (empty: not a node).
+  std::string_view node_name(uint32_t id) const {
+    if (id >= node_of_.size() || node_of_[id] == kNone) return {};
+    return last_->nodes()[node_of_[id]].name;
   }
 
  private:
-  PendingNode& node(const WireName& n) {
-    auto [it, inserted] = pending_.try_emplace(key_of(n));
-    PendingNode& pn = it->second;  // references survive rehashing, iterators do not
-    if (inserted) {
-      pn.name = n;
-      ensure_ancestors(n);
+  static constexpr uint8_t kAnswer = 0, kAdditional = 1, kExists = 2;
+  struct Rec {
+    uint32_t set_owner = 0;
+    uint32_t owner = 0;
+    uint32_t target = kNone, target2 = kNone;
+    uint16_t set_type = 0;
+    uint16_t type = 0;
+    uint8_t section = 0;
+    uint8_t rdlen = 0;
+    bool target_first = true;
+    bool compress = true;
+    bool has_address = false;
+    std::array<uint8_t, 20> rdata{};
+    IpAddr address;
+  };
+  struct NodeSpec {
+    uint32_t name, set_begin, set_end;
+    bool cname;
+  };
+  struct SetSpec {
+    uint32_t begin, end;  // in order_
+    uint16_t type;
+  };
+  struct SetSpans {
+    size_t body_at = 0, body_len = 0, addr_at = 0, addr_len = 0;
+  };
+
+  Rec& add(uint32_t set_owner, uint16_t set_type, uint8_t section, uint16_t t, uint32_t owner) {
+    Rec& r = recs_.emplace_back();
+    r.set_owner = set_owner;
+    r.set_type = set_type;
+    r.section = section;
+    r.type = t;
+    r.owner = owner;
+    return r;
+  }
+  void address_in(uint32_t node, uint16_t set_type, uint8_t section, uint32_t owner, const IpAddr& a) {
+    Rec& r = add(node, set_type, section, a.is_v4() ? type::kA : type::kAAAA, owner);
+    std::memcpy(r.rdata.data(), a.data(), a.size());
+    r.rdlen = static_cast<uint8_t>(a.size());
+    r.has_address = true;
+    r.address = a;
+  }
+
+  void write_rr(Writer& w, const Rec& r) {
+    size_t at = w.begin_rr(names_[r.owner].span(), r.type, kClassIN, ttl_);
+    if (r.target != kNone && r.target_first) {
+      w.name(names_[r.target].span(), r.compress);
+      if (r.target2 != kNone) w.name(names_[r.target2].span(), r.compress);
+      w.bytes({r.rdata.data(), r.rdlen});
+    } else {
+      w.bytes({r.rdata.data(), r.rdlen});
+      if (r.target != kNone) w.name(names_[r.target].span(), r.compress);
     }
-    return pn;
+    w.end_rr(at);
   }
-  PendingSet& set(const WireName& n, uint16_t t) { return node(n).sets[t]; }
 
-  // Names between a record's owner and the apex exist (empty non-terminals: NODATA).
-  void ensure_ancestors(const WireName& n) {
-    size_t off = 0;
-    if (!label_at_boundary_suffix(n, apex_, &off) || off == 0) return;
-    WireName parent;
-    size_t skip = 1 + n.bytes[0];
-    parent.len = static_cast<uint8_t>(n.len - skip);
-    std::memcpy(parent.bytes.data(), n.bytes.data() + skip, parent.len);
-    ensure(parent);
+  void encode(NameBlock& b, size_t i) {
+    const SetSpec& s = sets_[i];
+    answer_.clear();
+    additional_.clear();
+    SetSpans& sp = spans_[i];
+    sp.addr_at = b.addresses_.size();
+    for (uint32_t k = s.begin; k < s.end; ++k) {
+      const Rec& r = recs_[order_[k]];
+      (r.section == kAnswer ? answer_ : additional_).push_back(&r);
+      if (r.has_address) b.addresses_.push_back(r.address);
+    }
+    sp.addr_len = b.addresses_.size() - sp.addr_at;
+    const WireName& owner = names_[recs_[order_[s.begin]].set_owner];
+    // A very large set may not fit one message: keep what fits.
+    size_t keep_an = answer_.size(), keep_ar = additional_.size();
+    RecordSet& rs = b.sets_[i];
+    while (true) {
+      Writer w(scratch_.data(), scratch_.size());
+      w.header(0, 0, 1, 0, 0, 0);
+      w.name(owner.span());
+      w.u16(s.type);
+      w.u16(kClassIN);
+      size_t start = w.size();
+      for (size_t k = 0; k < keep_an; ++k) write_rr(w, *answer_[k]);
+      size_t answer_end = w.size();
+      for (size_t k = 0; k < keep_ar; ++k) write_rr(w, *additional_[k]);
+      if (w.ok()) {
+        sp.body_at = b.bytes_.size();
+        sp.body_len = w.size() - start;
+        b.bytes_.insert(b.bytes_.end(), scratch_.begin() + static_cast<ptrdiff_t>(start),
+                        scratch_.begin() + static_cast<ptrdiff_t>(w.size()));
+        rs.answer_bytes = static_cast<uint32_t>(answer_end - start);
+        rs.ancount = static_cast<uint16_t>(keep_an);
+        rs.arcount = static_cast<uint16_t>(keep_ar);
+        return;
+      }
+      if (keep_an <= 1 && keep_ar == 0) {  // cannot happen with names of at most 255 bytes
+        sp.body_at = b.bytes_.size();
+        sp.body_len = 0;
+        return;
+      }
+      keep_an = std::max<size_t>(1, keep_an / 2);
+      keep_ar /= 2;
+    }
   }
-  void ensure(const WireName& n) { node(n); }
 
-  std::vector<uint8_t> soa_numbers(uint64_t generation) const {
-    std::vector<uint8_t> v(20);
+  uint32_t ttl_;
+  uint8_t soa_suffix_ = 0;
+  std::vector<uint8_t> scratch_;
+  std::vector<WireName> names_;
+  std::vector<bool> cname_;
+  std::vector<Rec> recs_;
+  std::vector<uint32_t> order_;
+  std::vector<NodeSpec> nodes_;
+  std::vector<SetSpec> sets_;
+  std::vector<SetSpans> spans_;
+  std::vector<uint32_t> node_of_;
+  std::vector<const Rec*> answer_, additional_;
+  BlockPtr last_;
+};
+
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+struct KeyHash {
+  size_t operator()(const model::ServiceKey& k) const {
+    return std::hash<std::string>{}(k.ns) * 0x9e3779b97f4a7c15ull ^ std::hash<std::string>{}(k.name);
+  }
+};
+
+}  // namespace
+
+class ZoneBuilder::Impl {
+ public:
+  explicit Impl(ZoneOptions opts)
+      : opts_(std::move(opts)), writer_(opts_.ttl), pod_answers_(std::make_shared<AnswerLog>()) {
+    apex_ = must_name(opts_.zone);
+    svc_suffix_ = must_name("svc." + opts_.zone);
+    pod_suffix_ = must_name("pod." + opts_.zone);
+    mname_ = must_name("ns.dns." + opts_.zone);
+    rname_ = must_name("hostmaster." + opts_.zone);
+  }
+
+  ZonePtr apply(const model::SnapshotPtr& snap, const model::Delta& delta) {
+    stats_ = {};
+    ops_.clear();
+    if (!snap->synced) {
+      clear_all();
+      prev_ = nullptr;
+      return publish(snap->generation, false);
+    }
+    if (!prev_) {
+      stats_.full = true;
+      services_.reserve(snap->services.size());
+      for (const auto& sp : snap->services) add_service(sp);
+      if (opts_.pod_mode != PodMode::kDisabled) update_pods(snap->pods);
+    } else {
+      bool follows = delta.from_generation == prev_->generation && delta.to_generation == snap->generation &&
+                     prev_->generation != snap->generation;
+      const model::Delta& d = follows ? delta : (diffed_ = model::diff(prev_.get(), *snap));
+      for (const auto& key : d.removed) remove_service(key);
+      for (const auto* keys : {&d.changed, &d.added})
+        for (const auto& key : *keys) {
+          const model::ServiceStatePtr* sp = snap->services.find(key);
+          if (!sp) {
+            remove_service(key);
+            continue;
+          }
+          auto it = services_.find(key);
+          if (it != services_.end() && it->second.state == *sp) continue;
+          remove_service(key);
+          add_service(*sp);
+        }
+      if (d.pods_changed && opts_.pod_mode != PodMode::kDisabled) update_pods(snap->pods);
+    }
+    materialize();
+    prev_ = snap;
+    return publish(snap->generation, true);
+  }
+
+  std::optional<int64_t> last_served_ns(const IpAddr& a) const {
+    int64_t best = pod_answers_->last(a);
+    if (auto it = departed_.find(a); it != departed_.end()) best = std::max(best, it->second);
+    if (auto it = by_address_.find(a); it != by_address_.end())
+      for (const RecordSet* s : it->second) best = std::max(best, s->last_served_ns.load(std::memory_order_relaxed));
+    for (const auto& b : retired_)
+      for (const RecordSet& s : b->sets())
+        if (std::find(s.addresses.begin(), s.addresses.end(), a) != s.addresses.end())
+          best = std::max(best, s.last_served_ns.load(std::memory_order_relaxed));
+    if (best == 0) return std::nullopt;
+    return best;
+  }
+
+  void harvest(int64_t horizon_ns) {
+    for (auto it = retired_.begin(); it != retired_.end();) {
+      // Only we hold it: no worker can stamp it any more, its record is final.
+      if (it->use_count() == 1) {
+        for (const RecordSet& s : (*it)->sets()) {
+          int64_t ns = s.last_served_ns.load(std::memory_order_relaxed);
+          if (ns == 0 || ns < horizon_ns) continue;  // never served, or expired
+          for (const IpAddr& a : s.addresses) {
+            int64_t& d = departed_[a];
+            d = std::max(d, ns);
+          }
+        }
+        *it = std::move(retired_.back());
+        retired_.pop_back();
+      } else {
+        ++it;
+      }
+    }
+    std::erase_if(departed_, [&](const auto& kv) { return kv.second < horizon_ns; });
+  }
+
+  ZonePtr zone_;
+  Stats stats_;
+  std::vector<BlockPtr> retired_;
+
+ private:
+  struct ServiceEntry {
+    model::ServiceStatePtr state;
+    BlockPtr block;
+    std::vector<std::pair<IpAddr, std::string_view>> ptrs;  // targets: names in `block`
+    std::vector<IpAddr> pod_addresses;
+    std::optional<WireName> ns_name;  // "<ns>.svc.<zone>", counted while the block has names
+  };
+  struct PtrName {
+    std::vector<std::string_view> targets;
+    BlockPtr block;
+    bool dirty = false;
+  };
+  struct SharedName {  // namespace names (empty non-terminals) and pod names, counted
+    uint32_t refs = 0;
+    BlockPtr block;
+    bool dirty = false;
+    bool pod = false;
+    IpAddr address;
+    std::optional<WireName> parent;
+  };
+  struct Op {
+    uint64_t hash;
+    std::string_view name;
+    const ZoneNode* remove;               // set: remove this node
+    std::shared_ptr<const ZoneNode> add;  // otherwise: add this one
+  };
+
+  void clear_all() {
+    for (auto& [k, e] : services_)
+      if (e.block) remove_block(e.block);
+    for (auto& [a, p] : ptrs_)
+      if (p.block) remove_block(p.block);
+    for (auto& [n, s] : shared_)
+      if (s.block) remove_block(s.block);
+    if (apex_block_) remove_block(apex_block_);
+    services_.clear();
+    ptrs_.clear();
+    shared_.clear();
+    pods_.clear();
+    dirty_ptrs_.clear();
+    dirty_shared_.clear();
+    apex_block_ = nullptr;
+    ops_.clear();
+    zone_ = nullptr;
+    by_address_.clear();
+  }
+
+  void add_block(const BlockPtr& b) {
+    for (const ZoneNode& n : b->nodes())
+      ops_.push_back({name_hash(n.name), n.name, nullptr, std::shared_ptr<const ZoneNode>(b, &n)});
+    for (const RecordSet& s : b->sets())
+      for (const IpAddr& a : s.addresses) {
+        auto& v = by_address_[a];
+        if (v.empty() || v.back() != &s) v.push_back(&s);
+      }
+  }
+  void remove_block(const BlockPtr& b) {
+    for (const ZoneNode& n : b->nodes()) ops_.push_back({name_hash(n.name), n.name, &n, nullptr});
+    for (const RecordSet& s : b->sets())
+      for (const IpAddr& a : s.addresses) {
+        auto it = by_address_.find(a);
+        if (it == by_address_.end()) continue;
+        std::erase(it->second, &s);
+        if (it->second.empty()) by_address_.erase(it);
+      }
+    retired_.push_back(b);
+  }
+
+  void add_service(const model::ServiceStatePtr& sp) {
+    ++stats_.services;
+    ServiceEntry e = build_service(*sp);
+    e.state = sp;
+    if (e.block) {
+      add_block(e.block);
+      e.ns_name = NameBuf().text(sp->key().ns).finish(svc_suffix_);
+      if (e.ns_name) ref(*e.ns_name, +1, nullptr, nullptr);
+      for (const auto& [a, target] : e.ptrs) {
+        PtrName& p = ptrs_[a];
+        p.targets.push_back(target);
+        mark(a, p);
+      }
+    }
+    for (const IpAddr& a : e.pod_addresses) ref_pod(sp->key().ns, a, +1);
+    services_.insert_or_assign(sp->key(), std::move(e));
+  }
+
+  void remove_service(const model::ServiceKey& key) {
+    auto it = services_.find(key);
+    if (it == services_.end()) return;
+    ++stats_.services;
+    ServiceEntry& e = it->second;
+    if (e.block) {
+      remove_block(e.block);
+      if (e.ns_name) ref(*e.ns_name, -1, nullptr, nullptr);
+      for (const auto& [a, target] : e.ptrs) {
+        auto pit = ptrs_.find(a);
+        if (pit == ptrs_.end()) continue;
+        auto& t = pit->second.targets;
+        if (auto f = std::find(t.begin(), t.end(), target); f != t.end()) t.erase(f);
+        mark(a, pit->second);
+      }
+    }
+    for (const IpAddr& a : e.pod_addresses) ref_pod(key.ns, a, -1);
+    services_.erase(it);
+  }
+
+  void mark(const IpAddr& a, PtrName& p) {
+    if (!p.dirty) {
+      p.dirty = true;
+      dirty_ptrs_.push_back(a);
+    }
+  }
+
+  void ref(const WireName& name, int delta, const IpAddr* pod_address, const WireName* parent) {
+    auto [it, inserted] = shared_.try_emplace(std::string(name.view()));
+    SharedName& s = it->second;
+    if (inserted && pod_address) {
+      s.pod = true;
+      s.address = *pod_address;
+      if (parent) s.parent = *parent;
+    }
+    uint32_t before = s.refs;
+    if (delta < 0 && s.refs == 0) return;
+    s.refs = delta > 0 ? s.refs + 1 : s.refs - 1;
+    if ((before == 0) == (s.refs == 0)) return;
+    if (!s.dirty) {
+      s.dirty = true;
+      dirty_shared_.push_back(it->first);
+    }
+    if (s.parent) ref(*s.parent, s.refs ? +1 : -1, nullptr, nullptr);
+  }
+
+  void ref_pod(const std::string& ns, const IpAddr& a, int delta) {
+    auto name = NameBuf().text(a.dashed()).text(ns).finish(pod_suffix_);
+    auto parent = NameBuf().text(ns).finish(pod_suffix_);
+    if (!name || !parent) return;
+    ref(*name, delta, &a, &*parent);
+  }
+
+  void update_pods(const std::vector<model::PodPtr>& next) {
+    auto contribute = [&](const model::Pod& p, int delta) {
+      if (p.host_network || p.terminating) return;
+      for (const IpAddr& a : p.pod_ips) ref_pod(p.key.ns, a, delta);
+    };
+    size_t i = 0, j = 0;
+    while (i < pods_.size() || j < next.size()) {
+      if (j == next.size() || (i < pods_.size() && pods_[i]->key < next[j]->key)) {
+        contribute(*pods_[i++], -1);
+      } else if (i == pods_.size() || next[j]->key < pods_[i]->key) {
+        contribute(*next[j++], +1);
+      } else {
+        if (pods_[i] != next[j]) {
+          contribute(*pods_[i], -1);
+          contribute(*next[j], +1);
+        }
+        ++i;
+        ++j;
+      }
+    }
+    pods_ = next;
+  }
+
+  void materialize() {
+    for (const IpAddr& a : dirty_ptrs_) {
+      auto it = ptrs_.find(a);
+      if (it == ptrs_.end()) continue;
+      PtrName& p = it->second;
+      p.dirty = false;
+      if (p.block) remove_block(p.block);
+      p.block = nullptr;
+      if (p.targets.empty()) {
+        ptrs_.erase(it);
+        continue;
+      }
+      p.block = build_ptr(a, p.targets);
+      add_block(p.block);
+    }
+    dirty_ptrs_.clear();
+    for (const std::string& key : dirty_shared_) {
+      auto it = shared_.find(key);
+      if (it == shared_.end()) continue;
+      SharedName& s = it->second;
+      s.dirty = false;
+      if (s.refs > 0 && !s.block) {
+        s.block = s.pod ? build_pod(wire_of(key), s.address) : build_exists(wire_of(key));
+        add_block(s.block);
+      } else if (s.refs == 0) {
+        if (s.block) remove_block(s.block);
+        shared_.erase(it);
+      }
+    }
+    dirty_shared_.clear();
+  }
+
+  // --- blocks ---
+
+  ServiceEntry build_service(const model::ServiceState& st) {
+    ServiceEntry e;
+    const model::Service& svc = st.service;
+    if (opts_.pod_mode != PodMode::kDisabled)
+      for (const auto& ep : st.endpoints)
+        if (!ep.conditions.terminating) e.pod_addresses.push_back(ep.address);
+    auto base = NameBuf().text(svc.key.name).text(svc.key.ns).finish(svc_suffix_);
+    if (!base) return e;  // a name DNS cannot carry
+    writer_.clear(apex_.len);
+    uint32_t b = writer_.name(*base);
+    if (svc.type == model::ServiceType::kExternalName) {
+      auto target = name_from_text(svc.external_name);
+      if (!target) return e;
+      writer_.set_cname(b);
+      writer_.name_record(b, type::kCNAME, writer_.name(*target));
+      e.block = writer_.finish();
+      return e;
+    }
+    auto srv_names = [&](const model::ServicePort& p) -> std::optional<std::pair<uint32_t, uint32_t>> {
+      auto proto = model::to_string(p.protocol);
+      auto owner = NameBuf().text(p.name, '_').text(proto, '_').finish(*base);
+      auto parent = NameBuf().text(proto, '_').finish(*base);
+      if (!owner || !parent) return std::nullopt;
+      uint32_t o = writer_.name(*owner);
+      uint32_t pa = writer_.name(*parent);
+      writer_.exists(pa);
+      return std::make_pair(o, pa);
+    };
+    std::vector<std::pair<IpAddr, uint32_t>> ptrs;
+    if (!svc.headless && !svc.cluster_ips.empty()) {
+      std::vector<IpAddr> ips;
+      for (const auto& ip : svc.cluster_ips)
+        if (std::find(ips.begin(), ips.end(), ip) == ips.end()) ips.push_back(ip);
+      for (const auto& ip : ips) {
+        writer_.address(b, ip);
+        ptrs.emplace_back(ip, b);
+      }
+      for (const auto& p : svc.ports) {
+        if (p.name.empty()) continue;
+        auto names = srv_names(p);
+        if (!names) continue;
+        writer_.srv(names->first, 0, 100, p.port, b);
+        for (const auto& ip : ips) writer_.additional_address(names->first, type::kSRV, b, ip);
+      }
+    } else {
+      // Headless: the endpoints themselves. Terminating ones leave at once.
+      std::vector<std::pair<const model::MergedEndpoint*, uint32_t>> eps;
+      for (const auto& ep : st.endpoints) {
+        if (ep.conditions.terminating) continue;
+        if (!ep.conditions.ready && !svc.publish_not_ready_addresses) continue;
+        auto hn = NameBuf().text(ep.hostname.empty() ? ep.address.dashed() : ep.hostname).finish(*base);
+        if (!hn) continue;
+        eps.emplace_back(&ep, writer_.name(*hn));
+      }
+      if (eps.empty()) return e;  // NXDOMAIN, as the spec asks
+      for (const auto& [ep, hn] : eps) {
+        writer_.address(b, ep->address);
+        writer_.address(hn, ep->address);
+        ptrs.emplace_back(ep->address, hn);
+      }
+      for (const auto& p : svc.ports) {
+        if (p.name.empty()) continue;
+        size_t with_port = 0;
+        for (const auto& [ep, hn] : eps) with_port += ep->port_for(p).has_value();
+        if (with_port == 0) continue;
+        auto names = srv_names(p);
+        if (!names) continue;
+        auto weight = static_cast<uint16_t>(std::max<size_t>(1, 100 / with_port));
+        for (const auto& [ep, hn] : eps) {
+          auto port = ep->port_for(p);
+          if (!port) continue;
+          writer_.srv(names->first, 0, weight, *port, hn);
+          writer_.additional_address(names->first, type::kSRV, hn, ep->address);
+        }
+      }
+    }
+    e.block = writer_.finish();
+    for (const auto& [a, id] : ptrs) e.ptrs.emplace_back(a, writer_.node_name(id));
+    return e;
+  }
+
+  BlockPtr build_ptr(const IpAddr& a, std::vector<std::string_view> targets) {
+    std::sort(targets.begin(), targets.end());
+    targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+    writer_.clear(a.is_v4() ? kInAddrSuffix : kIp6Suffix);
+    uint32_t n = writer_.name(reverse_name(a));
+    for (auto t : targets) writer_.name_record(n, type::kPTR, writer_.name(wire_of(t)));
+    return writer_.finish();
+  }
+
+  BlockPtr build_pod(const WireName& name, const IpAddr& a) {
+    writer_.clear(apex_.len);
+    writer_.address(writer_.name(name), a);
+    return writer_.finish();
+  }
+
+  BlockPtr build_exists(const WireName& name) {
+    writer_.clear(apex_.len);
+    writer_.exists(writer_.name(name));
+    return writer_.finish();
+  }
+
+  std::array<uint8_t, 20> soa_numbers(uint64_t generation) const {
+    std::array<uint8_t, 20> v{};
     store_u32(v.data(), static_cast<uint32_t>(generation));
     store_u32(v.data() + 4, 7200);
     store_u32(v.data() + 8, 1800);
@@ -215,182 +806,195 @@ class ZoneBuilder {
     return v;
   }
 
-  void soa_tail(Zone& z) const {
+  // Apex: SOA (its serial is the generation) and NS; dns-version; the svc and pod parents.
+  BlockPtr build_apex(uint64_t generation) {
+    writer_.clear(apex_.len);
+    uint32_t apex = writer_.name(apex_);
+    auto numbers = soa_numbers(generation);
+    writer_.soa(apex, writer_.name(mname_), writer_.name(rname_), numbers);
+    writer_.name_record(apex, type::kNS, writer_.name(mname_));
+    writer_.txt(writer_.name(must_name("dns-version." + opts_.zone)), "1.1.0");
+    writer_.exists(writer_.name(svc_suffix_));
+    if (opts_.pod_mode != PodMode::kDisabled) writer_.exists(writer_.name(pod_suffix_));
+    return writer_.finish();
+  }
+
+  void soa_tail(Zone& z, uint64_t generation) const {
     // type, class, ttl, rdlength, rdata (names uncompressed: the owner's place varies).
-    WireName mname = must_name("ns.dns." + opts_.zone), rname = must_name("hostmaster." + opts_.zone);
     std::vector<uint8_t>& t = z.soa_tail_;
     t.resize(10);
     store_u16(t.data(), type::kSOA);
     store_u16(t.data() + 2, kClassIN);
     store_u32(t.data() + 4, opts_.negative_ttl);
-    auto rd = soa_numbers(z.generation_);
-    store_u16(t.data() + 8, static_cast<uint16_t>(mname.len + rname.len + rd.size()));
-    t.insert(t.end(), mname.bytes.begin(), mname.bytes.begin() + mname.len);
-    t.insert(t.end(), rname.bytes.begin(), rname.bytes.begin() + rname.len);
+    auto rd = soa_numbers(generation);
+    store_u16(t.data() + 8, static_cast<uint16_t>(mname_.len + rname_.len + rd.size()));
+    t.insert(t.end(), mname_.bytes.begin(), mname_.bytes.begin() + mname_.len);
+    t.insert(t.end(), rname_.bytes.begin(), rname_.bytes.begin() + rname_.len);
     t.insert(t.end(), rd.begin(), rd.end());
   }
 
-  void add_reverse(const IpAddr& a, const WireName& target) {
-    WireName r = must_name(reverse_text(a));
-    PendingNode& n = node(r);
-    n.reverse = true;
-    PendingSet& s = n.sets[type::kPTR];
-    for (const auto& rr : s.answer)
-      if (rr.target && rr.target->view() == target.view()) return;
-    s.answer.push_back(name_rr(type::kPTR, r, target));
-  }
+  // --- the index ---
 
-  void add_address(const WireName& owner, const IpAddr& a) {
-    PendingSet& s = set(owner, a.is_v4() ? type::kA : type::kAAAA);
-    for (const auto& x : s.addresses)
-      if (x == a) return;
-    s.answer.push_back(address_rr(owner, a));
-    s.addresses.push_back(a);
-  }
-
-  void add_pod(const std::string& ns, const IpAddr& a) {
-    add_address(must_name(a.dashed() + "." + ns + ".pod." + opts_.zone), a);
-  }
-
-  void add_service(const model::ServiceState& st) {
-    const model::Service& svc = st.service;
-    std::string base_text = svc.key.name + "." + svc.key.ns + ".svc." + opts_.zone;
-    WireName base = must_name(base_text);
-    if (svc.type == model::ServiceType::kExternalName) {
-      auto target = name_from_text(svc.external_name);
-      if (!target) return;
-      PendingNode& n = node(base);
-      n.cname = true;
-      n.sets[type::kCNAME].answer.push_back(name_rr(type::kCNAME, base, *target));
-      return;
+  ZonePtr publish(uint64_t generation, bool synced) {
+    if (synced) {
+      if (apex_block_) remove_block(apex_block_);
+      apex_block_ = build_apex(generation);
+      add_block(apex_block_);
     }
-    auto srv_owner = [&](const model::ServicePort& p) {
-      std::string proto(model::to_string(p.protocol));
-      std::transform(proto.begin(), proto.end(), proto.begin(), [](char c) {
-        return static_cast<char>((c >= 'A' && c <= 'Z') ? c + 32 : c);
-      });
-      return must_name("_" + p.name + "._" + proto + "." + base_text);
-    };
-    if (!svc.headless && !svc.cluster_ips.empty()) {
-      for (const auto& ip : svc.cluster_ips) {
-        add_address(base, ip);
-        add_reverse(ip, base);
-      }
-      for (const auto& p : svc.ports) {
-        if (p.name.empty()) continue;
-        WireName owner = srv_owner(p);
-        PendingSet& s = set(owner, type::kSRV);
-        s.answer.push_back(srv_rr(owner, 0, 100, p.port, base));
-        for (const auto& ip : svc.cluster_ips) {
-          s.additional.push_back(address_rr(base, ip));
-          s.addresses.push_back(ip);
+    auto z = std::make_shared<Zone>();
+    z->opts_ = opts_;
+    z->apex_ = apex_;
+    z->pod_suffix_ = pod_suffix_;
+    z->generation_ = generation;
+    z->synced_ = synced;
+    z->pod_answers_ = pod_answers_;
+    soa_tail(*z, generation);
+    if (zone_) {
+      z->shards_ = zone_->shards_;
+      z->name_count_ = zone_->name_count_;
+    }
+    // Group the operations by shard (counting sort, arrival order kept inside a shard).
+    shard_start_.assign(Zone::kShards + 1, 0);
+    for (const Op& op : ops_) ++shard_start_[(op.hash & (Zone::kShards - 1)) + 1];
+    for (size_t s = 0; s < Zone::kShards; ++s) shard_start_[s + 1] += shard_start_[s];
+    by_shard_.resize(ops_.size());
+    {
+      std::vector<uint32_t> next(shard_start_.begin(), shard_start_.end() - 1);
+      for (uint32_t i = 0; i < ops_.size(); ++i) by_shard_[next[ops_[i].hash & (Zone::kShards - 1)]++] = i;
+    }
+    stats_.names += ops_.size();
+    for (size_t s = 0; s < Zone::kShards; ++s) {
+      if (shard_start_[s] == shard_start_[s + 1]) continue;
+      ++stats_.shards;
+      entries_.clear();
+      if (const auto& old = z->shards_[s])
+        for (const auto& e : old->slots)
+          if (e.node) entries_.push_back(e);
+      for (uint32_t k = shard_start_[s]; k < shard_start_[s + 1]; ++k) {
+        Op& op = ops_[by_shard_[k]];
+        if (op.remove) {
+          for (size_t x = 0; x < entries_.size(); ++x)
+            if (entries_[x].node.get() == op.remove) {
+              entries_[x] = std::move(entries_.back());
+              entries_.pop_back();
+              --z->name_count_;
+              break;
+            }
+        } else {
+          // Two blocks with one name (only from names a cluster cannot have) both stay; a
+          // lookup finds one of them.
+          entries_.push_back({op.hash, std::move(op.add)});
+          ++z->name_count_;
         }
       }
-      return;
+      z->shards_[s] = make_shard(entries_);
     }
-    // Headless: the endpoints themselves. Terminating ones leave at once.
-    std::vector<const model::MergedEndpoint*> eps;
-    for (const auto& e : st.endpoints) {
-      if (e.conditions.terminating) continue;
-      if (e.conditions.ready || svc.publish_not_ready_addresses) eps.push_back(&e);
-    }
-    if (eps.empty()) return;  // NXDOMAIN, as the spec asks
-    std::vector<WireName> host_names;
-    for (const auto* e : eps) {
-      std::string host = e->hostname.empty() ? e->address.dashed() : e->hostname;
-      WireName hn = must_name(host + "." + base_text);
-      host_names.push_back(hn);
-      add_address(base, e->address);
-      add_address(hn, e->address);
-      add_reverse(e->address, hn);
-    }
-    for (const auto& p : svc.ports) {
-      if (p.name.empty()) continue;
-      WireName owner = srv_owner(p);
-      size_t with_port = 0;
-      for (const auto* e : eps) with_port += e->port_for(p).has_value();
-      if (with_port == 0) continue;
-      uint16_t weight = static_cast<uint16_t>(std::max<size_t>(1, 100 / with_port));
-      PendingSet& s = set(owner, type::kSRV);
-      for (size_t i = 0; i < eps.size(); ++i) {
-        auto port = eps[i]->port_for(p);
-        if (!port) continue;
-        s.answer.push_back(srv_rr(owner, 0, weight, *port, host_names[i]));
-        s.additional.push_back(address_rr(host_names[i], eps[i]->address));
-        s.addresses.push_back(eps[i]->address);
-      }
-    }
+    ops_.clear();
+    zone_ = z;
+    return z;
   }
 
-  void encode(Zone& z) {
-    std::vector<uint8_t> buf(65535);
-    z.names_.reserve(pending_.size());
-    for (auto& [key, pn] : pending_) {
-      Zone::Node& n = z.names_[key];
-      n.cname = pn.cname;
-      n.reverse = pn.reverse;
-      for (auto& [t, ps] : pn.sets) {
-        auto rs = std::make_unique<RecordSet>();
-        // A very large headless service may not fit one message: keep what fits.
-        size_t keep_an = ps.answer.size(), keep_ar = ps.additional.size();
-        while (true) {
-          Writer w(buf.data(), buf.size());
-          w.header(0, 0, 1, 0, 0, 0);
-          w.name(pn.name.span());
-          w.u16(t);
-          w.u16(kClassIN);
-          size_t start = w.size();
-          for (size_t i = 0; i < keep_an; ++i) write_rr(w, ps.answer[i], opts_.ttl);
-          size_t answer_end = w.size();
-          for (size_t i = 0; i < keep_ar; ++i) write_rr(w, ps.additional[i], opts_.ttl);
-          if (w.ok()) {
-            rs->body.assign(buf.begin() + static_cast<ptrdiff_t>(start),
-                            buf.begin() + static_cast<ptrdiff_t>(w.size()));
-            rs->answer_bytes = static_cast<uint32_t>(answer_end - start);
-            rs->ancount = static_cast<uint16_t>(keep_an);
-            rs->arcount = static_cast<uint16_t>(keep_ar);
-            break;
-          }
-          keep_an = std::max<size_t>(1, keep_an / 2);
-          keep_ar = keep_ar / 2;
-        }
-        rs->addresses = ps.addresses;
-        for (const auto& a : rs->addresses) z.by_address_[a].push_back(rs.get());
-        n.sets.emplace_back(t, std::move(rs));
-      }
+  static std::shared_ptr<const Zone::Shard> make_shard(std::vector<Zone::Entry>& entries) {
+    if (entries.empty()) return nullptr;
+    auto shard = std::make_shared<Zone::Shard>();
+    size_t cap = 4;
+    while (cap < entries.size() * 2) cap *= 2;
+    shard->slots.resize(cap);
+    shard->count = entries.size();
+    for (auto& e : entries) {
+      size_t i = (e.hash >> Zone::kShardBits) & (cap - 1);
+      while (shard->slots[i].node) i = (i + 1) & (cap - 1);
+      shard->slots[i] = std::move(e);
     }
+    return shard;
   }
 
   ZoneOptions opts_;
-  WireName apex_, pod_suffix_;
-  std::unordered_map<std::string, PendingNode> pending_;
+  BlockWriter writer_;
+  std::shared_ptr<AnswerLog> pod_answers_;
+  WireName apex_, svc_suffix_, pod_suffix_, mname_, rname_;
+  model::SnapshotPtr prev_;
+  model::Delta diffed_;
+  std::unordered_map<model::ServiceKey, ServiceEntry, KeyHash> services_;
+  std::unordered_map<IpAddr, PtrName, model::IpAddrHash> ptrs_;
+  std::unordered_map<std::string, SharedName> shared_;
+  std::vector<model::PodPtr> pods_;
+  std::vector<IpAddr> dirty_ptrs_;
+  std::vector<std::string> dirty_shared_;
+  BlockPtr apex_block_;
+  std::unordered_map<IpAddr, std::vector<const RecordSet*>, model::IpAddrHash> by_address_;
+  std::unordered_map<IpAddr, int64_t, model::IpAddrHash> departed_;
+  std::vector<Op> ops_;
+  std::vector<uint32_t> shard_start_, by_shard_;
+  std::vector<Zone::Entry> entries_;
 };
 
+ZoneBuilder::ZoneBuilder(ZoneOptions opts) : impl_(std::make_unique<Impl>(std::move(opts))) {}
+ZoneBuilder::~ZoneBuilder() = default;
+ZonePtr ZoneBuilder::apply(const model::SnapshotPtr& snap, const model::Delta& delta) {
+  return impl_->apply(snap, delta);
+}
+ZonePtr ZoneBuilder::current() const { return impl_->zone_; }
+const ZoneBuilder::Stats& ZoneBuilder::last_stats() const { return impl_->stats_; }
+std::optional<int64_t> ZoneBuilder::last_served_ns(const IpAddr& a) const { return impl_->last_served_ns(a); }
+void ZoneBuilder::harvest(int64_t horizon_ns) { impl_->harvest(horizon_ns); }
+size_t ZoneBuilder::retired_blocks() const { return impl_->retired_.size(); }
+
+// ---------------------------------------------------------------------------------------
+
 std::shared_ptr<const Zone> Zone::build(const model::Snapshot& snap, const ZoneOptions& opts) {
-  return ZoneBuilder(opts).build(&snap);
+  ZoneBuilder b(opts);
+  // The builder keeps the snapshot it applied; a copy that shares its services suffices.
+  return b.apply(std::make_shared<model::Snapshot>(snap));
 }
 
 std::shared_ptr<const Zone> Zone::unsynced(const ZoneOptions& opts) {
-  return ZoneBuilder(opts).build(nullptr);
+  auto z = std::make_shared<Zone>();
+  z->opts_ = opts;
+  z->apex_ = must_name(opts.zone);
+  z->pod_suffix_ = must_name("pod." + opts.zone);
+  return z;
+}
+
+std::vector<std::string> Zone::names() const {
+  std::vector<std::string> out;
+  for (const auto& s : shards_)
+    if (s)
+      for (const auto& e : s->slots)
+        if (e.node) out.push_back(name_to_text({reinterpret_cast<const uint8_t*>(e.node->name.data()),  // our bytes
+                                                e.node->name.size()}));
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 bool Zone::in_zone(const WireName& q) const { return label_at_boundary_suffix(q, apex_, nullptr); }
 
+const ZoneNode* Zone::find(std::string_view name) const {
+  uint64_t h = name_hash(name);
+  const Shard* s = shards_[h & (kShards - 1)].get();
+  if (!s) return nullptr;
+  size_t mask = s->slots.size() - 1;
+  for (size_t i = (h >> kShardBits) & mask;; i = (i + 1) & mask) {
+    const Entry& e = s->slots[i];
+    if (!e.node) return nullptr;
+    if (e.hash == h && e.node->name == name) return e.node.get();
+  }
+}
+
 Zone::Lookup Zone::lookup(const WireName& q, uint16_t qtype) const {
   Lookup r;
-  auto it = names_.find(q.view());
-  if (it != names_.end()) {
-    const Node& n = it->second;
-    r.soa = !n.reverse;
-    if (n.cname && !n.sets.empty()) {
+  if (const ZoneNode* n = find(q.view())) {
+    r.soa = n->soa_suffix != 0 && n->soa_suffix <= q.len;
+    r.soa_at = static_cast<uint8_t>(r.soa ? q.len - n->soa_suffix : 0);
+    if (n->cname && !n->sets.empty()) {
       r.kind = Kind::kAnswer;
-      r.set = n.sets.front().second.get();
+      r.set = n->sets.front().set;
       return r;
     }
-    for (const auto& [t, s] : n.sets) {
+    for (const auto& [t, s] : n->sets) {
       if (t == qtype || qtype == type::kANY) {  // ANY: one RRset is enough (RFC 8482)
         r.kind = Kind::kAnswer;
-        r.set = s.get();
+        r.set = s;
         return r;
       }
     }
@@ -403,6 +1007,7 @@ Zone::Lookup Zone::lookup(const WireName& q, uint16_t qtype) const {
     return r;
   }
   r.kind = Kind::kNxDomain;
+  r.soa_at = static_cast<uint8_t>(q.len - apex_.len);
   if (opts_.pod_mode == PodMode::kInsecure) {
     // <dashed-ip>.<ns>.pod.<zone>: two labels, then the pod suffix.
     size_t l1 = q.bytes[0];
@@ -431,25 +1036,6 @@ Zone::Lookup Zone::lookup(const WireName& q, uint16_t qtype) const {
     }
   }
   return r;
-}
-
-std::optional<int64_t> Zone::last_served_ns(const IpAddr& a) const {
-  auto it = by_address_.find(a);
-  if (it == by_address_.end()) return std::nullopt;
-  int64_t best = 0;
-  for (const RecordSet* s : it->second) best = std::max(best, s->last_served_ns.load(std::memory_order_relaxed));
-  if (best == 0) return std::nullopt;
-  return best;
-}
-
-std::vector<std::pair<IpAddr, int64_t>> Zone::served_addresses() const {
-  std::vector<std::pair<IpAddr, int64_t>> out;
-  for (const auto& [a, sets] : by_address_) {
-    int64_t best = 0;
-    for (const RecordSet* s : sets) best = std::max(best, s->last_served_ns.load(std::memory_order_relaxed));
-    if (best) out.emplace_back(a, best);
-  }
-  return out;
 }
 
 }  // namespace endpointd::dns

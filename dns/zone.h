@@ -1,12 +1,19 @@
 // The cluster zone of one Snapshot: every answer encoded once, when the snapshot arrives (on
 // the sink's thread), so that serving a query is a hash lookup and a few memcpys.
+//
+// A zone is built from blocks of names that are shared between generations: the names of one
+// service, one reverse (PTR) name, one pod name. The ZoneBuilder keeps them between snapshots
+// and, for a Delta, rebuilds only the blocks of the services that changed; the new zone's
+// index copies only the shards those names hash into.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -30,14 +37,66 @@ struct ZoneOptions {
 // One pre-encoded answer: the records that follow the question, for one name and type.
 // Compression pointers in `body` assume the question name starts at offset 12 and has the
 // length of the name it was built for, which holds for every case variant of that name.
+// Its bytes live in the NameBlock that owns it.
 struct RecordSet {
-  std::vector<uint8_t> body;
+  std::span<const uint8_t> body;
   uint16_t ancount = 0, nscount = 0, arcount = 0;
   uint32_t answer_bytes = 0;  // of the answer and authority sections: additional may be cut
-  std::vector<model::IpAddr> addresses;  // the addresses this answer hands out
+  std::span<const model::IpAddr> addresses;  // the addresses this answer hands out
   // steady_clock nanoseconds of the newest reply that carried this set; written by the server
-  // workers only when it moves forward, read by drain support.
+  // workers only when it moves forward, read by drain support. A set outlives the zones that
+  // share it, so its record carries over from one generation to the next.
   mutable std::atomic<int64_t> last_served_ns{0};
+};
+
+struct TypedSet {
+  uint16_t type = 0;
+  const RecordSet* set = nullptr;
+};
+
+// One owner name and its record sets (none: an empty non-terminal, which answers NODATA).
+struct ZoneNode {
+  std::string_view name;           // wire form, lower case
+  std::span<const TypedSet> sets;  // sorted by type
+  bool cname = false;              // ExternalName: the CNAME answers every type
+  // Negative answers carry the SOA owned by the last `soa_suffix` bytes of the name: the
+  // cluster zone's apex, or in-addr.arpa / ip6.arpa for reverse names.
+  uint8_t soa_suffix = 0;
+};
+
+// Names built together, immutable once built, shared by every zone that holds them.
+class NameBlock {
+ public:
+  std::span<const ZoneNode> nodes() const { return nodes_; }
+  std::span<const RecordSet> sets() const { return {sets_.get(), set_count_}; }
+
+ private:
+  friend class BlockWriter;
+  std::vector<uint8_t> bytes_;  // names and answer bodies
+  std::vector<model::IpAddr> addresses_;
+  std::unique_ptr<RecordSet[]> sets_;
+  size_t set_count_ = 0;
+  std::vector<TypedSet> typed_;
+  std::vector<ZoneNode> nodes_;
+};
+using BlockPtr = std::shared_ptr<const NameBlock>;
+
+// Replies synthesised for pod names in insecure mode carry any address a client asks for;
+// they are remembered here without allocation: each address stamps two slots chosen by its
+// hash, and the older of its two slots bounds its newest reply from above (collisions only
+// make the bound later, never earlier). Shared by every zone of a sink.
+class AnswerLog {
+ public:
+  static constexpr size_t kSlots = size_t{1} << 14;
+  AnswerLog() : slots_(new std::atomic<int64_t>[kSlots]) {
+    for (size_t i = 0; i < kSlots; ++i) slots_[i].store(0, std::memory_order_relaxed);
+  }
+  void stamp(const model::IpAddr& a, int64_t now_ns) const;
+  // 0 when no reply carried `a` (or any address sharing both its slots).
+  int64_t last(const model::IpAddr& a) const;
+
+ private:
+  std::unique_ptr<std::atomic<int64_t>[]> slots_;
 };
 
 class Zone {
@@ -46,44 +105,49 @@ class Zone {
   struct Lookup {
     Kind kind = Kind::kNotOurs;
     const RecordSet* set = nullptr;
-    bool soa = true;          // negative answers: add the SOA (only inside the cluster zone)
+    bool soa = true;       // negative answers: add the SOA
+    uint8_t soa_at = 0;    // where the SOA's owner starts inside the question name
     model::IpAddr pod_address;  // kPodAddress (insecure pod mode, name not pre-encoded)
   };
 
+  // A zone built whole from `snap` (a fresh ZoneBuilder; tests and one-off uses).
   static std::shared_ptr<const Zone> build(const model::Snapshot& snap, const ZoneOptions& opts);
   // The zone before the first sync: every name inside it answers SERVFAIL.
   static std::shared_ptr<const Zone> unsynced(const ZoneOptions& opts);
 
   // `qname_lower` in wire form, lower case. No allocation, no lock.
   Lookup lookup(const WireName& qname_lower, uint16_t qtype) const;
+  const ZoneNode* find(std::string_view name_lower) const;
 
   const WireName& apex() const { return apex_; }
   std::span<const uint8_t> soa_tail() const { return soa_tail_; }  // type..rdata of the SOA
   uint32_t ttl() const { return opts_.ttl; }
   uint64_t generation() const { return generation_; }
   bool synced() const { return synced_; }
-  size_t name_count() const { return names_.size(); }
+  size_t name_count() const { return name_count_; }
   const ZoneOptions& options() const { return opts_; }
+  const AnswerLog* pod_answers() const { return pod_answers_.get(); }
 
-  // The newest reply (steady_clock ns) that carried `a`, if one did.
-  std::optional<int64_t> last_served_ns(const model::IpAddr& a) const;
-  // Every address with a reply on record: (address, newest reply ns).
-  std::vector<std::pair<model::IpAddr, int64_t>> served_addresses() const;
+  // Every name, in text form, sorted (tests and debugging; not for the hot path).
+  std::vector<std::string> names() const;
 
   // Whether `qname_lower` is the zone apex or below it.
   bool in_zone(const WireName& qname_lower) const;
 
+  // The index: names hashed into a fixed number of shards, each a small open-addressing table
+  // shared with the previous zone unless one of its names changed.
+  static constexpr size_t kShardBits = 10;
+  static constexpr size_t kShards = size_t{1} << kShardBits;
+  struct Entry {
+    uint64_t hash = 0;
+    std::shared_ptr<const ZoneNode> node;  // aliases the node's NameBlock
+  };
+  struct Shard {
+    std::vector<Entry> slots;  // a power of two, at most half full
+    size_t count = 0;
+  };
+
  private:
-  struct StringHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  struct Node {
-    // Usually one or two types: a flat list beats a map.
-    std::vector<std::pair<uint16_t, std::unique_ptr<RecordSet>>> sets;
-    bool cname = false;  // ExternalName: the CNAME answers every type
-    bool reverse = false;
-  };
   friend class ZoneBuilder;
 
   ZoneOptions opts_;
@@ -92,10 +156,53 @@ class Zone {
   std::vector<uint8_t> soa_tail_;
   uint64_t generation_ = 0;
   bool synced_ = false;
-  std::unordered_map<std::string, Node, StringHash, std::equal_to<>> names_;
-  std::unordered_map<model::IpAddr, std::vector<const RecordSet*>, model::IpAddrHash> by_address_;
+  size_t name_count_ = 0;
+  std::vector<std::shared_ptr<const Shard>> shards_ = std::vector<std::shared_ptr<const Shard>>(kShards);
+  std::shared_ptr<const AnswerLog> pod_answers_;
 };
 
 using ZonePtr = std::shared_ptr<const Zone>;
+
+uint64_t name_hash(std::string_view wire);
+
+// Builds zones from snapshots, keeping the blocks of the previous one: apply() rebuilds the
+// names of the services a Delta lists (and the reverse and pod names they own) and shares
+// everything else. One thread calls apply(); the drain queries may come from another thread
+// only when the caller serialises them with apply() (the DnsSink holds a mutex).
+class ZoneBuilder {
+ public:
+  explicit ZoneBuilder(ZoneOptions opts);
+  ~ZoneBuilder();
+  ZoneBuilder(const ZoneBuilder&) = delete;
+  ZoneBuilder& operator=(const ZoneBuilder&) = delete;
+
+  // The zone of `snap`. Incremental when `delta` leads from the snapshot applied last to
+  // `snap`; otherwise the builder diffs the two snapshots itself (cheap: unchanged services
+  // are shared pointers), and builds everything when there is no previous snapshot.
+  ZonePtr apply(const model::SnapshotPtr& snap, const model::Delta& delta);
+  ZonePtr apply(const model::SnapshotPtr& snap) { return apply(snap, model::Delta{}); }
+  ZonePtr current() const;
+
+  struct Stats {
+    bool full = false;
+    size_t services = 0;  // service blocks built or removed
+    size_t names = 0;     // index entries inserted or removed
+    size_t shards = 0;    // index shards copied
+  };
+  const Stats& last_stats() const;
+
+  // Drain support. The newest reply (steady_clock ns) that carried `a`: in the current zone,
+  // in blocks that left it (while a worker may still serve an older zone, and for the TTL
+  // after), and in the insecure-mode pod replies. nullopt when none did.
+  std::optional<int64_t> last_served_ns(const model::IpAddr& a) const;
+  // Folds blocks that no zone holds any more into the departed record and forgets departed
+  // addresses whose last reply is older than `horizon_ns`.
+  void harvest(int64_t horizon_ns);
+  size_t retired_blocks() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace endpointd::dns

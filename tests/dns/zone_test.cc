@@ -263,11 +263,43 @@ TEST_F(ZoneTest, PodRecords) {
 }
 
 TEST_F(ZoneTest, TerminatingLeavesAndLastServedIsKept) {
-  auto a = ask(*zone_, "db.default.svc.cluster.local", type::kA, 0, 0, 1000);
+  ZoneBuilder b(opts_);
+  auto z = b.apply(snap_);
+  auto a = ask(*z, "db.default.svc.cluster.local", type::kA, 0, 0, 1000);
   ASSERT_EQ(a.msg->answer.size(), 2u);
-  EXPECT_EQ(zone_->last_served_ns(ip("10.1.0.2")), 1000);
-  EXPECT_FALSE(zone_->last_served_ns(ip("10.1.0.4")));  // terminating: never handed out
-  EXPECT_FALSE(zone_->last_served_ns(ip("10.9.9.9")));
+  EXPECT_EQ(b.last_served_ns(ip("10.1.0.2")), 1000);
+  EXPECT_FALSE(b.last_served_ns(ip("10.1.0.4")));  // terminating: never handed out
+  EXPECT_FALSE(b.last_served_ns(ip("10.9.9.9")));
+}
+
+TEST_F(ZoneTest, ReverseNoDataCarriesTheSoa) {
+  auto a = ask(*zone_, "10.0.96.10.in-addr.arpa", type::kA);
+  ASSERT_TRUE(a.msg);
+  EXPECT_EQ(a.msg->rcode, 0);
+  EXPECT_TRUE(a.msg->answer.empty());
+  ASSERT_EQ(a.msg->authority.size(), 1u);
+  EXPECT_EQ(a.msg->authority[0].type, type::kSOA);
+  EXPECT_EQ(a.msg->authority[0].name, "in-addr.arpa.");
+  std::string v6 = "0.1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.IP6.arpa";
+  auto b = ask(*zone_, v6, type::kTXT);
+  ASSERT_EQ(b.msg->authority.size(), 1u);
+  EXPECT_EQ(b.msg->authority[0].name, "IP6.arpa.");  // a pointer into the question: its case
+  EXPECT_EQ(b.msg->authority[0].ttl, opts_.negative_ttl);
+}
+
+TEST_F(ZoneTest, InsecurePodAnswersAreRememberedForDrain) {
+  ZoneOptions o = opts_;
+  o.pod_mode = PodMode::kInsecure;
+  ZoneBuilder b(o);
+  auto z = b.apply(snap_);
+  EXPECT_FALSE(b.last_served_ns(ip("10.9.9.9")));
+  ask(*z, "10-9-9-9.any.pod.cluster.local", type::kAAAA, 0, 0, 500);  // NODATA: carries nothing
+  EXPECT_FALSE(b.last_served_ns(ip("10.9.9.9")));
+  ask(*z, "10-9-9-9.any.pod.cluster.local", type::kA, 0, 0, 700);
+  EXPECT_EQ(b.last_served_ns(ip("10.9.9.9")), 700);
+  // A known pod name is a pre-encoded answer, remembered like any other.
+  ask(*z, "10-1-0-2.default.pod.cluster.local", type::kA, 0, 0, 800);
+  EXPECT_EQ(b.last_served_ns(ip("10.1.0.2")), 800);
 }
 
 }  // namespace
