@@ -13,6 +13,9 @@
 
 #include "daemon/admin.h"
 #include "dns/sink.h"
+#include "feed/feed.h"
+#include "proxy/conntrack.h"
+#include "proxy/healthcheck.h"
 #include "proxy/monitor.h"
 #include "proxy/netlink.h"
 #include "proxy/sink.h"
@@ -34,9 +37,13 @@ struct Daemon::Impl {
   std::unique_ptr<proxy::ProxySink> proxy_sink;
   std::unique_ptr<proxy::Monitor> monitor;
   std::unique_ptr<dns::DnsSink> dns_sink;
+  std::unique_ptr<feed::FeedSink> feed_sink;
+  std::unique_ptr<proxy::Conntrack> conntrack;
+  std::unique_ptr<proxy::HealthCheckServer> health_checks;
 
   bool start_proxy(std::string* error);
   bool start_dns(std::string* error);
+  bool start_feed(std::string* error);
 
   Probe healthz() {
     if (proxy_sink && !proxy_sink->healthy())
@@ -84,6 +91,7 @@ bool Daemon::start(std::string* error) {
   m.loop = std::make_unique<pipeline::UpdateLoop>(lo);
   if (m.cfg.dataplane == "nftables" && !m.start_proxy(error)) return false;
   if (!m.cfg.dns_listen.empty() && !m.start_dns(error)) return false;
+  if (!m.cfg.feed_listen.empty() && !m.start_feed(error)) return false;
   m.loop->on_publish([](const model::SnapshotPtr& s) {
     spdlog::debug("published generation {} ({} services, synced={})", s->generation,
                   s->services.size(), s->synced);
@@ -116,6 +124,7 @@ void Daemon::stop() {
   if (m.loop) m.loop->stop();
   m.monitor.reset();
   if (m.dns_sink) m.dns_sink->stop();
+  if (m.feed_sink) m.feed_sink->stop();
 }
 
 namespace {
@@ -166,6 +175,12 @@ bool Daemon::Impl::start_proxy(std::string* error) {
   for (const auto& c : cfg.nodeport_addresses)
     po.node.node_port_addresses.push_back(*model::IpPrefix::parse(c));
   po.node.masquerade_all = cfg.masquerade_all;
+  conntrack = proxy::make_netlink_conntrack();
+  po.conntrack = conntrack.get();
+  proxy::HealthCheckOptions ho;
+  ho.proxy_healthy = [this] { return !proxy_sink || proxy_sink->healthy(); };
+  health_checks = std::make_unique<proxy::HealthCheckServer>(ho);
+  po.health_checks = health_checks.get();
   proxy_sink = std::make_unique<proxy::ProxySink>(netlink.get(), &board, po);
   loop->add_sink(proxy_sink.get());
   loop->on_publish([sink = proxy_sink.get()](const model::SnapshotPtr&) { sink->note_queued(); });
@@ -177,6 +192,20 @@ bool Daemon::Impl::start_proxy(std::string* error) {
   else
     spdlog::warn("nftables monitor unavailable ({}): changes made by others are repaired only at "
                  "the next full sync", mon.error());
+  return true;
+}
+
+bool Daemon::Impl::start_feed(std::string* error) {
+  feed::FeedOptions o;
+  o.listen = cfg.feed_listen;
+  o.zone = cfg.dns_zone;
+  feed_sink = std::make_unique<feed::FeedSink>(o, &board, registry.get());
+  if (auto err = feed_sink->start()) {
+    *error = "feed: " + *err;
+    return false;
+  }
+  loop->add_sink(feed_sink.get());
+  spdlog::info("feed (endpointd.v1 and xDS) on {} (port {})", cfg.feed_listen, feed_sink->port());
   return true;
 }
 

@@ -20,6 +20,7 @@ class Daemon {
   void stop();
   int admin_port() const;
   int dns_port() const;
+  int feed_port() const;
 
  private:
   struct Impl;
