@@ -389,6 +389,40 @@ TEST_F(ServerTest, TerminatingEndpointLeavesButItsLastAnswerIsRemembered) {
   EXPECT_FALSE(sink_->last_answer_expiry(ip("10.9.9.9")));
 }
 
+TEST(ServerTcpLimit, ConnectionsPastTheLimitAreClosedAndCounted) {
+  DnsOptions o;
+  o.listen = "127.0.0.1:0";
+  o.forwarding = false;
+  o.tcp_max_connections = 1;
+  prometheus::Registry registry;
+  DnsSink sink(o, nullptr, &registry);
+  ASSERT_FALSE(sink.start());
+  sink.apply(snapshot({service("default", "web", {"10.96.0.10"})}), model::Delta{});
+  // The first connection is served (its answer proves it was accepted) and stays open.
+  int first = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = loopback(sink.port());
+  ASSERT_EQ(connect(first, as_sa(&a), sizeof a), 0);
+  auto q = query("web.default.svc.cluster.local", type::kA);
+  uint8_t len[2];
+  store_u16(len, static_cast<uint16_t>(q.size()));
+  send(first, len, 2, MSG_NOSIGNAL);
+  send(first, q.data(), q.size(), MSG_NOSIGNAL);
+  uint8_t got[2];
+  ASSERT_TRUE(read_full(first, got, 2));
+  // The second is closed at once, without an answer.
+  int second = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(connect(second, as_sa(&a), sizeof a), 0);
+  pollfd p{second, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 3000), 1);
+  uint8_t b;
+  EXPECT_EQ(recv(second, &b, 1, 0), 0);
+  EXPECT_EQ(sink.server()->tcp_rejected(), 1u);
+  std::string text = prometheus::TextSerializer().Serialize(registry.Collect());
+  EXPECT_NE(text.find("endpointd_dns_tcp_connections_rejected_total 1"), std::string::npos);
+  close(second);
+  close(first);
+}
+
 TEST(ServerAllowList, RefusedOutsideTheAllowList) {
   FakeUpstream up;
   DnsOptions o;
