@@ -92,6 +92,23 @@ void add_run_flags(CLI::App& app, Config& cfg) {
       ->capture_default_str();
   app.add_option("--drain-socket", cfg.drain_socket, "Unix socket that pods' prestop calls reach")
       ->capture_default_str();
+  app.add_option("--drain-peer-listen", cfg.drain_peer_listen,
+                 "ADDR:PORT where peer agents ask this one to confirm removals (empty: off)")
+      ->capture_default_str();
+  app.add_option("--drain-peer-port", cfg.drain_peer_port, "Port of the peer agents, at their Node's InternalIP")
+      ->check(CLI::Range(1, 65535))
+      ->capture_default_str();
+  app.add_option("--drain-peer-policy", cfg.drain_peer_policy,
+                 "At a peer's deadline: proceed (and count it) or wait (until the grace budget)")
+      ->check(CLI::IsMember({"proceed", "wait"}))
+      ->capture_default_str();
+  app.add_option("--drain-peer-timeout-ms", cfg.drain_peer_timeout_ms, "Each peer's deadline to confirm a removal")
+      ->check(CLI::Range(1, 600000))
+      ->capture_default_str();
+  app.add_option("--drain-release-after", cfg.drain_release_after,
+                 "Default release point (a pod's endpointd.io/release-after annotation wins): removed or drained")
+      ->check(CLI::IsMember({"removed", "drained"}))
+      ->capture_default_str();
   app.add_option("--cluster-cidr", cfg.cluster_cidr,
                  "Pod network CIDRs, for local-traffic detection")
       ->delimiter(',');

@@ -21,6 +21,11 @@ struct Config {
   std::string feed_listen;
   std::string admin_listen = "127.0.0.1:10256";
   std::string drain_socket = "/run/endpointd/drain.sock";
+  std::string drain_peer_listen = "0.0.0.0:9465";
+  int drain_peer_port = 9465;
+  std::string drain_peer_policy = "proceed";
+  int drain_peer_timeout_ms = 5000;
+  std::string drain_release_after = "drained";
   std::vector<std::string> cluster_cidr;
   bool masquerade_all = false;
   std::vector<std::string> nodeport_addresses;

@@ -13,6 +13,7 @@
 
 #include "daemon/admin.h"
 #include "dns/sink.h"
+#include "drain/coordinator.h"
 #include "feed/feed.h"
 #include "proxy/conntrack.h"
 #include "proxy/healthcheck.h"
@@ -40,10 +41,12 @@ struct Daemon::Impl {
   std::unique_ptr<feed::FeedSink> feed_sink;
   std::unique_ptr<proxy::Conntrack> conntrack;
   std::unique_ptr<proxy::HealthCheckServer> health_checks;
+  std::unique_ptr<drain::Coordinator> drain;
 
   bool start_proxy(std::string* error);
   bool start_dns(std::string* error);
   bool start_feed(std::string* error);
+  bool start_drain(std::string* error);
 
   Probe healthz() {
     if (proxy_sink && !proxy_sink->healthy())
@@ -67,6 +70,7 @@ struct Daemon::Impl {
     st.node_name = cfg.node_name;
     st.sinks = board.entries();
     if (source) st.source_errors = source->errors();
+    if (drain) st.drains_json = drain->drains_json();
     return to_json(st);
   }
 };
@@ -92,6 +96,7 @@ bool Daemon::start(std::string* error) {
   if (m.cfg.dataplane == "nftables" && !m.start_proxy(error)) return false;
   if (!m.cfg.dns_listen.empty() && !m.start_dns(error)) return false;
   if (!m.cfg.feed_listen.empty() && !m.start_feed(error)) return false;
+  if (!m.start_drain(error)) return false;
   m.loop->on_publish([](const model::SnapshotPtr& s) {
     spdlog::debug("published generation {} ({} services, synced={})", s->generation,
                   s->services.size(), s->synced);
@@ -122,6 +127,7 @@ void Daemon::stop() {
   if (m.source) m.source->stop();
   if (m.admin) m.admin->stop();
   if (m.loop) m.loop->stop();
+  if (m.drain) m.drain->stop();
   m.monitor.reset();
   if (m.dns_sink) m.dns_sink->stop();
   if (m.feed_sink) m.feed_sink->stop();
@@ -192,6 +198,32 @@ bool Daemon::Impl::start_proxy(std::string* error) {
   else
     spdlog::warn("nftables monitor unavailable ({}): changes made by others are repaired only at "
                  "the next full sync", mon.error());
+  return true;
+}
+
+bool Daemon::Impl::start_drain(std::string* error) {
+  drain::CoordinatorOptions co;
+  co.machine.node_name = cfg.node_name;
+  co.machine.peer_timeout = std::chrono::milliseconds(cfg.drain_peer_timeout_ms);
+  co.machine.peer_policy = cfg.drain_peer_policy == "wait" ? drain::PeerPolicy::kWait
+                                                           : drain::PeerPolicy::kProceed;
+  co.machine.default_release_after = cfg.drain_release_after == "removed"
+                                         ? drain::ReleaseAfter::kRemoved
+                                         : drain::ReleaseAfter::kDrained;
+  co.peer_listen = cfg.drain_peer_listen;
+  co.peer_port = static_cast<uint16_t>(cfg.drain_peer_port);
+  co.drain_socket = cfg.drain_socket;
+  co.registry = registry.get();
+  if (!conntrack) conntrack = proxy::make_netlink_conntrack();
+  drain::Coordinator::DnsExpiry expiry;
+  if (dns_sink)
+    expiry = [s = dns_sink.get()](const model::IpAddr& a) { return s->last_answer_expiry(a); };
+  drain = std::make_unique<drain::Coordinator>(&board, conntrack.get(), expiry, co);
+  if (!drain->start(error)) {
+    *error = "drain: " + *error;
+    return false;
+  }
+  loop->on_publish([d = drain.get()](const model::SnapshotPtr& s) { d->on_snapshot(s); });
   return true;
 }
 

@@ -9,6 +9,7 @@
 #include "daemon/daemon.h"
 #include "daemon/render.h"
 #include "daemon/version.h"
+#include "drain/coordinator.h"
 
 namespace {
 
@@ -45,6 +46,8 @@ int run(endpointd::daemon::Config cfg) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The pod-side client has its own small flag set and must stay quick to start.
+  if (argc > 1 && std::string_view(argv[1]) == "prestop") return endpointd::drain::prestop_main(argc, argv);
   CLI::App app{
       "endpointd: propagates Kubernetes endpoint changes to the node's dataplane, DNS and "
       "proxies, and drains terminating pods safely"};
@@ -65,6 +68,9 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   render_cmd->add_flag("--masquerade-all", render_cfg.masquerade_all, "Masquerade all service traffic");
 
+  app.add_subcommand("prestop",
+                     "Run from a pod's preStop hook: block until the node agent says the pod may "
+                     "exit [--drain-socket PATH] [--timeout DURATION]");
   auto* version_cmd = app.add_subcommand("version", "Print the version");
 
   CLI11_PARSE(app, argc, argv);

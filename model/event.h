@@ -32,8 +32,13 @@ struct Remove {
 // changes only what really differs, so an object present before and after is never removed
 // in between. A Replace also marks the kind as synced.
 struct Replace {
+  Replace() = default;
+  Replace(ObjectKind k, std::vector<Object> o, std::vector<ObjectKey> kept = {})
+      : kind(k), objects(std::move(o)), keep(std::move(kept)) {}
   ObjectKind kind = ObjectKind::kService;
   std::vector<Object> objects;
+  // Objects that exist but could not be decoded this time: their last good version stays.
+  std::vector<ObjectKey> keep;
 };
 
 // Several kinds replaced at once (a manifest directory re-read): applied as one change, so no

@@ -101,7 +101,7 @@ void Store::remove(ObjectKind kind, const model::ObjectKey& key) {
 void Store::replace(model::Replace&& r) {
   // Collect the keys of the new list, drop what is not in it, then upsert everything: the
   // upserts compare with what is held, so only real differences mark anything dirty.
-  std::set<model::ObjectKey> keep;
+  std::set<model::ObjectKey> keep(r.keep.begin(), r.keep.end());
   for (const auto& o : r.objects) {
     std::visit(
         [&](const auto& x) {

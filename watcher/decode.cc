@@ -589,6 +589,17 @@ Result<DecodedList> decode_list(std::string_view json, ObjectKind kind) {
     auto d = decode_object(item, kind);
     if (!d) {
       out.errors.push_back(d.error());
+      std::string_view ns, name;
+      if (auto m = Reader::field(item, "metadata")) {
+        if (auto n = Reader::field(*m, "name"); n && n->get_string().get(name)) name = {};
+        if (auto n = Reader::field(*m, "namespace"); n && n->get_string().get(ns)) ns = {};
+      }
+      if (!name.empty()) {
+        if (kind == ObjectKind::kNode)
+          out.failed.push_back({"", std::string(name)});
+        else
+          out.failed.push_back({ns.empty() ? "default" : std::string(ns), std::string(name)});
+      }
       continue;
     }
     for (auto& w : d->warnings) out.warnings.push_back(std::move(w));

@@ -42,6 +42,8 @@ std::optional<model::ObjectKind> kind_from_name(std::string_view kind);
 struct DecodedList {
   std::vector<model::Object> objects;
   std::vector<std::string> errors;
+  // namespace/name (name alone for a Node) of the items that did not decode, when readable.
+  std::vector<model::ObjectKey> failed;
   std::vector<std::string> warnings;
   std::string resource_version;
   std::string continue_token;

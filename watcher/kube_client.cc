@@ -606,6 +606,7 @@ class KubeClient::Watcher {
     std::optional<seconds> retry_after;
     bool unauthorized = false;
     std::vector<model::Object> objects;
+    std::vector<model::ObjectKey> keep;  // listed but undecodable: keep their last good version
     std::string resource_version;
   };
 
@@ -642,6 +643,7 @@ class KubeClient::Watcher {
         ++restarts;
         cont.clear();
         r.objects.clear();
+        r.keep.clear();
         continue;
       }
       if (t.status != 200) {
@@ -660,6 +662,7 @@ class KubeClient::Watcher {
       }
       ++pages;
       for (const auto& err : decoded->errors) count_decode_error(err);
+      r.keep.insert(r.keep.end(), decoded->failed.begin(), decoded->failed.end());
       for (auto& o : decoded->objects) {
         if (!excluded_by_proxy_name(o)) r.objects.push_back(std::move(o));
       }
@@ -717,7 +720,7 @@ class KubeClient::Watcher {
         spdlog::info("kube {}: listed {} objects at resourceVersion {}", kind_name_, n,
                      l.resource_version);
         model::Event ev;
-        ev.change = model::Replace{kind_, std::move(l.objects)};
+        ev.change = model::Replace{kind_, std::move(l.objects), std::move(l.keep)};
         post(std::move(ev));
         {
           std::lock_guard lock(stats_mu_);

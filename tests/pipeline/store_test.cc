@@ -184,3 +184,22 @@ TEST_F(StoreTest, NodesAndPods) {
 
 }  // namespace
 }  // namespace endpointd::pipeline
+
+namespace endpointd::pipeline {
+namespace {
+
+TEST(StoreKeep, RelistKeepsTheLastGoodVersionOfAnUndecodableObject) {
+  Store store{{model::ObjectKind::kService}};
+  model::Service a, b;
+  a.key = {"ns", "a"};
+  b.key = {"ns", "b"};
+  store.apply(model::Event{model::Replace{model::ObjectKind::kService, {a, b}, {}}});
+  auto s1 = store.build(nullptr);
+  // The relist could not decode "b": it must stay as it was, not be removed.
+  store.apply(model::Event{model::Replace{model::ObjectKind::kService, {a}, {{"ns", "b"}}}});
+  auto s2 = store.build(s1);
+  EXPECT_NE(s2->find({"ns", "b"}), nullptr);
+}
+
+}  // namespace
+}  // namespace endpointd::pipeline

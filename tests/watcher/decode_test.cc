@@ -197,3 +197,18 @@ TEST(DecodeList, KeepsGoodItemsAndReportsBadOnes) {
 
 }  // namespace
 }  // namespace endpointd::watcher
+
+namespace endpointd::watcher {
+namespace {
+
+TEST(DecodeList, NamesTheItemsThatFailed) {
+  auto l = decode_list(R"({"items":[{"metadata":{"name":"ok"},"spec":{}},
+      {"metadata":{"name":"bad","namespace":"x"},"spec":{"clusterIP":"nope"}}]})",
+                       model::ObjectKind::kService);
+  ASSERT_TRUE(l) << l.error();
+  ASSERT_EQ(l->failed.size(), 1u);
+  EXPECT_EQ(l->failed[0].str(), "x/bad");
+}
+
+}  // namespace
+}  // namespace endpointd::watcher
