@@ -1,0 +1,44 @@
+{{- define "endpointd.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "endpointd.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains (include "endpointd.name" .) .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "endpointd.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "endpointd.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "endpointd.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "endpointd.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "endpointd.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "endpointd.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* The port of an ADDR:PORT (IPv6 in brackets). */}}
+{{- define "endpointd.port" -}}
+{{- splitList ":" . | last -}}
+{{- end -}}
+
+{{/* The host of an ADDR:PORT, without brackets. */}}
+{{- define "endpointd.host" -}}
+{{- $port := splitList ":" . | last -}}
+{{- trimSuffix (printf ":%s" $port) . | trimPrefix "[" | trimSuffix "]" -}}
+{{- end -}}
+
+{{- define "endpointd.drainSocket" -}}
+{{- printf "%s/%s" (trimSuffix "/" .Values.drain.socketDir) .Values.drain.socketName -}}
+{{- end -}}
