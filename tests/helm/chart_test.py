@@ -1,0 +1,371 @@
+#!/usr/bin/env python3
+"""Checks the endpointd Helm chart: helm lint, helm template with the default values and with
+every feature switched on and off, the rendered objects, the example workload's prestop
+wiring, and that invalid values fail naming the value.
+
+usage: chart_test.py HELM CHART_DIR [ENDPOINTD_BINARY]"""
+import ipaddress
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import yaml
+
+HELM, CHART = sys.argv[1], sys.argv[2]
+ENDPOINTD = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else ""
+failures = []
+checks = 0
+
+
+def check(cond, what):
+    global checks
+    checks += 1
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def helm(*args):
+    return subprocess.run([HELM, *args], capture_output=True, text=True, timeout=120)
+
+
+def render(name, sets, namespace="endpointd"):
+    args = ["template", "t", CHART, "--namespace", namespace]
+    for s in sets:
+        args += ["--set", s]
+    r = helm(*args)
+    check(r.returncode == 0, f"[{name}] helm template failed: {r.stderr.strip()}")
+    if r.returncode != 0:
+        return []
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+API = {
+    "ServiceAccount": "v1",
+    "ConfigMap": "v1",
+    "Service": "v1",
+    "ClusterRole": "rbac.authorization.k8s.io/v1",
+    "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
+    "DaemonSet": "apps/v1",
+    "Deployment": "apps/v1",
+    "ServiceMonitor": "monitoring.coreos.com/v1",
+}
+
+
+def one(objs, kind, name=None):
+    got = [o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    return got[0] if len(got) == 1 else None
+
+
+def hostport(s):
+    host, _, port = s.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def values_of(sets):
+    """The chart's values.yaml with the --set overrides applied (the ones this test uses)."""
+    v = yaml.safe_load(open(os.path.join(CHART, "values.yaml")))
+    for s in sets:
+        key, _, val = s.partition("=")
+        node = v
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node[p]
+        if val.startswith("{") and val.endswith("}"):
+            val = [x for x in val[1:-1].split(",") if x]
+        elif val in ("true", "false"):
+            val = val == "true"
+        elif val.isdigit():
+            val = int(val)
+        node[parts[-1]] = val
+    return v
+
+
+def check_render(name, sets, namespace="endpointd"):
+    objs = render(name, sets, namespace)
+    if not objs:
+        return None
+    v = values_of(sets)
+    dns_port = hostport(v["dns"]["listen"])[1]
+
+    # Kinds and apiVersions.
+    kinds = sorted(o["kind"] for o in objs)
+    want = ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount"]
+    if v["kubeDNS"]["enabled"]:
+        want.append("Service")
+    if v["metrics"]["serviceMonitor"]["enabled"]:
+        want += ["Service", "ServiceMonitor"]
+    if v["exampleWorkload"]["enabled"]:
+        want.append("Deployment")
+    check(kinds == sorted(want), f"[{name}] kinds {kinds}, want {sorted(want)}")
+    for o in objs:
+        check(o["apiVersion"] == API.get(o["kind"]), f"[{name}] {o['kind']} has apiVersion {o['apiVersion']}")
+        if o["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            check(o["metadata"].get("namespace") == namespace, f"[{name}] {o['kind']} not in namespace {namespace}")
+
+    # The config file.
+    cm = one(objs, "ConfigMap")
+    cfg = yaml.safe_load(cm["data"]["config.yaml"])
+    check(cfg["dataplane"] == ("nftables" if v["dataplane"]["enabled"] else "none"), f"[{name}] dataplane {cfg['dataplane']}")
+    check(("dns-listen" in cfg) == v["dns"]["enabled"], f"[{name}] dns-listen present iff dns.enabled")
+    if v["dns"]["enabled"]:
+        check(cfg["dns-listen"] == v["dns"]["listen"], f"[{name}] dns-listen {cfg.get('dns-listen')}")
+    check(("feed-listen" in cfg) == v["feed"]["enabled"], f"[{name}] feed-listen present iff feed.enabled")
+    check(cfg["admin-listen"] == v["admin"]["listen"], f"[{name}] admin-listen {cfg['admin-listen']}")
+    sock = v["drain"]["socketDir"].rstrip("/") + "/" + v["drain"]["socketName"]
+    check(cfg["drain-socket"] == sock, f"[{name}] drain-socket {cfg['drain-socket']}, want {sock}")
+    check(cfg["drain-peer-policy"] == v["drain"]["peerPolicy"], f"[{name}] drain-peer-policy")
+    check(cfg["drain-peer-timeout-ms"] == v["drain"]["peerTimeoutMs"], f"[{name}] drain-peer-timeout-ms")
+    check(cfg["drain-release-after"] == v["drain"]["releaseAfter"], f"[{name}] drain-release-after")
+    check(cfg["log-format"] == v["log"]["format"], f"[{name}] log-format")
+    check(cfg["watch-pods"] == v["watchPods"], f"[{name}] watch-pods")
+    check(cfg.get("cluster-cidr", []) == v["clusterCIDR"], f"[{name}] cluster-cidr {cfg.get('cluster-cidr')}")
+
+    # The DaemonSet.
+    ds = one(objs, "DaemonSet")
+    spec = ds["spec"]
+    pod = spec["template"]["spec"]
+    check(spec["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+          f"[{name}] updateStrategy {spec['updateStrategy']}")
+    check(spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items(),
+          f"[{name}] selector does not select the template")
+    check(pod.get("hostNetwork") is True, f"[{name}] hostNetwork")
+    check(pod.get("hostPID") is True, f"[{name}] hostPID")
+    check(pod.get("dnsPolicy") == "ClusterFirstWithHostNet", f"[{name}] dnsPolicy")
+    check(pod.get("priorityClassName") == "system-node-critical", f"[{name}] priorityClassName")
+    check(pod.get("tolerations") == [{"operator": "Exists"}], f"[{name}] tolerations {pod.get('tolerations')}")
+    sa = one(objs, "ServiceAccount")
+    check(pod.get("serviceAccountName") == sa["metadata"]["name"], f"[{name}] serviceAccountName")
+    check(len(pod["containers"]) == 1, f"[{name}] one container")
+    c = pod["containers"][0]
+    check(c["args"] == ["run", "--config", "/etc/endpointd/config.yaml"], f"[{name}] args {c['args']}")
+    env = {e["name"]: e for e in c.get("env", [])}
+    check(env.get("NODE_NAME", {}).get("valueFrom") == {"fieldRef": {"fieldPath": "spec.nodeName"}},
+          f"[{name}] NODE_NAME from the downward API")
+    res = c.get("resources", {})
+    check(res.get("requests", {}).get("cpu") and res.get("requests", {}).get("memory")
+          and res.get("limits", {}).get("memory"), f"[{name}] resources {res}")
+
+    sc = c["securityContext"]
+    if v["privileged"]:
+        check(sc.get("privileged") is True, f"[{name}] privileged asked for, not set")
+    else:
+        check(sc.get("privileged") is False, f"[{name}] privileged {sc.get('privileged')}")
+        check(sc.get("allowPrivilegeEscalation") is False, f"[{name}] allowPrivilegeEscalation")
+        check(sc.get("readOnlyRootFilesystem") is True, f"[{name}] readOnlyRootFilesystem")
+        caps = sc.get("capabilities", {})
+        check(caps.get("drop") == ["ALL"], f"[{name}] capabilities.drop {caps.get('drop')}")
+        want_caps = {"NET_ADMIN", "NET_RAW"}
+        if v["dns"]["enabled"] and dns_port < 1024:
+            want_caps.add("NET_BIND_SERVICE")
+        check(set(caps.get("add", [])) == want_caps and len(caps.get("add", [])) == len(want_caps),
+              f"[{name}] capabilities.add {caps.get('add')}, want {sorted(want_caps)}")
+
+    # Mounts and volumes: the config, the drain socket's host directory, /lib/modules read-only.
+    vols = {x["name"]: x for x in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    cfg_mount = mounts.get("/etc/endpointd")
+    check(cfg_mount and cfg_mount.get("readOnly") is True
+          and vols[cfg_mount["name"]].get("configMap", {}).get("name") == cm["metadata"]["name"],
+          f"[{name}] /etc/endpointd is not the ConfigMap, read-only")
+    sdir = v["drain"]["socketDir"]
+    sm = mounts.get(sdir)
+    check(sm and vols[sm["name"]].get("hostPath", {}).get("path") == sdir,
+          f"[{name}] drain socket dir {sdir} is not a hostPath mount")
+    lm = mounts.get("/lib/modules")
+    check(lm and lm.get("readOnly") is True and vols[lm["name"]].get("hostPath", {}).get("path") == "/lib/modules",
+          f"[{name}] /lib/modules not mounted read-only from the host")
+    host_paths = sorted(x["hostPath"]["path"] for x in pod["volumes"] if "hostPath" in x)
+    check(host_paths == sorted([sdir, "/lib/modules"]), f"[{name}] host paths {host_paths}")
+
+    # Probes on the admin port, at real admin paths.
+    ahost, aport = hostport(cfg["admin-listen"])
+    for probe, path in (("livenessProbe", "/livez"), ("readinessProbe", "/readyz")):
+        g = c.get(probe, {}).get("httpGet", {})
+        check(g.get("path") == path, f"[{name}] {probe} path {g.get('path')}, want {path}")
+        check(g.get("port") == aport, f"[{name}] {probe} port {g.get('port')}, want {aport}")
+        if ahost.startswith("127.") or ahost in ("::1", "localhost"):
+            check(g.get("host") == "127.0.0.1", f"[{name}] {probe} of a loopback admin address has host {g.get('host')}")
+        elif ahost in ("", "0.0.0.0", "::"):
+            check("host" not in g, f"[{name}] {probe} sets host {g.get('host')}")
+    ports = {p["name"]: p for p in c["ports"]}
+    check(ports.get("admin", {}).get("containerPort") == aport, f"[{name}] admin containerPort")
+
+    # RBAC: get/list/watch on exactly services, nodes, pods and endpointslices.
+    role = one(objs, "ClusterRole")
+    granted = set()
+    for rule in role["rules"]:
+        check(sorted(rule.get("verbs", [])) == ["get", "list", "watch"], f"[{name}] verbs {rule.get('verbs')}")
+        check(set(rule) <= {"apiGroups", "resources", "verbs"}, f"[{name}] rule has {sorted(rule)}")
+        for g in rule.get("apiGroups", []):
+            for r in rule.get("resources", []):
+                granted.add((g, r))
+    check(granted == {("", "services"), ("", "nodes"), ("", "pods"), ("discovery.k8s.io", "endpointslices")},
+          f"[{name}] RBAC grants {sorted(granted)}")
+    crb = one(objs, "ClusterRoleBinding")
+    check(crb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]},
+          f"[{name}] roleRef {crb['roleRef']}")
+    check(crb["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": namespace}],
+          f"[{name}] subjects {crb['subjects']}")
+
+    pod_labels = spec["template"]["metadata"]["labels"]
+    if v["kubeDNS"]["enabled"]:
+        svc = one(objs, "Service", v["kubeDNS"]["name"])
+        check(svc is not None, f"[{name}] no Service {v['kubeDNS']['name']}")
+        if svc:
+            check(svc["spec"]["clusterIP"] == v["kubeDNS"]["clusterIP"], f"[{name}] kube-dns clusterIP")
+            check(sorted((p["port"], p["protocol"], p["targetPort"]) for p in svc["spec"]["ports"])
+                  == [(53, "TCP", dns_port), (53, "UDP", dns_port)], f"[{name}] kube-dns ports {svc['spec']['ports']}")
+            check(svc["spec"]["selector"].items() <= pod_labels.items(), f"[{name}] kube-dns does not select the agents")
+    if v["metrics"]["serviceMonitor"]["enabled"]:
+        sm_obj = one(objs, "ServiceMonitor")
+        msvc = [o for o in objs if o["kind"] == "Service" and o["metadata"]["name"].endswith("-metrics")]
+        check(len(msvc) == 1, f"[{name}] metrics Service")
+        if msvc and sm_obj:
+            msvc = msvc[0]
+            check(msvc["spec"]["selector"].items() <= pod_labels.items(), f"[{name}] metrics Service selector")
+            check(sm_obj["spec"]["selector"]["matchLabels"].items() <= msvc["metadata"]["labels"].items(),
+                  f"[{name}] ServiceMonitor does not select the metrics Service")
+            check(msvc["spec"]["ports"][0]["port"] == aport, f"[{name}] metrics port")
+            check(sm_obj["spec"]["endpoints"][0]["port"] == "admin" and sm_obj["spec"]["endpoints"][0]["path"] == "/metrics",
+                  f"[{name}] ServiceMonitor endpoint")
+    if v["exampleWorkload"]["enabled"]:
+        check_workload(name, one(objs, "Deployment"), ds, cfg)
+    return objs
+
+
+def check_workload(name, dep, ds, cfg):
+    """The preStop runs a binary the init container provides, on the agent's socket."""
+    pod = dep["spec"]["template"]["spec"]
+    vols = {x["name"]: x for x in pod["volumes"]}
+    check(isinstance(pod.get("terminationGracePeriodSeconds"), int), f"[{name}] workload terminationGracePeriodSeconds")
+    init = pod["initContainers"][0]
+    init_mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
+    app = [c for c in pod["containers"] if "lifecycle" in c][0]
+    cmd = app["lifecycle"]["preStop"]["exec"]["command"]
+    check(cmd[1] == "prestop" and "--drain-socket" in cmd, f"[{name}] preStop {cmd}")
+    binary = cmd[0]
+    app_mounts = {m["mountPath"]: m["name"] for m in app["volumeMounts"]}
+    bin_dir = os.path.dirname(binary)
+    vol = app_mounts.get(bin_dir)
+    check(vol is not None and "emptyDir" in vols.get(vol, {}), f"[{name}] {bin_dir} is not a shared emptyDir in the app")
+    check(init_mounts.get(vol) is not None, f"[{name}] the init container does not mount {vol}")
+    # The init container copies the image's prestop bundle (endpointd + lib/) into that volume.
+    icmd = init.get("command", [])
+    check(icmd[:2] == ["cp", "-a"] and icmd[-1].rstrip("/") == init_mounts.get(vol, "").rstrip("/")
+          and os.path.basename(binary) == "endpointd",
+          f"[{name}] init container {icmd} does not provide {binary}")
+    check(init["image"] == ds["spec"]["template"]["spec"]["containers"][0]["image"],
+          f"[{name}] init container image {init['image']} is not the agent's")
+    sock = cmd[cmd.index("--drain-socket") + 1]
+    check(sock == cfg["drain-socket"], f"[{name}] preStop socket {sock}, agent's {cfg['drain-socket']}")
+    sv = app_mounts.get(os.path.dirname(sock))
+    ds_sock_vol = [x for x in ds["spec"]["template"]["spec"]["volumes"]
+                   if x.get("hostPath", {}).get("path") == os.path.dirname(cfg["drain-socket"])]
+    check(sv is not None and ds_sock_vol and vols[sv].get("hostPath", {}).get("path") == ds_sock_vol[0]["hostPath"]["path"],
+          f"[{name}] the app does not mount the agent's socket host directory")
+
+
+def run_config_with_binary(name, objs):
+    """The rendered config file is accepted by the real `endpointd run --config` (the listeners
+    moved to loopback and the source to an empty directory by flags, which win over the file)."""
+    if not ENDPOINTD:
+        return
+    cm = one(objs, "ConfigMap")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "config.yaml")
+        open(path, "w").write(cm["data"]["config.yaml"])
+        os.mkdir(os.path.join(d, "manifests"))
+        args = [ENDPOINTD, "run", "--config", path, "--source-dir", os.path.join(d, "manifests"),
+                "--node-name", "n1", "--dataplane", "none", "--admin-listen", "127.0.0.1:0",
+                "--drain-socket", os.path.join(d, "drain.sock"), "--drain-peer-listen", "127.0.0.1:0"]
+        if "dns-listen" in yaml.safe_load(cm["data"]["config.yaml"]):
+            args += ["--dns-listen", "127.0.0.1:0", "--dns-upstream", "127.0.0.1:1"]
+        if "feed-listen" in yaml.safe_load(cm["data"]["config.yaml"]):
+            args += ["--feed-listen", "127.0.0.1:0"]
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        rc = p.poll()
+        if rc is None:
+            p.terminate()
+        out, err = p.communicate(timeout=30)
+        check(rc is None, f"[{name}] endpointd rejected the rendered config (exit {rc}): {err.strip()[-500:]}")
+
+
+def main():
+    r = helm("lint", CHART)
+    check(r.returncode == 0, f"helm lint: {r.stdout}{r.stderr}")
+    r = helm("lint", CHART, "--namespace", "kube-system", "--set", "dns.enabled=true", "--set", "kubeDNS.enabled=true",
+             "--set", "kubeDNS.clusterIP=10.96.0.10", "--set", "feed.enabled=true",
+             "--set", "metrics.serviceMonitor.enabled=true", "--set", "exampleWorkload.enabled=true")
+    check(r.returncode == 0, f"helm lint (all on): {r.stdout}{r.stderr}")
+
+    all_on = ["dataplane.enabled=true", "dns.enabled=true", "kubeDNS.enabled=true", "kubeDNS.clusterIP=10.96.0.10",
+              "feed.enabled=true", "metrics.serviceMonitor.enabled=true", "exampleWorkload.enabled=true",
+              "clusterCIDR={10.244.0.0/16,fd00:10:244::/56}", "nodePortAddresses={192.168.0.0/16}",
+              "masqueradeAll=true", "watchPods=true", "log.format=json", "drain.peerPolicy=wait",
+              "drain.peerTimeoutMs=2000", "drain.releaseAfter=removed"]
+    all_off = ["dataplane.enabled=false", "dns.enabled=false", "kubeDNS.enabled=false", "feed.enabled=false",
+               "metrics.serviceMonitor.enabled=false", "exampleWorkload.enabled=false", "watchPods=false"]
+    scenarios = [
+        ("defaults", [], "endpointd"),
+        ("all-on", all_on, "kube-system"),
+        ("all-off", all_off, "endpointd"),
+        ("privileged", ["privileged=true"], "endpointd"),
+        ("loopback-admin", ["admin.listen=127.0.0.1:10256", "exampleWorkload.enabled=true"], "endpointd"),
+        ("other-socket", ["drain.socketDir=/var/run/edp", "drain.socketName=d.sock", "exampleWorkload.enabled=true",
+                          "dns.enabled=true", "dns.listen=169.254.20.10:5353"], "endpointd"),
+    ]
+    for feature, on in (("dataplane.enabled", True), ("dns.enabled", True), ("feed.enabled", True),
+                        ("metrics.serviceMonitor.enabled", True), ("exampleWorkload.enabled", True), ("privileged", True),
+                        ("watchPods", False), ("masqueradeAll", True)):
+        scenarios.append((f"{feature}={str(on).lower()}", [f"{feature}={str(on).lower()}"], "endpointd"))
+        scenarios.append((f"{feature}={str(not on).lower()}", [f"{feature}={str(not on).lower()}"], "endpointd"))
+    for name, sets, ns in scenarios:
+        objs = check_render(name, sets, ns)
+        if objs and name in ("defaults", "all-on", "all-off"):
+            run_config_with_binary(name, objs)
+
+    # The static example matches the chart's defaults.
+    default_objs = render("defaults", [])
+    ex = yaml.safe_load(open(os.path.join(CHART, "examples", "workload.yaml")))
+    check(ex["kind"] == "Deployment" and ex["apiVersion"] == "apps/v1", "examples/workload.yaml kind")
+    ds = one(default_objs, "DaemonSet")
+    cfg = yaml.safe_load(one(default_objs, "ConfigMap")["data"]["config.yaml"])
+    check_workload("examples/workload.yaml", ex, ds, cfg)
+
+    # Invalid values fail, naming the value.
+    bad = [
+        (["clusterCIDR={10.0.0.0/33}"], "clusterCIDR"),
+        (["nodePortAddresses={not-a-cidr}"], "nodePortAddresses"),
+        (["admin.listen=0.0.0.0:70000"], "/admin/listen"),
+        (["dns.listen=0.0.0.0:0"], "/dns/listen"),
+        (["feed.listen=localhost"], "/feed/listen"),
+        (["drain.peerPort=70000"], "/drain/peerPort"),
+        (["drain.peerPolicy=maybe"], "/drain/peerPolicy"),
+        (["image.repository=null"], "repository"),
+        (["dns.enabled=true", "kubeDNS.enabled=true"], "/kubeDNS/clusterIP"),
+        (["dns.enabled=true", "kubeDNS.enabled=true", "kubeDNS.clusterIP=10.96.0.300"], "/kubeDNS/clusterIP"),
+        (["kubeDNS.enabled=true", "kubeDNS.clusterIP=10.96.0.10"], "/dns/enabled"),
+        (["log.format=xml"], "/log/format"),
+        (["metrics.serviceMonitor.enabled=true", "admin.listen=127.0.0.1:10256"], "admin.listen"),
+        (["unknownValue=1"], "unknownValue"),
+    ]
+    for sets, named in bad:
+        args = ["template", "t", CHART]
+        for s in sets:
+            args += ["--set", s]
+        r = helm(*args)
+        check(r.returncode != 0, f"invalid {sets} rendered")
+        check(named in r.stderr, f"invalid {sets}: message does not name {named}: {r.stderr.strip()}")
+    for ip in ("10.96.0.10",):
+        ipaddress.ip_address(ip)
+
+    print(f"{checks} checks, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
