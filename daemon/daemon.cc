@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 
 #include "daemon/admin.h"
 #include "dns/sink.h"
@@ -214,6 +215,12 @@ bool Daemon::Impl::start_drain(std::string* error) {
   co.peer_port = static_cast<uint16_t>(cfg.drain_peer_port);
   co.drain_socket = cfg.drain_socket;
   co.registry = registry.get();
+  if (!cfg.drain_socket.empty()) {
+    // The socket's directory is what the chart mounts into pods; make it when running bare.
+    std::error_code ec;
+    auto dir = std::filesystem::path(cfg.drain_socket).parent_path();
+    if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  }
   if (!conntrack) conntrack = proxy::make_netlink_conntrack();
   drain::Coordinator::DnsExpiry expiry;
   if (dns_sink)

@@ -47,8 +47,15 @@ struct ReplaceMany {
   std::vector<Replace> kinds;
 };
 
+// Several objects changed and removed at once (a re-read manifest file): one change, so no
+// snapshot shows half of it.
+struct Batch {
+  std::vector<Object> upserts;
+  std::vector<Remove> removes;
+};
+
 struct Event {
-  std::variant<Upsert, Remove, Replace, ReplaceMany> change;
+  std::variant<Upsert, Remove, Replace, ReplaceMany, Batch> change;
   std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
 };
 

@@ -149,8 +149,11 @@ void Store::apply(model::Event&& ev) {
           remove(c.kind, c.key);
         } else if constexpr (std::is_same_v<T, model::Replace>) {
           replace(std::move(c));
-        } else {
+        } else if constexpr (std::is_same_v<T, model::ReplaceMany>) {
           for (auto& r : c.kinds) replace(std::move(r));
+        } else {
+          for (const auto& r : c.removes) remove(r.kind, r.key);
+          for (auto& o : c.upserts) std::visit([&](auto&& x) { upsert(std::move(x)); }, std::move(o));
         }
       },
       std::move(ev.change));

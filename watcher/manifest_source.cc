@@ -30,8 +30,9 @@ struct ManifestSource::FileState {
   uint64_t inode = 0;
   int64_t mtime_ns = -1;
   int64_t size = -1;
-  // (kind, ns/name) → object, from the last good read.
-  std::map<std::pair<ObjectKind, std::string>, model::Object> objects;
+  // (kind, ns/name) → a hash of the object's text, from the last good read. The objects
+  // themselves live only in the Store: a change of text is what makes one be decoded again.
+  std::map<std::pair<ObjectKind, std::string>, uint64_t> objects;
   std::vector<std::string> errors;
 };
 
@@ -182,7 +183,20 @@ void ManifestSource::run() {
   }
 }
 
-void ManifestSource::load_file(const fs::path& path, FileState& st) {
+namespace {
+
+uint64_t text_hash(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (char c : s) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+void ManifestSource::load_file(const fs::path& path, FileState& st, bool force, Decoded& out) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -216,15 +230,23 @@ void ManifestSource::load_file(const fs::path& path, FileState& st) {
   decltype(st.objects) next;
   for (const auto& json : objects) {
     auto id = identity(json);
-    std::string_view kind;
     if (!id) {
-      // Not a kind endpointd reads (a Deployment, a ConfigMap...) or no name: skip quietly
-      // unless it claims to be one of ours.
+      // Not a kind endpointd reads (a Deployment, a ConfigMap...): skip it quietly. One of
+      // ours without a name goes on to the decoder, which says what is wrong.
       simdjson::dom::parser p;
       simdjson::dom::element root;
+      std::string_view kind;
       if (p.parse(json).get(root) == simdjson::SUCCESS &&
           root["kind"].get_string().get(kind) == simdjson::SUCCESS && !kind_from_name(kind)) {
         spdlog::debug("manifest {}: ignoring an object of kind {}", path.string(), kind);
+        continue;
+      }
+    }
+    uint64_t h = text_hash(json);
+    if (id && !force) {
+      auto old = st.objects.find(*id);
+      if (old != st.objects.end() && old->second == h) {  // unchanged: the Store has it
+        next.emplace(*id, h);
         continue;
       }
     }
@@ -233,13 +255,15 @@ void ManifestSource::load_file(const fs::path& path, FileState& st) {
       errors.push_back(d.error());
       if (id) {
         metrics_->decode_error(id->first);
+        // Keep the last good version: the Store still holds it.
         if (auto old = st.objects.find(*id); old != st.objects.end()) next.insert(*old);
       }
       continue;
     }
     for (const auto& w : d->warnings) spdlog::warn("manifest {}: {}", path.string(), w);
-    auto key = std::make_pair(model::kind_of(d->object), model::key_string(d->object));
-    next.insert_or_assign(key, std::move(d->object));
+    Key key{model::kind_of(d->object), model::key_string(d->object)};
+    next.insert_or_assign(key, h);
+    out.emplace_back(std::move(key), std::move(d->object));
   }
   st.objects = std::move(next);
   st.errors = std::move(errors);
@@ -248,7 +272,10 @@ void ManifestSource::load_file(const fs::path& path, FileState& st) {
 void ManifestSource::rescan() {
   std::error_code ec;
   std::map<std::string, FileState> next;
-  bool changed = reloads_.load() == 0;  // the first read always posts: it marks the kinds synced
+  std::map<std::string, Decoded> decoded;  // by file, what was decoded in this scan
+  const bool first = reloads_.load() == 0;
+  bool changed = first;  // the first read always posts: it marks the kinds synced
+  model::Event ev;
   {
     std::lock_guard lock(mu_);
     for (const auto& entry : fs::directory_iterator(dir_, ec)) {
@@ -264,7 +291,7 @@ void ManifestSource::rescan() {
         st.inode = sb.st_ino;
         st.mtime_ns = mtime;
         st.size = sb.st_size;
-        load_file(path, st);
+        load_file(path, st, false, decoded[path.string()]);
         changed = true;
         for (const auto& e : st.errors) {
           spdlog::error("manifest {}: {}; keeping its last good objects", path.string(), e);
@@ -276,36 +303,69 @@ void ManifestSource::rescan() {
     }
     if (ec) {
       spdlog::error("manifest source: cannot list {}: {}", dir_.string(), ec.message());
+      for (auto& [file, st] : next) files_[file] = std::move(st);
       return;  // keep what we had
     }
     if (next.size() != files_.size()) changed = true;  // a file went away
     files_ = std::move(next);
-  }
-  if (!changed) return;  // an event for a file that is not a manifest, or no real change
-  reloads_.fetch_add(1);
-  if (metrics_->reloads) metrics_->reloads->Increment();
-  post_all();
-}
+    if (!changed) return;  // an event for a file that is not a manifest, or no real change
 
-void ManifestSource::post_all() {
-  std::map<std::pair<ObjectKind, std::string>, const model::Object*> merged;
-  std::vector<model::Replace> replaces = {{ObjectKind::kService, {}},
-                                          {ObjectKind::kEndpointSlice, {}},
-                                          {ObjectKind::kNode, {}},
-                                          {ObjectKind::kPod, {}}};
-  std::lock_guard lock(mu_);
-  for (const auto& [file, st] : files_)
-    for (const auto& [key, obj] : st.objects) {
-      auto [it, inserted] = merged.emplace(key, &obj);
-      if (!inserted) {
-        spdlog::warn("manifest {}: {} {} is also defined in an earlier file; using this one", file,
-                     model::to_string(key.first), key.second);
-        it->second = &obj;
+    // Owners: the last file in name order that defines an object wins.
+    std::map<Key, std::string> owners;
+    for (const auto& [file, st] : files_)
+      for (const auto& [key, h] : st.objects) {
+        auto [it, inserted] = owners.emplace(key, file);
+        if (!inserted) {
+          if (decoded.count(file))
+            spdlog::warn("manifest {}: {} {} is also defined in {}; using this one", file,
+                         model::to_string(key.first), key.second, it->second);
+          it->second = file;
+        }
+      }
+    // An object whose owner is now a file that was not re-read (the file that won before
+    // dropped it): that file's version must be decoded again.
+    for (const auto& [key, file] : owners) {
+      auto old = owners_.find(key);
+      if (old != owners_.end() && old->second != file && !decoded.count(file)) {
+        Decoded again;
+        load_file(file, files_[file], true, again);
+        decoded[file] = std::move(again);
       }
     }
-  for (const auto& [key, obj] : merged)
-    replaces[static_cast<size_t>(key.first)].objects.push_back(*obj);
-  post_(model::Event{model::ReplaceMany{std::move(replaces)}});
+    if (first) {
+      std::vector<model::Replace> replaces = {{ObjectKind::kService, {}},
+                                              {ObjectKind::kEndpointSlice, {}},
+                                              {ObjectKind::kNode, {}},
+                                              {ObjectKind::kPod, {}}};
+      for (auto& [file, objs] : decoded)
+        for (auto& [key, obj] : objs)
+          if (owners[key] == file)
+            replaces[static_cast<size_t>(key.first)].objects.push_back(std::move(obj));
+      ev.change = model::ReplaceMany{std::move(replaces)};
+    } else {
+      model::Batch batch;
+      for (auto& [file, objs] : decoded)
+        for (auto& [key, obj] : objs)
+          if (owners[key] == file) batch.upserts.push_back(std::move(obj));
+      for (const auto& [key, file] : owners_) {
+        if (owners.count(key)) continue;
+        model::Remove r;
+        r.kind = key.first;
+        if (key.first == ObjectKind::kNode) {
+          r.key = {"", key.second};
+        } else {
+          auto slash = key.second.find('/');
+          r.key = {key.second.substr(0, slash), key.second.substr(slash + 1)};
+        }
+        batch.removes.push_back(std::move(r));
+      }
+      ev.change = std::move(batch);
+    }
+    owners_ = std::move(owners);
+  }
+  reloads_.fetch_add(1);
+  if (metrics_->reloads) metrics_->reloads->Increment();
+  post_(std::move(ev));
 }
 
 std::vector<ManifestError> ManifestSource::errors() const {

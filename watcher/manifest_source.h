@@ -52,14 +52,18 @@ class ManifestSource {
   struct FileState;
   struct Metrics;
   void run();
-  void load_file(const std::filesystem::path& path, FileState& st);
-  void post_all();
+  using Key = std::pair<model::ObjectKind, std::string>;
+  using Decoded = std::vector<std::pair<Key, model::Object>>;
+  // Re-reads one file: decodes the objects whose text changed (all of them with `force`).
+  void load_file(const std::filesystem::path& path, FileState& st, bool force, Decoded& out);
 
   std::filesystem::path dir_;
   Post post_;
   std::unique_ptr<Metrics> metrics_;
   mutable std::mutex mu_;  // guards files_ (read by errors())
   std::map<std::string, FileState> files_;
+  // Which file each object comes from (the last file, in name order, that defines it).
+  std::map<Key, std::string> owners_;
   int inotify_fd_ = -1;
   int wake_fd_ = -1;
   std::thread thread_;

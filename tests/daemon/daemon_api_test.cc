@@ -52,6 +52,8 @@ class DaemonApiTest : public ::testing::Test {
     cfg.admin_listen = "127.0.0.1:0";
     cfg.node_name = "node-a";
     cfg.dataplane = "none";
+    cfg.drain_socket = kubeconfig_ + ".sock";
+    cfg.drain_peer_listen = "";  // no peer server: tests run side by side
     d_ = std::make_unique<Daemon>(cfg);
     std::string err;
     ASSERT_TRUE(d_->start(&err)) << err;
@@ -60,6 +62,7 @@ class DaemonApiTest : public ::testing::Test {
   void TearDown() override {
     d_.reset();
     unlink(kubeconfig_.c_str());
+    unlink((kubeconfig_ + ".sock").c_str());
   }
   // demo/<name>'s endpoint count in /debug/state; -1 when absent.
   int endpoints(const char* name) {

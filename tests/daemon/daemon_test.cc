@@ -45,6 +45,8 @@ class DaemonTest : public ::testing::Test {
     cfg.admin_listen = "127.0.0.1:0";
     cfg.node_name = "node-a";
     cfg.dataplane = "none";
+    cfg.drain_socket = (dir_ / "drain.sock").string();
+    cfg.drain_peer_listen = "";  // no peer server: tests run side by side
     d_ = std::make_unique<Daemon>(cfg);
     std::string err;
     ASSERT_TRUE(d_->start(&err)) << err;
