@@ -30,12 +30,13 @@ RUN set -e; : > /out/runtime-packages; \
     sort -u -o /out/runtime-packages /out/runtime-packages; cat /out/runtime-packages
 # The prestop bundle that workloads' init containers copy into an emptyDir mounted at
 # /endpointd: the binary with its libraries and loader, so that `/endpointd/endpointd prestop`
-# runs in any application image (glibc or not, with or without a shell).
+# runs in any application image (glibc or not, with or without a shell). DT_RPATH
+# (--force-rpath), not RUNPATH: it also applies to the libraries' own dependencies.
 RUN set -e; b=/out/opt/endpointd/prestop; mkdir -p "$b/lib"; \
     cp /out/usr/local/bin/endpointd "$b/endpointd"; \
     for lib in $(ldd "$b/endpointd" | awk '$2 == "=>" && $3 ~ /^\// {print $3}'); do cp -L "$lib" "$b/lib/"; done; \
     interp=$(patchelf --print-interpreter "$b/endpointd"); cp -L "$interp" "$b/lib/"; \
-    patchelf --set-interpreter "/endpointd/lib/$(basename "$interp")" --set-rpath '$ORIGIN/lib' "$b/endpointd"; \
+    patchelf --set-interpreter "/endpointd/lib/$(basename "$interp")" --force-rpath --set-rpath '$ORIGIN/lib' "$b/endpointd"; \
     chmod -R a+rX "$b"
 
 FROM debian:12-slim AS runtime

@@ -273,6 +273,9 @@ def run_config_with_binary(name, objs):
     moved to loopback and the source to an empty directory by flags, which win over the file)."""
     if not ENDPOINTD:
         return
+    if not os.access(ENDPOINTD, os.X_OK):
+        check(False, f"[{name}] no endpointd binary at {ENDPOINTD} to check the rendered config with")
+        return
     cm = one(objs, "ConfigMap")
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "config.yaml")
