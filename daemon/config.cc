@@ -5,14 +5,24 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <spdlog/spdlog.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <fstream>
+#include <mutex>
 
+#include "daemon/kubeproxy_config.h"
 #include "model/ip.h"
 
 namespace endpointd::daemon {
 
 namespace {
+
+// What a KubeProxyConfiguration file mapped and ignored, one line per key, logged by
+// validate(): the file is read before logging is set up.
+std::mutex report_mu;
+std::vector<std::pair<bool, std::string>> pending_report;  // (ignored?, line)
 
 class YamlConfig : public CLI::Config {
  public:
@@ -31,6 +41,23 @@ class YamlConfig : public CLI::Config {
     if (root.IsNull()) return items;
     if (!root.IsMap())
       throw CLI::ParseError("config file: expected a map of settings", CLI::ExitCodes::ConfigError);
+    if (is_kubeproxy_configuration(root)) {
+      auto conv = convert_kubeproxy_configuration(root);
+      if (!conv.error.empty())
+        throw CLI::ParseError("config file: KubeProxyConfiguration: " + conv.error,
+                              CLI::ExitCodes::ConfigError);
+      for (auto& st : conv.settings) {
+        CLI::ConfigItem item;
+        item.name = st.flag;
+        item.inputs = st.values;
+        items.push_back(std::move(item));
+      }
+      std::lock_guard lock(report_mu);
+      auto lines = conv.report();
+      for (size_t i = 0; i < lines.size(); ++i)
+        pending_report.emplace_back(i >= conv.settings.size(), lines[i]);
+      return items;
+    }
     for (const auto& kv : root) {
       CLI::ConfigItem item;
       item.name = kv.first.as<std::string>();
@@ -95,18 +122,21 @@ void add_run_flags(CLI::App& app, Config& cfg) {
   app.add_option("--drain-peer-listen", cfg.drain_peer_listen,
                  "ADDR:PORT where peer agents ask this one to confirm removals (empty: off)")
       ->capture_default_str();
-  app.add_option("--drain-peer-port", cfg.drain_peer_port, "Port of the peer agents, at their Node's InternalIP")
+  app.add_option("--drain-peer-port", cfg.drain_peer_port,
+                 "Port of the peer agents, at their Node's InternalIP")
       ->check(CLI::Range(1, 65535))
       ->capture_default_str();
   app.add_option("--drain-peer-policy", cfg.drain_peer_policy,
                  "At a peer's deadline: proceed (and count it) or wait (until the grace budget)")
       ->check(CLI::IsMember({"proceed", "wait"}))
       ->capture_default_str();
-  app.add_option("--drain-peer-timeout-ms", cfg.drain_peer_timeout_ms, "Each peer's deadline to confirm a removal")
+  app.add_option("--drain-peer-timeout-ms", cfg.drain_peer_timeout_ms,
+                 "Each peer's deadline to confirm a removal")
       ->check(CLI::Range(1, 600000))
       ->capture_default_str();
   app.add_option("--drain-release-after", cfg.drain_release_after,
-                 "Default release point (a pod's endpointd.io/release-after annotation wins): removed or drained")
+                 "Default release point (a pod's endpointd.io/release-after annotation wins): "
+                 "removed or drained")
       ->check(CLI::IsMember({"removed", "drained"}))
       ->capture_default_str();
   app.add_option("--cluster-cidr", cfg.cluster_cidr,
@@ -144,6 +174,25 @@ void add_run_flags(CLI::App& app, Config& cfg) {
   app.add_option("--log-level", cfg.log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();
+  // CLI11 (2.1) reads the config file of the main app only: on a subcommand (`endpointd run`)
+  // `--config` was parsed but the file never applied. Apply it here, after the command line,
+  // to the options the command line did not give, with the same checks.
+  app.callback([&app] {
+    if (app.get_parent() == nullptr) return;  // CLI11 applies the main app's file itself
+    CLI::Option* c = app.get_config_ptr();
+    if (c == nullptr || c->count() == 0) return;
+    std::string path = c->as<std::string>();
+    if (path.empty()) return;
+    std::ifstream in(path);
+    if (!in) throw CLI::FileError::Missing(path);
+    for (const auto& item : app.get_config_formatter()->from_config(in)) {
+      CLI::Option* opt = app.get_option_no_throw("--" + item.name);
+      if (opt == nullptr || opt == c) throw CLI::ConfigError::Extras(item.fullname());
+      if (opt->count() > 0) continue;  // the command line wins
+      opt->add_result(item.inputs);
+      opt->run_callback();
+    }
+  });
 }
 
 void resolve_defaults(Config& cfg) {
@@ -158,6 +207,17 @@ void resolve_defaults(Config& cfg) {
 }
 
 std::string validate(const Config& cfg) {
+  {
+    std::lock_guard lock(report_mu);
+    for (const auto& [ignored, line] : pending_report) {
+      if (ignored) {
+        spdlog::warn("{}", line);
+      } else {
+        spdlog::info("{}", line);
+      }
+    }
+    pending_report.clear();
+  }
   for (const auto& [name, value] :
        {std::pair<const char*, const std::string&>{"--dns-listen", cfg.dns_listen},
         {"--feed-listen", cfg.feed_listen},

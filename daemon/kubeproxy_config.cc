@@ -1,0 +1,307 @@
+// KubeProxyConfiguration → endpointd settings. See kubeproxy_config.h for the mapping.
+#include "daemon/kubeproxy_config.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "model/ip.h"
+
+namespace endpointd::daemon {
+
+namespace {
+
+constexpr const char* kHealthzDefault = "0.0.0.0:10256";
+constexpr int kHealthzPort = 10256;
+
+std::string trim(std::string s) {
+  auto b = s.find_first_not_of(" \t");
+  auto e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+std::string scalar(const YAML::Node& n) {
+  return n && n.IsScalar() ? trim(n.as<std::string>()) : std::string();
+}
+
+std::string show(const YAML::Node& n) {
+  if (!n || n.IsNull()) return "null";
+  if (n.IsScalar()) return n.as<std::string>();
+  YAML::Emitter e;
+  e.SetMapFormat(YAML::Flow);
+  e.SetSeqFormat(YAML::Flow);
+  e << n;
+  return e.c_str();
+}
+
+// kubeadm writes every field; empty, zero, false and null all mean "kube-proxy's default".
+bool is_zero(const YAML::Node& n) {
+  if (!n || n.IsNull()) return true;
+  if (n.IsScalar()) {
+    static const std::set<std::string> zeros = {"",     "0", "0s",   "false",
+                                                "null", "~", "0m0s", "0h0m0s"};
+    return zeros.count(trim(n.as<std::string>())) > 0;
+  }
+  if (n.IsSequence() || n.IsMap()) {
+    for (const auto& c : n) {
+      if (n.IsMap() ? !is_zero(c.second) : !is_zero(c)) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+// Why a key endpointd does not use is ignored, by the key's first segment (or whole path).
+std::string reason_for(const std::string& key) {
+  static const std::map<std::string, std::string> exact = {
+      {"bindAddress",
+       "endpointd's listeners have their own flags (--admin-listen, --dns-listen, --feed-listen)"},
+      {"bindAddressHardFail", "endpointd's listeners have their own flags"},
+      {"configSyncPeriod", "endpointd watches without a periodic resync"},
+      {"enableProfiling", "endpointd serves no profiling endpoints"},
+      {"showHiddenMetricsForPorts", "endpointd has no hidden metrics"},
+      {"oomScoreAdj", "set by the pod's QoS class (requests equal to limits) instead"},
+      {"portRange", "only used by kube-proxy's removed userspace mode"},
+      {"featureGates", "endpointd has no kube-proxy feature gates"},
+      {"metricsBindAddress",
+       "endpointd serves /metrics on its one admin server (healthzBindAddress, --admin-listen); "
+       "move scrapes of kube-proxy's :10249 there"},
+      {"nftables.syncPeriod",
+       "endpointd applies each change as it arrives, in one netlink batch; no periodic sync"},
+      {"nftables.minSyncPeriod", "endpointd coalesces changes by itself; no minimum sync period"},
+      {"nftables.masqueradeBit", "endpointd uses its own packet mark in its own tables"},
+      {"detectLocal.bridgeInterface", "endpointd detects local traffic by clusterCIDR only"},
+      {"detectLocal.interfaceNamePrefix", "endpointd detects local traffic by clusterCIDR only"},
+  };
+  if (auto it = exact.find(key); it != exact.end()) return it->second;
+  std::string head = key.substr(0, key.find('.'));
+  if (head == "conntrack")
+    return "endpointd sets no nf_conntrack sysctls (it has no flag for them); set "
+           "net.netfilter.nf_conntrack_* on the node if kube-proxy did it for you";
+  if (head == "iptables" || head == "ipvs" || head == "winkernel")
+    return "a setting of kube-proxy's " + head + " mode; endpointd programs nftables";
+  if (head == "clientConnection")
+    return "endpointd's API client has no rate limit or content type to set";
+  if (head == "logging") return "use --log-level for endpointd's verbosity";
+  return "not used by endpointd";
+}
+
+void leaves(const YAML::Node& n, const std::string& prefix,
+            std::vector<std::pair<std::string, YAML::Node>>& out) {
+  if (n.IsMap() && n.size() > 0) {
+    for (const auto& kv : n) {
+      std::string k = kv.first.as<std::string>();
+      leaves(kv.second, prefix.empty() ? k : prefix + "." + k, out);
+    }
+    return;
+  }
+  out.emplace_back(prefix, n);
+}
+
+// healthzBindAddress: "IP:PORT", "IP" (kube-proxy's port then), or "" (kube-proxy's default).
+std::string healthz_address(const std::string& v, std::string* error) {
+  if (v.empty()) return kHealthzDefault;
+  if (model::IpAddr::parse(v)) {
+    bool v6 = v.find(':') != std::string::npos;
+    return (v6 ? "[" + v + "]" : v) + ":" + std::to_string(kHealthzPort);
+  }
+  auto colon = v.rfind(':');
+  if (colon == std::string::npos) {
+    *error = "healthzBindAddress: \"" + v + "\" is not IP or IP:PORT";
+    return {};
+  }
+  std::string host = v.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  int port = -1;
+  try {
+    size_t used = 0;
+    port = std::stoi(v.substr(colon + 1), &used);
+    if (used != v.size() - colon - 1) port = -1;
+  } catch (...) {
+  }
+  if ((!host.empty() && !model::IpAddr::parse(host)) || port < 0 || port > 65535) {
+    *error = "healthzBindAddress: \"" + v + "\" is not IP or IP:PORT";
+    return {};
+  }
+  return v;
+}
+
+}  // namespace
+
+const KubeProxySetting* KubeProxyConversion::find(const std::string& flag) const {
+  for (const auto& s : settings)
+    if (s.flag == flag) return &s;
+  return nullptr;
+}
+
+bool KubeProxyConversion::is_ignored(const std::string& key) const {
+  return std::any_of(ignored.begin(), ignored.end(), [&](const auto& i) { return i.key == key; });
+}
+
+std::vector<std::string> KubeProxyConversion::report() const {
+  std::vector<std::string> lines;
+  for (const auto& s : settings) {
+    std::string v;
+    for (const auto& x : s.values) v += (v.empty() ? "" : ",") + x;
+    lines.push_back("KubeProxyConfiguration: " + s.from + " -> --" + s.flag + "=" + v);
+  }
+  for (const auto& i : ignored)
+    lines.push_back("KubeProxyConfiguration: ignored " + i.key + " (" + i.value + "): " + i.reason);
+  return lines;
+}
+
+bool is_kubeproxy_configuration(const YAML::Node& root) {
+  return root.IsMap() && root["kind"] && root["kind"].IsScalar() &&
+         root["kind"].as<std::string>() == kKubeProxyKind;
+}
+
+KubeProxyConversion convert_kubeproxy_configuration(const YAML::Node& root) {
+  KubeProxyConversion out;
+  if (!is_kubeproxy_configuration(root)) {
+    out.error = std::string("not a ") + kKubeProxyKind;
+    return out;
+  }
+  if (std::string api = scalar(root["apiVersion"]); api != kKubeProxyApiVersion) {
+    out.error = "apiVersion \"" + api + "\": only " + kKubeProxyApiVersion + " is understood";
+    return out;
+  }
+  std::set<std::string> used = {"kind", "apiVersion"};
+  auto set = [&](std::string flag, std::vector<std::string> values, std::string from) {
+    out.settings.push_back({std::move(flag), std::move(values), std::move(from)});
+  };
+  auto ignore = [&](const std::string& key, const YAML::Node& n, std::string reason) {
+    out.ignored.push_back({key, show(n), std::move(reason)});
+    used.insert(key);
+  };
+
+  // clusterCIDR: "10.244.0.0/16" or "10.244.0.0/16,fd00:10:244::/56".
+  used.insert("clusterCIDR");
+  std::vector<std::string> cidrs;
+  {
+    std::string v = scalar(root["clusterCIDR"]);
+    size_t start = 0;
+    while (start <= v.size() && !v.empty()) {
+      auto comma = v.find(',', start);
+      std::string c =
+          trim(v.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (!c.empty()) {
+        if (!model::IpPrefix::parse(c)) {
+          out.error = "clusterCIDR: \"" + c + "\" is not a CIDR";
+          return out;
+        }
+        cidrs.push_back(c);
+      }
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    if (!cidrs.empty()) set("cluster-cidr", cidrs, "clusterCIDR");
+  }
+
+  // detectLocalMode: only ClusterCIDR (the default, also when empty).
+  used.insert("detectLocalMode");
+  if (std::string mode = scalar(root["detectLocalMode"]); !mode.empty() && mode != "ClusterCIDR") {
+    ignore(
+        "detectLocalMode", root["detectLocalMode"],
+        "endpointd detects local traffic by clusterCIDR only (mode ClusterCIDR)" +
+            std::string(cidrs.empty() ? "; no clusterCIDR is set, so no traffic is treated as local"
+                                      : ""));
+  }
+
+  // nodePortAddresses: CIDRs; kube-proxy's "primary" has no endpointd equivalent.
+  used.insert("nodePortAddresses");
+  if (auto n = root["nodePortAddresses"]; n && n.IsSequence()) {
+    std::vector<std::string> v;
+    for (const auto& e : n) {
+      std::string c = scalar(e);
+      if (c == "primary") {
+        out.ignored.push_back(
+            {"nodePortAddresses", "primary",
+             "endpointd takes CIDRs only; without one NodePorts are served on every node address"});
+        continue;
+      }
+      if (!model::IpPrefix::parse(c)) {
+        out.error = "nodePortAddresses: \"" + c + "\" is not a CIDR";
+        return out;
+      }
+      v.push_back(c);
+    }
+    if (!v.empty()) set("nodeport-addresses", v, "nodePortAddresses");
+  } else if (n && !is_zero(n)) {
+    out.error = "nodePortAddresses: expected a list of CIDRs";
+    return out;
+  }
+
+  // masqueradeAll: top level, or under the iptables / nftables mode sections.
+  {
+    std::string from;
+    for (const char* key : {"masqueradeAll", "iptables.masqueradeAll", "nftables.masqueradeAll"}) {
+      used.insert(key);
+      std::string k = key;
+      auto dot = k.find('.');
+      YAML::Node n =
+          dot == std::string::npos
+              ? root[k]
+              : (root[k.substr(0, dot)] ? root[k.substr(0, dot)][k.substr(dot + 1)] : YAML::Node());
+      if (scalar(n) == "true") from += (from.empty() ? "" : ", ") + k;
+    }
+    if (!from.empty()) set("masquerade-all", {"true"}, from);
+  }
+
+  // healthzBindAddress → the admin server (health, metrics, state), kube-proxy's port 10256.
+  used.insert("healthzBindAddress");
+  {
+    std::string v = scalar(root["healthzBindAddress"]);
+    std::string addr = healthz_address(v, &out.error);
+    if (!out.error.empty()) return out;
+    if (addr.size() > 2 && addr.substr(addr.size() - 2) == ":0") {
+      ignore("healthzBindAddress", root["healthzBindAddress"],
+             "port 0 turns kube-proxy's health server off; endpointd keeps its admin server "
+             "(--admin-listen default)");
+    } else {
+      set("admin-listen", {addr},
+          v.empty() ? "healthzBindAddress (empty: kube-proxy's default " +
+                          std::string(kHealthzDefault) + ")"
+                    : "healthzBindAddress");
+    }
+  }
+
+  used.insert("hostnameOverride");
+  if (std::string h = scalar(root["hostnameOverride"]); !h.empty())
+    set("node-name", {h}, "hostnameOverride");
+
+  used.insert("clientConnection.kubeconfig");
+  if (root["clientConnection"]) {
+    if (std::string k = scalar(root["clientConnection"]["kubeconfig"]); !k.empty())
+      set("kubeconfig", {k}, "clientConnection.kubeconfig");
+  }
+
+  used.insert("logging.format");
+  if (root["logging"]) {
+    std::string f = scalar(root["logging"]["format"]);
+    if (f == "text" || f == "json") {
+      set("log-format", {f}, "logging.format");
+    } else if (!f.empty()) {
+      ignore("logging.format", root["logging"]["format"], "endpointd logs text or json");
+    }
+  }
+
+  used.insert("mode");
+  if (std::string m = scalar(root["mode"]); !m.empty() && m != "nftables") {
+    ignore("mode", root["mode"],
+           "endpointd programs nftables only (tables ip/ip6 endpointd), whatever the mode; remove "
+           "the " +
+               m + " rules kube-proxy left with `kube-proxy --cleanup` before starting endpointd");
+  }
+
+  // Everything else: reported when it holds something other than the default.
+  std::vector<std::pair<std::string, YAML::Node>> all;
+  leaves(root, "", all);
+  for (const auto& [key, n] : all) {
+    if (used.count(key) || is_zero(n)) continue;
+    out.ignored.push_back({key, show(n), reason_for(key)});
+  }
+  return out;
+}
+
+}  // namespace endpointd::daemon

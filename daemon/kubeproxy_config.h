@@ -1,0 +1,64 @@
+// kube-proxy's KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1) read as endpointd
+// settings, so `endpointd run --config` can take the file kube-proxy ran with (kubeadm's
+// kube-system/kube-proxy ConfigMap, key config.conf).
+//
+// What takes effect (as the flag it maps to):
+//   clusterCIDR                         --cluster-cidr (comma-separated list)
+//   detectLocalMode ClusterCIDR or ""   (local traffic is detected by --cluster-cidr)
+//   nodePortAddresses                   --nodeport-addresses (CIDRs; "primary" is ignored)
+//   masqueradeAll, iptables.masqueradeAll, nftables.masqueradeAll   --masquerade-all
+//   healthzBindAddress                  --admin-listen (default kube-proxy's 0.0.0.0:10256)
+//   hostnameOverride                    --node-name
+//   clientConnection.kubeconfig         --kubeconfig
+//   logging.format text|json            --log-format
+// endpointd has one admin server: /healthz, /livez, /readyz, /metrics and /debug/state on
+// healthzBindAddress's address, kube-proxy's health port 10256. kube-proxy serves /metrics on
+// a second address (metricsBindAddress, default 127.0.0.1:10249); endpointd does not, so a
+// metricsBindAddress is reported as ignored and scrapes of :10249 must move to :10256.
+// `mode` must be nftables or empty (endpointd always programs its own nftables tables);
+// another mode is reported. Every other key whose value is not empty, zero or false —
+// conntrack sysctls, sync periods, iptables/ipvs/winkernel settings, bindAddress, ... — is
+// reported as ignored, one entry per key, with the reason. kubeadm writes every field, most
+// at their zero value, and those mean "kube-proxy's default", so they are not reported.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+#include <vector>
+
+namespace endpointd::daemon {
+
+inline constexpr const char* kKubeProxyApiVersion = "kubeproxy.config.k8s.io/v1alpha1";
+inline constexpr const char* kKubeProxyKind = "KubeProxyConfiguration";
+
+struct KubeProxySetting {
+  std::string flag;                 // the endpointd flag's long name, without "--"
+  std::vector<std::string> values;  // one value, or the elements of a list flag
+  std::string from;                 // the KubeProxyConfiguration key(s) it came from
+};
+
+struct KubeProxyIgnored {
+  std::string key;    // dotted path, e.g. "conntrack.maxPerCore"
+  std::string value;  // as written (a map or list is shown in YAML flow style)
+  std::string reason;
+};
+
+struct KubeProxyConversion {
+  std::vector<KubeProxySetting> settings;
+  std::vector<KubeProxyIgnored> ignored;
+  std::string error;  // non-empty: the file cannot be used at all (wrong apiVersion, bad value)
+
+  // The setting for `flag`, or null.
+  const KubeProxySetting* find(const std::string& flag) const;
+  bool is_ignored(const std::string& key) const;
+  // One log line per key: first what took effect, then what was ignored.
+  std::vector<std::string> report() const;
+};
+
+// True if `root` is a map with `kind: KubeProxyConfiguration`.
+bool is_kubeproxy_configuration(const YAML::Node& root);
+// Pure: reads the parsed document, returns endpointd settings and what was ignored.
+KubeProxyConversion convert_kubeproxy_configuration(const YAML::Node& root);
+
+}  // namespace endpointd::daemon
