@@ -4,10 +4,10 @@
 //
 //   spine_bench --data=DIR [google benchmark flags]     (or ENDPOINTD_BENCH_DATA=DIR)
 #include <benchmark/benchmark.h>
-#include <sys/resource.h>
-#include <time.h>
 #include <prometheus/registry.h>
 #include <simdjson.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -54,7 +54,8 @@ struct Data {
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    std::fprintf(stderr, "spine_bench: cannot read %s (run bench/gen_cluster.py first)\n", path.c_str());
+    std::fprintf(stderr, "spine_bench: cannot read %s (run bench/gen_cluster.py first)\n",
+                 path.c_str());
     std::exit(2);
   }
   std::stringstream ss;
@@ -153,7 +154,8 @@ void BM_InitialLoad(benchmark::State& state) {
     auto t0 = Clock::now();
     Lists l = decode_lists(state);
     auto t1 = Clock::now();
-    auto store = std::make_unique<Store>(std::set<ObjectKind>{ObjectKind::kService, ObjectKind::kEndpointSlice});
+    auto store = std::make_unique<Store>(
+        std::set<ObjectKind>{ObjectKind::kService, ObjectKind::kEndpointSlice});
     store->apply(Event{std::move(l.services)});
     store->apply(Event{std::move(l.slices)});
     auto t2 = Clock::now();
@@ -222,14 +224,15 @@ void BM_OneChange_UpdateLoop(benchmark::State& state) {
     if (!ev || !ev->object) return -1;
     auto t1 = Clock::now();
     loop.post(Event{Upsert{std::move(*ev->object)}});
-    auto snap = loop.wait_for([g](const Snapshot& s) { return s.generation > g; },
-                              std::chrono::seconds(5));
+    auto snap =
+        loop.wait_for([g](const Snapshot& s) { return s.generation > g; }, std::chrono::seconds(5));
     auto t2 = Clock::now();
     if (!snap) return -1;
     if (decode_us) *decode_us = us_between(t0, t1);
     if (preempted) *preempted = involuntary_switches() != sw0;
     // The waiter can run before the observer has: wait for it (outside the measured time).
-    while (published_gen.load(std::memory_order_acquire) < snap->generation) std::this_thread::yield();
+    while (published_gen.load(std::memory_order_acquire) < snap->generation)
+      std::this_thread::yield();
     Clock::time_point pub{Clock::duration(published_at.load(std::memory_order_relaxed))};
     if (to_publish_us) *to_publish_us = us_between(t1, pub);
     if (to_seen_us) *to_seen_us = us_between(pub, t2);
@@ -383,7 +386,9 @@ int main(int argc, char** argv) {
     }
   }
   if (g_data_dir.empty()) {
-    std::fprintf(stderr, "usage: spine_bench --data=DIR [benchmark flags] (DIR from bench/gen_cluster.py)\n");
+    std::fprintf(
+        stderr,
+        "usage: spine_bench --data=DIR [benchmark flags] (DIR from bench/gen_cluster.py)\n");
     return 2;
   }
   benchmark::AddCustomContext("data_dir", g_data_dir);

@@ -13,18 +13,18 @@
 #include <filesystem>
 
 #include "daemon/admin.h"
+#include "daemon/sources.h"
+#include "daemon/state_json.h"
 #include "dns/sink.h"
 #include "drain/coordinator.h"
 #include "feed/feed.h"
+#include "pipeline/ack_board.h"
+#include "pipeline/update_loop.h"
 #include "proxy/conntrack.h"
 #include "proxy/healthcheck.h"
 #include "proxy/monitor.h"
 #include "proxy/netlink.h"
 #include "proxy/sink.h"
-#include "daemon/sources.h"
-#include "daemon/state_json.h"
-#include "pipeline/ack_board.h"
-#include "pipeline/update_loop.h"
 
 namespace endpointd::daemon {
 
@@ -178,7 +178,8 @@ bool Daemon::Impl::start_proxy(std::string* error) {
   po.registry = registry.get();
   po.node.node_name = cfg.node_name;
   po.node.node_ips = host_addresses();
-  for (const auto& c : cfg.cluster_cidr) po.node.cluster_cidrs.push_back(*model::IpPrefix::parse(c));
+  for (const auto& c : cfg.cluster_cidr)
+    po.node.cluster_cidrs.push_back(*model::IpPrefix::parse(c));
   for (const auto& c : cfg.nodeport_addresses)
     po.node.node_port_addresses.push_back(*model::IpPrefix::parse(c));
   po.node.masquerade_all = cfg.masquerade_all;
@@ -197,8 +198,10 @@ bool Daemon::Impl::start_proxy(std::string* error) {
   if (mon)
     monitor = std::move(*mon);
   else
-    spdlog::warn("nftables monitor unavailable ({}): changes made by others are repaired only at "
-                 "the next full sync", mon.error());
+    spdlog::warn(
+        "nftables monitor unavailable ({}): changes made by others are repaired only at "
+        "the next full sync",
+        mon.error());
   return true;
 }
 
@@ -206,8 +209,8 @@ bool Daemon::Impl::start_drain(std::string* error) {
   drain::CoordinatorOptions co;
   co.machine.node_name = cfg.node_name;
   co.machine.peer_timeout = std::chrono::milliseconds(cfg.drain_peer_timeout_ms);
-  co.machine.peer_policy = cfg.drain_peer_policy == "wait" ? drain::PeerPolicy::kWait
-                                                           : drain::PeerPolicy::kProceed;
+  co.machine.peer_policy =
+      cfg.drain_peer_policy == "wait" ? drain::PeerPolicy::kWait : drain::PeerPolicy::kProceed;
   co.machine.default_release_after = cfg.drain_release_after == "removed"
                                          ? drain::ReleaseAfter::kRemoved
                                          : drain::ReleaseAfter::kDrained;

@@ -47,7 +47,8 @@ int run(endpointd::daemon::Config cfg) {
 
 int main(int argc, char** argv) {
   // The pod-side client has its own small flag set and must stay quick to start.
-  if (argc > 1 && std::string_view(argv[1]) == "prestop") return endpointd::drain::prestop_main(argc, argv);
+  if (argc > 1 && std::string_view(argv[1]) == "prestop")
+    return endpointd::drain::prestop_main(argc, argv);
   CLI::App app{
       "endpointd: propagates Kubernetes endpoint changes to the node's dataplane, DNS and "
       "proxies, and drains terminating pods safely"};
@@ -60,13 +61,17 @@ int main(int argc, char** argv) {
   endpointd::daemon::Config render_cfg;
   auto* render_cmd =
       app.add_subcommand("render", "Print, in nft syntax, the ruleset endpointd would program");
-  render_cmd->add_option("--source-dir", render_cfg.source_dir, "Directory of manifests")->required();
+  render_cmd->add_option("--source-dir", render_cfg.source_dir, "Directory of manifests")
+      ->required();
   render_cmd->add_option("--node-name", render_cfg.node_name, "The node to render for");
-  render_cmd->add_option("--cluster-cidr", render_cfg.cluster_cidr, "Pod network CIDRs")->delimiter(',');
-  render_cmd->add_option("--nodeport-addresses", render_cfg.nodeport_addresses,
-                         "CIDRs selecting NodePort addresses")
+  render_cmd->add_option("--cluster-cidr", render_cfg.cluster_cidr, "Pod network CIDRs")
       ->delimiter(',');
-  render_cmd->add_flag("--masquerade-all", render_cfg.masquerade_all, "Masquerade all service traffic");
+  render_cmd
+      ->add_option("--nodeport-addresses", render_cfg.nodeport_addresses,
+                   "CIDRs selecting NodePort addresses")
+      ->delimiter(',');
+  render_cmd->add_flag("--masquerade-all", render_cfg.masquerade_all,
+                       "Masquerade all service traffic");
 
   app.add_subcommand("prestop",
                      "Run from a pod's preStop hook: block until the node agent says the pod may "

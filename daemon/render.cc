@@ -18,15 +18,16 @@ int render(const Config& cfg, std::ostream& out, std::ostream& err) {
     return 2;
   }
   pipeline::Store store({model::ObjectKind::kService, model::ObjectKind::kEndpointSlice});
-  watcher::ManifestSource src(cfg.source_dir, [&](model::Event ev) { store.apply(std::move(ev)); },
-                              nullptr);
+  watcher::ManifestSource src(
+      cfg.source_dir, [&](model::Event ev) { store.apply(std::move(ev)); }, nullptr);
   std::error_code ec;
   if (!std::filesystem::is_directory(cfg.source_dir, ec)) {
     err << "endpointd render: " << cfg.source_dir << " is not a readable directory\n";
     return 1;
   }
   src.rescan();
-  for (const auto& e : src.errors()) err << "endpointd render: " << e.file << ": " << e.reason << "\n";
+  for (const auto& e : src.errors())
+    err << "endpointd render: " << e.file << ": " << e.reason << "\n";
   auto snap = store.build(nullptr);
 
   proxy::NodeContext ctx;

@@ -28,7 +28,8 @@ void stamp(const RecordSet* s, int64_t now_ns) {
 
 }  // namespace
 
-Reply error_reply(std::span<const uint8_t> pkt, const Query& q, uint16_t rcode, uint8_t* out, size_t cap) {
+Reply error_reply(std::span<const uint8_t> pkt, const Query& q, uint16_t rcode, uint8_t* out,
+                  size_t cap) {
   Reply r;
   r.action = Reply::Action::kSend;
   r.rcode = rcode;
@@ -56,7 +57,8 @@ Reply answer(const Zone& zone, std::span<const uint8_t> pkt, const Query& q, uin
       return r;
     case ParseStatus::kFormErr:
     case ParseStatus::kNotImp:
-      r.rcode = static_cast<uint16_t>(q.status == ParseStatus::kFormErr ? Rcode::kFormErr : Rcode::kNotImp);
+      r.rcode = static_cast<uint16_t>(q.status == ParseStatus::kFormErr ? Rcode::kFormErr
+                                                                        : Rcode::kNotImp);
       r.size = write_header_only(pkt, static_cast<Rcode>(r.rcode), out, cap);
       r.action = r.size ? Reply::Action::kSend : Reply::Action::kDrop;
       return r;
@@ -94,7 +96,8 @@ Reply answer(const Zone& zone, std::span<const uint8_t> pkt, const Query& q, uin
     }
     if (head + body + opt > limit) {
       r.truncated = true;
-      w.header(q.id, static_cast<uint16_t>(reply_flags(q, true, 0) | flag::kTC), 1, 0, 0, q.edns ? 1 : 0);
+      w.header(q.id, static_cast<uint16_t>(reply_flags(q, true, 0) | flag::kTC), 1, 0, 0,
+               q.edns ? 1 : 0);
       question(w, q);
     } else {
       w.header(q.id, reply_flags(q, true, 0), 1, s.ancount, s.nscount,
@@ -121,7 +124,8 @@ Reply answer(const Zone& zone, std::span<const uint8_t> pkt, const Query& q, uin
     }
   }
   if (lk.kind == Zone::Kind::kNoData || lk.kind == Zone::Kind::kNxDomain) {
-    uint16_t rcode = static_cast<uint16_t>(lk.kind == Zone::Kind::kNxDomain ? Rcode::kNxDomain : Rcode::kNoError);
+    uint16_t rcode = static_cast<uint16_t>(lk.kind == Zone::Kind::kNxDomain ? Rcode::kNxDomain
+                                                                            : Rcode::kNoError);
     r.rcode = rcode;
     bool soa = lk.soa;
     size_t soa_size = soa ? 2 + zone.soa_tail().size() : 0;

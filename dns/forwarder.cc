@@ -40,7 +40,9 @@ std::string cache_key(const Query& q) {
 
 Forwarder::Forwarder(ForwarderOptions opts) : opts_(std::move(opts)) {}
 
-Forwarder::~Forwarder() { stop(); }
+Forwarder::~Forwarder() {
+  stop();
+}
 
 std::optional<std::string> Forwarder::start() {
   static const int lib = ares_library_init(ARES_LIB_INIT_ALL);
@@ -51,7 +53,8 @@ std::optional<std::string> Forwarder::start() {
   o.flags = ARES_FLAG_NOCHECKRESP;
   o.timeout = static_cast<int>(opts_.timeout.count());
   o.tries = opts_.tries;
-  int rc = ares_init_options(&channel_->ch, &o, ARES_OPT_FLAGS | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES);
+  int rc =
+      ares_init_options(&channel_->ch, &o, ARES_OPT_FLAGS | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES);
   if (rc != ARES_SUCCESS) return std::string("ares_init_options: ") + ares_strerror(rc);
   if (!opts_.upstreams.empty()) {
     std::string csv;
@@ -102,8 +105,10 @@ size_t Forwarder::cached(const Query& q, uint8_t* out, size_t cap) {
   std::memcpy(out, e.msg.data(), e.msg.size());
   store_u16(out, q.id);
   // Echo the asker's case: the cached question has the same length.
-  if (e.msg.size() >= kHeaderSize + q.qname.len) std::memcpy(out + kHeaderSize, q.qname.bytes.data(), q.qname.len);
-  auto age = static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::seconds>(now - e.stored).count());
+  if (e.msg.size() >= kHeaderSize + q.qname.len)
+    std::memcpy(out + kHeaderSize, q.qname.bytes.data(), q.qname.len);
+  auto age = static_cast<uint32_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(now - e.stored).count());
   for (const auto& [off, ttl] : e.ttls) store_u32(out + off, ttl > age ? ttl - age : 0);
   cache_hits_++;
   if (metrics_) metrics_->cache_hit();
@@ -157,8 +162,10 @@ void Forwarder::store(const std::string& key, std::span<const uint8_t> reply) {
   if (cache_.size() >= opts_.cache_entries && !cache_.count(key)) {
     // Bounded: first drop what has expired; else an arbitrary entry.
     for (auto it = cache_.begin(); it != cache_.end();) {
-      if (it->second.expires <= e.stored) it = cache_.erase(it);
-      else ++it;
+      if (it->second.expires <= e.stored)
+        it = cache_.erase(it);
+      else
+        ++it;
     }
     if (cache_.size() >= opts_.cache_entries) cache_.erase(cache_.begin());
   }
@@ -176,7 +183,8 @@ void Forwarder::finish(Request* r, int status, std::span<const uint8_t> reply) {
     errors_++;
     if (metrics_) metrics_->forward_error();
     if (status != ARES_EDESTRUCTION)
-      spdlog::debug("dns: forwarding {} failed: {}", name_to_text(r->q.qname.span()), ares_strerror(status));
+      spdlog::debug("dns: forwarding {} failed: {}", name_to_text(r->q.qname.span()),
+                    ares_strerror(status));
     // SERVFAIL with the question.
     Writer w(buf, sizeof buf);
     w.header(r->q.id,
@@ -189,7 +197,8 @@ void Forwarder::finish(Request* r, int status, std::span<const uint8_t> reply) {
     r->done({buf, w.size()});
   }
   if (metrics_ && metrics_->forward_latency)
-    metrics_->forward_latency->Observe(std::chrono::duration<double>(Clock::now() - r->started).count());
+    metrics_->forward_latency->Observe(
+        std::chrono::duration<double>(Clock::now() - r->started).count());
   inflight_--;
 }
 
@@ -209,8 +218,8 @@ void Forwarder::run() {
       batch.swap(queue_);
     }
     for (auto& r : batch) {
-      size_t n = write_query(0, r->q.qname.span(), r->q.qtype, true, r->q.edns ? kOurUdpSize : 0, qbuf,
-                             sizeof qbuf);
+      size_t n = write_query(0, r->q.qname.span(), r->q.qtype, true, r->q.edns ? kOurUdpSize : 0,
+                             qbuf, sizeof qbuf);
       Request* raw = r.release();
       ares_send(channel_->ch, qbuf, static_cast<int>(n), &Forwarder::on_answer, raw);
     }
@@ -239,7 +248,8 @@ void Forwarder::run() {
     for (nfds_t i = 1; i < n; ++i) {
       if (!fds[i].revents) continue;
       any = true;
-      ares_socket_t rd = (fds[i].revents & (POLLIN | POLLERR | POLLHUP)) ? fds[i].fd : ARES_SOCKET_BAD;
+      ares_socket_t rd =
+          (fds[i].revents & (POLLIN | POLLERR | POLLHUP)) ? fds[i].fd : ARES_SOCKET_BAD;
       ares_socket_t wr = (fds[i].revents & POLLOUT) ? fds[i].fd : ARES_SOCKET_BAD;
       ares_process_fd(channel_->ch, rd, wr);
     }

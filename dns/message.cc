@@ -10,7 +10,9 @@
 namespace endpointd::dns {
 namespace {
 
-uint8_t lower(uint8_t c) { return (c >= 'A' && c <= 'Z') ? static_cast<uint8_t>(c + 32) : c; }
+uint8_t lower(uint8_t c) {
+  return (c >= 'A' && c <= 'Z') ? static_cast<uint8_t>(c + 32) : c;
+}
 
 }  // namespace
 
@@ -148,8 +150,8 @@ Query parse_query(std::span<const uint8_t> pkt) {
     if (pos + rdlen > pkt.size()) return q;
     if (t == type::kOPT) {
       if (i < uint32_t{an} + ns) return q;  // OPT only in additional
-      if (q.edns) return q;                  // more than one OPT
-      if (owner.len != 1) return q;          // owner must be the root
+      if (q.edns) return q;                 // more than one OPT
+      if (owner.len != 1) return q;         // owner must be the root
       q.edns = true;
       q.edns_udp_size = cls;
       q.edns_version = static_cast<uint8_t>(ttl >> 16);
@@ -178,7 +180,8 @@ bool Writer::fits(size_t n) {
   return true;
 }
 
-void Writer::header(uint16_t id, uint16_t flags, uint16_t qd, uint16_t an, uint16_t ns, uint16_t ar) {
+void Writer::header(uint16_t id, uint16_t flags, uint16_t qd, uint16_t an, uint16_t ns,
+                    uint16_t ar) {
   u16(id);
   u16(flags);
   u16(qd);
@@ -287,7 +290,8 @@ void Writer::opt(uint16_t udp_size, uint8_t ext_rcode, uint8_t version, bool do_
 size_t write_header_only(std::span<const uint8_t> query, Rcode rc, uint8_t* out, size_t cap) {
   if (query.size() < kHeaderSize || cap < kHeaderSize) return 0;
   uint16_t qflags = load_u16(query.data() + 2);
-  uint16_t flags = flag::kQR | (qflags & (0x7800 | flag::kRD | flag::kCD)) | static_cast<uint16_t>(rc);
+  uint16_t flags =
+      flag::kQR | (qflags & (0x7800 | flag::kRD | flag::kCD)) | static_cast<uint16_t>(rc);
   Writer w(out, cap);
   w.header(load_u16(query.data()), flags, 0, 0, 0, 0);
   return w.ok() ? w.size() : 0;
@@ -407,18 +411,30 @@ std::optional<Message> parse_message(std::span<const uint8_t> pkt) {
 
 std::string_view type_name(uint16_t t) {
   switch (t) {
-    case type::kA: return "A";
-    case type::kNS: return "NS";
-    case type::kCNAME: return "CNAME";
-    case type::kSOA: return "SOA";
-    case type::kPTR: return "PTR";
-    case type::kTXT: return "TXT";
-    case type::kAAAA: return "AAAA";
-    case type::kSRV: return "SRV";
-    case type::kANY: return "ANY";
-    case type::kAXFR: return "AXFR";
-    case type::kIXFR: return "IXFR";
-    default: return "other";
+    case type::kA:
+      return "A";
+    case type::kNS:
+      return "NS";
+    case type::kCNAME:
+      return "CNAME";
+    case type::kSOA:
+      return "SOA";
+    case type::kPTR:
+      return "PTR";
+    case type::kTXT:
+      return "TXT";
+    case type::kAAAA:
+      return "AAAA";
+    case type::kSRV:
+      return "SRV";
+    case type::kANY:
+      return "ANY";
+    case type::kAXFR:
+      return "AXFR";
+    case type::kIXFR:
+      return "IXFR";
+    default:
+      return "other";
   }
 }
 

@@ -18,8 +18,8 @@ inline constexpr size_t kHeaderSize = 12;
 inline constexpr size_t kMaxNameWire = 255;
 inline constexpr size_t kMaxLabel = 63;
 inline constexpr uint16_t kMinUdpSize = 512;
-inline constexpr uint16_t kMaxUdpSize = 4096;   // the most we ever send over UDP
-inline constexpr uint16_t kOurUdpSize = 1232;   // what we advertise in our OPT
+inline constexpr uint16_t kMaxUdpSize = 4096;  // the most we ever send over UDP
+inline constexpr uint16_t kOurUdpSize = 1232;  // what we advertise in our OPT
 
 namespace type {
 inline constexpr uint16_t kA = 1, kNS = 2, kCNAME = 5, kSOA = 6, kPTR = 12, kTXT = 16, kAAAA = 28,
@@ -60,16 +60,16 @@ void lowercase_name(std::span<uint8_t> wire);
 // What the query parser decided.
 enum class ParseStatus : uint8_t {
   kOk,
-  kDrop,      // too short for a header, or a response: never answered
-  kFormErr,   // answer FORMERR with the header only
-  kNotImp,    // an opcode other than QUERY
-  kBadVers,   // EDNS version > 0
+  kDrop,     // too short for a header, or a response: never answered
+  kFormErr,  // answer FORMERR with the header only
+  kNotImp,   // an opcode other than QUERY
+  kBadVers,  // EDNS version > 0
 };
 
 struct Query {
   ParseStatus status = ParseStatus::kDrop;
   uint16_t id = 0;
-  uint16_t flags = 0;  // as received
+  uint16_t flags = 0;    // as received
   WireName qname;        // as received (case kept, for the echo)
   WireName qname_lower;  // for lookups
   uint16_t qtype = 0;
@@ -167,7 +167,9 @@ std::optional<Message> parse_message(std::span<const uint8_t> pkt);
 // position. Pointers must point strictly backwards; at most 127 of them per name.
 bool read_name(std::span<const uint8_t> pkt, size_t* pos, WireName* out);
 
-inline uint16_t load_u16(const uint8_t* p) { return static_cast<uint16_t>((p[0] << 8) | p[1]); }
+inline uint16_t load_u16(const uint8_t* p) {
+  return static_cast<uint16_t>((p[0] << 8) | p[1]);
+}
 inline uint32_t load_u32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
 }

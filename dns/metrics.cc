@@ -9,22 +9,32 @@
 
 namespace endpointd::dns {
 
-const std::vector<double> kLatencyBuckets = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
-                                             0.001,   0.0025,   0.005,   0.01,   0.05,    0.1,
-                                             0.5,     1,        2};
+const std::vector<double> kLatencyBuckets = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025,
+                                             0.0005,  0.001,    0.0025,  0.005,  0.01,
+                                             0.05,    0.1,      0.5,     1,      2};
 
 size_t type_slot(uint16_t t) {
   switch (t) {
-    case type::kA: return 0;
-    case type::kAAAA: return 1;
-    case type::kSRV: return 2;
-    case type::kPTR: return 3;
-    case type::kTXT: return 4;
-    case type::kCNAME: return 5;
-    case type::kSOA: return 6;
-    case type::kNS: return 7;
-    case type::kANY: return 8;
-    default: return 9;
+    case type::kA:
+      return 0;
+    case type::kAAAA:
+      return 1;
+    case type::kSRV:
+      return 2;
+    case type::kPTR:
+      return 3;
+    case type::kTXT:
+      return 4;
+    case type::kCNAME:
+      return 5;
+    case type::kSOA:
+      return 6;
+    case type::kNS:
+      return 7;
+    case type::kANY:
+      return 8;
+    default:
+      return 9;
   }
 }
 
@@ -48,7 +58,8 @@ void LocalCounts::latency(double seconds, size_t n) {
 
 Metrics::Metrics(prometheus::Registry* r) {
   if (!r) return;
-  static const char* kTypes[kTypeSlots] = {"A", "AAAA", "SRV", "PTR", "TXT", "CNAME", "SOA", "NS", "ANY", "other"};
+  static const char* kTypes[kTypeSlots] = {"A",     "AAAA", "SRV", "PTR", "TXT",
+                                           "CNAME", "SOA",  "NS",  "ANY", "other"};
   static const char* kRcodes[kRcodeSlots] = {"NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN",
                                              "NOTIMP",  "REFUSED", "BADVERS",  "dropped"};
   auto& q = prometheus::BuildCounter()
@@ -56,7 +67,8 @@ Metrics::Metrics(prometheus::Registry* r) {
                 .Help("DNS queries answered, by query type and response code")
                 .Register(*r);
   for (size_t t = 0; t < kTypeSlots; ++t)
-    for (size_t c = 0; c < kRcodeSlots; ++c) queries_[t][c] = &q.Add({{"type", kTypes[t]}, {"rcode", kRcodes[c]}});
+    for (size_t c = 0; c < kRcodeSlots; ++c)
+      queries_[t][c] = &q.Add({{"type", kTypes[t]}, {"rcode", kRcodes[c]}});
   latency_ = &prometheus::BuildHistogram()
                   .Name("endpointd_dns_request_duration_seconds")
                   .Help("Time from receiving a query to sending its answer (zone answers)")
@@ -66,7 +78,8 @@ Metrics::Metrics(prometheus::Registry* r) {
                          .Name("endpointd_dns_forward_duration_seconds")
                          .Help("Time to answer a forwarded query")
                          .Register(*r)
-                         .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2, 5});
+                         .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.05,
+                                                                          0.1, 0.5, 1, 2, 5});
   auto& cache = prometheus::BuildCounter()
                     .Name("endpointd_dns_forward_cache_total")
                     .Help("Forwarding cache lookups, by result")
@@ -83,12 +96,14 @@ Metrics::Metrics(prometheus::Registry* r) {
                       .Name("endpointd_dns_programming_duration_seconds")
                       .Help("Time to build and swap in the zone of a snapshot")
                       .Register(*r)
-                      .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5});
-  tcp_rejected_ = &prometheus::BuildCounter()
-                       .Name("endpointd_dns_tcp_connections_rejected_total")
-                       .Help("TCP connections closed at once because the connection limit was reached")
-                       .Register(*r)
-                       .Add({});
+                      .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.005, 0.01,
+                                                                       0.05, 0.1, 0.5, 1, 5});
+  tcp_rejected_ =
+      &prometheus::BuildCounter()
+           .Name("endpointd_dns_tcp_connections_rejected_total")
+           .Help("TCP connections closed at once because the connection limit was reached")
+           .Register(*r)
+           .Add({});
 }
 
 void Metrics::flush(LocalCounts& l) {
@@ -97,17 +112,30 @@ void Metrics::flush(LocalCounts& l) {
     for (size_t t = 0; t < kTypeSlots; ++t)
       for (size_t c = 0; c < kRcodeSlots; ++c)
         if (l.queries[t][c]) queries_[t][c]->Increment(static_cast<double>(l.queries[t][c]));
-    std::vector<double> b(l.latency_buckets.begin(), l.latency_buckets.begin() + kLatencyBuckets.size() + 1);
+    std::vector<double> b(l.latency_buckets.begin(),
+                          l.latency_buckets.begin() + kLatencyBuckets.size() + 1);
     latency_->ObserveMultiple(b, l.latency_sum);
   }
   l = LocalCounts{};
 }
 
-void Metrics::cache_hit() { if (cache_hits_) cache_hits_->Increment(); }
-void Metrics::cache_miss() { if (cache_misses_) cache_misses_->Increment(); }
-void Metrics::forward_error() { if (forward_errors_) forward_errors_->Increment(); }
-void Metrics::forward_shed() { if (forward_shed_) forward_shed_->Increment(); }
-void Metrics::programming(double s) { if (programming_) programming_->Observe(s); }
-void Metrics::tcp_rejected() { if (tcp_rejected_) tcp_rejected_->Increment(); }
+void Metrics::cache_hit() {
+  if (cache_hits_) cache_hits_->Increment();
+}
+void Metrics::cache_miss() {
+  if (cache_misses_) cache_misses_->Increment();
+}
+void Metrics::forward_error() {
+  if (forward_errors_) forward_errors_->Increment();
+}
+void Metrics::forward_shed() {
+  if (forward_shed_) forward_shed_->Increment();
+}
+void Metrics::programming(double s) {
+  if (programming_) programming_->Observe(s);
+}
+void Metrics::tcp_rejected() {
+  if (tcp_rejected_) tcp_rejected_->Increment();
+}
 
 }  // namespace endpointd::dns

@@ -15,8 +15,8 @@ class Histogram;
 
 namespace endpointd::dns {
 
-inline constexpr size_t kTypeSlots = 10;   // A AAAA SRV PTR TXT CNAME SOA NS ANY other
-inline constexpr size_t kRcodeSlots = 8;   // 0..5, BADVERS, dropped
+inline constexpr size_t kTypeSlots = 10;  // A AAAA SRV PTR TXT CNAME SOA NS ANY other
+inline constexpr size_t kRcodeSlots = 8;  // 0..5, BADVERS, dropped
 size_t type_slot(uint16_t qtype);
 size_t rcode_slot(uint16_t rcode);
 extern const std::vector<double> kLatencyBuckets;

@@ -34,7 +34,10 @@ namespace {
 constexpr int kBatch = 32;
 constexpr size_t kRecvSize = 4096;
 
-int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
 
 model::IpAddr peer_ip(const sockaddr_storage& ss) {
   if (ss.ss_family == AF_INET) {
@@ -48,11 +51,13 @@ model::IpAddr peer_ip(const sockaddr_storage& ss) {
   std::memcpy(&sin6, &ss, sizeof sin6);
   uint8_t b[16];
   std::memcpy(b, &sin6.sin6_addr, 16);
-  if (IN6_IS_ADDR_V4MAPPED(&sin6.sin6_addr)) return model::IpAddr::from_bytes(model::IpFamily::kV4, b + 12);
+  if (IN6_IS_ADDR_V4MAPPED(&sin6.sin6_addr))
+    return model::IpAddr::from_bytes(model::IpFamily::kV4, b + 12);
   return model::IpAddr::from_bytes(model::IpFamily::kV6, b);
 }
 
-std::optional<std::pair<sockaddr_storage, socklen_t>> make_addr(const std::string& addr, uint16_t port) {
+std::optional<std::pair<sockaddr_storage, socklen_t>> make_addr(const std::string& addr,
+                                                                uint16_t port) {
   auto ip = model::IpAddr::parse(addr);
   if (!ip) return std::nullopt;
   sockaddr_storage ss{};
@@ -121,7 +126,9 @@ size_t truncated_reply(const Query& q, uint16_t flags, uint8_t* out, size_t cap)
 class Server::Worker {
  public:
   Worker(Server* s, Fd fd) : s_(s), fd_(std::move(fd)) {}
-  void start() { thread_ = std::thread([this] { run(); }); }
+  void start() {
+    thread_ = std::thread([this] { run(); });
+  }
   void join() {
     if (thread_.joinable()) thread_.join();
   }
@@ -129,8 +136,8 @@ class Server::Worker {
 
  private:
   void run();
-  size_t handle(std::span<const uint8_t> pkt, const sockaddr_storage& from, socklen_t fromlen, uint8_t* out,
-                int64_t now);
+  size_t handle(std::span<const uint8_t> pkt, const sockaddr_storage& from, socklen_t fromlen,
+                uint8_t* out, int64_t now);
 
   Server* s_;
   Fd fd_;
@@ -140,8 +147,8 @@ class Server::Worker {
   LocalCounts counts_;
 };
 
-size_t Server::Worker::handle(std::span<const uint8_t> pkt, const sockaddr_storage& from, socklen_t fromlen,
-                              uint8_t* out, int64_t now) {
+size_t Server::Worker::handle(std::span<const uint8_t> pkt, const sockaddr_storage& from,
+                              socklen_t fromlen, uint8_t* out, int64_t now) {
   Query q = parse_query(pkt);
   if (q.status == ParseStatus::kDrop) {
     s_->dropped_++;
@@ -163,8 +170,10 @@ size_t Server::Worker::handle(std::span<const uint8_t> pkt, const sockaddr_stora
       auto done = [fd, from, fromlen, limit, q](std::span<const uint8_t> reply) {
         uint8_t tc[kMaxNameWire + 32];
         std::span<const uint8_t> send = reply;
-        if (reply.size() > limit) send = {tc, truncated_reply(q, load_u16(reply.data() + 2), tc, sizeof tc)};
-        sendto(fd, send.data(), send.size(), MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&from), fromlen);
+        if (reply.size() > limit)
+          send = {tc, truncated_reply(q, load_u16(reply.data() + 2), tc, sizeof tc)};
+        sendto(fd, send.data(), send.size(), MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&from),
+               fromlen);
       };
       if (f->forward(q, std::move(done))) return 0;
       r = error_reply(pkt, q, static_cast<uint16_t>(Rcode::kRefused), out, kMaxUdpSize);
@@ -216,7 +225,8 @@ void Server::Worker::run() {
       zone_version_ = s_->zones_->version();
       zone_ = s_->zones_->load();
     }
-    int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count();
+    int64_t now =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count();
     int ns = 0;
     for (int i = 0; i < n; ++i) {
       if (rmsg[i].msg_hdr.msg_flags & MSG_TRUNC) {  // larger than any query we take
@@ -224,7 +234,8 @@ void Server::Worker::run() {
         continue;
       }
       uint8_t* o = out.data() + ns * kMaxUdpSize;
-      size_t len = handle({in.data() + i * kRecvSize, rmsg[i].msg_len}, from[i], rmsg[i].msg_hdr.msg_namelen, o, now);
+      size_t len = handle({in.data() + i * kRecvSize, rmsg[i].msg_len}, from[i],
+                          rmsg[i].msg_hdr.msg_namelen, o, now);
       if (!len) continue;
       siov[ns] = {o, len};
       smsg[ns].msg_hdr = {};
@@ -244,7 +255,8 @@ void Server::Worker::run() {
       sent += k;
     }
     // Latency as the batch saw it: receive to send, the same for each query of the batch.
-    counts_.latency(std::chrono::duration<double>(Clock::now() - t0).count(), static_cast<size_t>(n));
+    counts_.latency(std::chrono::duration<double>(Clock::now() - t0).count(),
+                    static_cast<size_t>(n));
     if (counts_.pending >= 4096 && s_->metrics_) s_->metrics_->flush(counts_);
   }
   if (s_->metrics_) s_->metrics_->flush(counts_);
@@ -280,7 +292,8 @@ class Server::TcpServer {
   }
 
  private:
-  static constexpr uint64_t kListenTag = ~uint64_t{0}, kStopTag = ~uint64_t{0} - 1, kWakeTag = ~uint64_t{0} - 2;
+  static constexpr uint64_t kListenTag = ~uint64_t{0}, kStopTag = ~uint64_t{0} - 1,
+                            kWakeTag = ~uint64_t{0} - 2;
   struct Conn {
     Fd fd;
     std::vector<uint8_t> in, out;
@@ -320,7 +333,8 @@ void Server::TcpServer::accept_all() {
   while (true) {
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
-    int fd = accept4(listen_.fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd =
+        accept4(listen_.fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
     if (conns_.size() >= s_->opts_.tcp_max_connections) {
       uint64_t n = ++s_->tcp_rejected_;
@@ -450,8 +464,10 @@ void Server::TcpServer::run() {
     if (stop) break;
     auto now = Clock::now();
     for (auto it = conns_.begin(); it != conns_.end();) {
-      if (now - it->second.last > idle) it = conns_.erase(it);
-      else ++it;
+      if (now - it->second.last > idle)
+        it = conns_.erase(it);
+      else
+        ++it;
     }
     if (s_->metrics_) s_->metrics_->flush(counts_);
   }
@@ -463,7 +479,9 @@ void Server::TcpServer::run() {
 Server::Server(ServerOptions opts, const ZoneSlot* zones, Forwarder* forwarder, Metrics* metrics)
     : opts_(std::move(opts)), zones_(zones), forwarder_(forwarder), metrics_(metrics) {}
 
-Server::~Server() { stop(); }
+Server::~Server() {
+  stop();
+}
 
 std::optional<std::string> Server::start() {
   if (!zones_->load()) return std::string("no zone published");
@@ -479,20 +497,22 @@ std::optional<std::string> Server::start() {
     setsockopt(fd.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (reuseport) setsockopt(fd.fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
     auto a = make_addr(opts_.listen_address, port);
-    if (bind(fd.fd, reinterpret_cast<const sockaddr*>(&a->first), a->second) != 0) return std::nullopt;
+    if (bind(fd.fd, reinterpret_cast<const sockaddr*>(&a->first), a->second) != 0)
+      return std::nullopt;
     if (port == 0) port = bound_port(fd.fd);
     return fd;
   };
   // TCP first: with port 0 its port is the one the UDP sockets share.
   auto tcp = bind_one(SOCK_STREAM, false);
   if (!tcp || listen(tcp->fd, 1024) != 0)
-    return "dns: cannot listen on tcp " + opts_.listen_address + ":" + std::to_string(opts_.port) + ": " +
-           std::strerror(errno);
+    return "dns: cannot listen on tcp " + opts_.listen_address + ":" + std::to_string(opts_.port) +
+           ": " + std::strerror(errno);
   int workers = std::max(1, opts_.workers);
   for (int i = 0; i < workers; ++i) {
     auto udp = bind_one(SOCK_DGRAM, true);
     if (!udp)
-      return "dns: cannot bind udp " + opts_.listen_address + ":" + std::to_string(port) + ": " + std::strerror(errno);
+      return "dns: cannot bind udp " + opts_.listen_address + ":" + std::to_string(port) + ": " +
+             std::strerror(errno);
     workers_.push_back(std::make_unique<Worker>(this, std::move(*udp)));
   }
   port_ = port;

@@ -50,13 +50,15 @@ DnsSink::DnsSink(DnsOptions opts, pipeline::AckBoard* board, prometheus::Registr
       builder_(zone_opts_) {
   zones_.publish(Zone::unsynced(zone_opts_));
   if (opts_.forward_allow.empty())
-    for (const char* p : {"127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
-                          "::1/128", "fc00::/7"})
+    for (const char* p : {"127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+                          "100.64.0.0/10", "::1/128", "fc00::/7"})
       opts_.forward_allow.push_back(*model::IpPrefix::parse(p));
   if (board_) board_->add("dns");
 }
 
-DnsSink::~DnsSink() { stop(); }
+DnsSink::~DnsSink() {
+  stop();
+}
 
 std::optional<std::string> DnsSink::start() {
   auto listen = parse_listen(opts_.listen);
@@ -86,8 +88,8 @@ std::optional<std::string> DnsSink::start() {
     server_.reset();
     return err;
   }
-  spdlog::info("dns: serving {} on {} port {} ({} workers)", opts_.zone, listen->first, server_->port(),
-               opts_.workers);
+  spdlog::info("dns: serving {} on {} port {} ({} workers)", opts_.zone, listen->first,
+               server_->port(), opts_.workers);
   return std::nullopt;
 }
 
@@ -110,7 +112,8 @@ void DnsSink::apply(const model::SnapshotPtr& snap, const model::Delta& delta) {
 }
 
 int64_t DnsSink::horizon_ns() const {
-  auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  auto now =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
   return now - int64_t{opts_.ttl} * 1'000'000'000;
 }
 

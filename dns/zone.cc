@@ -20,7 +20,9 @@ std::optional<PodMode> parse_pod_mode(std::string_view s) {
   return std::nullopt;
 }
 
-uint64_t name_hash(std::string_view wire) { return std::hash<std::string_view>{}(wire); }
+uint64_t name_hash(std::string_view wire) {
+  return std::hash<std::string_view>{}(wire);
+}
 
 namespace {
 
@@ -38,7 +40,8 @@ void AnswerLog::stamp(const IpAddr& a, int64_t now_ns) const {
   uint64_t h = address_hash(a);
   for (size_t s : {h & (kSlots - 1), (h >> 32) & (kSlots - 1)}) {
     // Written only when it moves forward, so that workers rarely share the cache line.
-    if (slots_[s].load(std::memory_order_relaxed) < now_ns) slots_[s].store(now_ns, std::memory_order_relaxed);
+    if (slots_[s].load(std::memory_order_relaxed) < now_ns)
+      slots_[s].store(now_ns, std::memory_order_relaxed);
   }
 }
 
@@ -116,7 +119,8 @@ WireName reverse_name(const IpAddr& a) {
       std::memcpy(n.bytes.data() + p, digits, len);
       p += len;
     }
-    static constexpr uint8_t kSuffix[] = {7, 'i', 'n', '-', 'a', 'd', 'd', 'r', 4, 'a', 'r', 'p', 'a', 0};
+    static constexpr uint8_t kSuffix[] = {7,   'i', 'n', '-', 'a', 'd', 'd',
+                                          'r', 4,   'a', 'r', 'p', 'a', 0};
     std::memcpy(n.bytes.data() + p, kSuffix, sizeof kSuffix);
     n.len = static_cast<uint8_t>(p + sizeof kSuffix);
     return n;
@@ -180,11 +184,15 @@ class BlockWriter {
     Rec& r = add(node, 0, kExists, 0, node);
     (void)r;
   }
-  void address(uint32_t node, const IpAddr& a) { address_in(node, a.is_v4() ? type::kA : type::kAAAA, kAnswer, node, a); }
+  void address(uint32_t node, const IpAddr& a) {
+    address_in(node, a.is_v4() ? type::kA : type::kAAAA, kAnswer, node, a);
+  }
   void additional_address(uint32_t node, uint16_t set_type, uint32_t owner, const IpAddr& a) {
     address_in(node, set_type, kAdditional, owner, a);
   }
-  void name_record(uint32_t node, uint16_t t, uint32_t target) { add(node, t, kAnswer, t, node).target = target; }
+  void name_record(uint32_t node, uint16_t t, uint32_t target) {
+    add(node, t, kAnswer, t, node).target = target;
+  }
   void srv(uint32_t node, uint16_t prio, uint16_t weight, uint16_t port, uint32_t target) {
     Rec& r = add(node, type::kSRV, kAnswer, type::kSRV, node);
     store_u16(r.rdata.data(), prio);
@@ -228,7 +236,8 @@ class BlockWriter {
     node_of_.assign(names_.size(), kNone);
     for (size_t k = 0; k < order_.size(); ++k) {
       const Rec& r = recs_[order_[k]];
-      bool new_node = nodes_.empty() || names_[nodes_.back().name].view() != names_[r.set_owner].view();
+      bool new_node =
+          nodes_.empty() || names_[nodes_.back().name].view() != names_[r.set_owner].view();
       if (new_node) nodes_.push_back({r.set_owner, static_cast<uint32_t>(sets_.size()), 0, false});
       NodeSpec& n = nodes_.back();
       node_of_[r.set_owner] = static_cast<uint32_t>(nodes_.size() - 1);
@@ -317,7 +326,8 @@ class BlockWriter {
     r.owner = owner;
     return r;
   }
-  void address_in(uint32_t node, uint16_t set_type, uint8_t section, uint32_t owner, const IpAddr& a) {
+  void address_in(uint32_t node, uint16_t set_type, uint8_t section, uint32_t owner,
+                  const IpAddr& a) {
     Rec& r = add(node, set_type, section, a.is_v4() ? type::kA : type::kAAAA, owner);
     std::memcpy(r.rdata.data(), a.data(), a.size());
     r.rdlen = static_cast<uint8_t>(a.size());
@@ -405,7 +415,8 @@ namespace {
 
 struct KeyHash {
   size_t operator()(const model::ServiceKey& k) const {
-    return std::hash<std::string>{}(k.ns) * 0x9e3779b97f4a7c15ull ^ std::hash<std::string>{}(k.name);
+    return std::hash<std::string>{}(k.ns) * 0x9e3779b97f4a7c15ull ^
+           std::hash<std::string>{}(k.name);
   }
 };
 
@@ -436,7 +447,8 @@ class ZoneBuilder::Impl {
       for (const auto& sp : snap->services) add_service(sp);
       if (opts_.pod_mode != PodMode::kDisabled) update_pods(snap->pods);
     } else {
-      bool follows = delta.from_generation == prev_->generation && delta.to_generation == snap->generation &&
+      bool follows = delta.from_generation == prev_->generation &&
+                     delta.to_generation == snap->generation &&
                      prev_->generation != snap->generation;
       const model::Delta& d = follows ? delta : (diffed_ = model::diff(prev_.get(), *snap));
       for (const auto& key : d.removed) remove_service(key);
@@ -463,7 +475,8 @@ class ZoneBuilder::Impl {
     int64_t best = pod_answers_->last(a);
     if (auto it = departed_.find(a); it != departed_.end()) best = std::max(best, it->second);
     if (auto it = by_address_.find(a); it != by_address_.end())
-      for (const RecordSet* s : it->second) best = std::max(best, s->last_served_ns.load(std::memory_order_relaxed));
+      for (const RecordSet* s : it->second)
+        best = std::max(best, s->last_served_ns.load(std::memory_order_relaxed));
     for (const auto& b : retired_)
       for (const RecordSet& s : b->sets())
         if (std::find(s.addresses.begin(), s.addresses.end(), a) != s.addresses.end())
@@ -712,7 +725,8 @@ class ZoneBuilder::Impl {
       e.block = writer_.finish();
       return e;
     }
-    auto srv_names = [&](const model::ServicePort& p) -> std::optional<std::pair<uint32_t, uint32_t>> {
+    auto srv_names =
+        [&](const model::ServicePort& p) -> std::optional<std::pair<uint32_t, uint32_t>> {
       auto proto = model::to_string(p.protocol);
       auto owner = NameBuf().text(p.name, '_').text(proto, '_').finish(*base);
       auto parent = NameBuf().text(proto, '_').finish(*base);
@@ -744,7 +758,8 @@ class ZoneBuilder::Impl {
       for (const auto& ep : st.endpoints) {
         if (ep.conditions.terminating) continue;
         if (!ep.conditions.ready && !svc.publish_not_ready_addresses) continue;
-        auto hn = NameBuf().text(ep.hostname.empty() ? ep.address.dashed() : ep.hostname).finish(*base);
+        auto hn =
+            NameBuf().text(ep.hostname.empty() ? ep.address.dashed() : ep.hostname).finish(*base);
         if (!hn) continue;
         eps.emplace_back(&ep, writer_.name(*hn));
       }
@@ -860,7 +875,8 @@ class ZoneBuilder::Impl {
     by_shard_.resize(ops_.size());
     {
       std::vector<uint32_t> next(shard_start_.begin(), shard_start_.end() - 1);
-      for (uint32_t i = 0; i < ops_.size(); ++i) by_shard_[next[ops_[i].hash & (Zone::kShards - 1)]++] = i;
+      for (uint32_t i = 0; i < ops_.size(); ++i)
+        by_shard_[next[ops_[i].hash & (Zone::kShards - 1)]++] = i;
     }
     stats_.names += ops_.size();
     for (size_t s = 0; s < Zone::kShards; ++s) {
@@ -934,11 +950,21 @@ ZoneBuilder::~ZoneBuilder() = default;
 ZonePtr ZoneBuilder::apply(const model::SnapshotPtr& snap, const model::Delta& delta) {
   return impl_->apply(snap, delta);
 }
-ZonePtr ZoneBuilder::current() const { return impl_->zone_; }
-const ZoneBuilder::Stats& ZoneBuilder::last_stats() const { return impl_->stats_; }
-std::optional<int64_t> ZoneBuilder::last_served_ns(const IpAddr& a) const { return impl_->last_served_ns(a); }
-void ZoneBuilder::harvest(int64_t horizon_ns) { impl_->harvest(horizon_ns); }
-size_t ZoneBuilder::retired_blocks() const { return impl_->retired_.size(); }
+ZonePtr ZoneBuilder::current() const {
+  return impl_->zone_;
+}
+const ZoneBuilder::Stats& ZoneBuilder::last_stats() const {
+  return impl_->stats_;
+}
+std::optional<int64_t> ZoneBuilder::last_served_ns(const IpAddr& a) const {
+  return impl_->last_served_ns(a);
+}
+void ZoneBuilder::harvest(int64_t horizon_ns) {
+  impl_->harvest(horizon_ns);
+}
+size_t ZoneBuilder::retired_blocks() const {
+  return impl_->retired_.size();
+}
 
 // ---------------------------------------------------------------------------------------
 
@@ -961,13 +987,17 @@ std::vector<std::string> Zone::names() const {
   for (const auto& s : shards_)
     if (s)
       for (const auto& e : s->slots)
-        if (e.node) out.push_back(name_to_text({reinterpret_cast<const uint8_t*>(e.node->name.data()),  // our bytes
-                                                e.node->name.size()}));
+        if (e.node)
+          out.push_back(
+              name_to_text({reinterpret_cast<const uint8_t*>(e.node->name.data()),  // our bytes
+                            e.node->name.size()}));
   std::sort(out.begin(), out.end());
   return out;
 }
 
-bool Zone::in_zone(const WireName& q) const { return label_at_boundary_suffix(q, apex_, nullptr); }
+bool Zone::in_zone(const WireName& q) const {
+  return label_at_boundary_suffix(q, apex_, nullptr);
+}
 
 const ZoneNode* Zone::find(std::string_view name) const {
   uint64_t h = name_hash(name);

@@ -105,8 +105,8 @@ class Zone {
   struct Lookup {
     Kind kind = Kind::kNotOurs;
     const RecordSet* set = nullptr;
-    bool soa = true;       // negative answers: add the SOA
-    uint8_t soa_at = 0;    // where the SOA's owner starts inside the question name
+    bool soa = true;            // negative answers: add the SOA
+    uint8_t soa_at = 0;         // where the SOA's owner starts inside the question name
     model::IpAddr pod_address;  // kPodAddress (insecure pod mode, name not pre-encoded)
   };
 
@@ -157,7 +157,8 @@ class Zone {
   uint64_t generation_ = 0;
   bool synced_ = false;
   size_t name_count_ = 0;
-  std::vector<std::shared_ptr<const Shard>> shards_ = std::vector<std::shared_ptr<const Shard>>(kShards);
+  std::vector<std::shared_ptr<const Shard>> shards_ =
+      std::vector<std::shared_ptr<const Shard>>(kShards);
   std::shared_ptr<const AnswerLog> pod_answers_;
 };
 

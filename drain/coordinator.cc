@@ -32,7 +32,9 @@ struct Coordinator::Metrics {
     }
     stage = &prometheus::BuildHistogram()
                  .Name("endpointd_drain_stage_duration_seconds")
-                 .Help("Time a terminating endpoint spent before reaching each drain stage, by stage reached")
+                 .Help(
+                     "Time a terminating endpoint spent before reaching each drain stage, by stage "
+                     "reached")
                  .Register(*r);
     deadlines = &prometheus::BuildCounter()
                      .Name("endpointd_drain_deadlines_total")
@@ -41,23 +43,32 @@ struct Coordinator::Metrics {
     auto counter = [&](const char* name, const char* help) {
       return &prometheus::BuildCounter().Name(name).Help(help).Register(*r).Add({});
     };
-    peers_unconfirmed = counter("endpointd_drain_peers_unconfirmed_total",
-                                "Peer agents that did not confirm an endpoint's removal by their deadline");
+    peers_unconfirmed =
+        counter("endpointd_drain_peers_unconfirmed_total",
+                "Peer agents that did not confirm an endpoint's removal by their deadline");
     conntrack_unavailable = counter("endpointd_drain_conntrack_unavailable_total",
                                     "Drains that could not count live connections in conntrack");
-    no_endpoints = counter("endpointd_drain_no_endpoints_total", "prestop calls from pods without endpoints");
-    never_terminating = counter("endpointd_drain_never_terminating_total",
-                                "Endpoints of terminating pods never shown terminating within the budget");
-    not_terminating_in_api = counter("endpointd_drain_not_terminating_in_api_total",
-                                     "prestop calls whose pod the API did not show terminating in time");
+    no_endpoints =
+        counter("endpointd_drain_no_endpoints_total", "prestop calls from pods without endpoints");
+    never_terminating =
+        counter("endpointd_drain_never_terminating_total",
+                "Endpoints of terminating pods never shown terminating within the budget");
+    not_terminating_in_api =
+        counter("endpointd_drain_not_terminating_in_api_total",
+                "prestop calls whose pod the API did not show terminating in time");
     prestop = &prometheus::BuildCounter()
                    .Name("endpointd_drain_prestop_total")
                    .Help("prestop calls by outcome: released, failed, refused")
                    .Register(*r);
-    active = &prometheus::BuildGauge().Name("endpointd_drain_active").Help("Drains in progress").Register(*r).Add({});
+    active = &prometheus::BuildGauge()
+                  .Name("endpointd_drain_active")
+                  .Help("Drains in progress")
+                  .Register(*r)
+                  .Add({});
   }
   void observe(const Transition& t) {
-    static const std::vector<double> buckets = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+    static const std::vector<double> buckets = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                0.5,   1,     2.5,  5,     10,   30,  60};
     stage->Add({{"stage", std::string(to_string(t.to))}}, buckets)
         .Observe(std::chrono::duration<double>(t.stage_duration).count());
   }
@@ -69,8 +80,8 @@ struct BoardHook {
   Coordinator* target = nullptr;
 };
 
-Coordinator::Coordinator(pipeline::AckBoard* board, proxy::Conntrack* conntrack, DnsExpiry dns_expiry,
-                         CoordinatorOptions opts)
+Coordinator::Coordinator(pipeline::AckBoard* board, proxy::Conntrack* conntrack,
+                         DnsExpiry dns_expiry, CoordinatorOptions opts)
     : board_(board),
       conntrack_(conntrack),
       dns_expiry_(std::move(dns_expiry)),
@@ -78,7 +89,9 @@ Coordinator::Coordinator(pipeline::AckBoard* board, proxy::Conntrack* conntrack,
       metrics_(std::make_unique<Metrics>(opts_.registry)),
       machine_(opts_.machine) {}
 
-Coordinator::~Coordinator() { stop(); }
+Coordinator::~Coordinator() {
+  stop();
+}
 
 bool Coordinator::start(std::string* error) {
   hook_ = std::make_shared<BoardHook>();
@@ -95,20 +108,22 @@ bool Coordinator::start(std::string* error) {
   for (size_t i = 0; i < std::max<size_t>(1, opts_.peer_concurrency); ++i)
     peer_threads_.emplace_back([this] { peer_worker(); });
   if (!opts_.peer_listen.empty()) {
-    peer_server_ = std::make_unique<PeerServer>(this, opts_.machine.node_name, opts_.peer_answer_max);
+    peer_server_ =
+        std::make_unique<PeerServer>(this, opts_.machine.node_name, opts_.peer_answer_max);
     auto port = peer_server_->start(opts_.peer_listen, error);
     if (!port) return false;
     bound_peer_port_ = *port;
   }
   if (!opts_.drain_socket.empty()) {
-    prestop_server_ = std::make_unique<PrestopServer>(this, opts_.machine.node_name, opts_.prestop_max_connections,
-                                                      [this](const std::string& result) {
-                                                        metrics_->prestop->Add({{"result", result}}).Increment();
-                                                      });
+    prestop_server_ = std::make_unique<PrestopServer>(
+        this, opts_.machine.node_name, opts_.prestop_max_connections,
+        [this](const std::string& result) {
+          metrics_->prestop->Add({{"result", result}}).Increment();
+        });
     if (!prestop_server_->start(opts_.drain_socket, error)) return false;
   }
-  spdlog::info("drain: coordinator on node {} (peers on {}, prestop socket {})", opts_.machine.node_name,
-               opts_.peer_listen.empty() ? "-" : opts_.peer_listen,
+  spdlog::info("drain: coordinator on node {} (peers on {}, prestop socket {})",
+               opts_.machine.node_name, opts_.peer_listen.empty() ? "-" : opts_.peer_listen,
                opts_.drain_socket.empty() ? "-" : opts_.drain_socket);
   return true;
 }
@@ -158,8 +173,8 @@ model::SnapshotPtr Coordinator::snapshot() const {
   return latest_;
 }
 
-model::SnapshotPtr Coordinator::wait_snapshot(const std::function<bool(const model::Snapshot&)>& pred,
-                                              TimePoint deadline) const {
+model::SnapshotPtr Coordinator::wait_snapshot(
+    const std::function<bool(const model::Snapshot&)>& pred, TimePoint deadline) const {
   std::unique_lock lock(mu_);
   while (true) {
     if (latest_ && pred(*latest_)) return latest_;
@@ -208,7 +223,8 @@ LocalRemoval Coordinator::await_local_removal(const model::IpAddr& ip, TimePoint
   }
 }
 
-Verdict Coordinator::prestop(const model::ObjectKey& pod, const std::string& uid, const std::function<bool()>& gone) {
+Verdict Coordinator::prestop(const model::ObjectKey& pod, const std::string& uid,
+                             const std::function<bool()>& gone) {
   std::unique_lock lock(mu_);
   uint64_t id = machine_.add_waiter(pod, uid, Clock::now());
   dirty_ = true;
@@ -216,7 +232,8 @@ Verdict Coordinator::prestop(const model::ObjectKey& pod, const std::string& uid
   int64_t grace = 30;
   if (latest_)
     if (const model::Pod* p = latest_->find_pod(pod)) grace = p->termination_grace_period_seconds;
-  TimePoint hard = Clock::now() + std::chrono::seconds(grace) + opts_.machine.terminating_wait + std::chrono::seconds(5);
+  TimePoint hard = Clock::now() + std::chrono::seconds(grace) + opts_.machine.terminating_wait +
+                   std::chrono::seconds(5);
   while (true) {
     if (auto v = machine_.verdict(id)) {
       machine_.remove_waiter(id);
@@ -254,14 +271,18 @@ void Coordinator::record(const std::vector<Transition>& ts) {
     if (now > before) m->Increment(static_cast<double>(now - before));
   };
   if (c.removal_deadlines > last_counters_.removal_deadlines)
-    metrics_->deadlines->Add({{"stage", "removal"}}).Increment(static_cast<double>(c.removal_deadlines - last_counters_.removal_deadlines));
+    metrics_->deadlines->Add({{"stage", "removal"}})
+        .Increment(static_cast<double>(c.removal_deadlines - last_counters_.removal_deadlines));
   if (c.drain_deadlines > last_counters_.drain_deadlines)
-    metrics_->deadlines->Add({{"stage", "drain"}}).Increment(static_cast<double>(c.drain_deadlines - last_counters_.drain_deadlines));
+    metrics_->deadlines->Add({{"stage", "drain"}})
+        .Increment(static_cast<double>(c.drain_deadlines - last_counters_.drain_deadlines));
   bump(metrics_->peers_unconfirmed, c.peers_unconfirmed, last_counters_.peers_unconfirmed);
-  bump(metrics_->conntrack_unavailable, c.conntrack_unavailable, last_counters_.conntrack_unavailable);
+  bump(metrics_->conntrack_unavailable, c.conntrack_unavailable,
+       last_counters_.conntrack_unavailable);
   bump(metrics_->no_endpoints, c.no_endpoints, last_counters_.no_endpoints);
   bump(metrics_->never_terminating, c.never_terminating, last_counters_.never_terminating);
-  bump(metrics_->not_terminating_in_api, c.not_terminating_in_api, last_counters_.not_terminating_in_api);
+  bump(metrics_->not_terminating_in_api, c.not_terminating_in_api,
+       last_counters_.not_terminating_in_api);
   last_counters_ = c;
   metrics_->active->Set(static_cast<double>(machine_.drains().size()));
 }
@@ -279,14 +300,17 @@ void Coordinator::run() {
       auto started = machine_.on_snapshot(snap, Clock::now());
       for (const auto& ip : started) {
         const Drain& d = machine_.drains().at(ip);
-        TimePoint deadline = opts_.machine.peer_policy == PeerPolicy::kWait ? d.removal_deadline
-                                                                           : d.start + opts_.machine.peer_timeout;
+        TimePoint deadline = opts_.machine.peer_policy == PeerPolicy::kWait
+                                 ? d.removal_deadline
+                                 : d.start + opts_.machine.peer_timeout;
         for (const auto& [node, p] : d.peers) {
           if (p.state != PeerState::State::kPending) continue;
-          std::string host = p.address.find(':') != std::string::npos ? "[" + p.address + "]" : p.address;
+          std::string host =
+              p.address.find(':') != std::string::npos ? "[" + p.address + "]" : p.address;
           peer_jobs_.push_back({ip, node, host + ":" + std::to_string(opts_.peer_port), deadline});
         }
-        spdlog::info("drain: {} (pod {}) stop-accepting; asking {} peers", ip.str(), d.pod.str(), d.peers.size());
+        spdlog::info("drain: {} (pod {}) stop-accepting; asking {} peers", ip.str(), d.pod.str(),
+                     d.peers.size());
       }
       if (!started.empty()) cv_.notify_all();
     }
@@ -299,8 +323,10 @@ void Coordinator::run() {
       } else {
         auto counts = conntrack_->count_flows_to_each(need);
         for (size_t i = 0; i < need.size(); ++i) {
-          if (counts.ok()) flows.emplace(need[i], counts.value()[i]);
-          else flows.emplace(need[i], Error{counts.error()});
+          if (counts.ok())
+            flows.emplace(need[i], counts.value()[i]);
+          else
+            flows.emplace(need[i], Error{counts.error()});
         }
       }
     }

@@ -85,12 +85,14 @@ class Coordinator {
 
   // A prestop call from a pod, identified by the caller. Blocks until a verdict, the caller
   // hanging up (`gone` returns true) or `hard_deadline`.
-  Verdict prestop(const model::ObjectKey& pod, const std::string& uid, const std::function<bool()>& gone);
+  Verdict prestop(const model::ObjectKey& pod, const std::string& uid,
+                  const std::function<bool()>& gone);
 
   // The newest snapshot the coordinator has seen.
   model::SnapshotPtr snapshot() const;
   // Waits until a snapshot arrived that satisfies pred (for the prestop server: the pod list).
-  model::SnapshotPtr wait_snapshot(const std::function<bool(const model::Snapshot&)>& pred, TimePoint deadline) const;
+  model::SnapshotPtr wait_snapshot(const std::function<bool(const model::Snapshot&)>& pred,
+                                   TimePoint deadline) const;
 
  private:
   struct Metrics;
@@ -114,8 +116,8 @@ class Coordinator {
   std::unique_ptr<Metrics> metrics_;
 
   mutable std::mutex mu_;
-  mutable std::condition_variable cv_;        // work for run()
-  mutable std::condition_variable changed_;   // verdicts, board changes, snapshots
+  mutable std::condition_variable cv_;       // work for run()
+  mutable std::condition_variable changed_;  // verdicts, board changes, snapshots
   Machine machine_;
   model::SnapshotPtr pending_;  // newest snapshot not yet given to the machine
   model::SnapshotPtr latest_;

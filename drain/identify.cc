@@ -28,7 +28,9 @@ std::optional<ino_t> inode_of(const std::string& path) {
   return st.st_ino;
 }
 
-bool is_hex(char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; }
+bool is_hex(char c) {
+  return std::isxdigit(static_cast<unsigned char>(c)) != 0;
+}
 
 }  // namespace
 
@@ -36,7 +38,8 @@ std::string Caller::describe() const {
   std::string a;
   for (const auto& ip : addresses) a += (a.empty() ? "" : ",") + ip.str();
   return "pid " + std::to_string(pid) + " (uid " + std::to_string(uid) + ", addresses [" + a + "]" +
-         (host_netns ? ", host network namespace" : "") + (pod_uid.empty() ? "" : ", cgroup pod " + pod_uid) + ")";
+         (host_netns ? ", host network namespace" : "") +
+         (pod_uid.empty() ? "" : ", cgroup pod " + pod_uid) + ")";
 }
 
 std::vector<model::IpAddr> parse_fib_trie_local(const std::string& text) {
@@ -48,12 +51,14 @@ std::vector<model::IpAddr> parse_fib_trie_local(const std::string& text) {
     auto pos = line.find("|-- ");
     if (pos != std::string::npos) {
       last = line.substr(pos + 4);
-      while (!last.empty() && std::isspace(static_cast<unsigned char>(last.back()))) last.pop_back();
+      while (!last.empty() && std::isspace(static_cast<unsigned char>(last.back())))
+        last.pop_back();
       continue;
     }
     if (line.find("/32 host LOCAL") != std::string::npos && !last.empty()) {
       auto ip = model::IpAddr::parse(last);
-      if (ip && !ip->is_loopback() && std::find(out.begin(), out.end(), *ip) == out.end()) out.push_back(*ip);
+      if (ip && !ip->is_loopback() && std::find(out.begin(), out.end(), *ip) == out.end())
+        out.push_back(*ip);
     }
   }
   return out;
@@ -72,8 +77,10 @@ std::vector<model::IpAddr> parse_if_inet6(const std::string& text) {
     uint8_t b[16];
     bool ok = true;
     for (int i = 0; i < 16 && ok; ++i) {
-      if (!is_hex(hex[2 * i]) || !is_hex(hex[2 * i + 1])) ok = false;
-      else b[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+      if (!is_hex(hex[2 * i]) || !is_hex(hex[2 * i + 1]))
+        ok = false;
+      else
+        b[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
     }
     if (!ok) continue;
     auto ip = model::IpAddr::from_bytes(model::IpFamily::kV6, b);
@@ -136,8 +143,8 @@ const model::Pod* match_pod(const model::Snapshot& snap, const std::string& node
     for (const auto& p : snap.pods) {
       if (p->uid != c.pod_uid) continue;
       if (p->node_name != node) {
-        *reason = "caller " + c.describe() + " is pod " + p->key.str() + " of node " + p->node_name +
-                  ", not of node " + node;
+        *reason = "caller " + c.describe() + " is pod " + p->key.str() + " of node " +
+                  p->node_name + ", not of node " + node;
         return nullptr;
       }
       return p.get();
@@ -151,7 +158,8 @@ const model::Pod* match_pod(const model::Snapshot& snap, const std::string& node
     }
   }
   *reason = "caller " + c.describe() + " is not a pod on node " + node +
-            (c.host_netns ? ": it runs in the node's own network namespace" : ": no pod of this node has its addresses");
+            (c.host_netns ? ": it runs in the node's own network namespace"
+                          : ": no pod of this node has its addresses");
   return nullptr;
 }
 

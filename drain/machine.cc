@@ -11,11 +11,16 @@ namespace endpointd::drain {
 
 std::string_view to_string(Stage s) {
   switch (s) {
-    case Stage::kWaitingTerminating: return "waiting-terminating";
-    case Stage::kStopAccepting: return "stop-accepting";
-    case Stage::kRemoved: return "removed";
-    case Stage::kDrained: return "drained";
-    case Stage::kReleased: return "released";
+    case Stage::kWaitingTerminating:
+      return "waiting-terminating";
+    case Stage::kStopAccepting:
+      return "stop-accepting";
+    case Stage::kRemoved:
+      return "removed";
+    case Stage::kDrained:
+      return "drained";
+    case Stage::kReleased:
+      return "released";
   }
   return "?";
 }
@@ -72,15 +77,18 @@ const model::Pod* Machine::pod_for(const model::IpAddr& ip) const {
 
 void Machine::set_budget(Drain& d, TimePoint now) const {
   int64_t grace_s = 30;
-  if (const model::Pod* p = pod_for(d.ip)) grace_s = std::max<int64_t>(0, p->termination_grace_period_seconds);
+  if (const model::Pod* p = pod_for(d.ip))
+    grace_s = std::max<int64_t>(0, p->termination_grace_period_seconds);
   milliseconds grace{grace_s * 1000};
-  auto margin = std::max(opts_.min_margin,
-                         milliseconds(static_cast<int64_t>(static_cast<double>(grace.count()) * opts_.margin_fraction)));
+  auto margin =
+      std::max(opts_.min_margin, milliseconds(static_cast<int64_t>(
+                                     static_cast<double>(grace.count()) * opts_.margin_fraction)));
   auto budget = std::max(milliseconds(0), grace - margin);
   d.start = now;
   d.budget_end = now + budget;
   d.removal_deadline = d.budget_end;
-  if (opts_.removal_timeout.count() > 0) d.removal_deadline = std::min(d.budget_end, now + opts_.removal_timeout);
+  if (opts_.removal_timeout.count() > 0)
+    d.removal_deadline = std::min(d.budget_end, now + opts_.removal_timeout);
 }
 
 Drain& Machine::ensure(const model::IpAddr& ip, TimePoint now, bool* created) {
@@ -180,7 +188,9 @@ uint64_t Machine::add_waiter(const model::ObjectKey& pod, const std::string& uid
   return id;
 }
 
-void Machine::remove_waiter(uint64_t id) { waiters_.erase(id); }
+void Machine::remove_waiter(uint64_t id) {
+  waiters_.erase(id);
+}
 
 std::optional<Verdict> Machine::verdict(uint64_t id) const {
   auto it = waiters_.find(id);
@@ -221,7 +231,8 @@ bool Machine::peers_done(Drain& d, TimePoint now) {
   bool done = true;
   for (auto& [node, p] : d.peers) {
     if (p.state == PeerState::State::kConfirmed) {
-      if (p.answered && (!d.last_confirmation || *p.answered > *d.last_confirmation)) d.last_confirmation = p.answered;
+      if (p.answered && (!d.last_confirmation || *p.answered > *d.last_confirmation))
+        d.last_confirmation = p.answered;
       continue;
     }
     if (p.state == PeerState::State::kFailed) continue;
@@ -241,19 +252,38 @@ bool Machine::peers_done(Drain& d, TimePoint now) {
 void Machine::move(Drain& d, Stage to, TimePoint at, std::vector<Transition>& out) {
   std::optional<TimePoint> entered;
   switch (d.stage) {
-    case Stage::kWaitingTerminating: entered = d.start; break;
-    case Stage::kStopAccepting: entered = d.stop_accepting; break;
-    case Stage::kRemoved: entered = d.removed; break;
-    case Stage::kDrained: entered = d.drained; break;
-    case Stage::kReleased: entered = d.released; break;
+    case Stage::kWaitingTerminating:
+      entered = d.start;
+      break;
+    case Stage::kStopAccepting:
+      entered = d.stop_accepting;
+      break;
+    case Stage::kRemoved:
+      entered = d.removed;
+      break;
+    case Stage::kDrained:
+      entered = d.drained;
+      break;
+    case Stage::kReleased:
+      entered = d.released;
+      break;
   }
   d.stage = to;
   switch (to) {
-    case Stage::kStopAccepting: d.stop_accepting = at; break;
-    case Stage::kRemoved: d.removed = at; break;
-    case Stage::kDrained: d.drained = at; break;
-    case Stage::kReleased: d.released = at; break;
-    default: break;
+    case Stage::kStopAccepting:
+      d.stop_accepting = at;
+      break;
+    case Stage::kRemoved:
+      d.removed = at;
+      break;
+    case Stage::kDrained:
+      d.drained = at;
+      break;
+    case Stage::kReleased:
+      d.released = at;
+      break;
+    default:
+      break;
   }
   out.push_back({d.ip, to, at, entered ? at - *entered : std::chrono::nanoseconds(0)});
 }
@@ -299,15 +329,17 @@ void Machine::advance(Drain& d, const Inputs& in, std::vector<Transition>& out) 
                           std::to_string(opts_.conntrack_unavailable_wait.count()) + " ms");
       }
     }
-    if (d.conntrack_failed_since && in.now >= std::min(d.budget_end, *d.conntrack_failed_since + opts_.conntrack_unavailable_wait)) {
+    if (d.conntrack_failed_since &&
+        in.now >=
+            std::min(d.budget_end, *d.conntrack_failed_since + opts_.conntrack_unavailable_wait)) {
       d.drain_forced = true;
       d.notes.emplace_back("drained without a conntrack count");
       move(d, Stage::kDrained, in.now, out);
     } else if (in.now >= d.budget_end) {
       d.drain_forced = true;
       ++counters_.drain_deadlines;
-      d.notes.push_back("drain deadline passed with " + std::to_string(d.flows ? d.flows->live() : 0) +
-                        " live connections");
+      d.notes.push_back("drain deadline passed with " +
+                        std::to_string(d.flows ? d.flows->live() : 0) + " live connections");
       move(d, Stage::kDrained, in.now, out);
     }
   }
@@ -328,9 +360,9 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
     if (!pod->terminating) {
       if (in.now >= w.called + opts_.terminating_wait) {
         ++counters_.not_terminating_in_api;
-        w.verdict = Verdict{false, "the API did not show pod " + w.pod.str() + " terminating within " +
-                                       std::to_string(opts_.terminating_wait.count()) +
-                                       " ms; nothing was drained"};
+        w.verdict = Verdict{
+            false, "the API did not show pod " + w.pod.str() + " terminating within " +
+                       std::to_string(opts_.terminating_wait.count()) + " ms; nothing was drained"};
       }
       return;
     }
@@ -341,7 +373,8 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
   }
   if (ips.empty()) {
     ++counters_.no_endpoints;
-    w.verdict = Verdict{true, "pod " + w.pod.str() + " has no endpoints: nothing to remove or drain"};
+    w.verdict =
+        Verdict{true, "pod " + w.pod.str() + " has no endpoints: nothing to remove or drain"};
     return;
   }
   bool all_ready = true;
@@ -398,16 +431,20 @@ std::optional<TimePoint> Machine::next_deadline() const {
   };
   for (const auto& [ip, d] : drains_) {
     switch (d.stage) {
-      case Stage::kWaitingTerminating: consider(d.budget_end); break;
+      case Stage::kWaitingTerminating:
+        consider(d.budget_end);
+        break;
       case Stage::kStopAccepting:
         consider(d.removal_deadline);
         if (opts_.peer_policy == PeerPolicy::kProceed) consider(d.start + opts_.peer_timeout);
         break;
       case Stage::kRemoved:
         consider(d.budget_end);
-        if (d.conntrack_failed_since) consider(*d.conntrack_failed_since + opts_.conntrack_unavailable_wait);
+        if (d.conntrack_failed_since)
+          consider(*d.conntrack_failed_since + opts_.conntrack_unavailable_wait);
         break;
-      default: break;
+      default:
+        break;
     }
   }
   for (const auto& [id, w] : waiters_)
@@ -417,13 +454,16 @@ std::optional<TimePoint> Machine::next_deadline() const {
 
 std::string Machine::to_json(TimePoint now) const {
   auto wall = [&](TimePoint t) {
-    auto sys = std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(t - now);
+    auto sys = std::chrono::system_clock::now() +
+               std::chrono::duration_cast<std::chrono::system_clock::duration>(t - now);
     return std::to_string(std::chrono::duration_cast<milliseconds>(sys.time_since_epoch()).count());
   };
   auto one = [&](const Drain& d) {
     std::string j = "{\"address\":" + json_str(d.ip.str()) + ",\"pod\":" + json_str(d.pod.str()) +
-                    ",\"pod_uid\":" + json_str(d.pod_uid) + ",\"stage\":" + json_str(std::string(to_string(d.stage))) +
-                    ",\"release_after\":" + json_str(d.release_after == ReleaseAfter::kRemoved ? "removed" : "drained") +
+                    ",\"pod_uid\":" + json_str(d.pod_uid) +
+                    ",\"stage\":" + json_str(std::string(to_string(d.stage))) +
+                    ",\"release_after\":" +
+                    json_str(d.release_after == ReleaseAfter::kRemoved ? "removed" : "drained") +
                     ",\"start_unix_ms\":" + wall(d.start) + ",\"timeline_ms\":{";
     std::string t;
     auto add = [&](const char* k, const std::optional<TimePoint>& v) {
@@ -456,12 +496,14 @@ std::string Machine::to_json(TimePoint now) const {
     for (const auto& [node, ps] : d.peers) {
       const char* st = ps.state == PeerState::State::kConfirmed ? "confirmed"
                        : ps.state == PeerState::State::kFailed  ? "failed"
-                                                                 : "pending";
-      p += (p.empty() ? "" : ",") + std::string("{\"node\":") + json_str(node) + ",\"state\":\"" + st +
-           "\",\"error\":" + json_str(ps.last_error) +
-           (ps.answered ? ",\"answered_ms\":" + ms_since(d.start, *ps.answered) : std::string()) + "}";
+                                                                : "pending";
+      p += (p.empty() ? "" : ",") + std::string("{\"node\":") + json_str(node) + ",\"state\":\"" +
+           st + "\",\"error\":" + json_str(ps.last_error) +
+           (ps.answered ? ",\"answered_ms\":" + ms_since(d.start, *ps.answered) : std::string()) +
+           "}";
     }
-    j += p + "],\"live_flows\":" + (d.flows ? std::to_string(d.flows->live()) : std::string("null")) +
+    j += p +
+         "],\"live_flows\":" + (d.flows ? std::to_string(d.flows->live()) : std::string("null")) +
          ",\"removal_forced\":" + (d.removal_forced ? "true" : "false") +
          ",\"drain_forced\":" + (d.drain_forced ? "true" : "false") + ",\"notes\":[";
     std::string n;

@@ -13,11 +13,14 @@ namespace pb = endpointd::v1;
 
 class Coordinator::PeerServer::Service final : public pb::Peer::Service {
  public:
-  Service(Coordinator* c, std::string node, milliseconds max) : c_(c), node_(std::move(node)), max_(max) {}
+  Service(Coordinator* c, std::string node, milliseconds max)
+      : c_(c), node_(std::move(node)), max_(max) {}
   grpc::Status AwaitRemoval(grpc::ServerContext* ctx, const pb::AwaitRemovalRequest* req,
                             pb::AwaitRemovalResponse* resp) override {
     auto ip = model::IpAddr::parse(req->address());
-    if (!ip) return {grpc::StatusCode::INVALID_ARGUMENT, "not an IP address: " + req->address().substr(0, 64)};
+    if (!ip)
+      return {grpc::StatusCode::INVALID_ARGUMENT,
+              "not an IP address: " + req->address().substr(0, 64)};
     auto now = Clock::now();
     TimePoint deadline = now + max_;
     auto left = ctx->deadline() - std::chrono::system_clock::now();
@@ -35,9 +38,12 @@ class Coordinator::PeerServer::Service final : public pb::Peer::Service {
       m->set_consumer(cs.name);
       m->set_generation(cs.generation);
       m->set_routes(cs.routes);
-      if (cs.routes) resp->set_reason(resp->reason() + (resp->reason().empty() ? "still routed by " : ", ") + cs.name);
+      if (cs.routes)
+        resp->set_reason(resp->reason() + (resp->reason().empty() ? "still routed by " : ", ") +
+                         cs.name);
     }
-    spdlog::debug("drain: peer {} asked about {}: removed={}", req->from_node(), req->address(), r.removed);
+    spdlog::debug("drain: peer {} asked about {}: removed={}", req->from_node(), req->address(),
+                  r.removed);
     return grpc::Status::OK;
   }
 
@@ -50,9 +56,12 @@ class Coordinator::PeerServer::Service final : public pb::Peer::Service {
 Coordinator::PeerServer::PeerServer(Coordinator* c, std::string node, milliseconds answer_max)
     : service_(std::make_unique<Service>(c, std::move(node), answer_max)) {}
 
-Coordinator::PeerServer::~PeerServer() { stop(); }
+Coordinator::PeerServer::~PeerServer() {
+  stop();
+}
 
-std::optional<uint16_t> Coordinator::PeerServer::start(const std::string& listen, std::string* error) {
+std::optional<uint16_t> Coordinator::PeerServer::start(const std::string& listen,
+                                                       std::string* error) {
   grpc::ServerBuilder b;
   int port = 0;
   b.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
@@ -114,7 +123,8 @@ void Coordinator::peer_worker() {
       } else if (st.ok()) {
         last_error = "still routing: " + resp.reason().substr(0, 200);
       } else {
-        last_error = "rpc failed (" + std::to_string(st.error_code()) + "): " + st.error_message().substr(0, 200);
+        last_error = "rpc failed (" + std::to_string(st.error_code()) +
+                     "): " + st.error_message().substr(0, 200);
       }
       // A short pause before asking again (a peer that is down answers at once).
       std::unique_lock lock(mu_);
@@ -122,10 +132,11 @@ void Coordinator::peer_worker() {
     }
     auto took = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
     if (confirmed) {
-      spdlog::info("drain: peer {} confirmed removal of {} after {:.1f} ms", job.node, job.ip.str(), took);
+      spdlog::info("drain: peer {} confirmed removal of {} after {:.1f} ms", job.node, job.ip.str(),
+                   took);
     } else {
-      spdlog::warn("drain: peer {} ({}) did not confirm removal of {} by its deadline: {}", job.node, job.address,
-                   job.ip.str(), last_error);
+      spdlog::warn("drain: peer {} ({}) did not confirm removal of {} by its deadline: {}",
+                   job.node, job.address, job.ip.str(), last_error);
     }
     {
       std::lock_guard lock(mu_);

@@ -43,7 +43,9 @@ Coordinator::PrestopServer::PrestopServer(Coordinator* c, std::string node, size
                                           std::function<void(const std::string&)> count)
     : c_(c), node_(std::move(node)), max_connections_(max_connections), count_(std::move(count)) {}
 
-Coordinator::PrestopServer::~PrestopServer() { stop(); }
+Coordinator::PrestopServer::~PrestopServer() {
+  stop();
+}
 
 bool Coordinator::PrestopServer::start(const std::string& path, std::string* error) {
   sockaddr_un addr{};
@@ -128,7 +130,8 @@ void Coordinator::PrestopServer::serve(int fd) {
     return;
   }
   // The agent may have just started: give the first pod list a moment to arrive.
-  auto snap = c_->wait_snapshot([](const model::Snapshot& s) { return s.synced; }, Clock::now() + std::chrono::seconds(5));
+  auto snap = c_->wait_snapshot([](const model::Snapshot& s) { return s.synced; },
+                                Clock::now() + std::chrono::seconds(5));
   if (!snap) {
     count_("failed");
     write_all(fd, "failed the agent has no synced cluster state yet; retry\n");
@@ -147,8 +150,10 @@ void Coordinator::PrestopServer::serve(int fd) {
   spdlog::info("drain: prestop from pod {} ({})", key.str(), caller->describe());
   Verdict v = c_->prestop(key, uid, [fd] { return peer_gone(fd); });
   count_(v.release ? "released" : "failed");
-  if (v.release) spdlog::info("drain: prestop of {} released: {}", key.str(), v.reason);
-  else spdlog::warn("drain: prestop of {} not released: {}", key.str(), v.reason);
+  if (v.release)
+    spdlog::info("drain: prestop of {} released: {}", key.str(), v.reason);
+  else
+    spdlog::warn("drain: prestop of {} not released: {}", key.str(), v.reason);
   write_all(fd, (v.release ? "released " : "failed ") + v.reason + "\n");
 }
 
@@ -167,11 +172,16 @@ std::optional<milliseconds> parse_duration(const std::string& s) {
   }
   std::string unit = s.substr(i);
   double ms = 0;
-  if (unit.empty() || unit == "s") ms = v * 1000;
-  else if (unit == "ms") ms = v;
-  else if (unit == "m") ms = v * 60000;
-  else if (unit == "h") ms = v * 3600000;
-  else return std::nullopt;
+  if (unit.empty() || unit == "s")
+    ms = v * 1000;
+  else if (unit == "ms")
+    ms = v;
+  else if (unit == "m")
+    ms = v * 60000;
+  else if (unit == "h")
+    ms = v * 3600000;
+  else
+    return std::nullopt;
   return milliseconds(static_cast<int64_t>(ms));
 }
 
@@ -266,8 +276,10 @@ int prestop_main(int argc, char** argv) {
   }
   std::string message;
   int rc = run_prestop(opts, &message);
-  if (rc == 0) std::cout << "endpointd prestop: " << message << "\n";
-  else std::cerr << "endpointd prestop: " << message << "\n";
+  if (rc == 0)
+    std::cout << "endpointd prestop: " << message << "\n";
+  else
+    std::cerr << "endpointd prestop: " << message << "\n";
   return rc;
 }
 

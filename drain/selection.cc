@@ -36,7 +36,8 @@ bool proxy_selects(const model::ServiceState& st, const model::MergedEndpoint& e
 
 }  // namespace
 
-bool selectable_in(std::string_view consumer, const model::ServiceState& st, const model::IpAddr& ip) {
+bool selectable_in(std::string_view consumer, const model::ServiceState& st,
+                   const model::IpAddr& ip) {
   const model::MergedEndpoint* e = st.find(ip);
   if (!e) return false;
   const model::Service& svc = st.service;

@@ -23,6 +23,7 @@ namespace endpointd::drain {
 bool selectable(std::string_view consumer, const model::Snapshot& snap, const model::IpAddr& ip);
 
 // The same for one service (exposed for tests).
-bool selectable_in(std::string_view consumer, const model::ServiceState& st, const model::IpAddr& ip);
+bool selectable_in(std::string_view consumer, const model::ServiceState& st,
+                   const model::IpAddr& ip);
 
 }  // namespace endpointd::drain

@@ -78,8 +78,9 @@ class AdsStream final
     sc_.metrics->stream_opened(kApi);
     bool acks_moved = false;
     {
-      std::lock_guard lock(mu_);
+      // Hub before stream, as Hub::recompute takes them (see watch.cc).
       auto cur = sc_.hub->current();
+      std::lock_guard lock(mu_);
       if (cur && (!newest_ || cur->generation > newest_->generation)) newest_ = cur;
       acks_moved = maybe_write_locked();
     }

@@ -32,8 +32,10 @@ class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     sc_.metrics->stream_opened(Metrics::Api::kWatch);
     bool acks_moved = false;
     {
-      std::lock_guard lock(mu_);
+      // The hub's lock is taken before a stream's (Hub::recompute locks each stream while it
+      // holds its own), so read the hub first: never the other way round.
       auto cur = sc_.hub->current();
+      std::lock_guard lock(mu_);
       if (cur && (!newest_ || cur->generation > newest_->generation)) newest_ = cur;
       acks_moved = maybe_write_locked();
     }

@@ -9,7 +9,9 @@ namespace endpointd::model {
 
 namespace {
 
-const ServiceKey& key_of(const ServiceStatePtr& p) { return p->key(); }
+const ServiceKey& key_of(const ServiceStatePtr& p) {
+  return p->key();
+}
 
 // Splits sorted items into chunks of kChunk and appends them.
 void append_chunks(std::vector<ServiceStatePtr>&& items, std::vector<ServiceList::ChunkPtr>& out) {
@@ -42,14 +44,14 @@ ServiceList::ServiceList(std::vector<ServiceStatePtr> services) {
 
 const ServiceStatePtr* ServiceList::find(const ServiceKey& key) const {
   // The last chunk whose first key is <= key.
-  auto it = std::upper_bound(chunks_.begin(), chunks_.end(), key,
-                             [](const ServiceKey& k, const ChunkPtr& c) {
-                               return k < key_of(c->items.front());
-                             });
+  auto it = std::upper_bound(
+      chunks_.begin(), chunks_.end(), key,
+      [](const ServiceKey& k, const ChunkPtr& c) { return k < key_of(c->items.front()); });
   if (it == chunks_.begin()) return nullptr;
   const auto& items = (*(it - 1))->items;
-  auto pos = std::lower_bound(items.begin(), items.end(), key,
-                              [](const ServiceStatePtr& p, const ServiceKey& k) { return p->key() < k; });
+  auto pos =
+      std::lower_bound(items.begin(), items.end(), key,
+                       [](const ServiceStatePtr& p, const ServiceKey& k) { return p->key() < k; });
   if (pos == items.end() || (*pos)->key() != key) return nullptr;
   return &*pos;
 }

@@ -153,7 +153,8 @@ void Store::apply(model::Event&& ev) {
           for (auto& r : c.kinds) replace(std::move(r));
         } else {
           for (const auto& r : c.removes) remove(r.kind, r.key);
-          for (auto& o : c.upserts) std::visit([&](auto&& x) { upsert(std::move(x)); }, std::move(o));
+          for (auto& o : c.upserts)
+            std::visit([&](auto&& x) { upsert(std::move(x)); }, std::move(o));
         }
       },
       std::move(ev.change));
@@ -183,7 +184,8 @@ model::SnapshotPtr Store::build(const model::SnapshotPtr& prev) {
       for (const auto& sk : idx->second) slices.push_back(&slices_.at(sk));
     auto state = model::build_service_state(svc->second, slices);
     // Same content: keep the old pointer, so sinks see no change.
-    if (old && old->service.equal_spec(state.service) && old->endpoints == state.endpoints) continue;
+    if (old && old->service.equal_spec(state.service) && old->endpoints == state.endpoints)
+      continue;
     if (old) endpoints -= old->endpoints.size();
     endpoints += state.endpoints.size();
     changes.emplace_back(key, std::make_shared<const model::ServiceState>(std::move(state)));

@@ -68,7 +68,8 @@ std::optional<Flow> to_flow(const nfnl_ct* ct) {
   f.orig_dst_port = nfnl_ct_get_dst_port(ct, 0);
   f.reply_src_port = nfnl_ct_get_src_port(ct, 1);
   f.reply_dst_port = nfnl_ct_get_dst_port(ct, 1);
-  if (f.l4proto == IPPROTO_TCP && nfnl_ct_test_tcp_state(ct)) f.tcp_state = nfnl_ct_get_tcp_state(ct);
+  if (f.l4proto == IPPROTO_TCP && nfnl_ct_test_tcp_state(ct))
+    f.tcp_state = nfnl_ct_get_tcp_state(ct);
   return f;
 }
 
@@ -134,7 +135,8 @@ class NetlinkConntrack final : public Conntrack {
     if (!sock) return Error{sock.error()};
     DumpContext ctx;
     ctx.keep = [&](const Flow& f) {
-      return std::any_of(matches.begin(), matches.end(), [&](const FlowMatch& m) { return m.matches(f); });
+      return std::any_of(matches.begin(), matches.end(),
+                         [&](const FlowMatch& m) { return m.matches(f); });
     };
     auto r = dump(sock->get(), ctx);
     if (!r) return Error{r.error()};
@@ -151,7 +153,8 @@ class NetlinkConntrack final : public Conntrack {
       }
     }
     if (!first_error.empty()) {
-      return Error{"conntrack: delete failed after " + std::to_string(deleted) + " entries: " + first_error};
+      return Error{"conntrack: delete failed after " + std::to_string(deleted) +
+                   " entries: " + first_error};
     }
     return deleted;
   }
@@ -167,7 +170,8 @@ class NetlinkConntrack final : public Conntrack {
     return count;
   }
 
-  Result<std::vector<FlowCount>> count_flows_to_each(const std::vector<model::IpAddr>& endpoints) override {
+  Result<std::vector<FlowCount>> count_flows_to_each(
+      const std::vector<model::IpAddr>& endpoints) override {
     std::vector<FlowCount> counts(endpoints.size());
     if (endpoints.empty()) return counts;
     std::unordered_map<model::IpAddr, size_t, model::IpAddrHash> index;
@@ -285,7 +289,9 @@ void count_flow(const Flow& f, const model::IpAddr& endpoint, FlowCount& count) 
   }
 }
 
-std::unique_ptr<Conntrack> make_netlink_conntrack() { return std::make_unique<NetlinkConntrack>(); }
+std::unique_ptr<Conntrack> make_netlink_conntrack() {
+  return std::make_unique<NetlinkConntrack>();
+}
 
 Result<std::vector<std::string>> apply_conntrack_sysctls(const ConntrackSysctls& s, unsigned cpus,
                                                          const std::string& proc_sys,
@@ -296,14 +302,16 @@ Result<std::vector<std::string>> apply_conntrack_sysctls(const ConntrackSysctls&
     auto current = read_number(path);
     if (current && *current == value) return std::nullopt;
     if (!write_value(path, value)) {
-      return Error{"conntrack sysctl " + key + "=" + std::to_string(value) + ": cannot write " + path};
+      return Error{"conntrack sysctl " + key + "=" + std::to_string(value) + ": cannot write " +
+                   path};
     }
     written.push_back(key + "=" + std::to_string(value));
     return std::nullopt;
   };
 
   if (s.max_per_core || s.min) {
-    uint64_t max = std::max<uint64_t>(uint64_t{s.max_per_core.value_or(0)} * std::max(cpus, 1u), s.min.value_or(0));
+    uint64_t max = std::max<uint64_t>(uint64_t{s.max_per_core.value_or(0)} * std::max(cpus, 1u),
+                                      s.min.value_or(0));
     std::string path = sysctl_path(proc_sys, "net.netfilter.nf_conntrack_max");
     auto current = read_number(path);
     if (max > 0 && (!current || *current < max)) {
@@ -311,7 +319,8 @@ Result<std::vector<std::string>> apply_conntrack_sysctls(const ConntrackSysctls&
         auto hashsize = read_number(hashsize_path);
         if (hashsize && *hashsize < max / 4) {
           if (!write_value(hashsize_path, max / 4)) {
-            return Error{"conntrack hashsize=" + std::to_string(max / 4) + ": cannot write " + hashsize_path};
+            return Error{"conntrack hashsize=" + std::to_string(max / 4) + ": cannot write " +
+                         hashsize_path};
           }
           written.push_back("hashsize=" + std::to_string(max / 4));
         }
@@ -320,19 +329,26 @@ Result<std::vector<std::string>> apply_conntrack_sysctls(const ConntrackSysctls&
     }
   }
   if (s.tcp_timeout_established_seconds) {
-    if (auto e = set("net.netfilter.nf_conntrack_tcp_timeout_established", *s.tcp_timeout_established_seconds)) return *e;
+    if (auto e = set("net.netfilter.nf_conntrack_tcp_timeout_established",
+                     *s.tcp_timeout_established_seconds))
+      return *e;
   }
   if (s.tcp_timeout_close_wait_seconds) {
-    if (auto e = set("net.netfilter.nf_conntrack_tcp_timeout_close_wait", *s.tcp_timeout_close_wait_seconds)) return *e;
+    if (auto e = set("net.netfilter.nf_conntrack_tcp_timeout_close_wait",
+                     *s.tcp_timeout_close_wait_seconds))
+      return *e;
   }
   if (s.tcp_be_liberal) {
-    if (auto e = set("net.netfilter.nf_conntrack_tcp_be_liberal", *s.tcp_be_liberal ? 1 : 0)) return *e;
+    if (auto e = set("net.netfilter.nf_conntrack_tcp_be_liberal", *s.tcp_be_liberal ? 1 : 0))
+      return *e;
   }
   if (s.udp_timeout_seconds) {
     if (auto e = set("net.netfilter.nf_conntrack_udp_timeout", *s.udp_timeout_seconds)) return *e;
   }
   if (s.udp_timeout_stream_seconds) {
-    if (auto e = set("net.netfilter.nf_conntrack_udp_timeout_stream", *s.udp_timeout_stream_seconds)) return *e;
+    if (auto e =
+            set("net.netfilter.nf_conntrack_udp_timeout_stream", *s.udp_timeout_stream_seconds))
+      return *e;
   }
   return written;
 }

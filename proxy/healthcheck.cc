@@ -57,8 +57,9 @@ std::vector<HealthCheckTarget> health_check_targets(const model::Snapshot& snap,
 }
 
 std::string health_check_body(const model::ServiceKey& service, int local_endpoints, bool healthy) {
-  return "{\"service\":{\"namespace\":" + json_string(service.ns) + ",\"name\":" +
-         json_string(service.name) + "},\"localEndpoints\":" + std::to_string(local_endpoints) +
+  return "{\"service\":{\"namespace\":" + json_string(service.ns) +
+         ",\"name\":" + json_string(service.name) +
+         "},\"localEndpoints\":" + std::to_string(local_endpoints) +
          ",\"serviceProxyHealthy\":" + (healthy ? "true" : "false") + "}";
 }
 
@@ -129,8 +130,8 @@ void HealthCheckServer::update(const model::Snapshot& snap, const std::string& n
     });
     if (!raw->http.bind_to_port(options_.bind_address, t.port)) {
       ++bind_failures_;
-      spdlog::warn("healthcheck: cannot listen on {}:{} for service {}; will retry", options_.bind_address,
-                   t.port, t.service.str());
+      spdlog::warn("healthcheck: cannot listen on {}:{} for service {}; will retry",
+                   options_.bind_address, t.port, t.service.str());
       continue;
     }
     raw->thread = std::thread([raw] {

@@ -34,7 +34,8 @@ Monitor::~Monitor() {
   if (thread_.joinable()) thread_.join();
 }
 
-Result<std::unique_ptr<Monitor>> Monitor::start(uint32_t own_port_id, std::function<void()> on_change) {
+Result<std::unique_ptr<Monitor>> Monitor::start(uint32_t own_port_id,
+                                                std::function<void()> on_change) {
   auto s = std::make_unique<Socket>();
   s->nl.reset(mnl_socket_open(NETLINK_NETFILTER));
   if (!s->nl) return Error{std::string("netlink socket: ") + std::strerror(errno)};
@@ -68,8 +69,8 @@ void Monitor::run() {
     }
     bool foreign = false;
     auto len = static_cast<int>(n);
-    for (auto* nlh = static_cast<const nlmsghdr*>(static_cast<const void*>(buf.data())); mnl_nlmsg_ok(nlh, len);
-         nlh = mnl_nlmsg_next(nlh, &len)) {
+    for (auto* nlh = static_cast<const nlmsghdr*>(static_cast<const void*>(buf.data()));
+         mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
       if (nlh->nlmsg_pid == own_) continue;
       if ((nlh->nlmsg_type >> 8) != NFNL_SUBSYS_NFTABLES) continue;
       uint16_t msg = nlh->nlmsg_type & 0xff;

@@ -16,7 +16,8 @@ class Monitor {
  public:
   // Subscribes in the caller's network namespace. `on_change` runs on the monitor's thread
   // for every foreign notification that names table "endpointd"; keep it cheap.
-  static Result<std::unique_ptr<Monitor>> start(uint32_t own_port_id, std::function<void()> on_change);
+  static Result<std::unique_ptr<Monitor>> start(uint32_t own_port_id,
+                                                std::function<void()> on_change);
   ~Monitor();
   Monitor(const Monitor&) = delete;
   Monitor& operator=(const Monitor&) = delete;

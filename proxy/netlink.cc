@@ -27,19 +27,33 @@
 namespace endpointd::proxy {
 namespace {
 
-struct TableFree { void operator()(nftnl_table* p) const { nftnl_table_free(p); } };
-struct ChainFree { void operator()(nftnl_chain* p) const { nftnl_chain_free(p); } };
-struct RuleFree { void operator()(nftnl_rule* p) const { nftnl_rule_free(p); } };
-struct SetFree { void operator()(nftnl_set* p) const { nftnl_set_free(p); } };
-struct ExprFree { void operator()(nftnl_expr* p) const { nftnl_expr_free(p); } };
+struct TableFree {
+  void operator()(nftnl_table* p) const { nftnl_table_free(p); }
+};
+struct ChainFree {
+  void operator()(nftnl_chain* p) const { nftnl_chain_free(p); }
+};
+struct RuleFree {
+  void operator()(nftnl_rule* p) const { nftnl_rule_free(p); }
+};
+struct SetFree {
+  void operator()(nftnl_set* p) const { nftnl_set_free(p); }
+};
+struct ExprFree {
+  void operator()(nftnl_expr* p) const { nftnl_expr_free(p); }
+};
 using TablePtr = std::unique_ptr<nftnl_table, TableFree>;
 using ChainPtr = std::unique_ptr<nftnl_chain, ChainFree>;
 using RulePtr = std::unique_ptr<nftnl_rule, RuleFree>;
 using SetPtr = std::unique_ptr<nftnl_set, SetFree>;
 using ExprPtr = std::unique_ptr<nftnl_expr, ExprFree>;
 
-uint16_t nf_family(IpFamily f) { return f == IpFamily::kV4 ? NFPROTO_IPV4 : NFPROTO_IPV6; }
-const char* family_name(IpFamily f) { return f == IpFamily::kV4 ? "ip" : "ip6"; }
+uint16_t nf_family(IpFamily f) {
+  return f == IpFamily::kV4 ? NFPROTO_IPV4 : NFPROTO_IPV6;
+}
+const char* family_name(IpFamily f) {
+  return f == IpFamily::kV4 ? "ip" : "ip6";
+}
 
 // nft's register naming: a 32-bit register whose index is a multiple of four is named by
 // the 128-bit register it starts.
@@ -49,9 +63,15 @@ uint32_t reg_at(uint32_t byte_offset) {
   return NFT_REG32_00 + i;
 }
 
-uint32_t addr_len(IpFamily f) { return f == IpFamily::kV4 ? 4 : 16; }
-uint32_t saddr_off(IpFamily f) { return f == IpFamily::kV4 ? 12 : 8; }
-uint32_t daddr_off(IpFamily f) { return f == IpFamily::kV4 ? 16 : 24; }
+uint32_t addr_len(IpFamily f) {
+  return f == IpFamily::kV4 ? 4 : 16;
+}
+uint32_t saddr_off(IpFamily f) {
+  return f == IpFamily::kV4 ? 12 : 8;
+}
+uint32_t daddr_off(IpFamily f) {
+  return f == IpFamily::kV4 ? 16 : 24;
+}
 
 // ---- set definitions: key/data types as nft computes them, user data as nft writes it ----
 
@@ -80,23 +100,32 @@ std::string hex_bytes(const char* hex) {
 // for the backend maps, which record the numgen modulus). Observed with `nft --debug=mnl`.
 std::string set_udata(IpFamily f, SetShape shape, uint32_t modulus) {
   switch (shape) {
-    case SetShape::kAddrInterval: return hex_bytes("000402000000");
+    case SetShape::kAddrInterval:
+      return hex_bytes("000402000000");
     case SetShape::kAddrPair:
     case SetShape::kVipSet:
-    case SetShape::kVipSrcInterval: return hex_bytes("000400000000030800040d0000000100");
-    case SetShape::kVipVerdictMap: return hex_bytes("000400000000010400000000030800040d0000000100060400000000");
+    case SetShape::kVipSrcInterval:
+      return hex_bytes("000400000000030800040d0000000100");
+    case SetShape::kVipVerdictMap:
+      return hex_bytes("000400000000010400000000030800040d0000000100060400000000");
     case SetShape::kBackends: {
       // key typeof: concat(payload daddr, meta l4proto, payload th dport, numgen random mod N);
       // data typeof: concat(payload daddr, payload th dport).
       const char* v4 =
-          "000400000000010400000000036000040d00000001580014000407000000010c00040c00000001040c000000010e"
-          "00040900000001060004100000000214000407000000010c00040b000000010402000000031a00041700000001120004"
-          "01000000010402000000020400000000043400040d000000012c0014000407000000010c00040c00000001040c00000001"
+          "000400000000010400000000036000040d00000001580014000407000000010c00040c00000001040c000000"
+          "010e"
+          "00040900000001060004100000000214000407000000010c00040b000000010402000000031a000417000000"
+          "01120004"
+          "01000000010402000000020400000000043400040d000000012c0014000407000000010c00040c0000000104"
+          "0c00000001"
           "14000407000000010c00040b00000001040200000006040000000000";
       const char* v6 =
-          "000400000000010400000000036000040d00000001580014000407000000010c00040d000000010409000000010e"
-          "00040900000001060004100000000214000407000000010c00040b000000010402000000031a00041700000001120004"
-          "01000000010402000000020400000000043400040d000000012c0014000407000000010c00040d0000000104090000000114"
+          "000400000000010400000000036000040d00000001580014000407000000010c00040d000000010409000000"
+          "010e"
+          "00040900000001060004100000000214000407000000010c00040b000000010402000000031a000417000000"
+          "01120004"
+          "01000000010402000000020400000000043400040d000000012c0014000407000000010c00040d0000000104"
+          "090000000114"
           "000407000000010c00040b00000001040200000006040000000000";
       std::string u = hex_bytes(f == IpFamily::kV4 ? v4 : v6);
       u.resize(170);
@@ -124,17 +153,30 @@ SetDef set_def(IpFamily f, SetShape shape) {
   uint32_t at = f == IpFamily::kV4 ? kTypeIpv4 : kTypeIpv6;
   uint32_t a = addr_len(f);
   switch (shape) {
-    case SetShape::kAddrInterval: return {NFT_SET_INTERVAL, at, a, 0, 0, false, {}};
-    case SetShape::kAddrPair: return {0, concat({at, at}), 2 * a, 0, 0, false, {}};
-    case SetShape::kVipSet: return {0, concat({at, kTypeInetProto, kTypeInetService}), a + 8, 0, 0, false, {}};
+    case SetShape::kAddrInterval:
+      return {NFT_SET_INTERVAL, at, a, 0, 0, false, {}};
+    case SetShape::kAddrPair:
+      return {0, concat({at, at}), 2 * a, 0, 0, false, {}};
+    case SetShape::kVipSet:
+      return {0, concat({at, kTypeInetProto, kTypeInetService}), a + 8, 0, 0, false, {}};
     case SetShape::kVipSrcInterval:
-      return {NFT_SET_INTERVAL | NFT_SET_CONCAT, concat({at, kTypeInetProto, kTypeInetService, at}), 2 * a + 8, 0, 0,
-              false, {static_cast<uint8_t>(a), 1, 2, static_cast<uint8_t>(a)}};
+      return {NFT_SET_INTERVAL | NFT_SET_CONCAT,
+              concat({at, kTypeInetProto, kTypeInetService, at}),
+              2 * a + 8,
+              0,
+              0,
+              false,
+              {static_cast<uint8_t>(a), 1, 2, static_cast<uint8_t>(a)}};
     case SetShape::kVipVerdictMap:
-      return {NFT_SET_MAP, concat({at, kTypeInetProto, kTypeInetService}), a + 8, NFT_DATA_VERDICT, 0, true, {}};
+      return {NFT_SET_MAP, concat({at, kTypeInetProto, kTypeInetService}),
+              a + 8,       NFT_DATA_VERDICT,
+              0,           true,
+              {}};
     case SetShape::kBackends:
-      return {NFT_SET_MAP, concat({at, kTypeInetProto, kTypeInetService, kTypeInteger}), a + 12,
-              concat({at, kTypeInetService}), a + 4, true, {}};
+      return {NFT_SET_MAP, concat({at, kTypeInetProto, kTypeInetService, kTypeInteger}),
+              a + 12,      concat({at, kTypeInetService}),
+              a + 4,       true,
+              {}};
   }
   return {0, 0, 0, 0, 0, false, {}};
 }
@@ -145,9 +187,7 @@ constexpr size_t kScratch = 1 << 20;
 
 class Builder {
  public:
-  explicit Builder(uint32_t seq) : seq_(seq) {
-    append(nftnl_batch_begin(scratch_.get(), seq_++));
-  }
+  explicit Builder(uint32_t seq) : seq_(seq) { append(nftnl_batch_begin(scratch_.get(), seq_++)); }
 
   Batch finish() {
     append(nftnl_batch_end(scratch_.get(), seq_++));
@@ -160,9 +200,7 @@ class Builder {
     batch_.what.push_back(std::move(what));
     return nftnl_nlmsg_build_hdr(scratch_.get(), type, nf_family(f), flags | NLM_F_ACK, seq_++);
   }
-  void done(nlmsghdr* nlh) {
-    batch_.bytes.append(scratch_.get(), nlh->nlmsg_len);
-  }
+  void done(nlmsghdr* nlh) { batch_.bytes.append(scratch_.get(), nlh->nlmsg_len); }
 
  private:
   void append(const nlmsghdr* nlh) { batch_.bytes.append(scratch_.get(), nlh->nlmsg_len); }
@@ -182,7 +220,8 @@ TablePtr table_obj(IpFamily f) {
 
 void add_table(Builder& b, IpFamily f) {
   auto t = table_obj(f);
-  auto* nlh = b.header(NFT_MSG_NEWTABLE, f, NLM_F_CREATE, std::string("add table ") + family_name(f));
+  auto* nlh =
+      b.header(NFT_MSG_NEWTABLE, f, NLM_F_CREATE, std::string("add table ") + family_name(f));
   nftnl_table_nlmsg_build_payload(nlh, t.get());
   b.done(nlh);
 }
@@ -250,7 +289,8 @@ void add_set(Builder& b, IpFamily f, const Set& s) {
   nftnl_set_set_u32(obj.get(), NFTNL_SET_KEY_TYPE, d.key_type);
   nftnl_set_set_u32(obj.get(), NFTNL_SET_KEY_LEN, d.key_len);
   if (d.has_data) {
-    nftnl_set_set_u32(obj.get(), NFTNL_SET_DATA_TYPE, d.data_type == NFT_DATA_VERDICT ? NFT_DATA_VERDICT : d.data_type);
+    nftnl_set_set_u32(obj.get(), NFTNL_SET_DATA_TYPE,
+                      d.data_type == NFT_DATA_VERDICT ? NFT_DATA_VERDICT : d.data_type);
     nftnl_set_set_u32(obj.get(), NFTNL_SET_DATA_LEN, d.data_len);
   }
   if (!d.concat_fields.empty()) {
@@ -309,10 +349,13 @@ void fill_elems(nftnl_set* s, IpFamily f, SetShape shape, const Element& e, bool
   }
   nftnl_set_elem* el = add(e.key, 0);
   if (!e.key_end.empty()) {
-    nftnl_set_elem_set(el, NFTNL_SET_ELEM_KEY_END, e.key_end.data(), static_cast<uint32_t>(e.key_end.size()));
+    nftnl_set_elem_set(el, NFTNL_SET_ELEM_KEY_END, e.key_end.data(),
+                       static_cast<uint32_t>(e.key_end.size()));
   }
   if (!adding) return;
-  if (!e.data.empty()) nftnl_set_elem_set(el, NFTNL_SET_ELEM_DATA, e.data.data(), static_cast<uint32_t>(e.data.size()));
+  if (!e.data.empty())
+    nftnl_set_elem_set(el, NFTNL_SET_ELEM_DATA, e.data.data(),
+                       static_cast<uint32_t>(e.data.size()));
   if (e.verdict == Verdict::kGoto) {
     nftnl_set_elem_set_u32(el, NFTNL_SET_ELEM_VERDICT, static_cast<uint32_t>(NFT_GOTO));
     nftnl_set_elem_set_str(el, NFTNL_SET_ELEM_CHAIN, e.chain.c_str());
@@ -332,9 +375,11 @@ void elements(Builder& b, IpFamily f, const std::string& set_name, SetShape shap
     if (shape == SetShape::kAddrInterval) {
       // nft sends a plain interval set's elements sorted, led by an end element at 0 when the
       // first range does not start there.
-      std::vector<const Element*> sorted(els.begin() + static_cast<long>(i), els.begin() + static_cast<long>(end));
+      std::vector<const Element*> sorted(els.begin() + static_cast<long>(i),
+                                         els.begin() + static_cast<long>(end));
       std::sort(sorted.begin(), sorted.end(), [](auto* x, auto* y) { return x->key < y->key; });
-      if (adding && !sorted.empty() && sorted.front()->key != std::string(sorted.front()->key.size(), '\0')) {
+      if (adding && !sorted.empty() &&
+          sorted.front()->key != std::string(sorted.front()->key.size(), '\0')) {
         nftnl_set_elem* el = nftnl_set_elem_alloc();
         std::string zero(sorted.front()->key.size(), '\0');
         nftnl_set_elem_set(el, NFTNL_SET_ELEM_KEY, zero.data(), static_cast<uint32_t>(zero.size()));
@@ -345,8 +390,9 @@ void elements(Builder& b, IpFamily f, const std::string& set_name, SetShape shap
     } else {
       for (size_t j = i; j < end; ++j) fill_elems(obj.get(), f, shape, *els[j], adding);
     }
-    auto* nlh = b.header(adding ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, f, adding ? NLM_F_CREATE : 0,
-                         std::string(adding ? "add" : "delete") + " elements of " + set_name);
+    auto* nlh =
+        b.header(adding ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, f, adding ? NLM_F_CREATE : 0,
+                 std::string(adding ? "add" : "delete") + " elements of " + set_name);
     nftnl_set_elems_nlmsg_build_payload(nlh, obj.get());
     b.done(nlh);
   }
@@ -467,7 +513,9 @@ void add_rule(Builder& b, IpFamily f, const std::string& chain, const Rule& r) {
       x.ct_state_new();
       x.verdict(NFT_JUMP, r.target);
       break;
-    case RuleShape::kJump: x.verdict(NFT_JUMP, r.target); break;
+    case RuleShape::kJump:
+      x.verdict(NFT_JUMP, r.target);
+      break;
     case RuleShape::kFirewallCheck:
       x.vip();
       x.lookup(reg_at(0), names::kFirewallIps, false);
@@ -502,11 +550,14 @@ void add_rule(Builder& b, IpFamily f, const std::string& chain, const Rule& r) {
       nftnl_expr_set_u8(e, NFTNL_EXPR_REJECT_CODE, 0);
       break;
     }
-    case RuleShape::kDrop: x.verdict(NF_DROP); break;
+    case RuleShape::kDrop:
+      x.verdict(NF_DROP);
+      break;
     case RuleShape::kReject: {
       auto* e = x.add("reject");
       nftnl_expr_set_u32(e, NFTNL_EXPR_REJECT_TYPE, NFT_REJECT_ICMP_UNREACH);
-      nftnl_expr_set_u8(e, NFTNL_EXPR_REJECT_CODE, f == IpFamily::kV4 ? 3 /* port unreach */ : 4 /* port unreach */);
+      nftnl_expr_set_u8(e, NFTNL_EXPR_REJECT_CODE,
+                        f == IpFamily::kV4 ? 3 /* port unreach */ : 4 /* port unreach */);
       break;
     }
     case RuleShape::kMarkForMasquerade:
@@ -639,7 +690,8 @@ void changes(Builder& b, const TableChanges& ch, const Table* shapes_from) {
   auto shape_of = [](const std::string& set) {
     if (set == names::kClusterCidrs) return SetShape::kAddrInterval;
     if (set == names::kHairpin) return SetShape::kAddrPair;
-    if (set == names::kFirewallIps || set == names::kNoEndpointReject || set == names::kNoEndpointDrop) {
+    if (set == names::kFirewallIps || set == names::kNoEndpointReject ||
+        set == names::kNoEndpointDrop) {
       return SetShape::kVipSet;
     }
     if (set == names::kFirewallAllow) return SetShape::kVipSrcInterval;
@@ -660,13 +712,16 @@ void changes(Builder& b, const TableChanges& ch, const Table* shapes_from) {
 
 }  // namespace
 
-Batch build_full_sync_batch(const std::vector<const Table*>& tables, const std::vector<std::string>& existing_chains4,
+Batch build_full_sync_batch(const std::vector<const Table*>& tables,
+                            const std::vector<std::string>& existing_chains4,
                             const std::vector<std::string>& existing_sets4,
                             const std::vector<std::string>& existing_chains6,
                             const std::vector<std::string>& existing_sets6, uint32_t seq) {
   Builder b(seq);
-  if (const Table* t = find_table(tables, IpFamily::kV4)) full_sync_table(b, *t, existing_chains4, existing_sets4);
-  if (const Table* t = find_table(tables, IpFamily::kV6)) full_sync_table(b, *t, existing_chains6, existing_sets6);
+  if (const Table* t = find_table(tables, IpFamily::kV4))
+    full_sync_table(b, *t, existing_chains4, existing_sets4);
+  if (const Table* t = find_table(tables, IpFamily::kV6))
+    full_sync_table(b, *t, existing_chains6, existing_sets6);
   return b.finish();
 }
 
@@ -689,7 +744,9 @@ struct NetlinkBackend::Socket {
 NetlinkBackend::NetlinkBackend(std::unique_ptr<Socket> s) : sock_(std::move(s)) {}
 NetlinkBackend::~NetlinkBackend() = default;
 
-uint32_t NetlinkBackend::port_id() const { return sock_->portid; }
+uint32_t NetlinkBackend::port_id() const {
+  return sock_->portid;
+}
 
 Result<std::unique_ptr<NetlinkBackend>> NetlinkBackend::open() {
   auto s = std::make_unique<Socket>();
@@ -737,7 +794,8 @@ Result<BatchStats> NetlinkBackend::send(const Batch& b) {
       ++acked;
       if (err.error != 0 && first_error.empty()) {
         size_t idx = nlh->nlmsg_seq - b.first_seq;
-        std::string what = idx < b.what.size() ? b.what[idx] : "message " + std::to_string(nlh->nlmsg_seq);
+        std::string what =
+            idx < b.what.size() ? b.what[idx] : "message " + std::to_string(nlh->nlmsg_seq);
         first_error = what + ": " + std::strerror(-err.error);
       }
     }
@@ -749,7 +807,8 @@ Result<BatchStats> NetlinkBackend::send(const Batch& b) {
 Result<std::vector<std::string>> NetlinkBackend::list_names(uint16_t msg_type, IpFamily f) {
   std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
   uint32_t seq = seq_++;
-  nlmsghdr* nlh = nftnl_nlmsg_build_hdr(buf.data(), msg_type, nf_family(f), NLM_F_DUMP | NLM_F_ACK, seq);
+  nlmsghdr* nlh =
+      nftnl_nlmsg_build_hdr(buf.data(), msg_type, nf_family(f), NLM_F_DUMP | NLM_F_ACK, seq);
   if (msg_type == NFT_MSG_GETSET) {
     auto s = set_obj(f, "");
     nftnl_set_unset(s.get(), NFTNL_SET_NAME);
@@ -796,7 +855,8 @@ Result<BatchStats> NetlinkBackend::full_sync(const std::vector<const Table*>& ta
   std::vector<std::string> lists[4];
   int i = 0;
   for (IpFamily f : {IpFamily::kV4, IpFamily::kV6}) {
-    for (uint16_t type : {static_cast<uint16_t>(NFT_MSG_GETCHAIN), static_cast<uint16_t>(NFT_MSG_GETSET)}) {
+    for (uint16_t type :
+         {static_cast<uint16_t>(NFT_MSG_GETCHAIN), static_cast<uint16_t>(NFT_MSG_GETSET)}) {
       auto r = list_names(type, f);
       if (!r) return Error{r.error()};
       lists[i++] = std::move(*r);

@@ -20,7 +20,8 @@ struct Batch {
 };
 
 // Pure builders (no socket): used by the backend and by the golden tests.
-Batch build_full_sync_batch(const std::vector<const Table*>& tables, const std::vector<std::string>& existing_chains4,
+Batch build_full_sync_batch(const std::vector<const Table*>& tables,
+                            const std::vector<std::string>& existing_chains4,
                             const std::vector<std::string>& existing_sets4,
                             const std::vector<std::string>& existing_chains6,
                             const std::vector<std::string>& existing_sets6, uint32_t seq);

@@ -18,9 +18,12 @@ using model::TrafficPolicy;
 
 uint8_t l4proto(Protocol p) {
   switch (p) {
-    case Protocol::kTCP: return 6;
-    case Protocol::kUDP: return 17;
-    case Protocol::kSCTP: return 132;
+    case Protocol::kTCP:
+      return 6;
+    case Protocol::kUDP:
+      return 17;
+    case Protocol::kSCTP:
+      return 132;
   }
   return 0;
 }
@@ -41,7 +44,8 @@ Rule rule(RuleShape shape, std::string target = {}, std::string set = {}, uint32
   return Rule{shape, std::move(target), std::move(set), n};
 }
 
-Chain base_chain(std::string name, std::string type, std::string hook, int prio, std::vector<Rule> rules) {
+Chain base_chain(std::string name, std::string type, std::string hook, int prio,
+                 std::vector<Rule> rules) {
   Chain c;
   c.name = std::move(name);
   c.base = BaseHook{std::move(type), std::move(hook), prio};
@@ -136,10 +140,14 @@ void Planner::remember_service(const ServicePlan& p) {
 void Planner::base_table(Table& t) const {
   t.sets.clear();
   t.chains.clear();
-  for (Set s : {set(names::kClusterCidrs, SetShape::kAddrInterval), set(names::kHairpin, SetShape::kAddrPair),
-                set(names::kFirewallIps, SetShape::kVipSet), set(names::kFirewallAllow, SetShape::kVipSrcInterval),
-                set(names::kNoEndpointReject, SetShape::kVipSet), set(names::kNoEndpointDrop, SetShape::kVipSet),
-                set(names::kServiceIps, SetShape::kVipVerdictMap), set(names::kServiceLb, SetShape::kVipVerdictMap)}) {
+  for (Set s :
+       {set(names::kClusterCidrs, SetShape::kAddrInterval),
+        set(names::kHairpin, SetShape::kAddrPair), set(names::kFirewallIps, SetShape::kVipSet),
+        set(names::kFirewallAllow, SetShape::kVipSrcInterval),
+        set(names::kNoEndpointReject, SetShape::kVipSet),
+        set(names::kNoEndpointDrop, SetShape::kVipSet),
+        set(names::kServiceIps, SetShape::kVipVerdictMap),
+        set(names::kServiceLb, SetShape::kVipVerdictMap)}) {
     t.sets.emplace(s.name, std::move(s));
   }
   auto& cidrs = t.sets[names::kClusterCidrs];
@@ -162,14 +170,17 @@ void Planner::base_table(Table& t) const {
   add(base_chain("filter-output", "filter", "output", -110,
                  {rule(RuleShape::kCtNewJump, "service-endpoints-check"),
                   rule(RuleShape::kCtNewJump, "firewall-check")}));
-  add(base_chain("nat-prerouting", "nat", "prerouting", -100, {rule(RuleShape::kJump, "services")}));
+  add(base_chain("nat-prerouting", "nat", "prerouting", -100,
+                 {rule(RuleShape::kJump, "services")}));
   add(base_chain("nat-output", "nat", "output", -100, {rule(RuleShape::kJump, "services")}));
-  add(base_chain("nat-postrouting", "nat", "postrouting", 100, {rule(RuleShape::kJump, "masquerading")}));
+  add(base_chain("nat-postrouting", "nat", "postrouting", 100,
+                 {rule(RuleShape::kJump, "masquerading")}));
   add(chain("firewall-check", {rule(RuleShape::kFirewallCheck)}));
   // Plain sets rather than a verdict map: a service gaining or losing its last endpoint then
   // changes no verdict element (see rebuild_lb_chains).
-  add(chain("service-endpoints-check", {rule(RuleShape::kVipInSetGoto, names::kRejectChain, names::kNoEndpointReject),
-                                        rule(RuleShape::kVipInSetDrop, {}, names::kNoEndpointDrop)}));
+  add(chain("service-endpoints-check",
+            {rule(RuleShape::kVipInSetGoto, names::kRejectChain, names::kNoEndpointReject),
+             rule(RuleShape::kVipInSetDrop, {}, names::kNoEndpointDrop)}));
   // TCP gets a reset: a local client's SYN is rejected while connect() holds its socket, and
   // TCP only records an ICMP error met then as soft (the connect would wait for a retransmit);
   // a reset is queued to the socket's backlog and refuses the connect at once.
@@ -188,7 +199,8 @@ void Planner::base_table(Table& t) const {
   if (ctx_.masquerade_all) {
     internal.push_back(rule(RuleShape::kJump, names::kMarkForMasquerade));
   } else if (have_cidrs) {
-    internal.push_back(rule(RuleShape::kSaddrNotInJump, names::kMarkForMasquerade, names::kClusterCidrs));
+    internal.push_back(
+        rule(RuleShape::kSaddrNotInJump, names::kMarkForMasquerade, names::kClusterCidrs));
   }
   internal.push_back(rule(RuleShape::kVipVmap, {}, names::kServiceLb));
   add(chain(names::kSvcInternal, internal));
@@ -217,7 +229,9 @@ Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
   };
   // A pod reaching itself through a service is always on this node; an endpoint without a
   // node name (a hand-made slice) is kept in the hairpin set to be safe.
-  auto is_here = [&](const MergedEndpoint& e) { return e.node_name.empty() || e.node_name == ctx_.node_name; };
+  auto is_here = [&](const MergedEndpoint& e) {
+    return e.node_name.empty() || e.node_name == ctx_.node_name;
+  };
   bool prefer_node = svc.traffic_distribution == "PreferSameNode";
   bool prefer_close = svc.traffic_distribution == "PreferClose" || svc.topology_mode == "Auto" ||
                       svc.topology_mode == "auto" || prefer_node;
@@ -283,7 +297,8 @@ Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
               if (std::find(h.begin(), h.end(), ctx_.zone) != h.end()) near.push_back(e);
             }
           }
-          if (!near.empty()) return std::vector<Target>([&] {
+          if (!near.empty())
+            return std::vector<Target>([&] {
               std::vector<Target> t;
               for (const auto* e : near) t.push_back({e->ep->address, e->port, is_here(*e->ep)});
               return t;
@@ -303,7 +318,8 @@ Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
       auto put = [&](const std::string& set_name, Element e) {
         plan.contributions.push_back({fam, set_name, std::move(e)});
       };
-      auto put_backends = [&](const std::string& key, const std::vector<Target>& targets, bool local_map) {
+      auto put_backends = [&](const std::string& key, const std::vector<Target>& targets,
+                              bool local_map) {
         auto n = static_cast<uint32_t>(targets.size());
         for (uint32_t i = 0; i < n; ++i) {
           Element e;
@@ -311,8 +327,11 @@ Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
           e.data = addr_field(targets[i].addr) + port_field(targets[i].port);
           put(local_map ? names::local_backends(n) : names::backends(n), std::move(e));
           if (targets[i].on_this_node) {
-            put(names::kHairpin, Element{addr_field(targets[i].addr) + addr_field(targets[i].addr), {}, {},
-                                         Verdict::kNone, {}});
+            put(names::kHairpin, Element{addr_field(targets[i].addr) + addr_field(targets[i].addr),
+                                         {},
+                                         {},
+                                         Verdict::kNone,
+                                         {}});
           }
         }
       };
@@ -335,7 +354,8 @@ Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
           // internalTrafficPolicy Local -> drop.
           bool drop = itp_local && !cluster.empty();
           if (drop) plan.no_local_internal = true;
-          put(drop ? names::kNoEndpointDrop : names::kNoEndpointReject, Element{key, {}, {}, Verdict::kNone, {}});
+          put(drop ? names::kNoEndpointDrop : names::kNoEndpointReject,
+              Element{key, {}, {}, Verdict::kNone, {}});
           continue;
         }
         put_backends(key, internal, false);
@@ -355,11 +375,13 @@ Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
       for (const auto& a : svc.load_balancer_ips) {
         if (a.family() == fam) externals.push_back({a, sp.port, has_ranges});
       }
-      bool node_port = (svc.type == model::ServiceType::kNodePort || svc.type == model::ServiceType::kLoadBalancer) &&
+      bool node_port = (svc.type == model::ServiceType::kNodePort ||
+                        svc.type == model::ServiceType::kLoadBalancer) &&
                        sp.node_port != 0;
       if (node_port) {
         for (const auto& a : ctx_.node_ips) {
-          if (a.family() != fam || a.is_loopback() || a.is_unspecified()) continue;  // never on localhost
+          if (a.family() != fam || a.is_loopback() || a.is_unspecified())
+            continue;  // never on localhost
           bool selected = ctx_.node_port_addresses.empty();
           for (const auto& p : ctx_.node_port_addresses) selected |= p.contains(a);
           if (selected) externals.push_back({a, sp.node_port, false});
@@ -375,11 +397,13 @@ Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
           put(names::kFirewallIps, Element{key, {}, {}, Verdict::kNone, {}});
           for (const auto& r : svc.load_balancer_source_ranges) {
             if (r.family() != fam) continue;
-            put(names::kFirewallAllow, Element{key + addr_field(r.addr()), key + prefix_last(r), {}, Verdict::kNone, {}});
+            put(names::kFirewallAllow,
+                Element{key + addr_field(r.addr()), key + prefix_last(r), {}, Verdict::kNone, {}});
           }
         }
         put(names::kServiceIps,
-            verdict_element(key, Verdict::kGoto, etp_local ? names::kSvcExternalLocal : names::kSvcExternal));
+            verdict_element(key, Verdict::kGoto,
+                            etp_local ? names::kSvcExternalLocal : names::kSvcExternal));
         put(names::kServiceLb, verdict_element(key, Verdict::kGoto, lb_chain));
         if (cluster.empty()) {
           put(names::kNoEndpointReject, Element{key, {}, {}, Verdict::kNone, {}});
@@ -526,12 +550,14 @@ std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const mod
         if (!b[local].count(n)) ch.add_sets.push_back(backends_set(local == 1, n));
       }
       for (uint32_t n : b[local]) {
-        if (!after[local].count(n)) ch.del_sets.push_back(local ? names::local_backends(n) : names::backends(n));
+        if (!after[local].count(n))
+          ch.del_sets.push_back(local ? names::local_backends(n) : names::backends(n));
       }
     }
     rebuild_lb_chains(f);
     const Table& t = table(f);
-    for (const char* c : {names::kLb, names::kLbHash, names::kLocalLb}) ch.replace_chains.push_back(t.chains.at(c));
+    for (const char* c : {names::kLb, names::kLbHash, names::kLocalLb})
+      ch.replace_chains.push_back(t.chains.at(c));
   }
 
   // Normalise each family's changes: an element deleted and added again with the same value

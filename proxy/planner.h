@@ -15,8 +15,8 @@ namespace endpointd::proxy {
 
 struct NodeContext {
   std::string node_name;
-  std::string zone;                          // topology.kubernetes.io/zone of this node
-  std::vector<model::IpAddr> node_ips;       // addresses NodePorts are served on (candidates)
+  std::string zone;                            // topology.kubernetes.io/zone of this node
+  std::vector<model::IpAddr> node_ips;         // addresses NodePorts are served on (candidates)
   std::vector<model::IpPrefix> cluster_cidrs;  // pod CIDRs: traffic from them is "local"
   bool masquerade_all = false;
   // kube-proxy's nodePortAddresses: CIDRs that select which node IPs serve NodePorts. Empty:

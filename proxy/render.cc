@@ -17,15 +17,20 @@ std::string addr_text(IpFamily f, const std::string& bytes, size_t off) {
 
 std::string proto_text(uint8_t p) {
   switch (p) {
-    case 6: return "tcp";
-    case 17: return "udp";
-    case 132: return "sctp";
-    default: return std::to_string(p);
+    case 6:
+      return "tcp";
+    case 17:
+      return "udp";
+    case 132:
+      return "sctp";
+    default:
+      return std::to_string(p);
   }
 }
 
 uint16_t port_at(const std::string& bytes, size_t off) {
-  return static_cast<uint16_t>((static_cast<uint8_t>(bytes[off]) << 8) | static_cast<uint8_t>(bytes[off + 1]));
+  return static_cast<uint16_t>((static_cast<uint8_t>(bytes[off]) << 8) |
+                               static_cast<uint8_t>(bytes[off + 1]));
 }
 
 uint32_t u32_at(const std::string& bytes, size_t off) {
@@ -45,7 +50,8 @@ int prefix_len(IpFamily f, const std::string& lo, const std::string& hi, size_t 
   size_t n = f == IpFamily::kV4 ? 4 : 16;
   int len = 0;
   for (size_t i = 0; i < n; ++i) {
-    auto x = static_cast<uint8_t>(static_cast<uint8_t>(lo[off + i]) ^ static_cast<uint8_t>(hi[off + i]));
+    auto x =
+        static_cast<uint8_t>(static_cast<uint8_t>(lo[off + i]) ^ static_cast<uint8_t>(hi[off + i]));
     if (x == 0) {
       len += 8;
       continue;
@@ -70,16 +76,24 @@ std::string element_text(IpFamily f, const Set& s, const Element& e) {
   size_t a = f == IpFamily::kV4 ? 4 : 16;
   std::string out;
   switch (s.shape) {
-    case SetShape::kAddrInterval: out = addr_range_text(f, e.key, e.key_end, 0); break;
-    case SetShape::kAddrPair: out = addr_text(f, e.key, 0) + " . " + addr_text(f, e.key, a); break;
+    case SetShape::kAddrInterval:
+      out = addr_range_text(f, e.key, e.key_end, 0);
+      break;
+    case SetShape::kAddrPair:
+      out = addr_text(f, e.key, 0) + " . " + addr_text(f, e.key, a);
+      break;
     case SetShape::kVipSet:
-    case SetShape::kVipVerdictMap: out = vip_text(f, e.key); break;
-    case SetShape::kVipSrcInterval: out = vip_text(f, e.key) + " . " + addr_range_text(f, e.key, e.key_end, a + 8); break;
+    case SetShape::kVipVerdictMap:
+      out = vip_text(f, e.key);
+      break;
+    case SetShape::kVipSrcInterval:
+      out = vip_text(f, e.key) + " . " + addr_range_text(f, e.key, e.key_end, a + 8);
+      break;
     case SetShape::kBackends: {
       std::string addr = addr_text(f, e.data, 0);
       if (f == IpFamily::kV6) addr = "[" + addr + "]";
-      out = vip_text(f, e.key) + " . " + std::to_string(u32_at(e.key, a + 8)) + " : " + addr + " . " +
-            std::to_string(port_at(e.data, a));
+      out = vip_text(f, e.key) + " . " + std::to_string(u32_at(e.key, a + 8)) + " : " + addr +
+            " . " + std::to_string(port_at(e.data, a));
       break;
     }
   }
@@ -91,12 +105,18 @@ std::string element_text(IpFamily f, const Set& s, const Element& e) {
 std::string set_type(IpFamily f, SetShape shape) {
   std::string addr = f == IpFamily::kV4 ? "ipv4_addr" : "ipv6_addr";
   switch (shape) {
-    case SetShape::kAddrInterval: return "type " + addr;
-    case SetShape::kAddrPair: return "type " + addr + " . " + addr;
-    case SetShape::kVipSet: return "type " + addr + " . inet_proto . inet_service";
-    case SetShape::kVipSrcInterval: return "type " + addr + " . inet_proto . inet_service . " + addr;
-    case SetShape::kVipVerdictMap: return "type " + addr + " . inet_proto . inet_service : verdict";
-    case SetShape::kBackends: return "";
+    case SetShape::kAddrInterval:
+      return "type " + addr;
+    case SetShape::kAddrPair:
+      return "type " + addr + " . " + addr;
+    case SetShape::kVipSet:
+      return "type " + addr + " . inet_proto . inet_service";
+    case SetShape::kVipSrcInterval:
+      return "type " + addr + " . inet_proto . inet_service . " + addr;
+    case SetShape::kVipVerdictMap:
+      return "type " + addr + " . inet_proto . inet_service : verdict";
+    case SetShape::kBackends:
+      return "";
   }
   return "";
 }
@@ -108,31 +128,50 @@ std::string render_rule(IpFamily f, const Rule& r) {
   std::string vip = ip + " daddr . meta l4proto . th dport";
   std::string saddr = ip + " saddr";
   switch (r.shape) {
-    case RuleShape::kCtNewJump: return "ct state new jump " + r.target;
-    case RuleShape::kJump: return "jump " + r.target;
+    case RuleShape::kCtNewJump:
+      return "ct state new jump " + r.target;
+    case RuleShape::kJump:
+      return "jump " + r.target;
     case RuleShape::kFirewallCheck:
-      return vip + " @" + names::kFirewallIps + " " + vip + " . " + saddr + " != @" + names::kFirewallAllow + " drop";
-    case RuleShape::kVipVmap: return vip + " vmap @" + r.set;
-    case RuleShape::kReject: return "reject";
-    case RuleShape::kMarkForMasquerade: return "meta mark set meta mark | 0x00004000";
+      return vip + " @" + names::kFirewallIps + " " + vip + " . " + saddr + " != @" +
+             names::kFirewallAllow + " drop";
+    case RuleShape::kVipVmap:
+      return vip + " vmap @" + r.set;
+    case RuleShape::kReject:
+      return "reject";
+    case RuleShape::kMarkForMasquerade:
+      return "meta mark set meta mark | 0x00004000";
     case RuleShape::kHairpinMark:
-      return "ct status dnat " + saddr + " . " + ip + " daddr @" + names::kHairpin + " jump " + r.target;
-    case RuleShape::kMasqReturnUnmarked: return "meta mark & 0x00004000 == 0x00000000 return";
-    case RuleShape::kMasqClearMark: return "meta mark set meta mark ^ 0x00004000";
-    case RuleShape::kMasquerade: return "masquerade fully-random";
-    case RuleShape::kSaddrNotInJump: return saddr + " != @" + r.set + " jump " + r.target;
-    case RuleShape::kSaddrInVmap: return saddr + " @" + names::kClusterCidrs + " " + vip + " vmap @" + r.set;
-    case RuleShape::kFibLocalJump: return "fib saddr type local jump " + r.target;
-    case RuleShape::kFibLocalVmap: return "fib saddr type local " + vip + " vmap @" + r.set;
+      return "ct status dnat " + saddr + " . " + ip + " daddr @" + names::kHairpin + " jump " +
+             r.target;
+    case RuleShape::kMasqReturnUnmarked:
+      return "meta mark & 0x00004000 == 0x00000000 return";
+    case RuleShape::kMasqClearMark:
+      return "meta mark set meta mark ^ 0x00004000";
+    case RuleShape::kMasquerade:
+      return "masquerade fully-random";
+    case RuleShape::kSaddrNotInJump:
+      return saddr + " != @" + r.set + " jump " + r.target;
+    case RuleShape::kSaddrInVmap:
+      return saddr + " @" + names::kClusterCidrs + " " + vip + " vmap @" + r.set;
+    case RuleShape::kFibLocalJump:
+      return "fib saddr type local jump " + r.target;
+    case RuleShape::kFibLocalVmap:
+      return "fib saddr type local " + vip + " vmap @" + r.set;
     case RuleShape::kDnatRandom:
-      return "dnat " + ip + " to " + vip + " . numgen random mod " + std::to_string(r.modulus) + " map @" + r.set;
+      return "dnat " + ip + " to " + vip + " . numgen random mod " + std::to_string(r.modulus) +
+             " map @" + r.set;
     case RuleShape::kDnatSourceHash:
-      return "dnat " + ip + " to " + vip + " . jhash " + saddr + " mod " + std::to_string(r.modulus) +
-             " seed 0x0 map @" + r.set;
-    case RuleShape::kVipInSetGoto: return vip + " @" + r.set + " goto " + r.target;
-    case RuleShape::kVipInSetDrop: return vip + " @" + r.set + " drop";
-    case RuleShape::kRejectTcpReset: return "meta l4proto tcp reject with tcp reset";
-    case RuleShape::kDrop: return "drop";
+      return "dnat " + ip + " to " + vip + " . jhash " + saddr + " mod " +
+             std::to_string(r.modulus) + " seed 0x0 map @" + r.set;
+    case RuleShape::kVipInSetGoto:
+      return vip + " @" + r.set + " goto " + r.target;
+    case RuleShape::kVipInSetDrop:
+      return vip + " @" + r.set + " drop";
+    case RuleShape::kRejectTcpReset:
+      return "meta l4proto tcp reject with tcp reset";
+    case RuleShape::kDrop:
+      return "drop";
   }
   return "";
 }
@@ -145,12 +184,13 @@ std::string render(const Table& t) {
     bool is_map = s.shape == SetShape::kVipVerdictMap || s.shape == SetShape::kBackends;
     out += std::string("\t") + (is_map ? "map " : "set ") + name + " {\n";
     if (s.shape == SetShape::kBackends) {
-      out += "\t\ttypeof " + ip + " daddr . meta l4proto . th dport . numgen random mod " + std::to_string(s.modulus) +
-             " : " + ip + " daddr . th dport\n";
+      out += "\t\ttypeof " + ip + " daddr . meta l4proto . th dport . numgen random mod " +
+             std::to_string(s.modulus) + " : " + ip + " daddr . th dport\n";
     } else {
       out += "\t\t" + set_type(f, s.shape) + "\n";
     }
-    if (s.shape == SetShape::kAddrInterval || s.shape == SetShape::kVipSrcInterval) out += "\t\tflags interval\n";
+    if (s.shape == SetShape::kAddrInterval || s.shape == SetShape::kVipSrcInterval)
+      out += "\t\tflags interval\n";
     if (!s.elements.empty()) {
       out += "\t\telements = { ";
       bool first = true;
@@ -166,8 +206,8 @@ std::string render(const Table& t) {
   for (const auto& [name, c] : t.chains) {
     out += "\tchain " + name + " {\n";
     if (c.base) {
-      out += "\t\ttype " + c.base->type + " hook " + c.base->hook + " priority " + std::to_string(c.base->priority) +
-             "; policy accept;\n";
+      out += "\t\ttype " + c.base->type + " hook " + c.base->hook + " priority " +
+             std::to_string(c.base->priority) + "; policy accept;\n";
     }
     for (const auto& r : c.rules) out += "\t\t" + render_rule(f, r) + "\n";
     out += "\t}\n";

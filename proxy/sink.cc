@@ -19,7 +19,8 @@ bool usable(const model::MergedEndpoint& e) {
   return e.conditions.ready || (e.conditions.serving && e.conditions.terminating);
 }
 
-std::set<std::pair<model::IpAddr, uint16_t>> used_targets(const model::ServiceState* st, const model::ServicePort& sp) {
+std::set<std::pair<model::IpAddr, uint16_t>> used_targets(const model::ServiceState* st,
+                                                          const model::ServicePort& sp) {
   std::set<std::pair<model::IpAddr, uint16_t>> out;
   if (!st) return out;
   for (const auto& e : st->endpoints) {
@@ -38,7 +39,8 @@ const model::ServicePort* same_port(const model::ServiceState* st, const model::
 }
 }  // namespace
 
-std::vector<FlowMatch> stale_udp_flows(const model::ServiceState* before, const model::ServiceState* after) {
+std::vector<FlowMatch> stale_udp_flows(const model::ServiceState* before,
+                                       const model::ServiceState* after) {
   std::vector<FlowMatch> out;
   if (before) {
     for (const auto& sp : before->service.ports) {
@@ -74,7 +76,8 @@ NodeContext node_context_from(const NodeContext& base, const model::Snapshot& sn
     if (a.type != "InternalIP" && a.type != "ExternalIP") continue;
     auto ip = model::IpAddr::parse(a.address);
     if (!ip) continue;
-    if (std::find(c.node_ips.begin(), c.node_ips.end(), *ip) == c.node_ips.end()) c.node_ips.push_back(*ip);
+    if (std::find(c.node_ips.begin(), c.node_ips.end(), *ip) == c.node_ips.end())
+      c.node_ips.push_back(*ip);
   }
   return c;
 }
@@ -101,11 +104,16 @@ struct ProxySink::Metrics {
 };
 
 namespace {
-double seconds(ProxySink::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds(ProxySink::Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 }  // namespace
 
 ProxySink::ProxySink(Backend* backend, pipeline::AckBoard* board, Options opts)
-    : backend_(backend), board_(board), opts_(std::move(opts)), metrics_(std::make_unique<Metrics>()),
+    : backend_(backend),
+      board_(board),
+      opts_(std::move(opts)),
+      metrics_(std::make_unique<Metrics>()),
       planner_(std::make_unique<Planner>(opts_.node)) {
   rng_ = opts_.jitter_seed ? opts_.jitter_seed
                            : static_cast<uint32_t>(Clock::now().time_since_epoch().count()) | 1;
@@ -116,20 +124,26 @@ ProxySink::ProxySink(Backend* backend, pipeline::AckBoard* board, Options opts)
     auto hist = [&](const char* name, const char* help) {
       return &prometheus::BuildHistogram().Name(name).Help(help).Register(*r).Add({}, b);
     };
-    auto gauge = [&](const char* name, const char* help, std::map<std::string, std::string> labels = {}) {
+    auto gauge = [&](const char* name, const char* help,
+                     std::map<std::string, std::string> labels = {}) {
       return &prometheus::BuildGauge().Name(name).Help(help).Register(*r).Add(labels);
     };
     auto counter = [&](const char* name, const char* help) {
       return &prometheus::BuildCounter().Name(name).Help(help).Register(*r).Add({});
     };
-    metrics_->sync = hist("kubeproxy_sync_proxy_rules_duration_seconds", "Time to apply one update to the kernel.");
-    metrics_->full = hist("kubeproxy_sync_full_proxy_rules_duration_seconds", "Time of a full sync.");
-    metrics_->partial = hist("kubeproxy_sync_partial_proxy_rules_duration_seconds", "Time of an incremental sync.");
-    metrics_->programming = hist("kubeproxy_network_programming_duration_seconds",
-                                 "From the update being queued to the proxy to its batch committed.");
-    metrics_->last_sync = gauge("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "Last successful sync (unix time).");
-    metrics_->last_queued =
-        gauge("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", "Last update queued to the proxy (unix time).");
+    metrics_->sync = hist("kubeproxy_sync_proxy_rules_duration_seconds",
+                          "Time to apply one update to the kernel.");
+    metrics_->full =
+        hist("kubeproxy_sync_full_proxy_rules_duration_seconds", "Time of a full sync.");
+    metrics_->partial =
+        hist("kubeproxy_sync_partial_proxy_rules_duration_seconds", "Time of an incremental sync.");
+    metrics_->programming =
+        hist("kubeproxy_network_programming_duration_seconds",
+             "From the update being queued to the proxy to its batch committed.");
+    metrics_->last_sync = gauge("kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+                                "Last successful sync (unix time).");
+    metrics_->last_queued = gauge("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+                                  "Last update queued to the proxy (unix time).");
     auto& elems = prometheus::BuildGauge()
                       .Name("kubeproxy_sync_proxy_rules_nftables_elements")
                       .Help("Map and set elements in endpointd's nftables tables.")
@@ -142,18 +156,23 @@ ProxySink::ProxySink(Backend* backend, pipeline::AckBoard* board, Options opts)
                         .Register(*r);
     metrics_->no_local_internal = &nolocal.Add({{"traffic_policy", "internal"}});
     metrics_->no_local_external = &nolocal.Add({{"traffic_policy", "external"}});
-    metrics_->endpoint_changes = counter("kubeproxy_sync_proxy_rules_endpoint_changes_total", "Endpoint changes applied.");
-    metrics_->service_changes = counter("kubeproxy_sync_proxy_rules_service_changes_total", "Service changes applied.");
-    metrics_->endpoint_pending = gauge("kubeproxy_sync_proxy_rules_endpoint_changes_pending", "Endpoint changes not yet applied.");
-    metrics_->service_pending = gauge("kubeproxy_sync_proxy_rules_service_changes_pending", "Service changes not yet applied.");
-    metrics_->failures =
-        counter("kubeproxy_sync_proxy_rules_nftables_sync_failures_total", "Batches the kernel rejected.");
-    metrics_->skipped = counter("endpointd_proxy_skipped_total",
-                                "Service ports or addresses skipped because the kernel cannot take them.");
+    metrics_->endpoint_changes =
+        counter("kubeproxy_sync_proxy_rules_endpoint_changes_total", "Endpoint changes applied.");
+    metrics_->service_changes =
+        counter("kubeproxy_sync_proxy_rules_service_changes_total", "Service changes applied.");
+    metrics_->endpoint_pending = gauge("kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+                                       "Endpoint changes not yet applied.");
+    metrics_->service_pending = gauge("kubeproxy_sync_proxy_rules_service_changes_pending",
+                                      "Service changes not yet applied.");
+    metrics_->failures = counter("kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+                                 "Batches the kernel rejected.");
+    metrics_->skipped =
+        counter("endpointd_proxy_skipped_total",
+                "Service ports or addresses skipped because the kernel cannot take them.");
     metrics_->conntrack_deleted =
         counter("endpointd_proxy_conntrack_deleted_total", "Stale UDP conntrack entries deleted.");
-    metrics_->conntrack_failures =
-        counter("endpointd_proxy_conntrack_cleanup_failures_total", "UDP conntrack cleanups that failed.");
+    metrics_->conntrack_failures = counter("endpointd_proxy_conntrack_cleanup_failures_total",
+                                           "UDP conntrack cleanups that failed.");
   }
   resync_ = std::thread([this] { resync_loop(); });
 }
@@ -197,7 +216,8 @@ bool ProxySink::wait_idle(std::chrono::milliseconds timeout) {
   return cv_.wait_until(l, deadline, [&] { return !need_full_ && latest_ == applied_; });
 }
 
-void ProxySink::count_changes(const model::Snapshot* old, const model::Snapshot& snap, const model::Delta& d) {
+void ProxySink::count_changes(const model::Snapshot* old, const model::Snapshot& snap,
+                              const model::Delta& d) {
   uint64_t svc = 0, eps = 0;
   auto compare = [&](const model::ServiceKey& k) {
     const auto* a = old ? old->find(k) : nullptr;
@@ -219,7 +239,8 @@ void ProxySink::count_changes(const model::Snapshot* old, const model::Snapshot&
   }
 }
 
-void ProxySink::record_success(const model::SnapshotPtr& snap, bool full, Clock::time_point started) {
+void ProxySink::record_success(const model::SnapshotPtr& snap, bool full,
+                               Clock::time_point started) {
   auto now = Clock::now();
   applied_ = snap;
   last_applied_ = now;
@@ -227,12 +248,14 @@ void ProxySink::record_success(const model::SnapshotPtr& snap, bool full, Clock:
   uint64_t skipped = planner_->last_stats().skipped;
   if (skipped) {
     skipped_ += skipped;
-    for (const auto& why : planner_->last_stats().skip_reasons) spdlog::warn("proxy: skipped {}", why);
+    for (const auto& why : planner_->last_stats().skip_reasons)
+      spdlog::warn("proxy: skipped {}", why);
   }
   if (metrics_->sync) {
     metrics_->sync->Observe(seconds(now - started));
     (full ? metrics_->full : metrics_->partial)->Observe(seconds(now - started));
-    if (last_queued_ != Clock::time_point{}) metrics_->programming->Observe(seconds(now - last_queued_));
+    if (last_queued_ != Clock::time_point{})
+      metrics_->programming->Observe(seconds(now - last_queued_));
     metrics_->last_sync->Set(seconds(std::chrono::system_clock::now().time_since_epoch()));
     metrics_->elements_v4->Set(static_cast<double>(planner_->table(IpFamily::kV4).element_count()));
     metrics_->elements_v6->Set(static_cast<double>(planner_->table(IpFamily::kV6).element_count()));
@@ -263,12 +286,14 @@ bool ProxySink::full_sync_locked(const model::SnapshotPtr& snap) {
     ++attempt_;
     next_try_ = started + std::chrono::duration_cast<Clock::duration>(base * jitter);
     need_full_ = true;
-    spdlog::error("proxy: full sync of generation {} failed (attempt {}): {}", snap->generation, attempt_, r.error());
+    spdlog::error("proxy: full sync of generation {} failed (attempt {}): {}", snap->generation,
+                  attempt_, r.error());
     return false;
   }
   need_full_ = false;
   synced_ = true;
-  spdlog::info("proxy: full sync of generation {}: {} messages, {} bytes", snap->generation, r->messages, r->bytes);
+  spdlog::info("proxy: full sync of generation {}: {} messages, {} bytes", snap->generation,
+               r->messages, r->bytes);
   model::SnapshotPtr before = applied_;
   record_success(snap, true, started);
   after_commit(before.get(), *snap, {}, true);
@@ -278,13 +303,14 @@ bool ProxySink::full_sync_locked(const model::SnapshotPtr& snap) {
 bool ProxySink::follow_node(const model::Snapshot& snap) {
   NodeContext c = node_context_from(opts_.node, snap);
   if (c == planner_->context()) return false;
-  spdlog::info("proxy: node {} changed (zone '{}', {} node IPs): full sync", c.node_name, c.zone, c.node_ips.size());
+  spdlog::info("proxy: node {} changed (zone '{}', {} node IPs): full sync", c.node_name, c.zone,
+               c.node_ips.size());
   planner_->set_context(std::move(c));
   return true;
 }
 
-void ProxySink::after_commit(const model::Snapshot* before, const model::Snapshot& now, const model::Delta& delta,
-                             bool full) {
+void ProxySink::after_commit(const model::Snapshot* before, const model::Snapshot& now,
+                             const model::Delta& delta, bool full) {
   model::Delta d = delta;
   if (full && before) d = model::diff(before, now);
   bool health = full || d.nodes_changed;
@@ -310,13 +336,16 @@ void ProxySink::after_commit(const model::Snapshot* before, const model::Snapsho
     if (!r) {
       ++conntrack_failures_;
       if (metrics_->conntrack_failures) metrics_->conntrack_failures->Increment();
-      spdlog::warn("proxy: UDP conntrack cleanup for generation {} failed: {}", now.generation, r.error());
+      spdlog::warn("proxy: UDP conntrack cleanup for generation {} failed: {}", now.generation,
+                   r.error());
     } else {
       conntrack_deleted_ += *r;
-      if (metrics_->conntrack_deleted) metrics_->conntrack_deleted->Increment(static_cast<double>(*r));
+      if (metrics_->conntrack_deleted)
+        metrics_->conntrack_deleted->Increment(static_cast<double>(*r));
     }
   }
-  if (opts_.health_checks && health) opts_.health_checks->update(now, planner_->context().node_name);
+  if (opts_.health_checks && health)
+    opts_.health_checks->update(now, planner_->context().node_name);
 }
 
 void ProxySink::apply(const model::SnapshotPtr& snap, const model::Delta& delta) {
@@ -353,7 +382,8 @@ void ProxySink::apply(const model::SnapshotPtr& snap, const model::Delta& delta)
   if (!r) {
     ++failures_;
     if (metrics_->failures) metrics_->failures->Increment();
-    spdlog::error("proxy: batch for generation {} rejected: {}; full resync", snap->generation, r.error());
+    spdlog::error("proxy: batch for generation {} rejected: {}; full resync", snap->generation,
+                  r.error());
     need_full_ = true;  // the planner's model is ahead of the kernel now
     attempt_ = 0;
     next_try_ = Clock::now();

@@ -30,7 +30,8 @@ class HealthCheckServer;
 // entries still bound to an endpoint that is no longer used, and, for a UDP port that had no
 // endpoint and now has some, the entries that blackholed its addresses (NAT is chosen only on
 // a connection's first packet); for a node port, entries to that port on any address.
-std::vector<FlowMatch> stale_udp_flows(const model::ServiceState* before, const model::ServiceState* after);
+std::vector<FlowMatch> stale_udp_flows(const model::ServiceState* before,
+                                       const model::ServiceState* after);
 
 // This node's context as the snapshot describes it: `base` (flags) plus this node's Node object
 // (its InternalIP/ExternalIP addresses are added to node_ips, its zone replaces base's).
@@ -47,7 +48,7 @@ class ProxySink : public pipeline::Sink {
     std::chrono::milliseconds health_timeout{std::chrono::seconds(60)};
     std::chrono::milliseconds backoff_min{std::chrono::milliseconds(100)};
     std::chrono::milliseconds backoff_max{std::chrono::seconds(10)};
-    uint32_t jitter_seed = 0;  // 0: seeded from the clock
+    uint32_t jitter_seed = 0;                    // 0: seeded from the clock
     Conntrack* conntrack = nullptr;              // UDP cleanup after each batch; null: off
     HealthCheckServer* health_checks = nullptr;  // healthCheckNodePort listeners; null: off
   };
@@ -82,9 +83,11 @@ class ProxySink : public pipeline::Sink {
   bool full_sync_locked(const model::SnapshotPtr& snap);
   void resync_loop();
   void record_success(const model::SnapshotPtr& snap, bool full, Clock::time_point started);
-  void count_changes(const model::Snapshot* old, const model::Snapshot& snap, const model::Delta& d);
+  void count_changes(const model::Snapshot* old, const model::Snapshot& snap,
+                     const model::Delta& d);
   // After a committed batch: conntrack cleanup and the health-check listeners.
-  void after_commit(const model::Snapshot* before, const model::Snapshot& now, const model::Delta& d, bool full);
+  void after_commit(const model::Snapshot* before, const model::Snapshot& now,
+                    const model::Delta& d, bool full);
   // Follows this node's Node object; true when the context changed (a full sync is due).
   bool follow_node(const model::Snapshot& snap);
 

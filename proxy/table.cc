@@ -48,8 +48,12 @@ std::string prefix_last(const model::IpPrefix& p) {
 }
 
 namespace names {
-std::string backends(uint32_t n) { return "backends-" + std::to_string(n); }
-std::string local_backends(uint32_t n) { return "local-backends-" + std::to_string(n); }
+std::string backends(uint32_t n) {
+  return "backends-" + std::to_string(n);
+}
+std::string local_backends(uint32_t n) {
+  return "local-backends-" + std::to_string(n);
+}
 }  // namespace names
 
 }  // namespace endpointd::proxy

@@ -23,13 +23,13 @@ inline constexpr uint32_t kMasqueradeMark = 0x4000;  // kube-proxy's default mas
 // fields each take 4 bytes (16 for an IPv6 address), network byte order, as nft lays them out
 // in registers.
 enum class SetShape : uint8_t {
-  kAddrInterval,     // type <addr>; flags interval                        (cluster-cidrs)
-  kAddrPair,         // type <addr> . <addr>                               (hairpin)
-  kVipSet,           // type <addr> . inet_proto . inet_service            (firewall-ips)
-  kVipSrcInterval,   // type <addr> . inet_proto . inet_service . <addr>; flags interval
-  kVipVerdictMap,    // type <addr> . inet_proto . inet_service : verdict
-  kBackends,         // typeof ip daddr . meta l4proto . th dport . numgen random mod N
-                     //        : ip daddr . th dport
+  kAddrInterval,    // type <addr>; flags interval                        (cluster-cidrs)
+  kAddrPair,        // type <addr> . <addr>                               (hairpin)
+  kVipSet,          // type <addr> . inet_proto . inet_service            (firewall-ips)
+  kVipSrcInterval,  // type <addr> . inet_proto . inet_service . <addr>; flags interval
+  kVipVerdictMap,   // type <addr> . inet_proto . inet_service : verdict
+  kBackends,        // typeof ip daddr . meta l4proto . th dport . numgen random mod N
+                    //        : ip daddr . th dport
 };
 
 enum class Verdict : uint8_t { kNone, kGoto, kDrop };
@@ -39,38 +39,38 @@ struct Element {
   std::string key_end;  // interval sets: the inclusive upper bound (same layout); else empty
   std::string data;     // kBackends: address . port in register layout
   Verdict verdict = Verdict::kNone;
-  std::string chain;    // kGoto target
+  std::string chain;  // kGoto target
   friend bool operator==(const Element&, const Element&) = default;
 };
 
 struct Set {
   std::string name;
   SetShape shape = SetShape::kVipSet;
-  uint32_t modulus = 0;  // kBackends only
+  uint32_t modulus = 0;                     // kBackends only
   std::map<std::string, Element> elements;  // by key
 };
 
 enum class RuleShape : uint8_t {
-  kCtNewJump,            // ct state new jump <target>
-  kJump,                 // jump <target>
-  kFirewallCheck,        // <vip> @firewall-ips <vip> . <saddr> != @firewall-allow drop
-  kVipVmap,              // <vip> vmap @<set>
-  kReject,               // reject
-  kMarkForMasquerade,    // meta mark set meta mark | 0x4000
-  kHairpinMark,          // ct status dnat <saddr> . <daddr> @hairpin jump <target>
-  kMasqReturnUnmarked,   // meta mark & 0x4000 == 0 return
-  kMasqClearMark,        // meta mark set meta mark ^ 0x4000
-  kMasquerade,           // masquerade fully-random
-  kSaddrNotInJump,       // <saddr> != @cluster-cidrs jump <target>
-  kSaddrInVmap,          // <saddr> @cluster-cidrs <vip> vmap @<set>
-  kFibLocalJump,         // fib saddr type local jump <target>
-  kFibLocalVmap,         // fib saddr type local <vip> vmap @<set>
-  kDnatRandom,           // dnat to <vip> . numgen random mod N map @<set>
-  kDnatSourceHash,       // dnat to <vip> . jhash <saddr> mod N seed 0x0 map @<set>
-  kVipInSetGoto,         // <vip> @<set> goto <target>
-  kVipInSetDrop,         // <vip> @<set> drop
-  kRejectTcpReset,       // meta l4proto tcp reject with tcp reset
-  kDrop,                 // drop
+  kCtNewJump,           // ct state new jump <target>
+  kJump,                // jump <target>
+  kFirewallCheck,       // <vip> @firewall-ips <vip> . <saddr> != @firewall-allow drop
+  kVipVmap,             // <vip> vmap @<set>
+  kReject,              // reject
+  kMarkForMasquerade,   // meta mark set meta mark | 0x4000
+  kHairpinMark,         // ct status dnat <saddr> . <daddr> @hairpin jump <target>
+  kMasqReturnUnmarked,  // meta mark & 0x4000 == 0 return
+  kMasqClearMark,       // meta mark set meta mark ^ 0x4000
+  kMasquerade,          // masquerade fully-random
+  kSaddrNotInJump,      // <saddr> != @cluster-cidrs jump <target>
+  kSaddrInVmap,         // <saddr> @cluster-cidrs <vip> vmap @<set>
+  kFibLocalJump,        // fib saddr type local jump <target>
+  kFibLocalVmap,        // fib saddr type local <vip> vmap @<set>
+  kDnatRandom,          // dnat to <vip> . numgen random mod N map @<set>
+  kDnatSourceHash,      // dnat to <vip> . jhash <saddr> mod N seed 0x0 map @<set>
+  kVipInSetGoto,        // <vip> @<set> goto <target>
+  kVipInSetDrop,        // <vip> @<set> drop
+  kRejectTcpReset,      // meta l4proto tcp reject with tcp reset
+  kDrop,                // drop
 };
 
 struct Rule {
@@ -117,8 +117,8 @@ struct TableChanges {
   std::vector<std::string> del_chains;
   std::vector<std::string> del_sets;
   bool empty() const {
-    return add_sets.empty() && add_chains.empty() && replace_chains.empty() && del_elements.empty() &&
-           add_elements.empty() && del_chains.empty() && del_sets.empty();
+    return add_sets.empty() && add_chains.empty() && replace_chains.empty() &&
+           del_elements.empty() && add_elements.empty() && del_chains.empty() && del_sets.empty();
   }
   size_t size() const {
     return add_sets.size() + add_chains.size() + replace_chains.size() + del_elements.size() +

@@ -170,10 +170,12 @@ Result<ClusterConfig> parse_kubeconfig(const YAML::Node& root, const std::string
     const bool has_cert = !cfg.client_cert_file.empty() || !cfg.client_cert_data.empty();
     const bool has_key = !cfg.client_key_file.empty() || !cfg.client_key_data.empty();
     if (has_cert && !has_key) {
-      return Error{where + ": " + u_path + ".client-key(-data) is missing for the client certificate"};
+      return Error{where + ": " + u_path +
+                   ".client-key(-data) is missing for the client certificate"};
     }
     if (has_key && !has_cert) {
-      return Error{where + ": " + u_path + ".client-certificate(-data) is missing for the client key"};
+      return Error{where + ": " + u_path +
+                   ".client-certificate(-data) is missing for the client key"};
     }
   }
 

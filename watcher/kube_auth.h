@@ -11,7 +11,8 @@
 
 namespace endpointd::watcher {
 
-inline constexpr std::string_view kServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount";
+inline constexpr std::string_view kServiceAccountDir =
+    "/var/run/secrets/kubernetes.io/serviceaccount";
 
 struct ClusterConfig {
   // https://host:port (or http:// for plain HTTP), possibly with a path prefix.

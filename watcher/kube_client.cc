@@ -402,7 +402,8 @@ class KubeClient::Watcher {
     }
     curl_multi_remove_handle(multi_.get(), e);
     if (t.status == 0) curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &t.status);
-    out.curl_error = errbuf_[0] != '\0' ? std::string(errbuf_.data()) : curl_easy_strerror(out.curl);
+    out.curl_error =
+        errbuf_[0] != '\0' ? std::string(errbuf_.data()) : curl_easy_strerror(out.curl);
     return out;
   }
 
@@ -616,7 +617,8 @@ class KubeClient::Watcher {
     int restarts = 0;
     uint64_t pages = 0;
     while (true) {
-      std::string url = base_url_ + "?limit=" + std::to_string(shared_->config.page_size) + selectors_;
+      std::string url =
+          base_url_ + "?limit=" + std::to_string(shared_->config.page_size) + selectors_;
       if (!cont.empty()) url += "&continue=" + query_escape(cont);
       Transfer t;
       t.body_limit = kMaxListBody;
@@ -799,14 +801,16 @@ KubeClient::KubeClient(ClusterConfig cluster, KubeClientConfig config, Sink sink
       kinds.push_back(model::ObjectKind::kPod);
     }
   }
-  shared_ = std::make_shared<Shared>(std::move(cluster), std::move(config), std::move(sink),
-                                     registry);
+  shared_ =
+      std::make_shared<Shared>(std::move(cluster), std::move(config), std::move(sink), registry);
   for (size_t i = 0; i < kinds.size(); ++i) {
     watchers_.push_back(std::make_unique<Watcher>(shared_, kinds[i], seed + i));
   }
 }
 
-KubeClient::~KubeClient() { stop(); }
+KubeClient::~KubeClient() {
+  stop();
+}
 
 void KubeClient::start() {
   if (started_) return;

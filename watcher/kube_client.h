@@ -66,7 +66,7 @@ struct KindStats {
   uint64_t relists = 0;  // complete lists after the first
   uint64_t list_pages = 0;
   uint64_t decode_errors = 0;
-  uint64_t watches = 0;  // watch requests answered 200
+  uint64_t watches = 0;                        // watch requests answered 200
   std::map<std::string, uint64_t> reconnects;  // by reason
   std::string resource_version;                // the watch position
   bool synced = false;                         // a complete list was posted

@@ -15,8 +15,7 @@ std::string_view string_field(const simdjson::dom::element& e, std::string_view 
 
 }  // namespace
 
-bool LineBuffer::feed(std::string_view data,
-                      const std::function<bool(std::string_view)>& on_line) {
+bool LineBuffer::feed(std::string_view data, const std::function<bool(std::string_view)>& on_line) {
   while (!data.empty()) {
     auto nl = data.find('\n');
     if (nl == std::string_view::npos) {
@@ -92,8 +91,7 @@ Result<WatchEvent> parse_watch_event(std::string_view line, model::ObjectKind ki
                                      simdjson::dom::parser& parser) {
   if (line.size() > kMaxObjectBytes + 4096) return Error{"watch event too large"};
   simdjson::dom::element root;
-  if (auto err = parser.parse(line.data(), line.size(), true).get(root);
-      err != simdjson::SUCCESS) {
+  if (auto err = parser.parse(line.data(), line.size(), true).get(root); err != simdjson::SUCCESS) {
     return Error{std::string("watch event is not valid JSON: ") + simdjson::error_message(err)};
   }
   std::string_view type;

@@ -1,5 +1,6 @@
 // Serves the DNS benchmark's cluster (see gen_zone.py: the same records) with endpointd's
-// DNS sink until SIGINT/SIGTERM. Usage: bench_server PORT [services] [endpoints-per-service] [workers]
+// DNS sink until SIGINT/SIGTERM. Usage: bench_server PORT [services] [endpoints-per-service]
+// [workers]
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -16,7 +17,9 @@ using namespace endpointd;
 
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
-void on_signal(int) { g_stop = 1; }
+void on_signal(int) {
+  g_stop = 1;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -36,9 +39,10 @@ int main(int argc, char** argv) {
   }
   auto t0 = std::chrono::steady_clock::now();
   sink.apply(snap, model::diff(nullptr, *snap));
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  std::fprintf(stderr, "bench_server: zone of %zu names built in %.1f ms, serving on %d\n", sink.zone()->name_count(),
-               ms, port);
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr, "bench_server: zone of %zu names built in %.1f ms, serving on %d\n",
+               sink.zone()->name_count(), ms, port);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   while (!g_stop) pause();

@@ -57,8 +57,8 @@ int main(int argc, char** argv) {
     auto n = dns::name_from_text(name);
     if (!n) continue;
     std::vector<uint8_t> q(512);
-    q.resize(dns::write_query(static_cast<uint16_t>(queries.size()), n->span(), qtype_of(t), false, 0, q.data(),
-                              q.size()));
+    q.resize(dns::write_query(static_cast<uint16_t>(queries.size()), n->span(), qtype_of(t), false,
+                              0, q.data(), q.size()));
     queries.push_back(std::move(q));
   }
   if (queries.empty()) return 2;
@@ -87,7 +87,8 @@ int main(int argc, char** argv) {
   auto warm = start + std::chrono::milliseconds(500);  // not counted: caches, first batches
   bool counting = false;
   Clock::time_point t0 = warm;
-  auto end = warm + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  auto end =
+      warm + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   auto last_progress = start;
   while (true) {
     auto now = Clock::now();
@@ -100,7 +101,8 @@ int main(int argc, char** argv) {
     bool progress = false;
     for (int s = 0; s < kSockets; ++s) {
       // Send up to the socket's share of the window.
-      int n = static_cast<int>(std::min<size_t>(kBatch, per_socket - std::min(per_socket, outstanding[s])));
+      int n = static_cast<int>(
+          std::min<size_t>(kBatch, per_socket - std::min(per_socket, outstanding[s])));
       for (int i = 0; i < n; ++i) {
         auto& q = queries[next++ % queries.size()];
         iovs[i] = {q.data(), q.size()};

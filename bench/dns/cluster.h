@@ -24,7 +24,8 @@ inline model::ServiceStatePtr bench_service(int i, int e, int ready_from = 0) {
   st->service.key = {"ns" + std::to_string(i % 100), "svc" + std::to_string(i)};
   st->service.headless = i % 10 == 0;
   if (!st->service.headless)
-    st->service.cluster_ips.push_back(model::IpAddr::v4((10u << 24) | (96u << 16) | static_cast<uint32_t>(i)));
+    st->service.cluster_ips.push_back(
+        model::IpAddr::v4((10u << 24) | (96u << 16) | static_cast<uint32_t>(i)));
   model::ServicePort p;
   p.name = "http";
   p.port = 80;

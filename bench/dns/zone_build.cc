@@ -19,7 +19,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 // CPU time of this thread: what the work costs, without the time other processes on a shared
 // machine took the core.
@@ -62,11 +64,14 @@ int main(int argc, char** argv) {
     // One endpoint of one service turns terminating (alternately a headless service, whose
     // records change, and a ClusterIP one, whose records do not but whose state does).
     int i = (c * 7919) % n;
-    if (c % 2 == 0) i -= i % 10;
-    else if (i % 10 == 0) i += 1;
+    if (c % 2 == 0)
+      i -= i % 10;
+    else if (i % 10 == 0)
+      i += 1;
     auto next = std::make_shared<model::Snapshot>(*snap);
     next->generation = snap->generation + 1;
-    next->services = snap->services.with({{bench::bench_service(i, e).get()->key(), bench::bench_service(i, e, 1)}});
+    next->services = snap->services.with(
+        {{bench::bench_service(i, e).get()->key(), bench::bench_service(i, e, 1)}});
     model::Delta d = model::diff(snap.get(), *next);
     auto t = Clock::now();
     double c0 = cpu_ms();
@@ -77,18 +82,24 @@ int main(int argc, char** argv) {
     shards += builder.last_stats().shards;
     snap = next;
   }
-  std::printf("| services | endpoints | names | full build ms | RSS snapshot MiB | RSS zone MiB |\n|---|---|---|---|---|---|\n");
+  std::printf(
+      "| services | endpoints | names | full build ms | RSS snapshot MiB | RSS zone MiB "
+      "|\n|---|---|---|---|---|---|\n");
   std::printf("| %d | %d | %zu | %.1f | %.1f | %.1f |\n\n", n, n * e, zone->name_count(), full_ms,
               static_cast<double>(rss1 - rss0) / 1024, static_cast<double>(rss2 - rss1) / 1024);
-  std::printf("| one endpoint change, %d changes | p50 ms | p99 ms | max ms | CPU p50 ms | CPU p99 ms |\n"
-              "|---|---|---|---|---|---|\n", changes);
+  std::printf(
+      "| one endpoint change, %d changes | p50 ms | p99 ms | max ms | CPU p50 ms | CPU p99 ms |\n"
+      "|---|---|---|---|---|---|\n",
+      changes);
   if (!headless.empty())
-    std::printf("| headless service | %.3f | %.3f | %.3f | %.3f | %.3f |\n", pct(headless, 0.5), pct(headless, 0.99),
-                pct(headless, 1.0), pct(headless_cpu, 0.5), pct(headless_cpu, 0.99));
+    std::printf("| headless service | %.3f | %.3f | %.3f | %.3f | %.3f |\n", pct(headless, 0.5),
+                pct(headless, 0.99), pct(headless, 1.0), pct(headless_cpu, 0.5),
+                pct(headless_cpu, 0.99));
   if (!clusterip.empty())
     std::printf("| ClusterIP service | %.3f | %.3f | %.3f | %.3f | %.3f |\n", pct(clusterip, 0.5),
-                pct(clusterip, 0.99), pct(clusterip, 1.0), pct(clusterip_cpu, 0.5), pct(clusterip_cpu, 0.99));
-  std::printf("\nindex shards copied per change: %.1f of %zu\n", static_cast<double>(shards) / changes,
-              dns::Zone::kShards);
+                pct(clusterip, 0.99), pct(clusterip, 1.0), pct(clusterip_cpu, 0.5),
+                pct(clusterip_cpu, 0.99));
+  std::printf("\nindex shards copied per change: %.1f of %zu\n",
+              static_cast<double>(shards) / changes, dns::Zone::kShards);
   return 0;
 }

@@ -23,8 +23,8 @@
 #include <prometheus/registry.h>
 #include <spawn.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -106,16 +106,26 @@ Args parse_args(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (k == "--mode") a.mode = val();
-    else if (k == "--subscribers") a.subscribers = std::stoi(val());
-    else if (k == "--services") a.services = std::stoi(val());
-    else if (k == "--endpoints") a.endpoints = std::stoi(val());
-    else if (k == "--changes") a.changes = std::stoi(val());
-    else if (k == "--channels") a.channels = std::stoi(val());
-    else if (k == "--gap-ms") a.gap_ms = std::stoi(val());
-    else if (k == "--keepalive-ms") a.keepalive_ms = std::stoi(val());
-    else if (k == "--client") a.client = true;
-    else if (k == "--port") a.port = std::stoi(val());
+    if (k == "--mode")
+      a.mode = val();
+    else if (k == "--subscribers")
+      a.subscribers = std::stoi(val());
+    else if (k == "--services")
+      a.services = std::stoi(val());
+    else if (k == "--endpoints")
+      a.endpoints = std::stoi(val());
+    else if (k == "--changes")
+      a.changes = std::stoi(val());
+    else if (k == "--channels")
+      a.channels = std::stoi(val());
+    else if (k == "--gap-ms")
+      a.gap_ms = std::stoi(val());
+    else if (k == "--keepalive-ms")
+      a.keepalive_ms = std::stoi(val());
+    else if (k == "--client")
+      a.client = true;
+    else if (k == "--port")
+      a.port = std::stoi(val());
     else {
       std::cerr << "feed_bench: unknown argument " << k << "\n";
       std::exit(2);
@@ -130,8 +140,12 @@ Args parse_args(int argc, char** argv) {
 
 // ---------------------------------------------------------------- the cluster (parent)
 
-std::string ns_of(int svc) { return "ns-" + std::to_string(svc / 100); }
-std::string name_of(int svc) { return "svc-" + std::to_string(svc); }
+std::string ns_of(int svc) {
+  return "ns-" + std::to_string(svc / 100);
+}
+std::string name_of(int svc) {
+  return "svc-" + std::to_string(svc);
+}
 
 std::string ipv4(uint32_t v) {
   return std::to_string(v >> 24) + "." + std::to_string((v >> 16) & 255) + "." +
@@ -141,7 +155,8 @@ std::string ipv4(uint32_t v) {
 model::ServiceStatePtr make_service(int svc, int endpoints) {
   auto st = std::make_shared<model::ServiceState>();
   st->service.key = {ns_of(svc), name_of(svc)};
-  st->service.cluster_ips = {*model::IpAddr::parse(ipv4((10u << 24) | (96u << 16) | uint32_t(svc)))};
+  st->service.cluster_ips = {
+      *model::IpAddr::parse(ipv4((10u << 24) | (96u << 16) | uint32_t(svc)))};
   model::ServicePort sp;
   sp.name = "http";
   sp.port = 80;
@@ -155,9 +170,8 @@ model::ServiceStatePtr make_service(int svc, int endpoints) {
     m.ports.push_back({"http", model::Protocol::kTCP, 8080, ""});
     m.zone = "zone-" + std::string(1, char('a' + j % 3));
     m.node_name = "node-" + std::to_string((svc * endpoints + j) % 500);
-    m.target_ref =
-        model::ObjectRef{"Pod", ns_of(svc), name_of(svc) + "-" + std::to_string(j),
-                         "uid-" + std::to_string(svc) + "-" + std::to_string(j)};
+    m.target_ref = model::ObjectRef{"Pod", ns_of(svc), name_of(svc) + "-" + std::to_string(j),
+                                    "uid-" + std::to_string(svc) + "-" + std::to_string(j)};
     st->endpoints.push_back(std::move(m));
   }
   std::sort(st->endpoints.begin(), st->endpoints.end(),
@@ -301,8 +315,8 @@ int run_client(const Args& a) {
   subs.reserve(static_cast<size_t>(a.subscribers));
   auto t0 = Clock::now();
   for (int i = 0; i < a.subscribers; ++i)
-    subs.push_back(std::make_unique<Subscriber>(stubs[static_cast<size_t>(i % a.channels)].get(),
-                                                a, i, &records, &ready, &done));
+    subs.push_back(std::make_unique<Subscriber>(stubs[static_cast<size_t>(i % a.channels)].get(), a,
+                                                i, &records, &ready, &done));
   while (ready.load() < a.subscribers) {
     if (getppid() == 1) _exit(1);  // the server process is gone
     if (done.load() > 0) {
@@ -344,7 +358,7 @@ struct Stats {
 Stats stats(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   auto at = [&](double q) {
-    size_t i = static_cast<size_t>(std::ceil(q * double(v.size()))) ;
+    size_t i = static_cast<size_t>(std::ceil(q * double(v.size())));
     return v[std::min(v.size() - 1, i == 0 ? 0 : i - 1)];
   };
   double sum = 0;
@@ -543,36 +557,45 @@ int run_server(const Args& a, const char* self) {
   auto pw = stats(apply_waits);
   double server_per_sub = double(rss_server_after - rss_server_before) / double(a.subscribers);
   double client_per_sub = double(rss_client_after - rss_client_before) / double(a.subscribers);
-  std::printf("mode %s: %d subscribers (%zu live on the sink), %d services x %d endpoints, %d "
-              "channels, %d changes\n",
-              a.mode.c_str(), a.subscribers, live, a.services, a.endpoints, a.channels, a.changes);
-  std::printf("  cluster built and applied: %.2f s; subscribers connected and got their full "
-              "state: %.2f s\n",
-              build_s, connect_s);
-  std::printf("  apply -> last subscriber received (ms): p50 %.3f  p99 %.3f  max %.3f  mean %.3f"
-              "  (n=%zu)\n",
-              r.p50, r.p99, r.max, r.mean, recv_ms.size());
-  std::printf("  apply -> applied(\"feed\", g) on the AckBoard (ms): p50 %.3f  p99 %.3f  max %.3f"
-              "  mean %.3f  (n=%zu)\n",
-              k.p50, k.p99, k.max, k.mean, acked_ms.size());
+  std::printf(
+      "mode %s: %d subscribers (%zu live on the sink), %d services x %d endpoints, %d "
+      "channels, %d changes\n",
+      a.mode.c_str(), a.subscribers, live, a.services, a.endpoints, a.channels, a.changes);
+  std::printf(
+      "  cluster built and applied: %.2f s; subscribers connected and got their full "
+      "state: %.2f s\n",
+      build_s, connect_s);
+  std::printf(
+      "  apply -> last subscriber received (ms): p50 %.3f  p99 %.3f  max %.3f  mean %.3f"
+      "  (n=%zu)\n",
+      r.p50, r.p99, r.max, r.mean, recv_ms.size());
+  std::printf(
+      "  apply -> applied(\"feed\", g) on the AckBoard (ms): p50 %.3f  p99 %.3f  max %.3f"
+      "  mean %.3f  (n=%zu)\n",
+      k.p50, k.p99, k.max, k.mean, acked_ms.size());
   std::printf("  time inside FeedSink::apply (ms): p50 %.3f  p99 %.3f  max %.3f\n", p.p50, p.p99,
               p.max);
-  std::printf("  of which on the CPU (sink thread's CPU time, ms): p50 %.3f  p99 %.3f  mean %.3f; "
-              "times it blocked per apply: p50 %.0f  p99 %.0f\n",
-              pc.p50, pc.p99, pc.mean, pw.p50, pw.p99);
-  std::printf("  server RSS: %ld KiB before subscribers, %ld KiB after (peak %ld KiB): %.1f KiB "
-              "per subscriber\n",
-              rss_server_before, rss_server_after, hwm_server, server_per_sub);
+  std::printf(
+      "  of which on the CPU (sink thread's CPU time, ms): p50 %.3f  p99 %.3f  mean %.3f; "
+      "times it blocked per apply: p50 %.0f  p99 %.0f\n",
+      pc.p50, pc.p99, pc.mean, pw.p50, pw.p99);
+  std::printf(
+      "  server RSS: %ld KiB before subscribers, %ld KiB after (peak %ld KiB): %.1f KiB "
+      "per subscriber\n",
+      rss_server_before, rss_server_after, hwm_server, server_per_sub);
   std::printf("  client RSS: %ld KiB before, %ld KiB after: %.1f KiB per subscriber\n",
               rss_client_before, rss_client_after, client_per_sub);
-  std::printf("  changes never acked within 10 s: %d; versions delivered to fewer subscribers "
-              "than expected: %d; client streams ended early: %d\n",
-              missed_acks, short_deliveries, client_done);
-  std::printf("RESULT mode=%s subs=%d recv_p50=%.3f recv_p99=%.3f recv_max=%.3f ack_p50=%.3f "
-              "ack_p99=%.3f ack_max=%.3f apply_p50=%.3f apply_p99=%.3f apply_cpu_p50=%.3f server_kib_per_sub=%.1f "
-              "client_kib_per_sub=%.1f connect_s=%.2f missed=%d short=%d\n",
-              a.mode.c_str(), a.subscribers, r.p50, r.p99, r.max, k.p50, k.p99, k.max, p.p50,
-              p.p99, pc.p50, server_per_sub, client_per_sub, connect_s, missed_acks, short_deliveries);
+  std::printf(
+      "  changes never acked within 10 s: %d; versions delivered to fewer subscribers "
+      "than expected: %d; client streams ended early: %d\n",
+      missed_acks, short_deliveries, client_done);
+  std::printf(
+      "RESULT mode=%s subs=%d recv_p50=%.3f recv_p99=%.3f recv_max=%.3f ack_p50=%.3f "
+      "ack_p99=%.3f ack_max=%.3f apply_p50=%.3f apply_p99=%.3f apply_cpu_p50=%.3f "
+      "server_kib_per_sub=%.1f "
+      "client_kib_per_sub=%.1f connect_s=%.2f missed=%d short=%d\n",
+      a.mode.c_str(), a.subscribers, r.p50, r.p99, r.max, k.p50, k.p99, k.max, p.p50, p.p99, pc.p50,
+      server_per_sub, client_per_sub, connect_s, missed_acks, short_deliveries);
   std::fflush(stdout);
   _exit(missed_acks == 0 && short_deliveries == 0 ? 0 : 1);  // skip a slow teardown
 }

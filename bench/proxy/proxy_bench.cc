@@ -6,9 +6,9 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -33,14 +33,18 @@ struct Options {
   int changes = 1000;
 };
 
-std::string node_name(int n) { return "node-" + std::to_string(n); }
+std::string node_name(int n) {
+  return "node-" + std::to_string(n);
+}
 
 std::string ep_addr(int n) {
   return "10." + std::to_string(100 + n / 65536) + "." + std::to_string((n / 256) % 256) + "." +
          std::to_string(n % 256);
 }
 
-std::string vip_addr(int i) { return "10.96." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1); }
+std::string vip_addr(int i) {
+  return "10.96." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1);
+}
 
 model::MergedEndpoint endpoint_of(const Options& o, int n) {
   return testing::endpoint(ep_addr(n).c_str(), 8080, node_name(n % o.nodes));
@@ -54,7 +58,8 @@ std::vector<model::ServiceStatePtr> cluster(const Options& o) {
     for (int j = 0; j < o.endpoints; ++j) eps.push_back(endpoint_of(o, i * o.endpoints + j));
     char name[32];
     std::snprintf(name, sizeof(name), "s%05d", i);  // sorted like the index
-    v.push_back(testing::state(testing::service(name, {testing::ip(vip_addr(i).c_str())}, 80), std::move(eps)));
+    v.push_back(testing::state(testing::service(name, {testing::ip(vip_addr(i).c_str())}, 80),
+                               std::move(eps)));
   }
   return v;
 }
@@ -78,7 +83,9 @@ long rss_kib() {
   return -1;
 }
 
-double ms(std::chrono::steady_clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+double ms(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
 
 // kube-proxy's nftables layout (pkg/proxy/nftables) for the same state: the fixed maps and base
 // chains, then per service a chain with its masquerade test and an anonymous numgen vmap of
@@ -96,14 +103,19 @@ void print_kube_proxy(const Options& o) {
       "\tmap firewall-ips { type ipv4_addr . inet_proto . inet_service : verdict; }\n"
       "\tmap service-ips { type ipv4_addr . inet_proto . inet_service : verdict; }\n"
       "\tmap service-nodeports { type inet_proto . inet_service : verdict; }\n"
-      "\tchain filter-prerouting { type filter hook prerouting priority -110; ct state new jump firewall-check; }\n"
-      "\tchain filter-input { type filter hook input priority -110; ct state new jump nodeport-endpoints-check; "
+      "\tchain filter-prerouting { type filter hook prerouting priority -110; ct state new jump "
+      "firewall-check; }\n"
+      "\tchain filter-input { type filter hook input priority -110; ct state new jump "
+      "nodeport-endpoints-check; "
       "ct state new jump service-endpoints-check; }\n"
-      "\tchain filter-forward { type filter hook forward priority -110; ct state new jump service-endpoints-check; "
+      "\tchain filter-forward { type filter hook forward priority -110; ct state new jump "
+      "service-endpoints-check; "
       "ct state new jump cluster-ips-check; }\n"
-      "\tchain filter-output { type filter hook output priority -110; ct state new jump service-endpoints-check; "
+      "\tchain filter-output { type filter hook output priority -110; ct state new jump "
+      "service-endpoints-check; "
       "ct state new jump firewall-check; }\n"
-      "\tchain filter-output-post-dnat { type filter hook output priority -90; ct state new jump cluster-ips-check; }\n"
+      "\tchain filter-output-post-dnat { type filter hook output priority -90; ct state new jump "
+      "cluster-ips-check; }\n"
       "\tchain nat-prerouting { type nat hook prerouting priority -100; jump services; }\n"
       "\tchain nat-output { type nat hook output priority -100; jump services; }\n"
       "\tchain nat-postrouting { type nat hook postrouting priority 100; jump masquerading; }\n"
@@ -112,16 +124,21 @@ void print_kube_proxy(const Options& o) {
       "\tchain masquerading { meta mark & 0x4000 == 0 return; meta mark set meta mark ^ 0x4000; "
       "masquerade fully-random; }\n"
       "\tchain services { ip daddr . meta l4proto . th dport vmap @service-ips; "
-      "fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports; }\n"
-      "\tchain service-endpoints-check { ip daddr . meta l4proto . th dport vmap @no-endpoint-services; "
-      "fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @no-endpoint-nodeports; }\n"
-      "\tchain nodeport-endpoints-check { ip daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports; }\n"
+      "fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap "
+      "@service-nodeports; }\n"
+      "\tchain service-endpoints-check { ip daddr . meta l4proto . th dport vmap "
+      "@no-endpoint-services; "
+      "fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap "
+      "@no-endpoint-nodeports; }\n"
+      "\tchain nodeport-endpoints-check { ip daddr @nodeport-ips meta l4proto . th dport vmap "
+      "@no-endpoint-nodeports; }\n"
       "\tchain firewall-check { ip daddr . meta l4proto . th dport vmap @firewall-ips; }\n"
       "\tchain reject-chain { reject; }\n";
   std::string elements_ips, elements_svc;
   for (int i = 0; i < o.services; ++i) {
     char svc[64];
-    std::snprintf(svc, sizeof(svc), "service-%08X-default/s%05d/tcp/http", static_cast<unsigned>(i * 2654435761u), i);
+    std::snprintf(svc, sizeof(svc), "service-%08X-default/s%05d/tcp/http",
+                  static_cast<unsigned>(i * 2654435761u), i);
     std::string vip = vip_addr(i);
     out += "\tchain " + std::string(svc) + " {\n\t\tip daddr " + vip +
            " tcp dport 80 ip saddr != 10.64.0.0/10 jump mark-for-masquerade\n";
@@ -133,8 +150,8 @@ void print_kube_proxy(const Options& o) {
       std::snprintf(ep, sizeof(ep), "endpoint-%08X-default/s%05d/tcp/http__%s/8080",
                     static_cast<unsigned>((i * o.endpoints + j) * 2246822519u), i, a.c_str());
       vmap += (j ? ", " : "") + std::to_string(j) + " : goto " + ep;
-      eps += "\tchain " + std::string(ep) + " {\n\t\tip saddr " + a + " jump mark-for-masquerade\n\t\tmeta l4proto tcp dnat to " +
-             a + ":8080\n\t}\n";
+      eps += "\tchain " + std::string(ep) + " {\n\t\tip saddr " + a +
+             " jump mark-for-masquerade\n\t\tmeta l4proto tcp dnat to " + a + ":8080\n\t}\n";
     }
     out += vmap + " }\n\t}\n" + eps;
     elements_ips += (i ? ", " : "") + vip;
@@ -178,8 +195,10 @@ int run_sync(const Options& o) {
     return 1;
   }
   size_t elements = sink.planner()->table(IpFamily::kV4).element_count();
-  std::printf("{\"what\":\"full_sync\",\"services\":%d,\"endpoints\":%d,\"nodes\":%d,\"elements\":%zu,\"ms\":%.1f}\n",
-              o.services, o.endpoints, o.nodes, elements, ms(t1 - t0));
+  std::printf(
+      "{\"what\":\"full_sync\",\"services\":%d,\"endpoints\":%d,\"nodes\":%d,\"elements\":%zu,"
+      "\"ms\":%.1f}\n",
+      o.services, o.endpoints, o.nodes, elements, ms(t1 - t0));
   std::fflush(stdout);
 
   if (std::getenv("PROBE")) {
@@ -206,7 +225,8 @@ int run_sync(const Options& o) {
   std::vector<bool> shrunk(static_cast<size_t>(o.services), false);
   uint64_t g = 1;
   for (int c = 0; c < o.changes; ++c) {
-    auto i = static_cast<size_t>((static_cast<uint64_t>(c) * 7919u) % static_cast<uint64_t>(o.services));
+    auto i =
+        static_cast<size_t>((static_cast<uint64_t>(c) * 7919u) % static_cast<uint64_t>(o.services));
     const auto& old = services[i];
     auto eps = old->endpoints;
     if (shrunk[i]) {
@@ -235,9 +255,14 @@ int run_sync(const Options& o) {
   }
   std::vector<double> sorted = lat;
   std::sort(sorted.begin(), sorted.end());
-  auto pct = [&](double q) { return sorted.empty() ? 0.0 : sorted[static_cast<size_t>(q * static_cast<double>(sorted.size() - 1))]; };
-  std::printf("{\"what\":\"endpoint_change\",\"changes\":%d,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%.3f}\n",
-              o.changes, pct(0.5), pct(0.99), sorted.empty() ? 0.0 : sorted.back());
+  auto pct = [&](double q) {
+    return sorted.empty() ? 0.0
+                          : sorted[static_cast<size_t>(q * static_cast<double>(sorted.size() - 1))];
+  };
+  std::printf(
+      "{\"what\":\"endpoint_change\",\"changes\":%d,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%."
+      "3f}\n",
+      o.changes, pct(0.5), pct(0.99), sorted.empty() ? 0.0 : sorted.back());
   std::printf("{\"what\":\"rss\",\"kib\":%ld}\n", rss_kib());
   return 0;
 }
@@ -249,17 +274,23 @@ int main(int argc, char** argv) {
   using endpointd::proxy::Options;
   Options o;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: proxy_bench sync|render|kube-proxy [--services N] [--endpoints M] [--nodes K] [--changes C]\n");
+    std::fprintf(stderr,
+                 "usage: proxy_bench sync|render|kube-proxy [--services N] [--endpoints M] "
+                 "[--nodes K] [--changes C]\n");
     return 2;
   }
   o.mode = argv[1];
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     int v = std::atoi(argv[i + 1]);
-    if (k == "--services") o.services = v;
-    else if (k == "--endpoints") o.endpoints = v;
-    else if (k == "--nodes") o.nodes = std::max(1, v);
-    else if (k == "--changes") o.changes = v;
+    if (k == "--services")
+      o.services = v;
+    else if (k == "--endpoints")
+      o.endpoints = v;
+    else if (k == "--nodes")
+      o.nodes = std::max(1, v);
+    else if (k == "--changes")
+      o.changes = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;

@@ -31,9 +31,10 @@ void replay(const Zone& z, const std::vector<uint8_t>& pkt) {
 ZonePtr fuzz_zone() {
   ZoneOptions o;
   o.pod_mode = PodMode::kInsecure;
-  return Zone::build(*snapshot({service("default", "web", {"10.96.0.10", "fd00::10"}),
-                                service("default", "db", {"None"}, {endpoint("10.1.0.1", true, false, "db-0")})}),
-                     o);
+  return Zone::build(
+      *snapshot({service("default", "web", {"10.96.0.10", "fd00::10"}),
+                 service("default", "db", {"None"}, {endpoint("10.1.0.1", true, false, "db-0")})}),
+      o);
 }
 
 TEST(MalformedCorpus, SeedFilesNeverCrash) {
@@ -63,10 +64,21 @@ TEST(MalformedCorpus, MutationsNeverCrash) {
     int edits = 1 + static_cast<int>(rng() % 4);
     for (int k = 0; k < edits; ++k) {
       switch (rng() % 4) {
-        case 0: p[rng() % p.size()] = static_cast<uint8_t>(rng()); break;
-        case 1: p.resize(rng() % (p.size() + 1)); break;
-        case 2: p.insert(p.begin() + static_cast<long>(rng() % (p.size() + 1)), static_cast<uint8_t>(rng())); break;
-        case 3: if (p.size() > 13) { p[12 + rng() % (p.size() - 12)] = 0xC0; } break;
+        case 0:
+          p[rng() % p.size()] = static_cast<uint8_t>(rng());
+          break;
+        case 1:
+          p.resize(rng() % (p.size() + 1));
+          break;
+        case 2:
+          p.insert(p.begin() + static_cast<long>(rng() % (p.size() + 1)),
+                   static_cast<uint8_t>(rng()));
+          break;
+        case 3:
+          if (p.size() > 13) {
+            p[12 + rng() % (p.size() - 12)] = 0xC0;
+          }
+          break;
       }
       if (p.empty()) break;
     }

@@ -18,7 +18,8 @@ const endpointd::dns::Zone& zone() {
     o.pod_mode = endpointd::dns::PodMode::kInsecure;
     return endpointd::dns::Zone::build(
         *snapshot({service("default", "web", {"10.96.0.10", "fd00::10"}),
-                   service("default", "db", {"None"}, {endpoint("10.1.0.1", true, false, "db-0"), endpoint("10.1.0.2")})}),
+                   service("default", "db", {"None"},
+                           {endpoint("10.1.0.1", true, false, "db-0"), endpoint("10.1.0.2")})}),
         o);
   }();
   return *z;

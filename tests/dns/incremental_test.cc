@@ -31,8 +31,8 @@ void expect_same(const Zone& a, const Zone& b, const std::string& where) {
   names.push_back("nope.default.svc.cluster.local.");
   names.push_back("10-9-9-9.ns1.pod.cluster.local.");
   for (const auto& n : names)
-    for (uint16_t t : {type::kA, type::kAAAA, type::kSRV, type::kPTR, type::kTXT, type::kCNAME, type::kSOA,
-                       type::kNS, type::kANY})
+    for (uint16_t t : {type::kA, type::kAAAA, type::kSRV, type::kPTR, type::kTXT, type::kCNAME,
+                       type::kSOA, type::kNS, type::kANY})
       ASSERT_EQ(reply(a, n, t), reply(b, n, t)) << where << ": " << n << " " << type_name(t);
 }
 
@@ -56,16 +56,20 @@ struct Cluster {
       bool dup = false;
       for (const auto& e : eps) dup = dup || e.address == ip(a);
       if (dup) continue;
-      eps.push_back(endpoint(a, rng() % 4 != 0, rng() % 6 == 0, rng() % 2 ? "h" + std::to_string(i) : ""));
+      eps.push_back(
+          endpoint(a, rng() % 4 != 0, rng() % 6 == 0, rng() % 2 ? "h" + std::to_string(i) : ""));
     }
-    std::sort(eps.begin(), eps.end(), [](const auto& x, const auto& y) { return x.address < y.address; });
+    std::sort(eps.begin(), eps.end(),
+              [](const auto& x, const auto& y) { return x.address < y.address; });
     model::ServiceStatePtr st;
     if (kind == 0) {
       st = service(ns, name, {"None"}, eps);
     } else if (kind == 1) {
       st = service(ns, name, {"10.96.0." + std::to_string(rng() % 250 + 1)}, eps);
     } else if (kind == 2) {
-      st = service(ns, name, {"10.96.1." + std::to_string(rng() % 250 + 1), "fd00::" + std::to_string(rng() % 999 + 1)},
+      st = service(ns, name,
+                   {"10.96.1." + std::to_string(rng() % 250 + 1),
+                    "fd00::" + std::to_string(rng() % 999 + 1)},
                    eps);
     } else {
       st = service(ns, name, {});
@@ -102,7 +106,8 @@ struct Cluster {
     for (const auto& [k, s] : services) v.push_back(s);
     auto s = std::const_pointer_cast<model::Snapshot>(snapshot(v, gen));
     for (const auto& [k, p] : pods) s->pods.push_back(p);
-    std::sort(s->pods.begin(), s->pods.end(), [](const auto& a, const auto& b) { return a->key < b->key; });
+    std::sort(s->pods.begin(), s->pods.end(),
+              [](const auto& a, const auto& b) { return a->key < b->key; });
     return s;
   }
 };
@@ -132,18 +137,21 @@ TEST_P(Incremental, MatchesAFullBuildAfterEveryDelta) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PodModes, Incremental,
-                         ::testing::Values(PodMode::kDisabled, PodMode::kVerified, PodMode::kInsecure));
+                         ::testing::Values(PodMode::kDisabled, PodMode::kVerified,
+                                           PodMode::kInsecure));
 
 std::vector<model::ServiceStatePtr> many_services(int n) {
   std::vector<model::ServiceStatePtr> v;
   for (int i = 0; i < n; ++i) {
     std::string name = "s" + std::to_string(i);
     if (i % 10 == 0)
-      v.push_back(service("ns" + std::to_string(i % 7), name, {"None"},
-                          {endpoint("10.2." + std::to_string(i / 200) + "." + std::to_string(i % 200 + 1))}));
+      v.push_back(service(
+          "ns" + std::to_string(i % 7), name, {"None"},
+          {endpoint("10.2." + std::to_string(i / 200) + "." + std::to_string(i % 200 + 1))}));
     else
-      v.push_back(service("ns" + std::to_string(i % 7), name,
-                          {"10.96." + std::to_string(i / 200) + "." + std::to_string(i % 200 + 1)}));
+      v.push_back(
+          service("ns" + std::to_string(i % 7), name,
+                  {"10.96." + std::to_string(i / 200) + "." + std::to_string(i % 200 + 1)}));
   }
   return v;
 }
@@ -173,7 +181,8 @@ TEST(IncrementalCost, OneChangedServiceRebuildsOneService) {
 TEST(IncrementalDrain, RetiredBlocksKeepTheirRecordUntilNoZoneHoldsThem) {
   ZoneOptions o;
   ZoneBuilder b(o);
-  auto s1 = snapshot({service("default", "db", {"None"}, {endpoint("10.1.0.1"), endpoint("10.1.0.2")})}, 1);
+  auto s1 = snapshot(
+      {service("default", "db", {"None"}, {endpoint("10.1.0.1"), endpoint("10.1.0.2")})}, 1);
   ZonePtr z1 = b.apply(s1);
   auto r = reply(*z1, "db.default.svc.cluster.local", type::kA);
   ASSERT_FALSE(r.empty());
@@ -184,7 +193,9 @@ TEST(IncrementalDrain, RetiredBlocksKeepTheirRecordUntilNoZoneHoldsThem) {
     std::vector<uint8_t> out(512);
     answer(*z1, pkt, q, out.data(), out.size(), 512, 5000);
   }
-  auto s2 = snapshot({service("default", "db", {"None"}, {endpoint("10.1.0.1", true, true), endpoint("10.1.0.2")})}, 2);
+  auto s2 = snapshot({service("default", "db", {"None"},
+                              {endpoint("10.1.0.1", true, true), endpoint("10.1.0.2")})},
+                     2);
   ZonePtr z2 = b.apply(s2, model::diff(s1.get(), *s2));
   EXPECT_EQ(b.last_served_ns(ip("10.1.0.1")), 5000);
   b.harvest(0);
@@ -193,7 +204,7 @@ TEST(IncrementalDrain, RetiredBlocksKeepTheirRecordUntilNoZoneHoldsThem) {
   b.harvest(0);
   EXPECT_EQ(b.retired_blocks(), 0u);
   EXPECT_EQ(b.last_served_ns(ip("10.1.0.1")), 5000);  // folded into the departed record
-  b.harvest(6000);                                     // its TTL has passed
+  b.harvest(6000);                                    // its TTL has passed
   EXPECT_FALSE(b.last_served_ns(ip("10.1.0.1")));
   // 10.1.0.2 is still served from a block that was rebuilt: the new block starts afresh but
   // the old one's stamp was folded in.

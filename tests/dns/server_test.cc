@@ -35,10 +35,13 @@ sockaddr_in loopback(uint16_t port) {
   return a;
 }
 
-const sockaddr* as_sa(const sockaddr_in* a) { return reinterpret_cast<const sockaddr*>(a); }
+const sockaddr* as_sa(const sockaddr_in* a) {
+  return reinterpret_cast<const sockaddr*>(a);
+}
 
 // One UDP exchange; empty when nothing came back within the timeout.
-std::vector<uint8_t> udp_ask(uint16_t port, const std::vector<uint8_t>& pkt, int timeout_ms = 2000) {
+std::vector<uint8_t> udp_ask(uint16_t port, const std::vector<uint8_t>& pkt,
+                             int timeout_ms = 2000) {
   int fd = socket(AF_INET, SOCK_DGRAM, 0);
   sockaddr_in a = loopback(port);
   sendto(fd, pkt.data(), pkt.size(), 0, as_sa(&a), sizeof a);
@@ -66,7 +69,8 @@ bool read_full(int fd, uint8_t* p, size_t n) {
 }
 
 // Several queries on one TCP connection, answers read in order.
-std::vector<std::vector<uint8_t>> tcp_ask(uint16_t port, const std::vector<std::vector<uint8_t>>& pkts) {
+std::vector<std::vector<uint8_t>> tcp_ask(uint16_t port,
+                                          const std::vector<std::vector<uint8_t>>& pkts) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a = loopback(port);
   std::vector<std::vector<uint8_t>> out;
@@ -199,10 +203,11 @@ class ServerTest : public ::testing::Test {
   void sync() {
     std::vector<model::MergedEndpoint> many;
     for (int i = 1; i <= 60; ++i) many.push_back(endpoint("10.2.0." + std::to_string(i)));
-    auto snap = snapshot({service("default", "web", {"10.96.0.10"}),
-                          service("default", "db", {"None"}, {endpoint("10.1.0.1", true, false, "db-0")}),
-                          service("default", "big", {"None"}, many)},
-                         7);
+    auto snap =
+        snapshot({service("default", "web", {"10.96.0.10"}),
+                  service("default", "db", {"None"}, {endpoint("10.1.0.1", true, false, "db-0")}),
+                  service("default", "big", {"None"}, many)},
+                 7);
     sink_->apply(snap, model::Delta{});
   }
   std::optional<Message> ask(const std::string& name, uint16_t t, uint16_t edns = 0) {
@@ -210,7 +215,8 @@ class ServerTest : public ::testing::Test {
     return parse_message(r);
   }
   std::string dig(const std::string& args) {
-    return run("dig -p " + std::to_string(port_) + " @127.0.0.1 +time=2 +tries=1 " + args + " 2>&1");
+    return run("dig -p " + std::to_string(port_) + " @127.0.0.1 +time=2 +tries=1 " + args +
+               " 2>&1");
   }
 
   FakeUpstream upstream_;
@@ -241,7 +247,8 @@ TEST_F(ServerTest, DigSeesRecordsNoDataAndNxDomain) {
   sync();
   EXPECT_EQ(dig("+short web.default.svc.cluster.local A"), "10.96.0.10\n");
   EXPECT_EQ(dig("+short db-0.db.default.svc.cluster.local A"), "10.1.0.1\n");
-  EXPECT_EQ(dig("+short _http._tcp.web.default.svc.cluster.local SRV"), "0 100 80 web.default.svc.cluster.local.\n");
+  EXPECT_EQ(dig("+short _http._tcp.web.default.svc.cluster.local SRV"),
+            "0 100 80 web.default.svc.cluster.local.\n");
   EXPECT_EQ(dig("+short -x 10.96.0.10"), "web.default.svc.cluster.local.\n");
   EXPECT_EQ(dig("+short dns-version.cluster.local TXT"), "\"1.1.0\"\n");
   std::string nodata = dig("web.default.svc.cluster.local AAAA");
@@ -274,7 +281,8 @@ TEST_F(ServerTest, TruncationThenTcp) {
   // dig retries over TCP by itself on TC.
   std::string out = dig("+noedns +short big.default.svc.cluster.local A");
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 60) << out;
-  std::string k = run("kdig -p " + std::to_string(port_) + " @127.0.0.1 +tcp +short big.default.svc.cluster.local A 2>&1");
+  std::string k = run("kdig -p " + std::to_string(port_) +
+                      " @127.0.0.1 +tcp +short big.default.svc.cluster.local A 2>&1");
   EXPECT_EQ(std::count(k.begin(), k.end(), '\n'), 60) << k;
 }
 
@@ -367,10 +375,13 @@ TEST_F(ServerTest, MetricsCount) {
   std::string text;
   for (int i = 0; i < 100; ++i) {
     text = prometheus::TextSerializer().Serialize(registry_.Collect());
-    if (text.find("endpointd_dns_queries_total{rcode=\"NXDOMAIN\",type=\"A\"} 1") != std::string::npos) break;
+    if (text.find("endpointd_dns_queries_total{rcode=\"NXDOMAIN\",type=\"A\"} 1") !=
+        std::string::npos)
+      break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_NE(text.find("endpointd_dns_queries_total{rcode=\"NXDOMAIN\",type=\"A\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("endpointd_dns_queries_total{rcode=\"NXDOMAIN\",type=\"A\"} 1"),
+            std::string::npos);
   EXPECT_NE(text.find("endpointd_dns_programming_duration_seconds_count 1"), std::string::npos);
 }
 
@@ -379,7 +390,8 @@ TEST_F(ServerTest, TerminatingEndpointLeavesButItsLastAnswerIsRemembered) {
   auto before = std::chrono::steady_clock::now();
   auto m = ask("db.default.svc.cluster.local", type::kA);
   ASSERT_EQ(m->answer.size(), 1u);
-  auto snap = snapshot({service("default", "db", {"None"}, {endpoint("10.1.0.1", true, true, "db-0")})}, 8);
+  auto snap =
+      snapshot({service("default", "db", {"None"}, {endpoint("10.1.0.1", true, true, "db-0")})}, 8);
   sink_->apply(snap, model::Delta{});
   EXPECT_EQ(ask("db.default.svc.cluster.local", type::kA)->rcode, 3);
   auto exp = sink_->last_answer_expiry(ip("10.1.0.1"));
@@ -455,7 +467,9 @@ TEST(ForwarderCache, ExpiresWithTheTtlAndShedsOverTheLimit) {
     Query q = parse_query(pkt);
     std::promise<std::vector<uint8_t>> p;
     auto fut = p.get_future();
-    EXPECT_TRUE(f.forward(q, [&p](std::span<const uint8_t> r) { p.set_value({r.begin(), r.end()}); }));
+    EXPECT_TRUE(f.forward(q, [&p](std::span<const uint8_t> r) {
+      p.set_value({r.begin(), r.end()});
+    }));
     return fut.get();
   };
   auto r = parse_message(ask_through("example.org"));

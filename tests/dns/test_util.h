@@ -11,10 +11,12 @@
 
 namespace endpointd::dns::testing {
 
-inline model::IpAddr ip(const std::string& s) { return *model::IpAddr::parse(s); }
+inline model::IpAddr ip(const std::string& s) {
+  return *model::IpAddr::parse(s);
+}
 
-inline model::MergedEndpoint endpoint(const std::string& addr, bool ready = true, bool terminating = false,
-                                      const std::string& hostname = "") {
+inline model::MergedEndpoint endpoint(const std::string& addr, bool ready = true,
+                                      bool terminating = false, const std::string& hostname = "") {
   model::MergedEndpoint e;
   e.address = ip(addr);
   e.conditions.ready = ready;
@@ -50,7 +52,8 @@ inline model::SnapshotPtr snapshot(std::vector<model::ServiceStatePtr> services,
   s->generation = gen;
   s->synced = synced;
   // Accepts a sorted-here vector whether services is a vector or a ServiceList.
-  std::sort(services.begin(), services.end(), [](const auto& a, const auto& b) { return a->key() < b->key(); });
+  std::sort(services.begin(), services.end(),
+            [](const auto& a, const auto& b) { return a->key() < b->key(); });
   s->services = std::move(services);
   return s;
 }

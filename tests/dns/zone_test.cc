@@ -17,8 +17,8 @@ struct Asked {
   std::vector<uint8_t> bytes;
 };
 
-Asked ask(const Zone& z, const std::string& name, uint16_t qtype, uint16_t edns = 0, size_t limit = 0,
-          int64_t now = 1) {
+Asked ask(const Zone& z, const std::string& name, uint16_t qtype, uint16_t edns = 0,
+          size_t limit = 0, int64_t now = 1) {
   auto pkt = query(name, qtype, edns);
   Query q = parse_query(pkt);
   Asked a;
@@ -42,10 +42,10 @@ class ZoneTest : public ::testing::Test {
   void SetUp() override {
     auto web = service("default", "web", {"10.96.0.10", "fd00::10"});
     auto v4only = service("default", "v4only", {"10.96.0.11"});
-    auto headless = service("default", "db", {"None"},
-                            {endpoint("10.1.0.1", true, false, "db-0"), endpoint("10.1.0.2"),
-                             endpoint("10.1.0.3", false), endpoint("10.1.0.4", true, true),
-                             endpoint("fd00::1:5")});
+    auto headless = service(
+        "default", "db", {"None"},
+        {endpoint("10.1.0.1", true, false, "db-0"), endpoint("10.1.0.2"),
+         endpoint("10.1.0.3", false), endpoint("10.1.0.4", true, true), endpoint("fd00::1:5")});
     auto empty = service("default", "empty", {"None"}, {endpoint("10.1.1.1", false)});
     auto pub = service("default", "pub", {"None"}, {endpoint("10.1.2.1", false)});
     std::const_pointer_cast<model::ServiceState>(pub)->service.publish_not_ready_addresses = true;
@@ -141,7 +141,8 @@ TEST_F(ZoneTest, SrvHeadlessPerEndpoint) {
                                       "db-0.db.default.svc.cluster.local.",
                                       "fd00--1-5.db.default.svc.cluster.local."}));
   EXPECT_EQ(a.msg->answer[0].srv_port, 8080);
-  EXPECT_EQ(texts(a.msg->additional), (std::vector<std::string>{"10.1.0.1", "10.1.0.2", "fd00::1:5"}));
+  EXPECT_EQ(texts(a.msg->additional),
+            (std::vector<std::string>{"10.1.0.1", "10.1.0.2", "fd00::1:5"}));
 }
 
 TEST_F(ZoneTest, Ptr) {

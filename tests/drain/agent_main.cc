@@ -21,7 +21,9 @@
 
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
-void on_signal(int) { g_stop = 1; }
+void on_signal(int) {
+  g_stop = 1;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -33,16 +35,26 @@ int main(int argc, char** argv) {
   bool no_conntrack = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--source-dir") cfg.source_dir = v;
-    else if (k == "--node-name") cfg.node_name = v;
-    else if (k == "--cluster-cidr") cfg.cluster_cidr.push_back(v);
-    else if (k == "--drain-socket") co.drain_socket = v;
-    else if (k == "--peer-port") co.peer_port = static_cast<uint16_t>(std::stoi(v));
-    else if (k == "--peer-listen") co.peer_listen = v;
-    else if (k == "--peer-timeout-ms") co.machine.peer_timeout = std::chrono::milliseconds(std::stoi(v));
-    else if (k == "--peer-policy") co.machine.peer_policy = v == "wait" ? drain::PeerPolicy::kWait : drain::PeerPolicy::kProceed;
-    else if (k == "--state-out") state_out = v;
-    else if (k == "--conntrack") no_conntrack = v == "off";
+    if (k == "--source-dir")
+      cfg.source_dir = v;
+    else if (k == "--node-name")
+      cfg.node_name = v;
+    else if (k == "--cluster-cidr")
+      cfg.cluster_cidr.push_back(v);
+    else if (k == "--drain-socket")
+      co.drain_socket = v;
+    else if (k == "--peer-port")
+      co.peer_port = static_cast<uint16_t>(std::stoi(v));
+    else if (k == "--peer-listen")
+      co.peer_listen = v;
+    else if (k == "--peer-timeout-ms")
+      co.machine.peer_timeout = std::chrono::milliseconds(std::stoi(v));
+    else if (k == "--peer-policy")
+      co.machine.peer_policy = v == "wait" ? drain::PeerPolicy::kWait : drain::PeerPolicy::kProceed;
+    else if (k == "--state-out")
+      state_out = v;
+    else if (k == "--conntrack")
+      no_conntrack = v == "off";
     else {
       std::cerr << "unknown flag " << k << "\n";
       return 2;
@@ -66,7 +78,8 @@ int main(int argc, char** argv) {
   proxy::ProxySink::Options po;
   po.registry = registry.get();
   po.node.node_name = cfg.node_name;
-  for (const auto& c : cfg.cluster_cidr) po.node.cluster_cidrs.push_back(*model::IpPrefix::parse(c));
+  for (const auto& c : cfg.cluster_cidr)
+    po.node.cluster_cidrs.push_back(*model::IpPrefix::parse(c));
   proxy::ProxySink sink(netlink.get(), &board, po);
   loop.add_sink(&sink);
   auto conntrack = proxy::make_netlink_conntrack();
@@ -79,7 +92,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   loop.start();
-  auto source = daemon::make_source(cfg, [&](model::Event ev) { loop.post(std::move(ev)); }, registry.get(), &error);
+  auto source = daemon::make_source(
+      cfg, [&](model::Event ev) { loop.post(std::move(ev)); }, registry.get(), &error);
   if (!source || !source->start(&error)) {
     std::cerr << "source: " << error << "\n";
     return 1;

@@ -28,7 +28,8 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 int64_t now_unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -50,7 +51,8 @@ class DaemonCluster {
   DaemonCluster() : cluster_(netns::ClusterSpec::demo()) {
     dir_ = netns::scratch_dir() + "/daemon-drain-manifests";
     fs::remove_all(dir_);
-    fs::copy(std::string(ENDPOINTD_SOURCE_ROOT) + "/examples/cluster", dir_, fs::copy_options::recursive);
+    fs::copy(std::string(ENDPOINTD_SOURCE_ROOT) + "/examples/cluster", dir_,
+             fs::copy_options::recursive);
     pods_["web-1"] = {"node-a", "10.244.1.10", "7a0e0000-0000-4000-8000-000000000011"};
     pods_["web-2"] = {"node-a", "10.244.1.11", "7a0e0000-0000-4000-8000-000000000012"};
     pods_["web-3"] = {"node-b", "10.244.2.10", "7a0e0000-0000-4000-8000-000000000013"};
@@ -61,7 +63,9 @@ class DaemonCluster {
   }
   netns::Cluster& cluster() { return cluster_; }
   std::map<std::string, PodState>& pods() { return pods_; }
-  std::string socket_of(const std::string& node) const { return netns::scratch_dir() + "/drain-" + node + ".sock"; }
+  std::string socket_of(const std::string& node) const {
+    return netns::scratch_dir() + "/drain-" + node + ".sock";
+  }
 
   void write() {
     std::string web = R"(apiVersion: v1
@@ -89,16 +93,24 @@ endpoints:
     for (const auto& [name, p] : pods_) {
       if (p.in_slice) {
         any = true;
-        web += "- addresses: [" + p.ip + "]\n  conditions: {ready: " + (p.deleting ? "false" : "true") +
-               ", serving: true, terminating: " + (p.deleting ? "true" : "false") + "}\n  nodeName: " + p.node +
-               "\n  targetRef: {kind: Pod, namespace: demo, name: " + name + ", uid: " + p.uid + "}\n";
+        web += "- addresses: [" + p.ip +
+               "]\n  conditions: {ready: " + (p.deleting ? "false" : "true") +
+               ", serving: true, terminating: " + (p.deleting ? "true" : "false") +
+               "}\n  nodeName: " + p.node +
+               "\n  targetRef: {kind: Pod, namespace: demo, name: " + name + ", uid: " + p.uid +
+               "}\n";
       }
       if (p.in_api) {
-        pods += "- apiVersion: v1\n  kind: Pod\n  metadata: {name: " + name + ", namespace: demo, uid: " + p.uid +
-                ", labels: {app: web}" + (p.pod_deleting ? ", deletionTimestamp: \"2030-01-01T00:00:00Z\"" : "") +
-                (p.release_after.empty() ? "" : ", annotations: {endpointd.io/release-after: " + p.release_after + "}") +
-                "}\n  spec: {nodeName: " + p.node + ", terminationGracePeriodSeconds: " + std::to_string(p.grace) +
-                "}\n  status: {phase: Running, podIP: " + p.ip + ", podIPs: [{ip: " + p.ip + "}]}\n";
+        pods += "- apiVersion: v1\n  kind: Pod\n  metadata: {name: " + name +
+                ", namespace: demo, uid: " + p.uid + ", labels: {app: web}" +
+                (p.pod_deleting ? ", deletionTimestamp: \"2030-01-01T00:00:00Z\"" : "") +
+                (p.release_after.empty()
+                     ? ""
+                     : ", annotations: {endpointd.io/release-after: " + p.release_after + "}") +
+                "}\n  spec: {nodeName: " + p.node +
+                ", terminationGracePeriodSeconds: " + std::to_string(p.grace) +
+                "}\n  status: {phase: Running, podIP: " + p.ip + ", podIPs: [{ip: " + p.ip +
+                "}]}\n";
       }
     }
     if (!any) web += "  []\n";
@@ -108,22 +120,37 @@ endpoints:
 
   // The daemon exactly as scripts/demo starts it (no DNS here).
   void start_daemon(const std::string& node) {
-    std::vector<std::string> argv = {bin(),           "run",           "--source-dir",     dir_,
-                                     "--dataplane",   "nftables",      "--node-name",      node,
-                                     "--cluster-cidr", "10.244.0.0/16", "--admin-listen",  "127.0.0.1:10256",
-                                     "--drain-socket", socket_of(node), "--drain-peer-timeout-ms", "3000"};
+    std::vector<std::string> argv = {bin(),
+                                     "run",
+                                     "--source-dir",
+                                     dir_,
+                                     "--dataplane",
+                                     "nftables",
+                                     "--node-name",
+                                     node,
+                                     "--cluster-cidr",
+                                     "10.244.0.0/16",
+                                     "--admin-listen",
+                                     "127.0.0.1:10256",
+                                     "--drain-socket",
+                                     socket_of(node),
+                                     "--drain-peer-timeout-ms",
+                                     "3000"};
     daemons_[node] = &cluster_.node(node).spawn(argv, "endpointd-" + node + ".log");
   }
   netns::Process& daemon(const std::string& node) { return *daemons_.at(node); }
   bool wait_ready(const std::string& node) {
     for (int i = 0; i < 200; ++i) {
-      if (cluster_.node(node).exec({"curl", "-fs", "--max-time", "1", kAdmin + "/readyz"}).ok()) return true;
+      if (cluster_.node(node).exec({"curl", "-fs", "--max-time", "1", kAdmin + "/readyz"}).ok())
+        return true;
       std::this_thread::sleep_for(50ms);
     }
     return false;
   }
   std::string debug_state(const std::string& node) {
-    return cluster_.node(node).exec({"curl", "-fs", "--max-time", "2", kAdmin + "/debug/state"}).output;
+    return cluster_.node(node)
+        .exec({"curl", "-fs", "--max-time", "2", kAdmin + "/debug/state"})
+        .output;
   }
 
   static std::string bin() { return ENDPOINTD_BIN_PATH; }
@@ -152,7 +179,9 @@ std::optional<Timeline> read_timeline(const std::string& state, const std::strin
   if (drains == std::string::npos) return std::nullopt;
   std::smatch m;
   std::string rest = state.substr(drains);
-  if (!std::regex_search(rest, m, std::regex("\"address\":\\s*\"" + std::regex_replace(ip, std::regex("\\."), "\\.") + "\"")))
+  if (!std::regex_search(rest, m,
+                         std::regex("\"address\":\\s*\"" +
+                                    std::regex_replace(ip, std::regex("\\."), "\\.") + "\"")))
     return std::nullopt;
   std::string d = rest.substr(m.position(0));
   auto end = d.find("\"address\":", 10);
@@ -163,7 +192,8 @@ std::optional<Timeline> read_timeline(const std::string& state, const std::strin
   std::string sub = u == std::string::npos ? "" : d.substr(u, d.find('}', u) - u);
   auto field = [&](const std::string& k) -> int64_t {
     std::smatch fm;
-    if (std::regex_search(sub, fm, std::regex("\"" + k + "\":\\s*(\\d+)"))) return std::stoll(fm[1]);
+    if (std::regex_search(sub, fm, std::regex("\"" + k + "\":\\s*(\\d+)")))
+      return std::stoll(fm[1]);
     return 0;
   };
   t.stop_accepting = field("stop_accepting");
@@ -201,8 +231,8 @@ Termination terminate(DaemonCluster& dc, const std::string& pod, netns::Server& 
     ps.deleting = true;
     dc.write();
   });
-  auto r = dc.cluster().pod(pod).exec(
-      {DaemonCluster::bin(), "prestop", "--drain-socket", dc.socket_of(ps.node), "--timeout", "25s"});
+  auto r = dc.cluster().pod(pod).exec({DaemonCluster::bin(), "prestop", "--drain-socket",
+                                       dc.socket_of(ps.node), "--timeout", "25s"});
   t.prestop_returned_ms = now_unix_ms();
   slice.join();
   t.prestop_exit = r.exit_code;
@@ -287,13 +317,14 @@ TEST_F(DaemonDrainTest, RollingUpdateThroughEndpointdRunLosesNothingAndKeepsTheO
   EXPECT_EQ(r2.failed, 0) << errs;
   EXPECT_GT(r1.ok, 100);
   EXPECT_GT(r2.ok, 100);
-  std::cout << "new-connection requests: " << r1.ok << " ok, " << r1.failed << " failed; keep-alive: " << r2.ok
-            << " ok, " << r2.failed << " failed\n";
+  std::cout << "new-connection requests: " << r1.ok << " ok, " << r1.failed
+            << " failed; keep-alive: " << r2.ok << " ok, " << r2.failed << " failed\n";
   for (const auto& t : done) {
     const auto& ps = dc.pods().at(t.pod);
     EXPECT_EQ(t.prestop_exit, 0) << t.prestop_output;
     auto tl = read_timeline(state.at(ps.node), ps.ip);
-    ASSERT_TRUE(tl) << t.pod << " has no drain in " << ps.node << "'s /debug/state: " << state.at(ps.node);
+    ASSERT_TRUE(tl) << t.pod << " has no drain in " << ps.node
+                    << "'s /debug/state: " << state.at(ps.node);
     EXPECT_FALSE(tl->removal_forced) << tl->raw;
     EXPECT_GT(tl->stop_accepting, 0) << tl->raw;
     EXPECT_GT(tl->removed, 0) << tl->raw;
@@ -314,8 +345,9 @@ TEST_F(DaemonDrainTest, RollingUpdateThroughEndpointdRunLosesNothingAndKeepsTheO
     // keep-alive connections held the drain open until it).
     int64_t last = tl->drain_forced ? tl->drained : tl->last_confirmation;
     int64_t latency = t.prestop_returned_ms - last;
-    std::cout << t.pod << " (" << ps.node << ", release after " << (ps.release_after.empty() ? "drained" : "removed")
-              << "): termination→release " << t.prestop_returned_ms - t.marked_ms << " ms; stop-accepting→removed "
+    std::cout << t.pod << " (" << ps.node << ", release after "
+              << (ps.release_after.empty() ? "drained" : "removed") << "): termination→release "
+              << t.prestop_returned_ms - t.marked_ms << " ms; stop-accepting→removed "
               << tl->removed - tl->stop_accepting << " ms; prestop returned " << latency
               << " ms after the last confirmation; " << tl->raw << "\n";
     EXPECT_GE(latency, 0) << tl->raw;
@@ -324,7 +356,8 @@ TEST_F(DaemonDrainTest, RollingUpdateThroughEndpointdRunLosesNothingAndKeepsTheO
     for (const auto& ev : netns::read_server_events(servers.at(t.pod).events_path)) {
       if (ev.kind != "accept") continue;
       ++accepts;
-      EXPECT_LE(ev.time_ns / 1000000, tl->removed) << t.pod << " accepted " << ev.peer << " after its removal";
+      EXPECT_LE(ev.time_ns / 1000000, tl->removed)
+          << t.pod << " accepted " << ev.peer << " after its removal";
     }
     EXPECT_GT(accepts, 0) << t.pod << " never served";
   }

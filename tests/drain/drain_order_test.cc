@@ -22,7 +22,8 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 int64_t now_unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -50,8 +51,12 @@ class DrainCluster {
   }
   netns::Cluster& cluster() { return cluster_; }
   std::map<std::string, PodState>& pods() { return pods_; }
-  std::string socket_of(const std::string& node) const { return netns::scratch_dir() + "/drain-" + node + ".sock"; }
-  std::string state_of(const std::string& node) const { return netns::scratch_dir() + "/drain-" + node + ".json"; }
+  std::string socket_of(const std::string& node) const {
+    return netns::scratch_dir() + "/drain-" + node + ".sock";
+  }
+  std::string state_of(const std::string& node) const {
+    return netns::scratch_dir() + "/drain-" + node + ".json";
+  }
 
   void write() {
     std::string web = R"(apiVersion: v1
@@ -77,16 +82,24 @@ endpoints:
     for (const auto& [name, p] : pods_) {
       std::string uid = "7a0e0000-0000-4000-8000-0000000000" + std::to_string(p.n);
       if (p.in_slice) {
-        web += "- addresses: [" + p.ip + "]\n  conditions: {ready: " + (p.deleting ? "false" : "true") +
-               ", serving: true, terminating: " + (p.deleting ? "true" : "false") + "}\n  nodeName: " + p.node +
-               "\n  targetRef: {kind: Pod, namespace: demo, name: " + name + ", uid: " + uid + "}\n";
+        web += "- addresses: [" + p.ip +
+               "]\n  conditions: {ready: " + (p.deleting ? "false" : "true") +
+               ", serving: true, terminating: " + (p.deleting ? "true" : "false") +
+               "}\n  nodeName: " + p.node +
+               "\n  targetRef: {kind: Pod, namespace: demo, name: " + name + ", uid: " + uid +
+               "}\n";
       }
       if (p.in_api) {
-        pods += "- apiVersion: v1\n  kind: Pod\n  metadata: {name: " + name + ", namespace: demo, uid: " + uid +
+        pods += "- apiVersion: v1\n  kind: Pod\n  metadata: {name: " + name +
+                ", namespace: demo, uid: " + uid +
                 (p.deleting ? ", deletionTimestamp: \"2030-01-01T00:00:00Z\"" : "") +
-                (p.release_after.empty() ? "" : ", annotations: {endpointd.io/release-after: " + p.release_after + "}") +
-                "}\n  spec: {nodeName: " + p.node + ", terminationGracePeriodSeconds: " + std::to_string(p.grace) +
-                "}\n  status: {phase: Running, podIP: " + p.ip + ", podIPs: [{ip: " + p.ip + "}]}\n";
+                (p.release_after.empty()
+                     ? ""
+                     : ", annotations: {endpointd.io/release-after: " + p.release_after + "}") +
+                "}\n  spec: {nodeName: " + p.node +
+                ", terminationGracePeriodSeconds: " + std::to_string(p.grace) +
+                "}\n  status: {phase: Running, podIP: " + p.ip + ", podIPs: [{ip: " + p.ip +
+                "}]}\n";
       }
     }
     if (web.back() == '\n' && web.find("- addresses") == std::string::npos) web += "  []\n";
@@ -95,9 +108,19 @@ endpoints:
   }
 
   void start_agent(const std::string& node, std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {agent_path(), "--source-dir", dir_, "--node-name", node,
-                                     "--cluster-cidr", "10.244.0.0/16", "--drain-socket", socket_of(node),
-                                     "--state-out", state_of(node), "--peer-timeout-ms", "3000"};
+    std::vector<std::string> argv = {agent_path(),
+                                     "--source-dir",
+                                     dir_,
+                                     "--node-name",
+                                     node,
+                                     "--cluster-cidr",
+                                     "10.244.0.0/16",
+                                     "--drain-socket",
+                                     socket_of(node),
+                                     "--state-out",
+                                     state_of(node),
+                                     "--peer-timeout-ms",
+                                     "3000"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     agents_[node] = &cluster_.node(node).spawn(argv, "agent-" + node + ".log");
   }
@@ -178,15 +201,16 @@ struct Termination {
 
 // The kubelet's order: mark terminating in the API (the slice follows), preStop, SIGTERM only
 // when preStop returned, the endpoint leaves when the process exited.
-Termination terminate(DrainCluster& dc, const std::string& pod, netns::Server& server, bool use_prestop) {
+Termination terminate(DrainCluster& dc, const std::string& pod, netns::Server& server,
+                      bool use_prestop) {
   Termination t;
   t.pod = pod;
   auto& ps = dc.pods().at(pod);
   ps.deleting = true;
   dc.write();
   if (use_prestop) {
-    auto r = dc.cluster().pod(pod).exec(
-        {DrainCluster::agent_path(), "prestop", "--drain-socket", dc.socket_of(ps.node), "--timeout", "30s"});
+    auto r = dc.cluster().pod(pod).exec({DrainCluster::agent_path(), "prestop", "--drain-socket",
+                                         dc.socket_of(ps.node), "--timeout", "30s"});
     t.prestop_exit = r.exit_code;
     t.prestop_output = r.output;
   } else {
@@ -239,7 +263,8 @@ std::map<std::string, netns::Server> start_servers(DrainCluster& dc) {
 TEST_F(DrainOrderTest, RollingUpdateUnderLoadLosesNothingAndKeepsTheOrder) {
   DrainCluster dc;
   auto servers = start_servers(dc);
-  dc.pods().at("web-1").release_after = "removed";  // keep-alive clients: the app closes them itself
+  dc.pods().at("web-1").release_after =
+      "removed";  // keep-alive clients: the app closes them itself
   dc.write();
   dc.start_agent("node-a");
   dc.start_agent("node-b");
@@ -271,8 +296,8 @@ TEST_F(DrainOrderTest, RollingUpdateUnderLoadLosesNothingAndKeepsTheOrder) {
   for (const auto& [e, n] : r2.errors) errs += e + " x" + std::to_string(n) + "; ";
   EXPECT_EQ(r1.failed, 0) << errs;
   EXPECT_EQ(r2.failed, 0) << errs;
-  std::cout << "new-connection requests: " << r1.ok << " ok, " << r1.failed << " failed; keep-alive: " << r2.ok
-            << " ok, " << r2.failed << " failed\n";
+  std::cout << "new-connection requests: " << r1.ok << " ok, " << r1.failed
+            << " failed; keep-alive: " << r2.ok << " ok, " << r2.failed << " failed\n";
   for (const auto& t : done) {
     const auto& ps = dc.pods().at(t.pod);
     EXPECT_EQ(t.prestop_exit, 0) << t.prestop_output;
@@ -288,10 +313,13 @@ TEST_F(DrainOrderTest, RollingUpdateUnderLoadLosesNothingAndKeepsTheOrder) {
     EXPECT_LE(t.prestop_returned_ms, t.exited_ms);
     // A drain that ended at its deadline (keep-alive clients never close by themselves) is
     // released against that deadline; otherwise against the last confirmation.
-    int64_t last = tl->raw.find("\"drain_forced\":true") != std::string::npos ? tl->drained : tl->last_confirmation;
+    int64_t last = tl->raw.find("\"drain_forced\":true") != std::string::npos
+                       ? tl->drained
+                       : tl->last_confirmation;
     int64_t latency = t.prestop_returned_ms - last;
-    std::cout << t.pod << ": stop-accepting→removed " << tl->removed - tl->stop_accepting << " ms, release "
-              << latency << " ms after the last confirmation; " << tl->raw << "\n";
+    std::cout << t.pod << ": stop-accepting→removed " << tl->removed - tl->stop_accepting
+              << " ms, release " << latency << " ms after the last confirmation; " << tl->raw
+              << "\n";
     EXPECT_LE(latency, 100) << tl->raw;
     // No connection accepted by the pod after its removal was confirmed on every node.
     for (const auto& ev : netns::read_server_events(servers.at(t.pod).events_path)) {
@@ -328,7 +356,8 @@ TEST_F(DrainOrderTest, APrestopThatReturnsAtOnceFailsRequests) {
   dc.write();
   std::this_thread::sleep_for(300ms);
   auto r = newconns.stop();
-  std::cout << "without a prestop wait: " << r.failed << " failed of " << r.ok + r.failed << " requests\n";
+  std::cout << "without a prestop wait: " << r.failed << " failed of " << r.ok + r.failed
+            << " requests\n";
   EXPECT_GT(r.failed, 0) << "the measure must be able to fail";
 }
 
@@ -339,14 +368,18 @@ TEST_F(DrainOrderTest, PeerDownIsCountedByPolicyAndStrangersAreRefused) {
   dc.write();
   dc.start_agent("node-a", {"--peer-timeout-ms", "800"});  // node-b's agent never starts
   // A caller in the node's own namespace is not a pod.
-  for (int i = 0; i < 50 && !fs::exists(dc.socket_of("node-a")); ++i) std::this_thread::sleep_for(50ms);
-  auto stranger = dc.cluster().node("node-a").exec(
-      {DrainCluster::agent_path(), "prestop", "--drain-socket", dc.socket_of("node-a"), "--timeout", "5s"});
+  for (int i = 0; i < 50 && !fs::exists(dc.socket_of("node-a")); ++i)
+    std::this_thread::sleep_for(50ms);
+  auto stranger =
+      dc.cluster().node("node-a").exec({DrainCluster::agent_path(), "prestop", "--drain-socket",
+                                        dc.socket_of("node-a"), "--timeout", "5s"});
   EXPECT_EQ(stranger.exit_code, 3) << stranger.output;
-  EXPECT_NE(stranger.output.find("is not a pod on node node-a"), std::string::npos) << stranger.output;
+  EXPECT_NE(stranger.output.find("is not a pod on node node-a"), std::string::npos)
+      << stranger.output;
   // A pod of another node is refused too.
-  auto other = dc.cluster().pod("web-3").exec(
-      {DrainCluster::agent_path(), "prestop", "--drain-socket", dc.socket_of("node-a"), "--timeout", "5s"});
+  auto other =
+      dc.cluster().pod("web-3").exec({DrainCluster::agent_path(), "prestop", "--drain-socket",
+                                      dc.socket_of("node-a"), "--timeout", "5s"});
   EXPECT_EQ(other.exit_code, 3) << other.output;
 
   auto t0 = std::chrono::steady_clock::now();

@@ -26,9 +26,12 @@ struct PodDef {
   std::string release_after = {};  // annotation value, empty: none
 };
 
-inline model::IpAddr ip(const std::string& s) { return *model::IpAddr::parse(s); }
+inline model::IpAddr ip(const std::string& s) {
+  return *model::IpAddr::parse(s);
+}
 
-inline model::SnapshotPtr make_snapshot(uint64_t g, const std::vector<Ep>& eps, const std::vector<PodDef>& pods = {},
+inline model::SnapshotPtr make_snapshot(uint64_t g, const std::vector<Ep>& eps,
+                                        const std::vector<PodDef>& pods = {},
                                         bool headless = false) {
   auto s = std::make_shared<model::Snapshot>();
   s->generation = g;
@@ -57,7 +60,8 @@ inline model::SnapshotPtr make_snapshot(uint64_t g, const std::vector<Ep>& eps, 
   for (const char* n : {"node-a", "node-b"}) {
     auto node = std::make_shared<model::Node>();
     node->name = n;
-    node->addresses = {{"InternalIP", std::string(n) == "node-a" ? "192.168.77.2" : "192.168.77.3"}};
+    node->addresses = {
+        {"InternalIP", std::string(n) == "node-a" ? "192.168.77.2" : "192.168.77.3"}};
     s->nodes.push_back(node);
   }
   for (const auto& p : pods) {
@@ -71,7 +75,8 @@ inline model::SnapshotPtr make_snapshot(uint64_t g, const std::vector<Ep>& eps, 
     if (!p.release_after.empty()) pod->annotations["endpointd.io/release-after"] = p.release_after;
     s->pods.push_back(pod);
   }
-  std::sort(s->pods.begin(), s->pods.end(), [](const auto& a, const auto& b) { return a->key < b->key; });
+  std::sort(s->pods.begin(), s->pods.end(),
+            [](const auto& a, const auto& b) { return a->key < b->key; });
   return s;
 }
 

@@ -25,15 +25,18 @@ TEST(Identify, ParsesProcText) {
   ASSERT_EQ(v6.size(), 1u);
   EXPECT_EQ(v6[0].str(), "fd00::10");
   EXPECT_EQ(pod_uid_from_cgroup("0::/kubepods.slice/kubepods-burstable.slice/"
-                                "kubepods-burstable-pod7a0e0000_0000_4000_8000_000000000011.slice/cri-containerd-ab.scope\n"),
+                                "kubepods-burstable-pod7a0e0000_0000_4000_8000_000000000011.slice/"
+                                "cri-containerd-ab.scope\n"),
             "7a0e0000-0000-4000-8000-000000000011");
-  EXPECT_EQ(pod_uid_from_cgroup("0::/kubepods/besteffort/pod7a0e0000-0000-4000-8000-000000000011/abc\n"),
-            "7a0e0000-0000-4000-8000-000000000011");
+  EXPECT_EQ(
+      pod_uid_from_cgroup("0::/kubepods/besteffort/pod7a0e0000-0000-4000-8000-000000000011/abc\n"),
+      "7a0e0000-0000-4000-8000-000000000011");
   EXPECT_EQ(pod_uid_from_cgroup("0::/user.slice/user-0.slice/session-3.scope\n"), "");
 }
 
 TEST(Identify, MatchesOnlyPodsOfThisNode) {
-  auto s = testing::make_snapshot(1, {}, {{"web-1", "10.244.1.10"}, {"web-3", "10.244.2.10", "node-b"}});
+  auto s =
+      testing::make_snapshot(1, {}, {{"web-1", "10.244.1.10"}, {"web-3", "10.244.2.10", "node-b"}});
   Caller c;
   c.pid = 42;
   c.addresses = {testing::ip("10.244.1.10")};

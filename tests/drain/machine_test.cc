@@ -56,7 +56,8 @@ TEST_F(MachineTest, SelectionFollowsEachConsumersRule) {
   auto headless = make_snapshot(4, {kWeb1, kWeb3}, {}, true);
   EXPECT_TRUE(selectable("dns", *headless, ip("10.244.1.10")));
   EXPECT_FALSE(selectable("proxy", *headless, ip("10.244.1.10")));
-  EXPECT_FALSE(selectable("dns", *make_snapshot(5, {kWeb1Terminating, kWeb3}, {}, true), ip("10.244.1.10")));
+  EXPECT_FALSE(
+      selectable("dns", *make_snapshot(5, {kWeb1Terminating, kWeb3}, {}, true), ip("10.244.1.10")));
   EXPECT_FALSE(selectable("dns", *both, ip("10.244.2.10")));
   auto unsynced = std::make_shared<model::Snapshot>();
   EXPECT_TRUE(selectable("proxy", *unsynced, ip("10.244.1.10")));
@@ -118,7 +119,8 @@ TEST_F(MachineTest, StagesInOrderWithPeersAndConntrack) {
 
 TEST_F(MachineTest, ReleaseAfterRemovedSkipsTheDrain) {
   Machine m(opts());
-  auto s = make_snapshot(2, {kWeb1Terminating, kWeb3}, {{"web-1", "10.244.1.10", "node-a", true, 30, "removed"}});
+  auto s = make_snapshot(2, {kWeb1Terminating, kWeb3},
+                         {{"web-1", "10.244.1.10", "node-a", true, 30, "removed"}});
   m.on_snapshot(s, t0);
   uint64_t w = m.add_waiter({"demo", "web-1"}, "uid-web-1", t0);
   m.peer_answered(ip("10.244.1.10"), "node-b", true, "", t0);
@@ -157,7 +159,8 @@ TEST_F(MachineTest, PeerDeadlinePolicies) {
     o.peer_policy = policy;
     o.peer_timeout = 500ms;
     Machine m(o);
-    auto s = make_snapshot(2, {kWeb1Terminating, kWeb3}, {{"web-1", "10.244.1.10", "node-a", true, 30, "removed"}});
+    auto s = make_snapshot(2, {kWeb1Terminating, kWeb3},
+                           {{"web-1", "10.244.1.10", "node-a", true, 30, "removed"}});
     m.on_snapshot(s, t0);
     m.evaluate(inputs(t0 + 600ms, {entry("proxy", s)}));
     const Drain& d = m.drains().at(ip("10.244.1.10"));

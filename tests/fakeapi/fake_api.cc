@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
-#include <set>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -118,7 +118,8 @@ constexpr ResourceInfo kResources[] = {
 };
 
 std::string status_json(int code, const std::string& reason, const std::string& message) {
-  std::string out = R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":)";
+  std::string out =
+      R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":)";
   append_escaped(out, message);
   out += ",\"reason\":";
   append_escaped(out, reason);
@@ -138,7 +139,8 @@ std::vector<Requirement> parse_selector(const std::string& s) {
   size_t start = 0;
   while (start <= s.size()) {
     size_t comma = s.find(',', start);
-    std::string part = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::string part =
+        s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     start = comma == std::string::npos ? s.size() + 1 : comma + 1;
     if (part.empty()) continue;
     Requirement r;
@@ -194,8 +196,8 @@ struct FakeApiServer::Stored {
 
 struct FakeApiServer::HistoryEvent {
   uint64_t rv = 0;
-  std::string type;                     // ADDED, MODIFIED, DELETED
-  std::shared_ptr<const Stored> now;    // the object after (for DELETED: its last state)
+  std::string type;                      // ADDED, MODIFIED, DELETED
+  std::shared_ptr<const Stored> now;     // the object after (for DELETED: its last state)
   std::shared_ptr<const Stored> before;  // the object before (MODIFIED), for selector moves
 };
 
@@ -222,14 +224,18 @@ struct FakeApiServer::Watch {
   std::deque<std::string> pending;
   bool finish_after_pending = false;
 
-  bool selected(const Stored& s) const { return matches(labels, s.labels) && matches(fields, s.fields); }
+  bool selected(const Stored& s) const {
+    return matches(labels, s.labels) && matches(fields, s.fields);
+  }
 };
 
 std::string RecordedRequest::param(const std::string& name) const {
   auto it = params.find(name);
   return it == params.end() ? std::string() : it->second;
 }
-bool RecordedRequest::has_param(const std::string& name) const { return params.count(name) > 0; }
+bool RecordedRequest::has_param(const std::string& name) const {
+  return params.count(name) > 0;
+}
 std::string RecordedRequest::header(const std::string& lower_name) const {
   auto it = headers.find(lower_name);
   return it == headers.end() ? std::string() : it->second;
@@ -549,16 +555,18 @@ void FakeApiServer::handle(const httplib::Request& req, httplib::Response& res) 
     --fail_remaining_;
     res.status = fail_status_;
     if (fail_retry_after_ >= 0) res.set_header("Retry-After", std::to_string(fail_retry_after_));
-    res.set_content(status_json(fail_status_, fail_status_ == 429 ? "TooManyRequests" : "InternalError",
-                                "injected failure"),
-                    "application/json");
+    res.set_content(
+        status_json(fail_status_, fail_status_ == 429 ? "TooManyRequests" : "InternalError",
+                    "injected failure"),
+        "application/json");
     return;
   }
   Resource* r = resource_for_path(req.path);
   if (r == nullptr) {
     res.status = 404;
-    res.set_content(status_json(404, "NotFound", "the server could not find the requested resource"),
-                    "application/json");
+    res.set_content(
+        status_json(404, "NotFound", "the server could not find the requested resource"),
+        "application/json");
     return;
   }
   if (rec.is_watch()) {
@@ -670,7 +678,8 @@ void FakeApiServer::handle_watch(Resource& r, const httplib::Request& req, httpl
   if (expire_next_watch_) {
     expire_next_watch_ = false;
     w->pending.push_back(R"({"type":"ERROR","object":)" +
-                         status_json(410, "Expired", "too old resource version: " + rv_param) + "}");
+                         status_json(410, "Expired", "too old resource version: " + rv_param) +
+                         "}");
     w->finish_after_pending = true;
   } else if (rv_param.empty() || rv_param == "0") {
     // Synthetic ADDED events for the current state, then changes.
@@ -684,15 +693,16 @@ void FakeApiServer::handle_watch(Resource& r, const httplib::Request& req, httpl
       from = std::stoull(rv_param);
     } catch (const std::exception&) {
       res.status = 400;
-      res.set_content(status_json(400, "BadRequest", "invalid resourceVersion"), "application/json");
+      res.set_content(status_json(400, "BadRequest", "invalid resourceVersion"),
+                      "application/json");
       return;
     }
     if (from < r.compacted_rv) {
-      w->pending.push_back(
-          R"({"type":"ERROR","object":)" +
-          status_json(410, "Expired",
-                      "too old resource version: " + rv_param + " (" + std::to_string(r.compacted_rv) + ")") +
-          "}");
+      w->pending.push_back(R"({"type":"ERROR","object":)" +
+                           status_json(410, "Expired",
+                                       "too old resource version: " + rv_param + " (" +
+                                           std::to_string(r.compacted_rv) + ")") +
+                           "}");
       w->finish_after_pending = true;
     }
     w->pos = from;
@@ -730,11 +740,10 @@ void FakeApiServer::handle_watch(Resource& r, const httplib::Request& req, httpl
             if (w->bookmark_epoch != bookmark_epoch_) {
               w->bookmark_epoch = bookmark_epoch_;
               if (w->bookmarks) {
-                w->pending.push_back("{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"" +
-                                     std::string(res_.info.kind) + "\",\"apiVersion\":\"" +
-                                     res_.info.api_version +
-                                     "\",\"metadata\":{\"resourceVersion\":\"" +
-                                     std::to_string(rv_) + "\"}}}");
+                w->pending.push_back(
+                    "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"" + std::string(res_.info.kind) +
+                    "\",\"apiVersion\":\"" + res_.info.api_version +
+                    "\",\"metadata\":{\"resourceVersion\":\"" + std::to_string(rv_) + "\"}}}");
                 w->pos = std::max(w->pos, rv_);
               }
             }
@@ -778,7 +787,8 @@ void FakeApiServer::handle_watch(Resource& r, const httplib::Request& req, httpl
       });
 }
 
-std::vector<std::string> load_manifest_dir(const std::string& dir, std::vector<std::string>* errors) {
+std::vector<std::string> load_manifest_dir(const std::string& dir,
+                                           std::vector<std::string>* errors) {
   namespace fs = std::filesystem;
   std::vector<std::string> out;
   auto fail = [&](const std::string& msg) {

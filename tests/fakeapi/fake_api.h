@@ -171,6 +171,7 @@ class FakeApiServer {
 // Loads the objects of *.json (and, when built with YAML support, *.yaml / *.yml) files in
 // a directory, or of one such file: single objects and `kind: List`. Objects of kinds the
 // server does not serve are skipped by replace_all.
-std::vector<std::string> load_manifest_dir(const std::string& dir, std::vector<std::string>* errors);
+std::vector<std::string> load_manifest_dir(const std::string& dir,
+                                           std::vector<std::string>* errors);
 
 }  // namespace endpointd::fakeapi

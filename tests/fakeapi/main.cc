@@ -13,7 +13,9 @@
 
 namespace {
 std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop.store(true); }
+void on_signal(int) {
+  g_stop.store(true);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -24,7 +26,8 @@ int main(int argc, char** argv) {
   std::string tls_cert, tls_key, client_ca;
   int poll_ms = 1000;
   app.add_option("--listen", listen, "ADDR:PORT to listen on (port 0: any)");
-  app.add_option("--dir", dir, "directory of *.json / *.yaml manifests (or a single file)")->required();
+  app.add_option("--dir", dir, "directory of *.json / *.yaml manifests (or a single file)")
+      ->required();
   app.add_option("--token", token, "require this bearer token");
   app.add_option("--tls-cert", tls_cert, "serve HTTPS with this certificate");
   app.add_option("--tls-key", tls_key, "key of --tls-cert");
@@ -65,7 +68,8 @@ int main(int argc, char** argv) {
   auto last = std::chrono::steady_clock::now();
   while (!g_stop.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (poll_ms > 0 && std::chrono::steady_clock::now() - last >= std::chrono::milliseconds(poll_ms)) {
+    if (poll_ms > 0 &&
+        std::chrono::steady_clock::now() - last >= std::chrono::milliseconds(poll_ms)) {
       last = std::chrono::steady_clock::now();
       load();
     }

@@ -65,7 +65,8 @@ TEST(Kubeconfig, ReadsCurrentContextAndResolvesRelativePaths) {
   dir.write("token", "tok");
   std::string yaml = kFullKubeconfig;
   std::string key = dir.write("client.key", "key");
-  yaml.replace(yaml.find("/abs/does-not-matter-here"), std::string("/abs/does-not-matter-here").size(), key);
+  yaml.replace(yaml.find("/abs/does-not-matter-here"),
+               std::string("/abs/does-not-matter-here").size(), key);
   auto path = dir.write("config", yaml);
 
   auto cfg = from_kubeconfig(path);
@@ -98,33 +99,44 @@ TEST(Kubeconfig, ErrorsNameTheField) {
       {"no current context", "clusters: []\ncontexts: []\nusers: []\n", "current-context"},
       {"unknown context", "current-context: x\ncontexts:\n- name: y\n  context: {cluster: c}\n",
        "no entry named 'x' in 'contexts'"},
-      {"context without cluster", "current-context: x\ncontexts:\n- name: x\n  context: {user: u}\n",
+      {"context without cluster",
+       "current-context: x\ncontexts:\n- name: x\n  context: {user: u}\n",
        "contexts[name=x].context.cluster"},
       {"missing cluster", "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\n",
        "'clusters' is missing"},
       {"missing server",
-       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  cluster: {}\n",
+       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  "
+       "cluster: {}\n",
        "clusters[name=c].cluster.server"},
       {"bad scheme",
-       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  cluster: {server: 'ftp://x'}\n",
+       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  "
+       "cluster: {server: 'ftp://x'}\n",
        "must start with https://"},
       {"bad base64",
-       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  cluster: {server: 'https://x', certificate-authority-data: '@@@'}\n",
+       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  "
+       "cluster: {server: 'https://x', certificate-authority-data: '@@@'}\n",
        "certificate-authority-data"},
       {"missing user",
-       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\nclusters:\n- name: c\n  cluster: {server: 'https://x'}\nusers: []\n",
+       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\nclusters:\n- "
+       "name: c\n  cluster: {server: 'https://x'}\nusers: []\n",
        "no entry named 'u' in 'users'"},
       {"exec plugin",
-       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\nclusters:\n- name: c\n  cluster: {server: 'https://x'}\nusers:\n- name: u\n  user: {exec: {command: foo}}\n",
+       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\nclusters:\n- "
+       "name: c\n  cluster: {server: 'https://x'}\nusers:\n- name: u\n  user: {exec: {command: "
+       "foo}}\n",
        "users[name=u].user.exec"},
       {"cert without key",
-       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\nclusters:\n- name: c\n  cluster: {server: 'https://x'}\nusers:\n- name: u\n  user: {client-certificate-data: Y2VydA==}\n",
+       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\nclusters:\n- "
+       "name: c\n  cluster: {server: 'https://x'}\nusers:\n- name: u\n  user: "
+       "{client-certificate-data: Y2VydA==}\n",
        "client-key"},
       {"missing CA file",
-       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  cluster: {server: 'https://x', certificate-authority: nope.crt}\n",
+       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  "
+       "cluster: {server: 'https://x', certificate-authority: nope.crt}\n",
        "certificate-authority file"},
       {"bad insecure flag",
-       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  cluster: {server: 'https://x', insecure-skip-tls-verify: maybe}\n",
+       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  "
+       "cluster: {server: 'https://x', insecure-skip-tls-verify: maybe}\n",
        "insecure-skip-tls-verify"},
       {"not yaml", "{{{", "invalid YAML"},
   };

@@ -113,8 +113,9 @@ TEST_F(KubeClientTest, InitialSyncPostsOneReplacePerKind) {
   EXPECT_NE(req.header("accept-encoding").find("gzip"), std::string::npos);
   EXPECT_EQ(req.param("labelSelector"), "!service.kubernetes.io/service-proxy-name");
   EXPECT_EQ(req.param("limit"), "500");
-  EXPECT_EQ(list_requests("/apis/discovery.k8s.io/v1/endpointslices").front().param("labelSelector"),
-            "!service.kubernetes.io/service-proxy-name");
+  EXPECT_EQ(
+      list_requests("/apis/discovery.k8s.io/v1/endpointslices").front().param("labelSelector"),
+      "!service.kubernetes.io/service-proxy-name");
   EXPECT_FALSE(list_requests("/api/v1/nodes").front().has_param("labelSelector"));
 
   // The watch starts at the list's resourceVersion with bookmarks and a timeout.
@@ -153,7 +154,8 @@ TEST_F(KubeClientTest, WatchEventsBecomeUpsertAndRemove) {
 }
 
 TEST_F(KubeClientTest, ListIsPagedWithLimitAndContinue) {
-  for (int i = 0; i < 7; ++i) server_.apply(service_json("s" + std::to_string(i), "10.96.1." + std::to_string(i + 1)));
+  for (int i = 0; i < 7; ++i)
+    server_.apply(service_json("s" + std::to_string(i), "10.96.1." + std::to_string(i + 1)));
   auto cfg = services_only();
   cfg.page_size = 2;
   start(cfg);
@@ -176,7 +178,8 @@ TEST_F(KubeClientTest, ListIsPagedWithLimitAndContinue) {
 }
 
 TEST_F(KubeClientTest, ExpiredContinueTokenRestartsTheList) {
-  for (int i = 0; i < 4; ++i) server_.apply(service_json("s" + std::to_string(i), "10.96.1." + std::to_string(i + 1)));
+  for (int i = 0; i < 4; ++i)
+    server_.apply(service_json("s" + std::to_string(i), "10.96.1." + std::to_string(i + 1)));
   // The second page is answered 410: the list starts over and still completes.
   server_.expire_next_continue();
   auto cfg = services_only();
@@ -254,7 +257,8 @@ TEST_F(KubeClientTest, HttpGoneAndCompactionAlsoRelist) {
   server_.close_watch_after_events(1);
   server_.apply(service_json("b", "10.96.0.2"));
   ASSERT_TRUE(wait_until([&] { return recorder_.has(kSvcB); }));
-  ASSERT_TRUE(wait_until([&] { return client_->stats(ObjectKind::kService).reconnect_count("throttled") == 1; }));
+  ASSERT_TRUE(wait_until(
+      [&] { return client_->stats(ObjectKind::kService).reconnect_count("throttled") == 1; }));
   server_.apply(service_json("c", "10.96.0.3"));
   server_.compact();
   ASSERT_TRUE(wait_until([&] { return recorder_.replaces(ObjectKind::kService) >= 3; }));
@@ -271,7 +275,8 @@ TEST_F(KubeClientTest, DroppedStreamResumesWithoutLossOrDuplicates) {
   server_.close_watch_after_events(3);
   std::vector<uint64_t> rvs;
   for (int i = 0; i < 10; ++i) {
-    rvs.push_back(server_.apply(service_json("n" + std::to_string(i), "10.96.2." + std::to_string(i + 1))));
+    rvs.push_back(
+        server_.apply(service_json("n" + std::to_string(i), "10.96.2." + std::to_string(i + 1))));
   }
   ASSERT_TRUE(wait_until([&] { return recorder_.count(ObjectKind::kService) == 11; }));
   for (int i = 0; i < 10; ++i) {
@@ -313,7 +318,9 @@ TEST_F(KubeClientTest, ServerErrorsAreRetriedWithBackoff) {
   ASSERT_TRUE(wait_until([&] { return client_->synced(); }));
   EXPECT_EQ(list_requests("/api/v1/services").size(), 4u);
   EXPECT_EQ(client_->stats(ObjectKind::kService).reconnect_count("server_error"), 3u);
-  EXPECT_EQ(metric("endpointd_watch_reconnects_total", {{"kind", "Service"}, {"reason", "server_error"}}), 3);
+  EXPECT_EQ(
+      metric("endpointd_watch_reconnects_total", {{"kind", "Service"}, {"reason", "server_error"}}),
+      3);
   EXPECT_EQ(recorder_.replaces(ObjectKind::kService), 1);
 }
 
@@ -347,12 +354,14 @@ TEST_F(KubeClientTest, RotatedTokenFileIsReread) {
   cluster.token_file = token_file;
   start(services_only(), cluster);
   ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
-  EXPECT_EQ(list_requests("/api/v1/services").front().header("authorization"), "Bearer first-token");
+  EXPECT_EQ(list_requests("/api/v1/services").front().header("authorization"),
+            "Bearer first-token");
 
   // The token rotates: the server accepts only the new one, the file changes.
   server_.set_required_token("second-token");
   server_.close_watches();
-  ASSERT_TRUE(wait_until([&] { return client_->stats(ObjectKind::kService).reconnect_count("unauthorized") >= 1; }));
+  ASSERT_TRUE(wait_until(
+      [&] { return client_->stats(ObjectKind::kService).reconnect_count("unauthorized") >= 1; }));
   dir.write("token", "second-token\n");
   server_.apply(service_json("b"));
   ASSERT_TRUE(wait_until([&] { return recorder_.has(kSvcB); }));
@@ -386,7 +395,8 @@ TEST_F(KubeClientTest, MalformedObjectIsRejectedAndCountedOthersStay) {
   // A line that is not a watch event at all: counted, and the watch is re-established from
   // the last good position without losing anything.
   server_.send_raw_watch_line("services", "{\"type\":\"ADDED\",\"object\":{not json");
-  ASSERT_TRUE(wait_until([&] { return client_->stats(ObjectKind::kService).reconnect_count("bad_stream") == 1; }));
+  ASSERT_TRUE(wait_until(
+      [&] { return client_->stats(ObjectKind::kService).reconnect_count("bad_stream") == 1; }));
   server_.apply(service_json("e", "10.96.0.5"));
   ASSERT_TRUE(wait_until([&] { return recorder_.has("Service:default/e"); }));
   EXPECT_EQ(client_->stats(ObjectKind::kService).decode_errors, 3u);
@@ -456,7 +466,8 @@ TEST_F(KubeClientTest, StopIsPromptDuringWatchAndBackoff) {
   cluster.server = server_.url();
   KubeClient c2(cluster, services_only(), other.sink(), registry_);
   c2.start();
-  ASSERT_TRUE(wait_until([&] { return c2.stats(ObjectKind::kService).reconnect_count("throttled") == 1; }));
+  ASSERT_TRUE(
+      wait_until([&] { return c2.stats(ObjectKind::kService).reconnect_count("throttled") == 1; }));
   t0 = std::chrono::steady_clock::now();
   c2.stop();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 500ms);
@@ -472,7 +483,8 @@ TEST_F(KubeClientTest, UnreachableServerIsRetried) {
   ClusterConfig cluster;
   cluster.server = url;
   start(services_only(), cluster);
-  ASSERT_TRUE(wait_until([&] { return client_->stats(ObjectKind::kService).reconnect_count("connect") >= 3; }));
+  ASSERT_TRUE(wait_until(
+      [&] { return client_->stats(ObjectKind::kService).reconnect_count("connect") >= 3; }));
   EXPECT_FALSE(client_->synced());
 }
 
@@ -486,8 +498,9 @@ namespace {
 TEST(FakeApiDirectory, ServesManifestsAndTheirChanges) {
   kubetest::TempDir dir;
   dir.write("a.json", kubetest::service_json("a", "10.96.0.1"));
-  dir.write("list.json", "{\"kind\":\"List\",\"items\":[" + kubetest::service_json("b", "10.96.0.2") +
-                             "," + kubetest::node_json("n1") + "]}");
+  dir.write("list.json", "{\"kind\":\"List\",\"items\":[" +
+                             kubetest::service_json("b", "10.96.0.2") + "," +
+                             kubetest::node_json("n1") + "]}");
   fakeapi::FakeApiServer server;
   ASSERT_TRUE(server.ok());
   std::vector<std::string> errors;
@@ -510,8 +523,9 @@ TEST(FakeApiDirectory, ServesManifestsAndTheirChanges) {
   // Rewriting the directory and loading it again turns into watch events; unchanged
   // objects produce none.
   std::filesystem::remove(dir.path() / "a.json");
-  dir.write("list.json", "{\"kind\":\"List\",\"items\":[" + kubetest::service_json("b", "10.96.0.2", 8080) +
-                             "," + kubetest::node_json("n1") + "]}");
+  dir.write("list.json", "{\"kind\":\"List\",\"items\":[" +
+                             kubetest::service_json("b", "10.96.0.2", 8080) + "," +
+                             kubetest::node_json("n1") + "]}");
   server.replace_all(fakeapi::load_manifest_dir(dir.path().string(), &errors));
   ASSERT_TRUE(kubetest::wait_until([&] { return !recorder.has("Service:default/a"); }));
   ASSERT_TRUE(kubetest::wait_until([&] { return recorder.upserts("Service:default/b") == 1; }));

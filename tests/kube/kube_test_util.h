@@ -133,8 +133,9 @@ class Recorder {
   std::map<model::ObjectKind, size_t> last_replace_size_;
 };
 
-inline std::string service_json(const std::string& name, const std::string& cluster_ip = "10.96.0.10",
-                                int port = 80, const std::string& ns = "default",
+inline std::string service_json(const std::string& name,
+                                const std::string& cluster_ip = "10.96.0.10", int port = 80,
+                                const std::string& ns = "default",
                                 const std::string& extra_labels = "") {
   return R"({"apiVersion":"v1","kind":"Service","metadata":{"name":")" + name +
          R"(","namespace":")" + ns + R"(","uid":"uid-)" + name + R"(","labels":{)" + extra_labels +

@@ -32,23 +32,27 @@ class KubeTlsTest : public ::testing::Test {
   void SetUp() override {
     const std::string d = dir_.path().string();
     const std::string script =
-        "set -e\ncd '" + d + "'\n"
+        "set -e\ncd '" + d +
+        "'\n"
         "K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes';"
         "openssl req -x509 $K -keyout ca.key -out ca.crt -days 2 -subj /CN=endpointd-test-ca;"
         "openssl req $K -keyout server.key -out server.csr -subj /CN=127.0.0.1;"
-        "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nextendedKeyUsage=serverAuth\\n' > server.ext;"
+        "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nextendedKeyUsage=serverAuth\\n' > "
+        "server.ext;"
         "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
         "  -extfile server.ext -out server.crt;"
         "openssl req $K -keyout client.key -out client.csr -subj /CN=endpointd;"
         "printf 'extendedKeyUsage=clientAuth\\n' > client.ext;"
         "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
         "  -extfile client.ext -out client.crt;"
-        "openssl base64 -A -in ca.crt -out ca.b64; openssl base64 -A -in client.key -out client-key.b64";
+        "openssl base64 -A -in ca.crt -out ca.b64; openssl base64 -A -in client.key -out "
+        "client-key.b64";
     dir_.write("make-certs.sh", script);
     const std::string cmd = "sh " + dir_.file("make-certs.sh") + " >" + d + "/openssl.log 2>&1";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(d + "/openssl.log");
     fakeapi::Options opts;
-    opts.tls = fakeapi::TlsOptions{dir_.file("server.crt"), dir_.file("server.key"), dir_.file("ca.crt")};
+    opts.tls =
+        fakeapi::TlsOptions{dir_.file("server.crt"), dir_.file("server.key"), dir_.file("ca.crt")};
     server_ = std::make_unique<fakeapi::FakeApiServer>(opts);
     ASSERT_TRUE(server_->ok()) << server_->error();
     server_->apply(kubetest::service_json("a"));
@@ -58,13 +62,15 @@ class KubeTlsTest : public ::testing::Test {
     std::string user = "  user:\n    token: abc\n";
     if (with_client_cert) {
       // One as a relative file path, one as data: both ways are exercised.
-      user += "    client-certificate: client.crt\n    client-key-data: " + slurp(dir_.file("client-key.b64")) + "\n";
+      user += "    client-certificate: client.crt\n    client-key-data: " +
+              slurp(dir_.file("client-key.b64")) + "\n";
     }
     return "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-           "clusters:\n- name: c\n  cluster:\n    server: " + server_->url() +
-           "\n    certificate-authority-data: " + slurp(dir_.file("ca.b64")) +
+           "clusters:\n- name: c\n  cluster:\n    server: " +
+           server_->url() + "\n    certificate-authority-data: " + slurp(dir_.file("ca.b64")) +
            "\ncontexts:\n- name: test\n  context:\n    cluster: c\n    user: u\n"
-           "users:\n- name: u\n" + user;
+           "users:\n- name: u\n" +
+           user;
   }
 
   KubeClientConfig config() {
@@ -102,7 +108,8 @@ TEST_F(KubeTlsTest, WithoutClientCertificateTheHandshakeFailsAndIsRetried) {
   ASSERT_TRUE(cluster.ok()) << cluster.error();
   KubeClient client(*cluster, config(), recorder_.sink(), registry_);
   client.start();
-  ASSERT_TRUE(wait_until([&] { return client.stats(ObjectKind::kService).reconnects_total() >= 2; }));
+  ASSERT_TRUE(
+      wait_until([&] { return client.stats(ObjectKind::kService).reconnects_total() >= 2; }));
   EXPECT_FALSE(client.synced());
   EXPECT_EQ(recorder_.events(), 0u);
   client.stop();
@@ -116,7 +123,8 @@ TEST_F(KubeTlsTest, UntrustedServerCertificateIsRefusedUnlessInsecure) {
   {
     KubeClient client(*cluster, config(), recorder_.sink(), registry_);
     client.start();
-    ASSERT_TRUE(wait_until([&] { return client.stats(ObjectKind::kService).reconnects_total() >= 2; }));
+    ASSERT_TRUE(
+        wait_until([&] { return client.stats(ObjectKind::kService).reconnects_total() >= 2; }));
     EXPECT_FALSE(client.synced());
   }
   cluster->insecure_skip_tls_verify = true;

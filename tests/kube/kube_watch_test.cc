@@ -49,8 +49,9 @@ constexpr const char* kService =
 TEST(WatchEvent, ParsesEachType) {
   simdjson::dom::parser p;
   for (const char* type : {"ADDED", "MODIFIED", "DELETED"}) {
-    auto ev = parse_watch_event(std::string("{\"type\":\"") + type + "\",\"object\":" + kService + "}",
-                                model::ObjectKind::kService, p);
+    auto ev =
+        parse_watch_event(std::string("{\"type\":\"") + type + "\",\"object\":" + kService + "}",
+                          model::ObjectKind::kService, p);
     ASSERT_TRUE(ev.ok()) << ev.error();
     EXPECT_EQ(to_string(ev->type), type);
     EXPECT_EQ(ev->resource_version, "42");
@@ -95,9 +96,11 @@ TEST(WatchEvent, RejectsLinesThatAreNotEvents) {
   EXPECT_FALSE(parse_watch_event("{not json", model::ObjectKind::kService, p).ok());
   EXPECT_FALSE(parse_watch_event(R"({"object":{}})", model::ObjectKind::kService, p).ok());
   EXPECT_FALSE(parse_watch_event(R"({"type":"ADDED"})", model::ObjectKind::kService, p).ok());
-  EXPECT_FALSE(parse_watch_event(R"({"type":"WHAT","object":{}})", model::ObjectKind::kService, p).ok());
+  EXPECT_FALSE(
+      parse_watch_event(R"({"type":"WHAT","object":{}})", model::ObjectKind::kService, p).ok());
   EXPECT_FALSE(parse_watch_event(R"({"type":"BOOKMARK","object":{"metadata":{}}})",
-                                 model::ObjectKind::kService, p).ok());
+                                 model::ObjectKind::kService, p)
+                   .ok());
 }
 
 TEST(ApiStatus, ParsesErrorBodies) {

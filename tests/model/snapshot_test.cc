@@ -203,16 +203,17 @@ TEST(ServiceList, GrowsFromEmptySplitsAndEmpties) {
   EXPECT_GE(full.chunks().size(), 300 / (2 * ServiceList::kChunk));
   for (const auto& c : full.chunks()) EXPECT_LE(c->items.size(), 2 * ServiceList::kChunk);
   // Insert at both ends.
-  auto ends = full.with({{ServiceKey{"a", "first"}, [] {
-                           ServiceState st;
-                           st.service.key = {"a", "first"};
-                           return std::make_shared<const ServiceState>(std::move(st));
-                         }()},
+  auto ends = full.with({{ServiceKey{"a", "first"},
+                          [] {
+                            ServiceState st;
+                            st.service.key = {"a", "first"};
+                            return std::make_shared<const ServiceState>(std::move(st));
+                          }()},
                          {ServiceKey{"zz", "last"}, [] {
-                           ServiceState st;
-                           st.service.key = {"zz", "last"};
-                           return std::make_shared<const ServiceState>(std::move(st));
-                         }()}});
+                            ServiceState st;
+                            st.service.key = {"zz", "last"};
+                            return std::make_shared<const ServiceState>(std::move(st));
+                          }()}});
   auto n = names(ends);
   ASSERT_EQ(n.size(), 302u);
   EXPECT_EQ(n.front(), "first");

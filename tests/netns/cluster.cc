@@ -21,9 +21,16 @@ std::string unique_file(const std::string& what) {
 
 ClusterSpec ClusterSpec::demo() {
   ClusterSpec s;
-  s.nodes.push_back({"node-a", "192.168.77.2", "10.244.1.0/24", "10.244.1.1",
-                     {{"web-1", "10.244.1.10"}, {"web-2", "10.244.1.11"}, {"db-1", "10.244.1.20"}}});
-  s.nodes.push_back({"node-b", "192.168.77.3", "10.244.2.0/24", "10.244.2.1",
+  s.nodes.push_back(
+      {"node-a",
+       "192.168.77.2",
+       "10.244.1.0/24",
+       "10.244.1.1",
+       {{"web-1", "10.244.1.10"}, {"web-2", "10.244.1.11"}, {"db-1", "10.244.1.20"}}});
+  s.nodes.push_back({"node-b",
+                     "192.168.77.3",
+                     "10.244.2.0/24",
+                     "10.244.2.1",
                      {{"web-3", "10.244.2.10"}, {"db-0", "10.244.2.20"}}});
   return s;
 }
@@ -38,7 +45,8 @@ ClusterSpec ClusterSpec::make(int nodes, int pods_per_node) {
     n.pod_cidr = net + ".0/24";
     n.gateway = net + ".1";
     for (int j = 0; j < pods_per_node; ++j) {
-      n.pods.push_back({n.name + "-pod-" + std::to_string(j + 1), net + "." + std::to_string(10 + j)});
+      n.pods.push_back(
+          {n.name + "-pod-" + std::to_string(j + 1), net + "." + std::to_string(10 + j)});
     }
     s.nodes.push_back(std::move(n));
   }
@@ -83,7 +91,8 @@ Cluster::Cluster(ClusterSpec spec) : spec_(std::move(spec)), prefix_(unique_pref
       Netns& pod = *pns;
       pods_[p.name] = std::move(pns);
       std::string host_side = "p" + std::to_string(j);
-      node.ip({"link", "add", host_side, "type", "veth", "peer", "name", "eth0", "netns", pod.name()});
+      node.ip(
+          {"link", "add", host_side, "type", "veth", "peer", "name", "eth0", "netns", pod.name()});
       node.ip({"addr", "add", n.gateway + "/32", "dev", host_side});
       node.ip({"link", "set", host_side, "up"});
       node.ip({"route", "add", p.ip + "/32", "dev", host_side});
@@ -145,16 +154,28 @@ std::vector<std::string> Cluster::namespace_names() const {
   return out;
 }
 
-std::string testserver_path() { return ENDPOINTD_TESTSERVER_PATH; }
-std::string loadclient_path() { return ENDPOINTD_LOADCLIENT_PATH; }
+std::string testserver_path() {
+  return ENDPOINTD_TESTSERVER_PATH;
+}
+std::string loadclient_path() {
+  return ENDPOINTD_LOADCLIENT_PATH;
+}
 
 Server start_server(Netns& ns, const ServerOptions& opts) {
   Server s;
   std::string name = opts.name.empty() ? ns.name() : opts.name;
   s.events_path = unique_file(name + "-events");
-  std::vector<std::string> argv = {testserver_path(), "--name", name, "--events", s.events_path,
-                                   "--bind", opts.bind, "--grace-ms", std::to_string(opts.grace_ms),
-                                   "--ready-fd", "3"};
+  std::vector<std::string> argv = {testserver_path(),
+                                   "--name",
+                                   name,
+                                   "--events",
+                                   s.events_path,
+                                   "--bind",
+                                   opts.bind,
+                                   "--grace-ms",
+                                   std::to_string(opts.grace_ms),
+                                   "--ready-fd",
+                                   "3"};
   if (opts.tcp_port >= 0) argv.insert(argv.end(), {"--tcp", std::to_string(opts.tcp_port)});
   if (opts.udp_port >= 0) argv.insert(argv.end(), {"--udp", std::to_string(opts.udp_port)});
   s.process = &ns.spawn(argv, name + "-server.log", /*ready_pipe=*/true);
@@ -190,7 +211,8 @@ LoadResult read_load_results(const std::string& path) {
     std::istringstream ls(line);
     LoadRecord rec;
     std::string status;
-    if (!(ls >> rec.time_ns >> status >> rec.what >> rec.latency_us >> rec.worker >> rec.conn)) continue;
+    if (!(ls >> rec.time_ns >> status >> rec.what >> rec.latency_us >> rec.worker >> rec.conn))
+      continue;
     rec.ok = status == "ok";
     if (rec.ok) {
       ++r.ok;
@@ -206,15 +228,25 @@ LoadResult read_load_results(const std::string& path) {
 
 LoadClient::LoadClient(Netns& ns, const LoadOptions& opts) : duration_ms_(opts.duration_ms) {
   out_path_ = unique_file("load");
-  std::vector<std::string> argv = {loadclient_path(), "--target", opts.target, "--mode",
-                                   opts.keepalive ? "keepalive" : "new", "--concurrency",
-                                   std::to_string(opts.concurrency), "--interval-ms",
-                                   std::to_string(opts.interval_ms), "--timeout-ms",
-                                   std::to_string(opts.timeout_ms), "--out", out_path_,
-                                   "--ready-fd", "3"};
+  std::vector<std::string> argv = {loadclient_path(),
+                                   "--target",
+                                   opts.target,
+                                   "--mode",
+                                   opts.keepalive ? "keepalive" : "new",
+                                   "--concurrency",
+                                   std::to_string(opts.concurrency),
+                                   "--interval-ms",
+                                   std::to_string(opts.interval_ms),
+                                   "--timeout-ms",
+                                   std::to_string(opts.timeout_ms),
+                                   "--out",
+                                   out_path_,
+                                   "--ready-fd",
+                                   "3"};
   if (opts.udp) argv.push_back("--udp");
   if (opts.count > 0) argv.insert(argv.end(), {"--count", std::to_string(opts.count)});
-  if (opts.duration_ms > 0) argv.insert(argv.end(), {"--duration-ms", std::to_string(opts.duration_ms)});
+  if (opts.duration_ms > 0)
+    argv.insert(argv.end(), {"--duration-ms", std::to_string(opts.duration_ms)});
   process_ = &ns.spawn(argv, "loadclient-" + std::to_string(g_files++) + ".log", true);
   if (!process_->wait_ready(std::chrono::seconds(10))) {
     throw std::runtime_error("load client did not start: " + process_->log());
@@ -234,6 +266,8 @@ LoadResult LoadClient::stop() {
   return read_load_results(out_path_);
 }
 
-LoadResult LoadClient::results_so_far() const { return read_load_results(out_path_); }
+LoadResult LoadClient::results_so_far() const {
+  return read_load_results(out_path_);
+}
 
 }  // namespace endpointd::netns

@@ -84,10 +84,10 @@ std::string testserver_path();
 std::string loadclient_path();
 
 struct ServerOptions {
-  std::string name = {};     // answered to every request
-  int tcp_port = 8080;       // -1: none
-  int udp_port = -1;         // -1: none
-  int grace_ms = 0;          // drain time after SIGTERM
+  std::string name = {};  // answered to every request
+  int tcp_port = 8080;    // -1: none
+  int udp_port = -1;      // -1: none
+  int grace_ms = 0;       // drain time after SIGTERM
   std::string bind = "0.0.0.0";
 };
 

@@ -61,7 +61,9 @@ int64_t now_ns() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
-void on_signal(int) { g_stop = true; }
+void on_signal(int) {
+  g_stop = true;
+}
 
 void record(int64_t start_ns, bool ok, const std::string& what, int64_t latency_us, int worker,
             uint64_t conn) {
@@ -75,7 +77,8 @@ void record(int64_t start_ns, bool ok, const std::string& what, int64_t latency_
 }
 
 int remaining_ms(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return left < 0 ? 0 : static_cast<int>(left);
 }
 
@@ -85,7 +88,8 @@ int connect_tcp(Clock::time_point deadline) {
   if (fd < 0) return -errno;
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (connect(fd, static_cast<const sockaddr*>(static_cast<const void*>(&g_target)), g_target_len) != 0) {
+  if (connect(fd, static_cast<const sockaddr*>(static_cast<const void*>(&g_target)),
+              g_target_len) != 0) {
     if (errno != EINPROGRESS) {
       int e = errno;
       close(fd);
@@ -145,7 +149,8 @@ Response read_response(int fd, Clock::time_point deadline) {
       std::string lower;
       for (char c : head) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
       size_t cl = lower.find("content-length:");
-      size_t length = cl == std::string::npos ? 0 : std::strtoul(lower.c_str() + cl + 15, nullptr, 10);
+      size_t length =
+          cl == std::string::npos ? 0 : std::strtoul(lower.c_str() + cl + 15, nullptr, 10);
       if (buf.size() >= end + 4 + length) {
         std::string body = buf.substr(end + 4, length);
         while (!body.empty() && (body.back() == '\n' || body.back() == '\r')) body.pop_back();
@@ -224,7 +229,8 @@ void tcp_worker(int worker) {
       record(start, false, resp.body_or_error, us, worker, conn_seq);
       break;
     }
-    if (g_opt.interval_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(g_opt.interval_ms));
+    if (g_opt.interval_ms > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(g_opt.interval_ms));
   }
   if (fd >= 0) close(fd);
 }
@@ -239,7 +245,8 @@ void udp_worker(int worker) {
     auto deadline = t0 + std::chrono::milliseconds(g_opt.timeout_ms);
     if (fd < 0) {
       fd = socket(g_target.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-      if (fd < 0 || connect(fd, static_cast<const sockaddr*>(static_cast<const void*>(&g_target)), g_target_len) != 0) {
+      if (fd < 0 || connect(fd, static_cast<const sockaddr*>(static_cast<const void*>(&g_target)),
+                            g_target_len) != 0) {
         record(start, false, "socket:" + error_name(errno), 0, worker, conn_seq);
         if (fd >= 0) close(fd);
         fd = -1;
@@ -270,7 +277,8 @@ void udp_worker(int worker) {
     int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
     record(start, ok, what, us, worker, conn_seq);
     if (!g_opt.keepalive || !ok) close(fd), fd = -1;
-    if (g_opt.interval_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(g_opt.interval_ms));
+    if (g_opt.interval_ms > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(g_opt.interval_ms));
   }
   if (fd >= 0) close(fd);
 }
@@ -279,7 +287,8 @@ bool parse_target(const std::string& t) {
   size_t colon = t.rfind(':');
   if (colon == std::string::npos) return false;
   std::string host = t.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   int port = std::atoi(t.c_str() + colon + 1);
   if (port <= 0 || port > 65535) return false;
   g_opt.port = static_cast<uint16_t>(port);
@@ -315,16 +324,26 @@ int main(int argc, char** argv) {
       if (a.rfind(flag + "=", 0) == 0) return argv[i] + flag.size() + 1;
       return nullptr;
     };
-    if (a == "--udp") g_opt.udp = true;
-    else if (const char* v = value("--target")) have_target = parse_target(v);
-    else if (const char* v = value("--mode")) mode = v;
-    else if (const char* v = value("--concurrency")) g_opt.concurrency = std::atoi(v);
-    else if (const char* v = value("--count")) g_opt.count = std::atoll(v);
-    else if (const char* v = value("--duration-ms")) g_opt.duration_ms = std::atoi(v);
-    else if (const char* v = value("--interval-ms")) g_opt.interval_ms = std::atoi(v);
-    else if (const char* v = value("--timeout-ms")) g_opt.timeout_ms = std::atoi(v);
-    else if (const char* v = value("--out")) out = v;
-    else if (const char* v = value("--ready-fd")) ready_fd = std::atoi(v);
+    if (a == "--udp")
+      g_opt.udp = true;
+    else if (const char* v = value("--target"))
+      have_target = parse_target(v);
+    else if (const char* v = value("--mode"))
+      mode = v;
+    else if (const char* v = value("--concurrency"))
+      g_opt.concurrency = std::atoi(v);
+    else if (const char* v = value("--count"))
+      g_opt.count = std::atoll(v);
+    else if (const char* v = value("--duration-ms"))
+      g_opt.duration_ms = std::atoi(v);
+    else if (const char* v = value("--interval-ms"))
+      g_opt.interval_ms = std::atoi(v);
+    else if (const char* v = value("--timeout-ms"))
+      g_opt.timeout_ms = std::atoi(v);
+    else if (const char* v = value("--out"))
+      out = v;
+    else if (const char* v = value("--ready-fd"))
+      ready_fd = std::atoi(v);
     else {
       std::fprintf(stderr, "endpointd-loadclient: unknown argument %s\n", argv[i]);
       return 2;
@@ -345,7 +364,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);

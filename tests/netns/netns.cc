@@ -32,7 +32,9 @@ std::string unique_prefix() {
   return "epd-" + std::to_string(getpid()) + "-" + std::to_string(g_counter++) + "-";
 }
 
-bool running_as_root() { return geteuid() == 0; }
+bool running_as_root() {
+  return geteuid() == 0;
+}
 
 std::string scratch_dir() {
   static const std::string dir = [] {

@@ -1,9 +1,9 @@
 // Tests of the namespace harness itself: namespaces and processes are cleaned up, the cluster
 // routes pod to pod across nodes, the test server and load client do what tests rely on.
+#include <net/if.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <net/if.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -17,11 +17,13 @@ namespace endpointd::netns {
 namespace {
 
 bool ns_exists(const std::string& name) {
-  struct stat st{};
+  struct stat st {};
   return stat(("/run/netns/" + name).c_str(), &st) == 0;
 }
 
-bool pid_alive(pid_t pid) { return kill(pid, 0) == 0; }
+bool pid_alive(pid_t pid) {
+  return kill(pid, 0) == 0;
+}
 
 using HarnessTest = NetnsTest;
 
@@ -98,7 +100,8 @@ TEST_F(ClusterTest, PodToPodAcrossNodesAndServerAnswersWithItsName) {
     Cluster c(ClusterSpec::demo());
     names = c.namespace_names();
     EXPECT_EQ(names.size(), 2u + 2u + 5u);
-    Server web3 = start_server(c.pod("web-3"), {.name = "web-3", .tcp_port = 8080, .udp_port = 5353});
+    Server web3 =
+        start_server(c.pod("web-3"), {.name = "web-3", .tcp_port = 8080, .udp_port = 5353});
 
     LoadClient tcp(c.pod("web-1"), {.target = "10.244.2.10:8080", .count = 20, .interval_ms = 0});
     LoadResult r = tcp.wait();
@@ -113,7 +116,8 @@ TEST_F(ClusterTest, PodToPodAcrossNodesAndServerAnswersWithItsName) {
     EXPECT_EQ(u.by_backend["web-3"], 10);
 
     // From the client namespace, through node-b's forwarding.
-    LoadClient from_client(c.client(), {.target = "10.244.2.10:8080", .count = 5, .interval_ms = 0});
+    LoadClient from_client(c.client(),
+                           {.target = "10.244.2.10:8080", .count = 5, .interval_ms = 0});
     EXPECT_EQ(from_client.wait().ok, 5);
 
     // The server logged every connection with the peer's (unNATed) address.
@@ -135,9 +139,11 @@ TEST_F(ClusterTest, PodToPodAcrossNodesAndServerAnswersWithItsName) {
 TEST_F(ClusterTest, KeepAliveReusesConnections) {
   Cluster c(ClusterSpec::make(1, 2));
   Server s = start_server(c.pod("node-1-pod-2"), {.name = "p2"});
-  LoadClient load(c.pod("node-1-pod-1"),
-                  {.target = "10.244.1.11:8080", .keepalive = true, .concurrency = 2, .count = 40,
-                   .interval_ms = 0});
+  LoadClient load(c.pod("node-1-pod-1"), {.target = "10.244.1.11:8080",
+                                          .keepalive = true,
+                                          .concurrency = 2,
+                                          .count = 40,
+                                          .interval_ms = 0});
   LoadResult r = load.wait();
   EXPECT_EQ(r.ok, 40);
   int accepts = 0;
@@ -148,8 +154,9 @@ TEST_F(ClusterTest, KeepAliveReusesConnections) {
 TEST_F(ClusterTest, LoadClientCountsFailuresWhenTheServerIsKilled) {
   Cluster c(ClusterSpec::demo());
   Server web1 = start_server(c.pod("web-1"), {.name = "web-1"});
-  LoadClient load(c.client(), {.target = "10.244.1.10:8080", .duration_ms = 3000, .interval_ms = 5,
-                               .timeout_ms = 500});
+  LoadClient load(
+      c.client(),
+      {.target = "10.244.1.10:8080", .duration_ms = 3000, .interval_ms = 5, .timeout_ms = 500});
   ASSERT_TRUE(eventually([&] { return load.results_so_far().ok >= 10; }));
   web1.process->signal(SIGKILL);
   ASSERT_TRUE(web1.process->wait_exit(std::chrono::seconds(5)).has_value());
@@ -171,9 +178,11 @@ TEST_F(ClusterTest, LoadClientCountsFailuresWhenTheServerIsKilled) {
 TEST_F(ClusterTest, ServerDrainsKeepAliveConnectionsOnSigterm) {
   Cluster c(ClusterSpec::make(1, 2));
   Server s = start_server(c.pod("node-1-pod-2"), {.name = "p2", .grace_ms = 5000});
-  LoadClient load(c.pod("node-1-pod-1"),
-                  {.target = "10.244.1.11:8080", .keepalive = true, .duration_ms = 3000,
-                   .interval_ms = 5, .timeout_ms = 500});
+  LoadClient load(c.pod("node-1-pod-1"), {.target = "10.244.1.11:8080",
+                                          .keepalive = true,
+                                          .duration_ms = 3000,
+                                          .interval_ms = 5,
+                                          .timeout_ms = 500});
   ASSERT_TRUE(eventually([&] { return load.results_so_far().ok >= 5; }));
   s.process->signal(SIGTERM);
   // The open connection gets "Connection: close" on its next answer, so the server exits well

@@ -37,7 +37,9 @@ int decode_status(int status) {
   return -1;
 }
 
-int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+int pidfd_open(pid_t pid) {
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+}
 
 // Waits until the pidfd is readable (the process exited) or the timeout passes.
 bool wait_pidfd(pid_t pid, std::chrono::milliseconds timeout) {
@@ -101,8 +103,8 @@ std::string run_checked(const std::vector<std::string>& argv) {
   if (!r.ok()) {
     std::string cmd;
     for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
-    throw std::runtime_error("command failed (" + std::to_string(r.exit_code) + "): " + cmd +
-                             "\n" + r.output);
+    throw std::runtime_error("command failed (" + std::to_string(r.exit_code) + "): " + cmd + "\n" +
+                             r.output);
   }
   return r.output;
 }

@@ -24,8 +24,8 @@ std::string run_checked(const std::vector<std::string>& argv);
 
 struct SpawnOptions {
   std::vector<std::string> argv;
-  std::string log_path;   // stdout and stderr go here (truncated); empty: /dev/null
-  int netns_fd = -1;      // setns(CLONE_NEWNET) into this namespace before exec; -1: stay
+  std::string log_path;  // stdout and stderr go here (truncated); empty: /dev/null
+  int netns_fd = -1;     // setns(CLONE_NEWNET) into this namespace before exec; -1: stay
   // Pass the write end of a pipe as fd 3; the child writes one byte to it when it is ready
   // (the test programs take --ready-fd=3). Process::wait_ready() waits for that byte.
   bool ready_pipe = false;

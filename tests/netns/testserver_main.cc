@@ -198,13 +198,20 @@ int main(int argc, char** argv) {
       if (a.rfind(flag + "=", 0) == 0) return argv[i] + flag.size() + 1;
       return nullptr;
     };
-    if (const char* v = value("--name")) g_name = v;
-    else if (const char* v = value("--events")) events = v;
-    else if (const char* v = value("--tcp")) tcp_port = std::atoi(v);
-    else if (const char* v = value("--udp")) udp_port = std::atoi(v);
-    else if (const char* v = value("--bind")) bind_addr = v;
-    else if (const char* v = value("--grace-ms")) grace_ms = std::atoi(v);
-    else if (const char* v = value("--ready-fd")) ready_fd = std::atoi(v);
+    if (const char* v = value("--name"))
+      g_name = v;
+    else if (const char* v = value("--events"))
+      events = v;
+    else if (const char* v = value("--tcp"))
+      tcp_port = std::atoi(v);
+    else if (const char* v = value("--udp"))
+      udp_port = std::atoi(v);
+    else if (const char* v = value("--bind"))
+      bind_addr = v;
+    else if (const char* v = value("--grace-ms"))
+      grace_ms = std::atoi(v);
+    else if (const char* v = value("--ready-fd"))
+      ready_fd = std::atoi(v);
     else {
       std::fprintf(stderr, "endpointd-testserver: unknown argument %s\n", argv[i]);
       return 2;
@@ -222,21 +229,24 @@ int main(int argc, char** argv) {
     }
   }
   if (pipe2(g_signal_pipe, O_CLOEXEC) != 0) return 1;
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
 
   int tcp_fd = -1, udp_fd = -1;
-  if (tcp_port >= 0 && (tcp_fd = make_socket(SOCK_STREAM, bind_addr, static_cast<uint16_t>(tcp_port))) < 0) {
+  if (tcp_port >= 0 &&
+      (tcp_fd = make_socket(SOCK_STREAM, bind_addr, static_cast<uint16_t>(tcp_port))) < 0) {
     std::perror("tcp listen");
     return 1;
   }
-  if (udp_port >= 0 && (udp_fd = make_socket(SOCK_DGRAM, bind_addr, static_cast<uint16_t>(udp_port))) < 0) {
+  if (udp_port >= 0 &&
+      (udp_fd = make_socket(SOCK_DGRAM, bind_addr, static_cast<uint16_t>(udp_port))) < 0) {
     std::perror("udp bind");
     return 1;
   }
-  event("listen " + g_name + " tcp=" + std::to_string(tcp_port) + " udp=" + std::to_string(udp_port));
+  event("listen " + g_name + " tcp=" + std::to_string(tcp_port) +
+        " udp=" + std::to_string(udp_port));
   if (ready_fd >= 0) {
     char c = 1;
     ssize_t n = write(ready_fd, &c, 1);
@@ -266,11 +276,13 @@ int main(int argc, char** argv) {
       char buf[2048];
       sockaddr_storage ss{};
       socklen_t len = sizeof ss;
-      ssize_t n = recvfrom(udp_fd, buf, sizeof buf, 0, static_cast<sockaddr*>(static_cast<void*>(&ss)), &len);
+      ssize_t n = recvfrom(udp_fd, buf, sizeof buf, 0,
+                           static_cast<sockaddr*>(static_cast<void*>(&ss)), &len);
       if (n >= 0) {
         event("udp " + peer_string(ss));
         std::string reply = g_name + "\n";
-        sendto(udp_fd, reply.data(), reply.size(), 0, static_cast<sockaddr*>(static_cast<void*>(&ss)), len);
+        sendto(udp_fd, reply.data(), reply.size(), 0,
+               static_cast<sockaddr*>(static_cast<void*>(&ss)), len);
       }
     }
   }

@@ -10,11 +10,16 @@
 
 namespace endpointd::proxy::testing {
 
-inline model::IpAddr ip(const char* s) { return *model::IpAddr::parse(s); }
-inline model::IpPrefix prefix(const char* s) { return *model::IpPrefix::parse(s); }
+inline model::IpAddr ip(const char* s) {
+  return *model::IpAddr::parse(s);
+}
+inline model::IpPrefix prefix(const char* s) {
+  return *model::IpPrefix::parse(s);
+}
 
-inline model::MergedEndpoint endpoint(const char* addr, uint16_t port, const std::string& node = "node-a",
-                                      bool ready = true, bool terminating = false, bool serving = true,
+inline model::MergedEndpoint endpoint(const char* addr, uint16_t port,
+                                      const std::string& node = "node-a", bool ready = true,
+                                      bool terminating = false, bool serving = true,
                                       model::Protocol proto = model::Protocol::kTCP) {
   model::MergedEndpoint e;
   e.address = ip(addr);
@@ -30,8 +35,8 @@ inline model::MergedEndpoint endpoint(const char* addr, uint16_t port, const std
   return e;
 }
 
-inline model::Service service(const std::string& name, std::vector<model::IpAddr> cluster_ips, uint16_t port,
-                              model::Protocol proto = model::Protocol::kTCP) {
+inline model::Service service(const std::string& name, std::vector<model::IpAddr> cluster_ips,
+                              uint16_t port, model::Protocol proto = model::Protocol::kTCP) {
   model::Service s;
   s.key = {"default", name};
   s.cluster_ips = std::move(cluster_ips);
@@ -47,7 +52,8 @@ inline model::Service service(const std::string& name, std::vector<model::IpAddr
 inline model::ServiceStatePtr state(model::Service svc, std::vector<model::MergedEndpoint> eps) {
   auto st = std::make_shared<model::ServiceState>();
   st->service = std::move(svc);
-  std::sort(eps.begin(), eps.end(), [](const auto& a, const auto& b) { return a.address < b.address; });
+  std::sort(eps.begin(), eps.end(),
+            [](const auto& a, const auto& b) { return a.address < b.address; });
   st->endpoints = std::move(eps);
   return st;
 }
@@ -56,7 +62,8 @@ inline model::SnapshotPtr snapshot(uint64_t g, std::vector<model::ServiceStatePt
   auto s = std::make_shared<model::Snapshot>();
   s->generation = g;
   s->synced = true;
-  std::sort(services.begin(), services.end(), [](const auto& a, const auto& b) { return a->key() < b->key(); });
+  std::sort(services.begin(), services.end(),
+            [](const auto& a, const auto& b) { return a->key() < b->key(); });
   s->services = std::move(services);
   return s;
 }
@@ -76,8 +83,8 @@ inline model::SnapshotPtr every_shape(uint64_t g = 1) {
   std::vector<model::ServiceStatePtr> v;
   // ClusterIP, dual stack, two endpoints per family.
   v.push_back(state(service("web", {ip("10.96.0.10"), ip("fd96::10")}, 80),
-                    {endpoint("10.244.1.2", 8080), endpoint("10.244.1.3", 8080), endpoint("fd44::2", 8080),
-                     endpoint("fd44::3", 8080)}));
+                    {endpoint("10.244.1.2", 8080), endpoint("10.244.1.3", 8080),
+                     endpoint("fd44::2", 8080), endpoint("fd44::3", 8080)}));
   // No endpoints: reject.
   v.push_back(state(service("empty", {ip("10.96.0.11"), ip("fd96::11")}, 80), {}));
   // UDP with ClientIP affinity and three endpoints.
@@ -86,7 +93,8 @@ inline model::SnapshotPtr every_shape(uint64_t g = 1) {
   auto udp = [](const char* a, const char* node) {
     return endpoint(a, 53, node, true, false, true, Protocol::kUDP);
   };
-  v.push_back(state(dns, {udp("10.244.1.4", "node-a"), udp("10.244.2.4", "node-b"), udp("10.244.3.4", "node-c")}));
+  v.push_back(state(dns, {udp("10.244.1.4", "node-a"), udp("10.244.2.4", "node-b"),
+                          udp("10.244.3.4", "node-c")}));
   // NodePort + LoadBalancer with source ranges and externalTrafficPolicy Local.
   auto lb = service("lb", {ip("10.96.0.13"), ip("fd96::13")}, 443);
   lb.type = model::ServiceType::kLoadBalancer;
@@ -102,7 +110,8 @@ inline model::SnapshotPtr every_shape(uint64_t g = 1) {
   sctp.type = model::ServiceType::kNodePort;
   sctp.ports[0].node_port = 30900;
   sctp.internal_traffic_policy = model::TrafficPolicy::kLocal;
-  v.push_back(state(sctp, {endpoint("10.244.2.6", 9000, "node-b", true, false, true, Protocol::kSCTP)}));
+  v.push_back(
+      state(sctp, {endpoint("10.244.2.6", 9000, "node-b", true, false, true, Protocol::kSCTP)}));
   // Only a terminating, serving endpoint: used as the fallback.
   v.push_back(state(service("term", {ip("10.96.0.15")}, 80),
                     {endpoint("10.244.1.7", 8080, "node-a", false, true, true)}));

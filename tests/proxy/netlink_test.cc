@@ -19,7 +19,8 @@ namespace {
 using testing::NetNs;
 
 std::string list(const NetNs& ns, const char* family, bool bytecode = false) {
-  return ns.exec(std::string("nft ") + (bytecode ? "--debug=netlink " : "") + "list table " + family + " endpointd");
+  return ns.exec(std::string("nft ") + (bytecode ? "--debug=netlink " : "") + "list table " +
+                 family + " endpointd");
 }
 
 void load_render(const NetNs& ns, const Planner& p) {
@@ -98,7 +99,9 @@ std::string strip_handles(const std::string& s) {
     std::string line = s.substr(pos, nl - pos);
     pos = nl + 1;
     if (line.rfind("ip endpointd ", 0) == 0 || line.rfind("ip6 endpointd ", 0) == 0) {
-      while (!line.empty() && (std::isdigit(static_cast<unsigned char>(line.back())) || line.back() == ' ')) line.pop_back();
+      while (!line.empty() &&
+             (std::isdigit(static_cast<unsigned char>(line.back())) || line.back() == ' '))
+        line.pop_back();
     }
     out += line + "\n";
   }
@@ -110,7 +113,9 @@ void expect_same(const NetNs& a, const NetNs& b) {
     std::string la = list(a, fam), lb = list(b, fam);
     EXPECT_FALSE(la.empty());
     EXPECT_EQ(blocks(la), blocks(lb)) << fam;
-    EXPECT_EQ(sorted_lines(strip_handles(list(a, fam, true))), sorted_lines(strip_handles(list(b, fam, true)))) << fam << " bytecode";
+    EXPECT_EQ(sorted_lines(strip_handles(list(a, fam, true))),
+              sorted_lines(strip_handles(list(b, fam, true))))
+        << fam << " bytecode";
   }
 }
 
@@ -165,8 +170,9 @@ TEST(ProxyNetlink, FullSyncReconcilesWithoutDeletingTheTable) {
   std::string handle_before = by_netlink.exec("nft -a list chain ip endpointd nat-prerouting");
 
   Planner p(testing::node_context());
-  p.reset(*testing::snapshot(5, {testing::state(testing::service("only", {testing::ip("10.96.1.1")}, 80),
-                                                {testing::endpoint("10.244.1.2", 8080)})}));
+  p.reset(*testing::snapshot(
+      5, {testing::state(testing::service("only", {testing::ip("10.96.1.1")}, 80),
+                         {testing::endpoint("10.244.1.2", 8080)})}));
   auto b2 = open_in(by_netlink);  // a restarted agent
   auto r = sync(*b2, p);
   ASSERT_TRUE(r.ok()) << r.error();
@@ -174,7 +180,8 @@ TEST(ProxyNetlink, FullSyncReconcilesWithoutDeletingTheTable) {
   expect_same(by_nft, by_netlink);
   // The base chain was not recreated (its handle is the same): no flush, no gap.
   auto handle_of = [](const std::string& s) { return s.substr(s.find("# handle"), 12); };
-  EXPECT_EQ(handle_of(handle_before), handle_of(by_netlink.exec("nft -a list chain ip endpointd nat-prerouting")));
+  EXPECT_EQ(handle_of(handle_before),
+            handle_of(by_netlink.exec("nft -a list chain ip endpointd nat-prerouting")));
 }
 
 TEST(ProxyNetlink, CleanupDeletesBothTables) {
@@ -202,11 +209,12 @@ TEST(ProxyNetlink, MonitorSeesForeignChangesOnly) {
   Planner p(testing::node_context());
   p.reset(*testing::every_shape());
   ASSERT_TRUE(sync(*b, p).ok());
-  ns.exec("nft add table ip other");  // not ours
+  ns.exec("nft add table ip other");                            // not ours
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let notifications drain
   EXPECT_EQ(seen.load(), 0);
   EXPECT_EQ(ns.exec("nft flush chain ip endpointd svc-internal"), "");
-  for (int i = 0; i < 100 && seen.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 100 && seen.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_GT(seen.load(), 0);
 }
 
@@ -220,11 +228,12 @@ TEST(ProxyNetlink, ScaleFullSyncAndOneEndpointChange) {
     std::vector<model::MergedEndpoint> eps;
     for (int j = 0; j < 10; ++j) {
       int n = i * 10 + j;
-      std::string a = "10." + std::to_string(100 + n / 65536) + "." + std::to_string((n / 256) % 256) + "." +
-                      std::to_string(n % 256);
+      std::string a = "10." + std::to_string(100 + n / 65536) + "." +
+                      std::to_string((n / 256) % 256) + "." + std::to_string(n % 256);
       eps.push_back(testing::endpoint(a.c_str(), 8080));
     }
-    v.push_back(testing::state(testing::service("s" + std::to_string(i), {testing::ip(vip.c_str())}, 80), eps));
+    v.push_back(testing::state(
+        testing::service("s" + std::to_string(i), {testing::ip(vip.c_str())}, 80), eps));
   }
   auto s1 = testing::snapshot(1, v);
   NodeContext ctx = testing::node_context();
@@ -248,11 +257,13 @@ TEST(ProxyNetlink, ScaleFullSyncAndOneEndpointChange) {
   auto t4 = std::chrono::steady_clock::now();
   ASSERT_TRUE(r2.ok()) << r2.error();
   auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
-  std::printf("plan %.1f ms; full sync %.1f ms (%zu messages, %zu bytes, %zu elements); "
-              "one endpoint change %.2f ms (%zu messages, %zu bytes)\n",
-              ms(t1 - t0), ms(t2 - t1), r->messages, r->bytes, p.table(IpFamily::kV4).element_count(), ms(t4 - t3),
-              r2->messages, r2->bytes);
-  EXPECT_EQ(ns.exec("nft list set ip endpointd hairpin | grep -c '10.100.0.1 . 10.100.0.1'"), "1\n");
+  std::printf(
+      "plan %.1f ms; full sync %.1f ms (%zu messages, %zu bytes, %zu elements); "
+      "one endpoint change %.2f ms (%zu messages, %zu bytes)\n",
+      ms(t1 - t0), ms(t2 - t1), r->messages, r->bytes, p.table(IpFamily::kV4).element_count(),
+      ms(t4 - t3), r2->messages, r2->bytes);
+  EXPECT_EQ(ns.exec("nft list set ip endpointd hairpin | grep -c '10.100.0.1 . 10.100.0.1'"),
+            "1\n");
 }
 
 }  // namespace

@@ -32,7 +32,8 @@ class NetNs {
  public:
   explicit NetNs(const std::string& tag) {
     static std::atomic<int> counter{0};
-    name_ = "endpointd-proxy-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+    name_ =
+        "endpointd-proxy-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
     int st = 0;
     std::string out = run_cmd("ip netns add " + name_, &st);
     if (st != 0) throw std::runtime_error("ip netns add: " + out);

@@ -23,8 +23,9 @@ TEST(ProxyPlanner, SetsAndChainsDoNotGrowWithServices) {
   std::vector<model::ServiceStatePtr> v;
   for (int i = 0; i < 200; ++i) {
     std::string a = "10.96.1." + std::to_string(i + 1);
-    v.push_back(testing::state(testing::service("s" + std::to_string(i), {testing::ip(a.c_str())}, 80),
-                               {testing::endpoint("10.244.1.2", 8080), testing::endpoint("10.244.1.3", 8080)}));
+    v.push_back(testing::state(
+        testing::service("s" + std::to_string(i), {testing::ip(a.c_str())}, 80),
+        {testing::endpoint("10.244.1.2", 8080), testing::endpoint("10.244.1.3", 8080)}));
   }
   p.reset(*testing::snapshot(1, v));
   const Table& t = p.table(IpFamily::kV4);
@@ -44,7 +45,8 @@ TEST(ProxyPlanner, EveryShape) {
   // NodePort with externalTrafficPolicy Local: this node's one endpoint.
   EXPECT_NE(find(t, "local-backends-1", vip("192.168.50.1", 6, 30443) + u32_field(0)), nullptr);
   EXPECT_NE(find(t, "firewall-ips", vip("203.0.113.7", 6, 443)), nullptr);
-  EXPECT_EQ(find(t, "firewall-ips", vip("203.0.113.8", 6, 443)), nullptr);  // externalIP: no firewall
+  EXPECT_EQ(find(t, "firewall-ips", vip("203.0.113.8", 6, 443)),
+            nullptr);  // externalIP: no firewall
   // internalTrafficPolicy Local without a local endpoint: drop, counted.
   EXPECT_NE(find(t, "no-endpoint-drop", vip("10.96.0.14", 132, 9000)), nullptr);
   EXPECT_EQ(find(t, "no-endpoint-reject", vip("10.96.0.14", 132, 9000)), nullptr);
@@ -59,8 +61,12 @@ TEST(ProxyPlanner, EveryShape) {
   EXPECT_EQ(t6.sets.count("local-backends-1"), 0u);
   EXPECT_EQ(p.no_local_external(), 1u);
   // Hairpin: only endpoints on this node.
-  EXPECT_NE(find(t, "hairpin", addr_field(testing::ip("10.244.1.4")) + addr_field(testing::ip("10.244.1.4"))), nullptr);
-  EXPECT_EQ(find(t, "hairpin", addr_field(testing::ip("10.244.2.4")) + addr_field(testing::ip("10.244.2.4"))), nullptr);
+  EXPECT_NE(find(t, "hairpin",
+                 addr_field(testing::ip("10.244.1.4")) + addr_field(testing::ip("10.244.1.4"))),
+            nullptr);
+  EXPECT_EQ(find(t, "hairpin",
+                 addr_field(testing::ip("10.244.2.4")) + addr_field(testing::ip("10.244.2.4"))),
+            nullptr);
 }
 
 TEST(ProxyPlanner, OneEndpointChangeIsASmallChange) {
@@ -96,7 +102,8 @@ TEST(ProxyPlanner, EndpointCountChangeTouchesNoVerdict) {
   Planner p(testing::node_context());
   auto web = testing::service("web", {testing::ip("10.96.0.10")}, 80);
   auto other = testing::service("other", {testing::ip("10.96.0.11")}, 80);
-  std::vector<model::MergedEndpoint> three = {testing::endpoint("10.244.1.2", 8080), testing::endpoint("10.244.1.3", 8080),
+  std::vector<model::MergedEndpoint> three = {testing::endpoint("10.244.1.2", 8080),
+                                              testing::endpoint("10.244.1.3", 8080),
                                               testing::endpoint("10.244.1.4", 8080)};
   std::vector<model::MergedEndpoint> two(three.begin(), three.begin() + 2);
   auto s1 = testing::snapshot(1, {testing::state(web, three), testing::state(other, two)});
@@ -113,9 +120,11 @@ TEST(ProxyPlanner, EndpointCountChangeTouchesNoVerdict) {
   EXPECT_EQ(ch[0].replace_chains[0].rules.size(), 1u);
   // The same change again between sizes that stay in use: elements only.
   auto keep = testing::service("keep", {testing::ip("10.96.0.12")}, 80);
-  auto s3 = testing::snapshot(3, {testing::state(web, three), testing::state(other, two), testing::state(keep, three)});
+  auto s3 = testing::snapshot(
+      3, {testing::state(web, three), testing::state(other, two), testing::state(keep, three)});
   p.update(*s3, model::diff(s2.get(), *s3));
-  auto s4 = testing::snapshot(4, {testing::state(web, two), testing::state(other, two), testing::state(keep, three)});
+  auto s4 = testing::snapshot(
+      4, {testing::state(web, two), testing::state(other, two), testing::state(keep, three)});
   ch = p.update(*s4, model::diff(s3.get(), *s4));
   ASSERT_EQ(ch.size(), 1u);
   EXPECT_TRUE(ch[0].replace_chains.empty());

@@ -22,8 +22,8 @@ class FakeBackend : public Backend {
   // Called inside full_sync/apply, before the result is returned (the "kernel" has the batch
   // but has not answered yet).
   std::function<void()> during;
-  int fail_full = 0;    // the next n full syncs fail
-  int fail_apply = 0;   // the next n batches fail
+  int fail_full = 0;   // the next n full syncs fail
+  int fail_apply = 0;  // the next n batches fail
   int full_calls = 0;
   int apply_calls = 0;
   std::vector<ProxySink::Clock::time_point> full_times;
@@ -60,10 +60,13 @@ model::SnapshotPtr web(uint64_t g, int endpoints, model::Protocol proto = model:
     std::string a = "10.244.1." + std::to_string(i + 2);
     eps.push_back(testing::endpoint(a.c_str(), 8080, "node-a", true, false, true, proto));
   }
-  return testing::snapshot(g, {testing::state(testing::service("web", {testing::ip("10.96.0.10")}, 80, proto), eps)});
+  return testing::snapshot(
+      g, {testing::state(testing::service("web", {testing::ip("10.96.0.10")}, 80, proto), eps)});
 }
 
-model::Delta delta(const model::SnapshotPtr& a, const model::SnapshotPtr& b) { return model::diff(a.get(), *b); }
+model::Delta delta(const model::SnapshotPtr& a, const model::SnapshotPtr& b) {
+  return model::diff(a.get(), *b);
+}
 
 uint64_t board_generation(const pipeline::AckBoard& board) {
   for (const auto& e : board.entries()) {
@@ -131,7 +134,9 @@ TEST(ProxySink, RejectedBatchResyncsWithBackoffAndKeepsTheLastGoodState) {
   EXPECT_GE(gap1, milliseconds(10));
   EXPECT_GE(gap2, milliseconds(20));
   std::string text = prometheus::TextSerializer().Serialize(reg.Collect());
-  EXPECT_NE(text.find("kubeproxy_sync_proxy_rules_nftables_sync_failures_total 3"), std::string::npos) << text;
+  EXPECT_NE(text.find("kubeproxy_sync_proxy_rules_nftables_sync_failures_total 3"),
+            std::string::npos)
+      << text;
 }
 
 TEST(ProxySink, UnhealthyWhenAQueuedUpdateIsNotAppliedInTime) {
@@ -178,12 +183,16 @@ TEST(ProxySink, MetricsUnderKubeProxyNames) {
   sink.apply(s2, delta(s1, s2));
   std::string text = prometheus::TextSerializer().Serialize(reg.Collect());
   for (const char* name :
-       {"kubeproxy_sync_proxy_rules_duration_seconds_count 2", "kubeproxy_sync_full_proxy_rules_duration_seconds_count 1",
+       {"kubeproxy_sync_proxy_rules_duration_seconds_count 2",
+        "kubeproxy_sync_full_proxy_rules_duration_seconds_count 1",
         "kubeproxy_sync_partial_proxy_rules_duration_seconds_count 1",
-        "kubeproxy_network_programming_duration_seconds_count 2", "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+        "kubeproxy_network_programming_duration_seconds_count 2",
+        "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
         "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
-        "kubeproxy_sync_proxy_rules_endpoint_changes_total 2", "kubeproxy_sync_proxy_rules_service_changes_total 1",
-        "kubeproxy_sync_proxy_rules_endpoint_changes_pending 0", "kubeproxy_sync_proxy_rules_service_changes_pending 0",
+        "kubeproxy_sync_proxy_rules_endpoint_changes_total 2",
+        "kubeproxy_sync_proxy_rules_service_changes_total 1",
+        "kubeproxy_sync_proxy_rules_endpoint_changes_pending 0",
+        "kubeproxy_sync_proxy_rules_service_changes_pending 0",
         "kubeproxy_sync_proxy_rules_nftables_sync_failures_total 0",
         "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"internal\"} 0",
         "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"external\"} 0"}) {

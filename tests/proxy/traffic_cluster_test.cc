@@ -2,8 +2,10 @@
 // the real ProxySink + NetlinkBackend (opened inside the node namespace), fed snapshots built
 // here; pods run endpointd-testserver, which answers with its name and logs each peer.
 //
-//   client 192.168.77.100 ── br ── node-1 192.168.77.2 (zone-a): node-1-pod-1 10.244.1.10, -pod-2 .11
-//                                └─ node-2 192.168.77.3 (zone-b): node-2-pod-1 10.244.2.10, -pod-2 .11
+//   client 192.168.77.100 ── br ── node-1 192.168.77.2 (zone-a): node-1-pod-1 10.244.1.10, -pod-2
+//   .11
+//                                └─ node-2 192.168.77.3 (zone-b): node-2-pod-1 10.244.2.10, -pod-2
+//                                .11
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -57,22 +59,27 @@ socklen_t make_sockaddr(const std::string& addr, uint16_t port, sockaddr_storage
     sockaddr_in6 a{};
     a.sin6_family = AF_INET6;
     a.sin6_port = htons(port);
-    if (inet_pton(AF_INET6, addr.c_str(), &a.sin6_addr) != 1) throw std::runtime_error("bad address " + addr);
+    if (inet_pton(AF_INET6, addr.c_str(), &a.sin6_addr) != 1)
+      throw std::runtime_error("bad address " + addr);
     std::memcpy(ss, &a, sizeof a);
     return sizeof a;
   }
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
-  if (inet_pton(AF_INET, addr.c_str(), &a.sin_addr) != 1) throw std::runtime_error("bad address " + addr);
+  if (inet_pton(AF_INET, addr.c_str(), &a.sin_addr) != 1)
+    throw std::runtime_error("bad address " + addr);
   std::memcpy(ss, &a, sizeof a);
   return sizeof a;
 }
 
-sockaddr* as_sockaddr(sockaddr_storage* ss) { return static_cast<sockaddr*>(static_cast<void*>(ss)); }
+sockaddr* as_sockaddr(sockaddr_storage* ss) {
+  return static_cast<sockaddr*>(static_cast<void*>(ss));
+}
 
 int remaining_ms(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return left < 0 ? 0 : static_cast<int>(left);
 }
 
@@ -113,7 +120,8 @@ Reply exchange(int fd, Clock::time_point start, Clock::time_point deadline) {
 }
 
 // One TCP request on a new connection, optionally from a chosen source address.
-Reply tcp_request(const std::string& addr, uint16_t port, int timeout_ms = 1000, const std::string& src = {}) {
+Reply tcp_request(const std::string& addr, uint16_t port, int timeout_ms = 1000,
+                  const std::string& src = {}) {
   auto start = Clock::now();
   auto deadline = start + std::chrono::milliseconds(timeout_ms);
   sockaddr_storage ss;
@@ -154,7 +162,8 @@ Reply tcp_request(const std::string& addr, uint16_t port, int timeout_ms = 1000,
 
 // One UDP datagram and its answer on a connected socket (so an ICMP error shows as
 // ECONNREFUSED), optionally from a fixed source port.
-Reply udp_request(const std::string& addr, uint16_t port, int timeout_ms = 1000, uint16_t src_port = 0) {
+Reply udp_request(const std::string& addr, uint16_t port, int timeout_ms = 1000,
+                  uint16_t src_port = 0) {
   auto start = Clock::now();
   auto deadline = start + std::chrono::milliseconds(timeout_ms);
   sockaddr_storage ss;
@@ -183,12 +192,14 @@ Reply udp_request(const std::string& addr, uint16_t port, int timeout_ms = 1000,
 }
 
 // Answers (or "error:<errno name>") counted over n requests made inside `ns`.
-std::map<std::string, int> answers(Netns& ns, const std::string& addr, uint16_t port, int n, bool udp = false,
-                                   int timeout_ms = 1000, const std::string& src = {}) {
+std::map<std::string, int> answers(Netns& ns, const std::string& addr, uint16_t port, int n,
+                                   bool udp = false, int timeout_ms = 1000,
+                                   const std::string& src = {}) {
   return ns.run([&] {
     std::map<std::string, int> seen;
     for (int i = 0; i < n; ++i) {
-      Reply r = udp ? udp_request(addr, port, timeout_ms) : tcp_request(addr, port, timeout_ms, src);
+      Reply r =
+          udp ? udp_request(addr, port, timeout_ms) : tcp_request(addr, port, timeout_ms, src);
       ++seen[r.err ? std::string("error:") + strerrorname_np(r.err) : r.name];
     }
     return seen;
@@ -233,7 +244,8 @@ class NodeProxy {
     model::Delta d = model::diff(last_.get(), *snap);
     node_.run([&] { sink_->apply(snap, d); });
     last_ = snap;
-    if (!sink_->wait_idle(5s)) throw std::runtime_error("proxy on " + node_.name() + " did not apply");
+    if (!sink_->wait_idle(5s))
+      throw std::runtime_error("proxy on " + node_.name() + " did not apply");
   }
 
   ProxySink& sink() { return *sink_; }
@@ -271,8 +283,8 @@ class TrafficTest : public netns::NetnsTest {
     if (IsSkipped()) return;
     cluster_ = std::make_unique<Cluster>(ClusterSpec::make(2, 2));
     for (const auto& name : cluster_->pod_names()) {
-      servers_[name] = netns::start_server(cluster_->pod(name),
-                                           {.name = name, .tcp_port = kTcpPort, .udp_port = kUdpPort});
+      servers_[name] = netns::start_server(
+          cluster_->pod(name), {.name = name, .tcp_port = kTcpPort, .udp_port = kUdpPort});
     }
   }
   void TearDown() override {
@@ -283,10 +295,14 @@ class TrafficTest : public netns::NetnsTest {
   Netns& node(int i) { return cluster_->node("node-" + std::to_string(i)); }
   Netns& pod(const std::string& name) { return cluster_->pod(name); }
   Netns& client() { return cluster_->client(); }
-  const netns::NodeSpec& node_spec(int i) { return cluster_->spec().nodes.at(static_cast<size_t>(i - 1)); }
+  const netns::NodeSpec& node_spec(int i) {
+    return cluster_->spec().nodes.at(static_cast<size_t>(i - 1));
+  }
   NodeProxy& proxy(int i) { return *proxies_.at(static_cast<size_t>(i - 1)); }
 
-  static std::string node_of(const std::string& pod_name) { return pod_name.substr(0, pod_name.find("-pod-")); }
+  static std::string node_of(const std::string& pod_name) {
+    return pod_name.substr(0, pod_name.find("-pod-"));
+  }
 
   NodeContext context_for(int i) {
     NodeContext c;
@@ -318,7 +334,8 @@ class TrafficTest : public netns::NetnsTest {
                            bool serving = true, model::Protocol proto = model::Protocol::kTCP) {
     const auto& spec = cluster_->pod_spec(pod_name);
     uint16_t port = proto == model::Protocol::kUDP ? kUdpPort : kTcpPort;
-    auto e = testing::endpoint(spec.ip.c_str(), port, node_of(pod_name), ready, terminating, serving, proto);
+    auto e = testing::endpoint(spec.ip.c_str(), port, node_of(pod_name), ready, terminating,
+                               serving, proto);
     e.zone = node_of(pod_name) == "node-1" ? "zone-a" : "zone-b";
     e.target_ref = model::ObjectRef{"Pod", "default", pod_name, ""};
     return e;
@@ -333,14 +350,17 @@ class TrafficTest : public netns::NetnsTest {
     return out;
   }
 
-  const std::vector<std::string> kAllPods = {"node-1-pod-1", "node-1-pod-2", "node-2-pod-1", "node-2-pod-2"};
+  const std::vector<std::string> kAllPods = {"node-1-pod-1", "node-1-pod-2", "node-2-pod-1",
+                                             "node-2-pod-2"};
   std::unique_ptr<Cluster> cluster_;
   std::map<std::string, netns::Server> servers_;
   std::vector<std::unique_ptr<NodeProxy>> proxies_;
   uint64_t generation_ = 0;
 };
 
-std::set<std::string> set_of(std::initializer_list<const char*> v) { return {v.begin(), v.end()}; }
+std::set<std::string> set_of(std::initializer_list<const char*> v) {
+  return {v.begin(), v.end()};
+}
 
 // 1. ClusterIP from a pod and from the node, balanced over endpoints on both nodes; a service
 // without endpoints refuses at once.
@@ -365,11 +385,14 @@ TEST_F(TrafficTest, ClusterIpBalancesAcrossNodesAndEmptyServiceRefuses) {
   EXPECT_LT(n.took, bound);
 
   auto from_pod = answers(pod("node-1-pod-1"), "10.96.0.10", 80, 40);
-  EXPECT_EQ(keys(from_pod), std::set<std::string>(kAllPods.begin(), kAllPods.end())) << show(from_pod);
+  EXPECT_EQ(keys(from_pod), std::set<std::string>(kAllPods.begin(), kAllPods.end()))
+      << show(from_pod);
   auto from_node = answers(node(1), "10.96.0.10", 80, 40);
-  EXPECT_EQ(keys(from_node), std::set<std::string>(kAllPods.begin(), kAllPods.end())) << show(from_node);
+  EXPECT_EQ(keys(from_node), std::set<std::string>(kAllPods.begin(), kAllPods.end()))
+      << show(from_node);
   auto from_node2_pod = answers(pod("node-2-pod-2"), "10.96.0.10", 80, 40);
-  EXPECT_EQ(keys(from_node2_pod), std::set<std::string>(kAllPods.begin(), kAllPods.end())) << show(from_node2_pod);
+  EXPECT_EQ(keys(from_node2_pod), std::set<std::string>(kAllPods.begin(), kAllPods.end()))
+      << show(from_node2_pod);
   // After hairpin traffic (see above): still refused, not a timeout.
   Reply again = pod("node-1-pod-1").run([] { return tcp_request("10.96.0.11", 80, 3000); });
   EXPECT_EQ(again.err, ECONNREFUSED) << std::strerror(again.err);
@@ -435,7 +458,8 @@ TEST_F(TrafficTest, ExternalAndLoadBalancerIpsWithSourceRanges) {
   auto allowed = answers(client(), "203.0.113.20", 80, 30, false, 1000, "192.168.77.100");
   EXPECT_EQ(keys(allowed), both) << show(allowed);
   // A source outside the ranges is dropped (no answer at all).
-  Reply denied = client().run([] { return tcp_request("203.0.113.20", 80, 700, "192.168.77.101"); });
+  Reply denied =
+      client().run([] { return tcp_request("203.0.113.20", 80, 700, "192.168.77.101"); });
   EXPECT_EQ(denied.err, ETIMEDOUT) << denied.name << " " << std::strerror(denied.err);
 
   // The firewall follows the service: widened to the other source, it gets through.
@@ -471,7 +495,8 @@ TEST_F(TrafficTest, ExternalTrafficPolicyLocalPreservesSourceAndDropsWithoutLoca
   for (const char* p : {"node-1-pod-1", "node-2-pod-1"}) {
     auto seen = peers(p);
     ASSERT_FALSE(seen.empty()) << p;
-    for (const auto& peer : seen) EXPECT_EQ(peer, "192.168.77.100") << p << ": source not preserved";
+    for (const auto& peer : seen)
+      EXPECT_EQ(peer, "192.168.77.100") << p << ": source not preserved";
   }
   // node-2 has no endpoint of local-only-node-1: dropped, not refused.
   Reply none = client().run([] { return tcp_request("192.168.77.3", 30085, 700); });
@@ -512,7 +537,8 @@ TEST_F(TrafficTest, TerminatingEndpointsAreAFallbackOnly) {
   start_proxies();
   auto svc = testing::service("term", {ip("10.96.0.19")}, 80);
   auto terminating = [&](const char* p) { return ep(p, false, true, true); };
-  publish({testing::state(svc, {ep("node-1-pod-1"), terminating("node-2-pod-1"), terminating("node-2-pod-2")})});
+  publish({testing::state(
+      svc, {ep("node-1-pod-1"), terminating("node-2-pod-1"), terminating("node-2-pod-2")})});
   auto a = answers(pod("node-1-pod-2"), "10.96.0.19", 80, 20);
   EXPECT_EQ(keys(a), set_of({"node-1-pod-1"})) << show(a);
 
@@ -561,7 +587,8 @@ TEST_F(TrafficTest, TopologyHintsKeepTrafficInTheZone) {
 TEST_F(TrafficTest, HairpinPodReachesItselfThroughItsService) {
   start_proxies();
   publish({testing::state(testing::service("self", {ip("10.96.0.21")}, 80), {ep("node-1-pod-1")}),
-           testing::state(testing::service("pair", {ip("10.96.0.22")}, 80), {ep("node-1-pod-1"), ep("node-2-pod-1")})});
+           testing::state(testing::service("pair", {ip("10.96.0.22")}, 80),
+                          {ep("node-1-pod-1"), ep("node-2-pod-1")})});
   auto a = answers(pod("node-1-pod-1"), "10.96.0.21", 80, 10);
   EXPECT_EQ(keys(a), set_of({"node-1-pod-1"})) << show(a);
   for (const auto& peer : peers("node-1-pod-1")) EXPECT_EQ(peer, "10.244.1.1");
@@ -587,7 +614,8 @@ TEST_F(TrafficTest, UdpServiceBalancesAndWorksRightAfterGettingEndpoints) {
 
   // Before any hairpin traffic of this pod (its ICMP redirect would rate-limit the ICMP error;
   // see ClusterIpBalancesAcrossNodesAndEmptyServiceRefuses).
-  Reply refused = pod("node-1-pod-1").run([] { return udp_request("10.96.0.31", 53, 1000, 40002); });
+  Reply refused =
+      pod("node-1-pod-1").run([] { return udp_request("10.96.0.31", 53, 1000, 40002); });
   EXPECT_EQ(refused.err, ECONNREFUSED) << refused.name << " " << std::strerror(refused.err);
 
   auto a = answers(pod("node-1-pod-1"), "10.96.0.30", 53, 40, /*udp=*/true);
@@ -640,8 +668,9 @@ TEST_F(TrafficTest, EstablishedConnectionSurvivesItsEndpointLeavingTheMap) {
   start_proxies();
   auto svc = testing::service("drain", {ip("10.96.0.40")}, 80);
   publish({testing::state(svc, {ep("node-2-pod-1")})});
-  netns::LoadClient kept(pod("node-1-pod-1"),
-                         {.target = "10.96.0.40:80", .keepalive = true, .duration_ms = 8000, .interval_ms = 20});
+  netns::LoadClient kept(
+      pod("node-1-pod-1"),
+      {.target = "10.96.0.40:80", .keepalive = true, .duration_ms = 8000, .interval_ms = 20});
   ASSERT_TRUE(netns::eventually([&] { return kept.results_so_far().ok >= 5; }, 3s));
 
   // Terminating (ready=false, serving): out of the map because a ready endpoint exists.
@@ -679,7 +708,8 @@ TEST_F(TrafficTest, Ipv6ClusterIpBalancesAcrossNodes) {
   for (int i = 1; i <= 2; ++i) {
     Netns& n = node(i);
     n.set_sysctl("net.ipv6.conf.all.forwarding", "1");
-    n.ip({"-6", "addr", "add", "fd00:77::" + std::to_string(i + 1) + "/64", "dev", "eth0", "nodad"});
+    n.ip(
+        {"-6", "addr", "add", "fd00:77::" + std::to_string(i + 1) + "/64", "dev", "eth0", "nodad"});
     n.ip({"-6", "route", "add", "fd00:96::/112", "dev", "eth0"});
     int other = 3 - i;
     n.ip({"-6", "route", "add", "fd00:244:" + std::to_string(other) + "::/64", "via",
@@ -704,8 +734,8 @@ TEST_F(TrafficTest, Ipv6ClusterIpBalancesAcrossNodes) {
     for (int j = 0; j < 2; ++j) {
       std::string a = v6(i, 10 + j);
       for (Netns* from : {&pod("node-1-pod-1"), &node(2)}) {
-        ASSERT_TRUE(
-            netns::eventually([&] { return from->run([&] { return tcp_request(a, 8086, 200).err == 0; }); }, 10s))
+        ASSERT_TRUE(netns::eventually(
+            [&] { return from->run([&] { return tcp_request(a, 8086, 200).err == 0; }); }, 10s))
             << from->name() << " -> " << a;
       }
     }
@@ -729,10 +759,12 @@ TEST_F(TrafficTest, Ipv6ClusterIpBalancesAcrossNodes) {
   EXPECT_EQ(r.err, ECONNREFUSED) << std::strerror(r.err);
   EXPECT_LT(r.took, refuse_bound(proxy(1).table("ip6")));
   auto a = answers(pod("node-1-pod-1"), "fd00:96::10", 80, 40);
-  EXPECT_EQ(keys(a), set_of({"node-1-pod-1-v6", "node-1-pod-2-v6", "node-2-pod-1-v6", "node-2-pod-2-v6"}))
+  EXPECT_EQ(keys(a),
+            set_of({"node-1-pod-1-v6", "node-1-pod-2-v6", "node-2-pod-1-v6", "node-2-pod-2-v6"}))
       << show(a);
   auto b = answers(node(2), "fd00:96::10", 80, 40);
-  EXPECT_EQ(keys(b), set_of({"node-1-pod-1-v6", "node-1-pod-2-v6", "node-2-pod-1-v6", "node-2-pod-2-v6"}))
+  EXPECT_EQ(keys(b),
+            set_of({"node-1-pod-1-v6", "node-1-pod-2-v6", "node-2-pod-1-v6", "node-2-pod-2-v6"}))
       << show(b);
 }
 
@@ -750,9 +782,10 @@ TEST_F(TrafficTest, SctpService) {
     return 0;
   });
   if (err != 0) {
-    GTEST_SKIP() << "SCTP traffic not tested: socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP) fails with "
-                 << strerrorname_np(err) << " (no sctp kernel module here, and no modprobe); the "
-                 << "SCTP rules themselves were programmed and listed";
+    GTEST_SKIP()
+        << "SCTP traffic not tested: socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP) fails with "
+        << strerrorname_np(err) << " (no sctp kernel module here, and no modprobe); the "
+        << "SCTP rules themselves were programmed and listed";
   }
   // With SCTP available the test servers would need an SCTP mode; not written yet.
   GTEST_SKIP() << "SCTP sockets work here but endpointd-testserver has no SCTP mode yet";

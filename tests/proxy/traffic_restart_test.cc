@@ -69,11 +69,20 @@ class RestartTest : public netns::NetnsTest {
   // Starts node-1's proxy process and waits for its first full sync.
   netns::Process& start_agent(const std::string& log_name) {
     std::vector<std::string> argv = {
-        ENDPOINTD_TRAFFIC_AGENT_PATH, "--node-name", "node-1", "--node-ip", "192.168.77.2",
-        "--cluster-cidr", "10.244.0.0/16",
-        "--service", "web:10.96.0.60:80=10.244.1.10:8080@node-1,10.244.1.11:8080@node-1,"
-                     "10.244.2.10:8080@node-2,10.244.2.11:8080@node-2",
-        "--service", "empty:10.96.0.61:80=", "--ready-fd", "3"};
+        ENDPOINTD_TRAFFIC_AGENT_PATH,
+        "--node-name",
+        "node-1",
+        "--node-ip",
+        "192.168.77.2",
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--service",
+        "web:10.96.0.60:80=10.244.1.10:8080@node-1,10.244.1.11:8080@node-1,"
+        "10.244.2.10:8080@node-2,10.244.2.11:8080@node-2",
+        "--service",
+        "empty:10.96.0.61:80=",
+        "--ready-fd",
+        "3"};
     netns::Process& p = node1().spawn(argv, log_name, /*ready_pipe=*/true);
     if (!p.wait_ready(10s)) throw std::runtime_error("agent did not sync: " + p.log());
     return p;
@@ -90,8 +99,9 @@ TEST_F(RestartTest, KillNineUnderLoadThenRestartDropsNothingAndKeepsTheTable) {
   netns::Process& first = start_agent("agent-1.log");
   const std::string before = table();
 
-  netns::LoadClient load(cluster_->pod("node-1-pod-1"),
-                         {.target = "10.96.0.60:80", .concurrency = 2, .duration_ms = 2500, .interval_ms = 5});
+  netns::LoadClient load(
+      cluster_->pod("node-1-pod-1"),
+      {.target = "10.96.0.60:80", .concurrency = 2, .duration_ms = 2500, .interval_ms = 5});
   std::this_thread::sleep_for(500ms);
   int64_t killed_ns = wall_ns();
   first.signal(SIGKILL);
@@ -123,7 +133,8 @@ TEST_F(RestartTest, ForeignChainDeleteIsRepairedWithinOneSecond) {
   netns::Process& agent = start_agent("agent.log");
   const std::string before = table();
   auto served = [&] {
-    netns::LoadClient c(cluster_->pod("node-1-pod-2"), {.target = "10.96.0.60:80", .count = 8, .interval_ms = 0});
+    netns::LoadClient c(cluster_->pod("node-1-pod-2"),
+                        {.target = "10.96.0.60:80", .count = 8, .interval_ms = 0});
     return c.wait();
   };
   ASSERT_EQ(served().ok, 8);
@@ -132,11 +143,15 @@ TEST_F(RestartTest, ForeignChainDeleteIsRepairedWithinOneSecond) {
     auto t0 = std::chrono::steady_clock::now();
     node1().exec_checked({"nft", "delete", "chain", "ip", "endpointd", chain});
     bool back = netns::eventually(
-        [&] { return node1().exec({"nft", "list", "chain", "ip", "endpointd", chain}).ok(); }, 3s);
+        [&] {
+          return node1().exec({"nft", "list", "chain", "ip", "endpointd", chain}).ok();
+        },
+        3s);
     auto took = std::chrono::steady_clock::now() - t0;
     ASSERT_TRUE(back) << chain << " not repaired: " << agent.log();
     EXPECT_LT(took, 1s) << chain;
-    EXPECT_TRUE(netns::eventually([&] { return blocks(table()) == blocks(before); }, 1s)) << table();
+    EXPECT_TRUE(netns::eventually([&] { return blocks(table()) == blocks(before); }, 1s))
+        << table();
     EXPECT_EQ(served().ok, 8) << "after repairing " << chain;
   }
 }

@@ -31,7 +31,8 @@ int listen_on(const char* addr, uint16_t port) {
   sa.sin_family = AF_INET;
   sa.sin_port = htons(port);
   inet_pton(AF_INET, addr, &sa.sin_addr);
-  if (bind(fd, static_cast<sockaddr*>(static_cast<void*>(&sa)), sizeof(sa)) != 0 || listen(fd, 64) != 0) {
+  if (bind(fd, static_cast<sockaddr*>(static_cast<void*>(&sa)), sizeof(sa)) != 0 ||
+      listen(fd, 64) != 0) {
     close(fd);
     return -1;
   }
@@ -119,8 +120,9 @@ TEST(ProxyTraffic, ClusterIpBalancesAndEmptyServiceRefuses) {
   Pods pods(pod, {"10.244.1.2", "10.244.1.3"});
 
   auto snap = testing::snapshot(
-      1, {testing::state(testing::service("web", {testing::ip("10.96.0.10")}, 80),
-                         {testing::endpoint("10.244.1.2", 8080), testing::endpoint("10.244.1.3", 8080)}),
+      1, {testing::state(
+              testing::service("web", {testing::ip("10.96.0.10")}, 80),
+              {testing::endpoint("10.244.1.2", 8080), testing::endpoint("10.244.1.3", 8080)}),
           testing::state(testing::service("empty", {testing::ip("10.96.0.11")}, 80), {})});
   NodeContext ctx = testing::node_context();
   ctx.ipv6 = false;

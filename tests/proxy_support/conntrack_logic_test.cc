@@ -14,7 +14,9 @@
 namespace endpointd::proxy {
 namespace {
 
-model::IpAddr ip(const char* s) { return *model::IpAddr::parse(s); }
+model::IpAddr ip(const char* s) {
+  return *model::IpAddr::parse(s);
+}
 
 // A client -> VIP flow DNAT'd to a backend.
 Flow dnat_flow(uint8_t proto, const char* client, uint16_t cport, const char* vip, uint16_t vport,
@@ -59,7 +61,8 @@ TEST(FlowCount, CountsLiveConnectionsByReplySource) {
   ct.add(dnat_flow(IPPROTO_TCP, "10.244.2.10", 4, "10.96.0.10", 80, ep, 8080, kFinWait));
   ct.add(dnat_flow(IPPROTO_TCP, "10.244.2.10", 5, "10.96.0.10", 80, ep, 8080, kTimeWait));
   ct.add(dnat_flow(IPPROTO_UDP, "10.244.2.10", 6, "10.96.0.10", 53, ep, 53));
-  ct.add(dnat_flow(IPPROTO_TCP, "10.244.2.10", 7, "10.96.0.10", 80, "10.244.1.11", 8080, kEstablished));
+  ct.add(dnat_flow(IPPROTO_TCP, "10.244.2.10", 7, "10.96.0.10", 80, "10.244.1.11", 8080,
+                   kEstablished));
   auto c = ct.count_flows_to(ip(ep));
   ASSERT_TRUE(c);
   EXPECT_EQ(*c, (FlowCount{.tcp_established = 2, .tcp_opening = 1, .tcp_closing = 1, .udp = 1}));
@@ -76,8 +79,10 @@ TEST(FakeConntrack, DeletesWhatAnyMatchSelectsAndReportsErrors) {
   ct.add(dnat_flow(IPPROTO_UDP, "10.244.2.10", 1, "10.96.0.53", 53, "10.244.1.20", 53));
   ct.add(dnat_flow(IPPROTO_UDP, "10.244.2.10", 2, "10.96.0.53", 53, "10.244.1.21", 53));
   ct.add(dnat_flow(IPPROTO_UDP, "10.244.2.10", 3, "10.96.0.99", 53, "10.96.0.99", 53));
-  ct.add(dnat_flow(IPPROTO_TCP, "10.244.2.10", 4, "10.96.0.53", 53, "10.244.1.20", 53, kEstablished));
-  auto n = ct.delete_flows({udp_to_endpoint(ip("10.244.1.20")), udp_to_service(ip("10.96.0.99"), 53)});
+  ct.add(
+      dnat_flow(IPPROTO_TCP, "10.244.2.10", 4, "10.96.0.53", 53, "10.244.1.20", 53, kEstablished));
+  auto n =
+      ct.delete_flows({udp_to_endpoint(ip("10.244.1.20")), udp_to_service(ip("10.96.0.99"), 53)});
   ASSERT_TRUE(n);
   EXPECT_EQ(*n, 2u);
   EXPECT_EQ(ct.list()->size(), 2u);
@@ -117,13 +122,15 @@ TEST_F(SysctlTest, WritesOnlyWhatIsConfiguredAndDifferent) {
   s.tcp_be_liberal = true;
   auto r = apply_conntrack_sysctls(s, 8, root_.string(), (root_ / "hashsize").string());
   ASSERT_TRUE(r) << r.error();
-  EXPECT_EQ(*r, (std::vector<std::string>{"hashsize=65536", "net.netfilter.nf_conntrack_max=262144",
-                                          "net.netfilter.nf_conntrack_tcp_timeout_established=86400",
-                                          "net.netfilter.nf_conntrack_tcp_be_liberal=1"}));
+  EXPECT_EQ(*r,
+            (std::vector<std::string>{"hashsize=65536", "net.netfilter.nf_conntrack_max=262144",
+                                      "net.netfilter.nf_conntrack_tcp_timeout_established=86400",
+                                      "net.netfilter.nf_conntrack_tcp_be_liberal=1"}));
   EXPECT_EQ(read("net/netfilter/nf_conntrack_max"), "262144");
   EXPECT_EQ(read("net/netfilter/nf_conntrack_udp_timeout"), "30");  // not configured
   // A second run finds everything in place.
-  EXPECT_TRUE(apply_conntrack_sysctls(s, 8, root_.string(), (root_ / "hashsize").string())->empty());
+  EXPECT_TRUE(
+      apply_conntrack_sysctls(s, 8, root_.string(), (root_ / "hashsize").string())->empty());
 }
 
 TEST_F(SysctlTest, NeverLowersTheMaximum) {

@@ -25,7 +25,9 @@ using netns::eventually;
 using netns::LoadClient;
 using netns::Netns;
 
-model::IpAddr ip(const char* s) { return *model::IpAddr::parse(s); }
+model::IpAddr ip(const char* s) {
+  return *model::IpAddr::parse(s);
+}
 
 constexpr const char* kClient = "10.244.1.10";
 constexpr const char* kBackend = "10.244.1.11";
@@ -35,20 +37,19 @@ constexpr const char* kVip = "10.96.0.53";
 // proxy would program for VIP:53/udp and VIP:80/tcp.
 void load_ruleset(Netns& node, bool with_dnat) {
   node.exec({"nft", "delete", "table", "ip", "epd_test"});
-  std::string rules = "add table ip epd_test\n"
-                      "add chain ip epd_test natpre { type nat hook prerouting priority dstnat; }\n"
-                      "add chain ip epd_test filterfwd { type filter hook forward priority 0; }\n"
-                      "add rule ip epd_test filterfwd ct state established,related counter accept\n";
+  std::string rules =
+      "add table ip epd_test\n"
+      "add chain ip epd_test natpre { type nat hook prerouting priority dstnat; }\n"
+      "add chain ip epd_test filterfwd { type filter hook forward priority 0; }\n"
+      "add rule ip epd_test filterfwd ct state established,related counter accept\n";
   if (with_dnat) {
-    rules += std::string("add rule ip epd_test natpre ip daddr ") + kVip + " udp dport 53 dnat to " +
-             kBackend + ":5353\n";
-    rules += std::string("add rule ip epd_test natpre ip daddr ") + kVip + " tcp dport 80 dnat to " +
-             kBackend + ":8080\n";
+    rules += std::string("add rule ip epd_test natpre ip daddr ") + kVip +
+             " udp dport 53 dnat to " + kBackend + ":5353\n";
+    rules += std::string("add rule ip epd_test natpre ip daddr ") + kVip +
+             " tcp dport 80 dnat to " + kBackend + ":8080\n";
   }
   std::string path = netns::scratch_dir() + "/" + node.name() + "-rules.nft";
-  {
-    std::ofstream(path) << rules;
-  }
+  { std::ofstream(path) << rules; }
   node.exec_checked({"nft", "-f", path});
 }
 
@@ -121,11 +122,14 @@ class ConntrackNetnsTest : public netns::NetnsTest {
 TEST_F(ConntrackNetnsTest, DeletesUdpEntriesOfALeavingEndpoint) {
   load_ruleset(node(), /*with_dnat=*/true);
   // Five UDP flows (a new socket each) through the VIP, and one TCP connection.
-  LoadClient udp(client(), {.target = std::string(kVip) + ":53", .udp = true, .count = 5, .interval_ms = 0});
+  LoadClient udp(client(),
+                 {.target = std::string(kVip) + ":53", .udp = true, .count = 5, .interval_ms = 0});
   auto r = udp.wait();
   ASSERT_EQ(r.ok, 5) << ::testing::PrintToString(r.errors);
   EXPECT_EQ(r.by_backend["backend"], 5);
-  LoadClient web(client(), {.target = std::string(kVip) + ":80", .keepalive = true, .duration_ms = 4000,
+  LoadClient web(client(), {.target = std::string(kVip) + ":80",
+                            .keepalive = true,
+                            .duration_ms = 4000,
                             .interval_ms = 50});
 
   ASSERT_TRUE(eventually([&] {

@@ -41,7 +41,8 @@ class FakeConntrack : public Conntrack {
     if (!error_.empty()) return Error{error_};
     size_t before = flows_.size();
     std::erase_if(flows_, [&](const Flow& f) {
-      return std::any_of(matches.begin(), matches.end(), [&](const FlowMatch& m) { return m.matches(f); });
+      return std::any_of(matches.begin(), matches.end(),
+                         [&](const FlowMatch& m) { return m.matches(f); });
     });
     return before - flows_.size();
   }
@@ -52,7 +53,8 @@ class FakeConntrack : public Conntrack {
     for (const auto& f : flows_) count_flow(f, endpoint, c);
     return c;
   }
-  Result<std::vector<FlowCount>> count_flows_to_each(const std::vector<model::IpAddr>& endpoints) override {
+  Result<std::vector<FlowCount>> count_flows_to_each(
+      const std::vector<model::IpAddr>& endpoints) override {
     std::lock_guard lock(mu_);
     if (!error_.empty()) return Error{error_};
     std::vector<FlowCount> out(endpoints.size());

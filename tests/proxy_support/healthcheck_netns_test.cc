@@ -35,7 +35,9 @@ TEST_F(HealthCheckNetnsTest, ListensInTheNodeNamespaceOnItsAddress) {
   netns::Cluster c(netns::ClusterSpec::demo());
   HealthCheckServer hc({.bind_address = "0.0.0.0"});
   // Sockets are made in the namespace of the thread that calls update().
-  c.node("node-a").run([&] { hc.update(one_service(30999, {"node-a", "node-a", "node-b"}), "node-a"); });
+  c.node("node-a").run([&] {
+    hc.update(one_service(30999, {"node-a", "node-a", "node-b"}), "node-a");
+  });
   auto probe = [&](const std::string& node_ip) {
     return c.client().run([&] {
       httplib::Client http(node_ip, 30999);

@@ -13,7 +13,9 @@
 namespace endpointd::proxy {
 namespace {
 
-model::IpAddr ip(const char* s) { return *model::IpAddr::parse(s); }
+model::IpAddr ip(const char* s) {
+  return *model::IpAddr::parse(s);
+}
 
 model::MergedEndpoint endpoint(const char* addr, const char* node, bool ready = true,
                                bool terminating = false) {
@@ -90,10 +92,12 @@ TEST(HealthCheckTargets, APortClaimedTwiceGoesToTheFirstService) {
 }
 
 TEST(HealthCheckBody, MatchesKubeProxysFields) {
-  EXPECT_EQ(health_check_body({"demo", "web"}, 3, true),
-            R"({"service":{"namespace":"demo","name":"web"},"localEndpoints":3,"serviceProxyHealthy":true})");
-  EXPECT_EQ(health_check_body({"d\"q", "w"}, 0, false),
-            R"({"service":{"namespace":"d\"q","name":"w"},"localEndpoints":0,"serviceProxyHealthy":false})");
+  EXPECT_EQ(
+      health_check_body({"demo", "web"}, 3, true),
+      R"({"service":{"namespace":"demo","name":"web"},"localEndpoints":3,"serviceProxyHealthy":true})");
+  EXPECT_EQ(
+      health_check_body({"d\"q", "w"}, 0, false),
+      R"({"service":{"namespace":"d\"q","name":"w"},"localEndpoints":0,"serviceProxyHealthy":false})");
 }
 
 class HealthCheckServerTest : public ::testing::Test {
@@ -109,16 +113,18 @@ class HealthCheckServerTest : public ::testing::Test {
 TEST_F(HealthCheckServerTest, AnswersWithLocalEndpointCountAndFollowsUpdates) {
   uint16_t port = free_port();
   HealthCheckServer hc({.bind_address = "127.0.0.1"});
-  hc.update(snapshot({service("web", port, kLocal,
-                              {endpoint("10.244.1.10", "node-a"), endpoint("10.244.1.11", "node-a")})}),
-            "node-a");
+  hc.update(
+      snapshot({service("web", port, kLocal,
+                        {endpoint("10.244.1.10", "node-a"), endpoint("10.244.1.11", "node-a")})}),
+      "node-a");
   EXPECT_EQ(hc.ports(), std::vector<uint16_t>{port});
 
   auto r = get(port);
   ASSERT_TRUE(r) << httplib::to_string(r.error());
   EXPECT_EQ(r->status, 200);
-  EXPECT_EQ(r->body,
-            R"({"service":{"namespace":"demo","name":"web"},"localEndpoints":2,"serviceProxyHealthy":true})");
+  EXPECT_EQ(
+      r->body,
+      R"({"service":{"namespace":"demo","name":"web"},"localEndpoints":2,"serviceProxyHealthy":true})");
   EXPECT_EQ(r->get_header_value("Content-Type"), "application/json");
   EXPECT_EQ(r->get_header_value("X-Load-Balancing-Endpoint-Weight"), "2");
   EXPECT_EQ(get(port, "/any/path")->status, 200);
@@ -158,7 +164,8 @@ TEST_F(HealthCheckServerTest, ListenersComeAndGoWithServicesAndPolicy) {
 TEST_F(HealthCheckServerTest, UnhealthyProxyAnswers503) {
   uint16_t port = free_port();
   std::atomic<bool> healthy{true};
-  HealthCheckServer hc({.bind_address = "127.0.0.1", .proxy_healthy = [&] { return healthy.load(); }});
+  HealthCheckServer hc(
+      {.bind_address = "127.0.0.1", .proxy_healthy = [&] { return healthy.load(); }});
   hc.update(snapshot({service("web", port, kLocal, {endpoint("10.244.1.10", "n")})}), "n");
   EXPECT_EQ(get(port)->status, 200);
   healthy = false;
