@@ -691,7 +691,7 @@ TEST_F(TrafficTest, EstablishedConnectionSurvivesItsEndpointLeavingTheMap) {
 
   netns::LoadResult r = kept.stop();
   EXPECT_EQ(r.failed, 0) << (r.errors.empty() ? "" : r.errors.begin()->first);
-  EXPECT_GT(r.ok, 10);
+  EXPECT_GE(r.ok, 10);  // at least 5 before the removal and 5 after it
   EXPECT_EQ(r.by_backend.size(), 1u);
   EXPECT_EQ(r.by_backend["node-2-pod-1"], r.ok);
   std::set<uint64_t> conns;
