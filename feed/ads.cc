@@ -84,7 +84,7 @@ class AdsStream final
       if (cur && (!newest_ || cur->generation > newest_->generation)) newest_ = cur;
       acks_moved = maybe_write_locked();
     }
-    if (acks_moved) sc_.hub->acks_changed();
+    if (acks_moved) sc_.hub->acks_changed(this);
     this->StartRead(&in_);
   }
 
@@ -146,7 +146,7 @@ class AdsStream final
       acks_moved = handle_locked();
       acks_moved = maybe_write_locked() || acks_moved;
     }
-    if (acks_moved) sc_.hub->acks_changed();
+    if (acks_moved) sc_.hub->acks_changed(this);
     this->StartRead(&in_);
   }
 
@@ -162,7 +162,7 @@ class AdsStream final
       }
       acks_moved = maybe_write_locked();
     }
-    if (acks_moved) sc_.hub->acks_changed();
+    if (acks_moved) sc_.hub->acks_changed(this);
   }
 
   void OnDone() override {

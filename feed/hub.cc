@@ -32,12 +32,17 @@ bool AckTracker::ack(uint64_t version) {
 
 void Hub::publish(model::SnapshotPtr snap) {
   if (!snap->synced) return;  // subscribers see nothing until the first full sync
+  model::SnapshotPtr moved;
   {
     std::lock_guard lock(mu_);
     current_ = snap;
-    for (Subscriber* s : subscribers_) s->notify(snap);
+    for (auto& [s, recorded] : subscribers_) {
+      s->notify(snap);
+      refresh_locked(s, recorded);  // a change it does not see moves its ack at once
+    }
+    moved = recompute_locked();
   }
-  recompute();
+  report(moved);
 }
 
 model::SnapshotPtr Hub::current() const {
@@ -48,40 +53,67 @@ model::SnapshotPtr Hub::current() const {
 bool Hub::add(Subscriber* s) {
   std::lock_guard lock(mu_);
   if (subscribers_.size() >= max_subscribers_) return false;
-  subscribers_.push_back(s);
+  refresh_locked(s, subscribers_[s]);
   return true;
 }
 
 void Hub::remove(Subscriber* s) {
+  model::SnapshotPtr moved;
   {
     std::lock_guard lock(mu_);
-    std::erase(subscribers_, s);
+    auto it = subscribers_.find(s);
+    if (it == subscribers_.end()) return;
+    if (it->second) {
+      auto at = acked_.find(it->second->generation);
+      if (at != acked_.end() && --at->second.count == 0) acked_.erase(at);
+    }
+    subscribers_.erase(it);
+    moved = recompute_locked();  // a subscriber that went away stops holding back applied(g)
   }
-  recompute();  // a subscriber that went away stops holding back applied(g)
+  report(moved);
 }
 
-void Hub::acks_changed() {
-  recompute();
-}
-
-void Hub::recompute() {
-  model::SnapshotPtr report;
+void Hub::acks_changed(Subscriber* s) {
+  model::SnapshotPtr moved;
   {
     std::lock_guard lock(mu_);
-    if (!current_) return;
-    model::SnapshotPtr low = current_;
-    for (Subscriber* s : subscribers_) {
-      model::SnapshotPtr a = s->acked();
-      if (a && a->generation < low->generation) low = std::move(a);
-    }
-    // Generations only grow: a subscriber that joins starts at the current snapshot, so the
-    // minimum never moves back; guard anyway.
-    if (!applied_ || low->generation > applied_->generation) {
-      applied_ = low;
-      report = low;
+    auto it = subscribers_.find(s);
+    if (it != subscribers_.end()) {
+      refresh_locked(s, it->second);
+      moved = recompute_locked();
     }
   }
-  if (report && applied_fn_) applied_fn_(report);
+  report(moved);
+}
+
+void Hub::refresh_locked(Subscriber* s, model::SnapshotPtr& recorded) {
+  model::SnapshotPtr now = s->acked();
+  if (now == recorded) return;
+  if (now && recorded && now->generation == recorded->generation) return;
+  if (recorded) {
+    auto at = acked_.find(recorded->generation);
+    if (at != acked_.end() && --at->second.count == 0) acked_.erase(at);
+  }
+  if (now) {
+    AckedAt& at = acked_[now->generation];
+    if (at.count++ == 0) at.snap = now;
+  }
+  recorded = std::move(now);
+}
+
+model::SnapshotPtr Hub::recompute_locked() {
+  if (!current_) return nullptr;
+  model::SnapshotPtr low = current_;
+  if (!acked_.empty() && acked_.begin()->first < low->generation) low = acked_.begin()->second.snap;
+  // Generations only grow: a subscriber that joins starts at the current snapshot, so the
+  // minimum never moves back; guard anyway.
+  if (applied_ && low->generation <= applied_->generation) return nullptr;
+  applied_ = low;
+  return low;
+}
+
+void Hub::report(const model::SnapshotPtr& snap) {
+  if (snap && applied_fn_) applied_fn_(snap);
 }
 
 std::shared_ptr<const model::Delta> Hub::diff(const model::SnapshotPtr& from,
@@ -103,7 +135,7 @@ size_t Hub::subscribers() const {
 std::vector<SubscriberInfo> Hub::infos() const {
   std::lock_guard lock(mu_);
   std::vector<SubscriberInfo> out;
-  for (Subscriber* s : subscribers_) out.push_back(s->info());
+  for (const auto& e : subscribers_) out.push_back(e.first->info());
   return out;
 }
 

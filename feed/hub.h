@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "model/snapshot.h"
@@ -94,8 +96,10 @@ class Hub {
   // A new stream. false when the limit is reached (the stream must refuse itself).
   bool add(Subscriber* s);
   void remove(Subscriber* s);
-  // A subscriber's acked() may have moved. Never call it holding a subscriber's own lock.
-  void acks_changed();
+  // `s`'s acked() may have moved. Never call it holding a subscriber's own lock. Costs
+  // O(log subscribers): the hub keeps a count of subscribers per acknowledged generation, so
+  // 1,000 acks of one change are not 1,000 scans of 1,000 subscribers.
+  void acks_changed(Subscriber* s);
 
   // The delta between two snapshots, computed once for all subscribers that need it.
   std::shared_ptr<const model::Delta> diff(const model::SnapshotPtr& from,
@@ -108,7 +112,11 @@ class Hub {
   uint64_t next_id() { return next_id_.fetch_add(1) + 1; }
 
  private:
-  void recompute();
+  // Moves `s`'s entry in acked_ to what it reports now. Under mu_.
+  void refresh_locked(Subscriber* s, model::SnapshotPtr& recorded);
+  // applied_ from acked_; the snapshot to report when it moved. Under mu_.
+  model::SnapshotPtr recompute_locked();
+  void report(const model::SnapshotPtr& snap);
 
   const size_t max_subscribers_;
   AppliedFn applied_fn_;
@@ -116,7 +124,14 @@ class Hub {
 
   mutable std::mutex mu_;  // guards the members below; taken before any subscriber's lock
   model::SnapshotPtr current_;
-  std::vector<Subscriber*> subscribers_;
+  // Each subscriber with the acknowledged snapshot the hub last counted for it.
+  std::unordered_map<Subscriber*, model::SnapshotPtr> subscribers_;
+  // Acknowledged generation → how many subscribers are there, and that snapshot.
+  struct AckedAt {
+    size_t count = 0;
+    model::SnapshotPtr snap;
+  };
+  std::map<uint64_t, AckedAt> acked_;
   model::SnapshotPtr applied_;
 
   std::mutex diff_mu_;

@@ -4,7 +4,9 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <list>
 #include <set>
+#include <unordered_map>
 
 #include "endpointd/v1/feed.grpc.pb.h"
 #include "feed/resources.h"
@@ -16,11 +18,54 @@ namespace {
 
 using Reject = Metrics::Reject;
 
+// Encoded responses shared by all watch streams. Subscribers with the same selection, brought
+// from the same snapshot to the same one, are sent the same bytes: a change that reaches 1,000
+// of them is built and serialized once, and each stream's write holds a reference to the
+// shared slices instead of its own copy of the message. Keyed by selection, basis generation
+// (0 for a full state) and target generation; least recently used entries go first.
+class ResponseCache {
+ public:
+  struct Entry {
+    std::mutex mu;  // held while the first stream that wants it builds it
+    bool built = false;
+    bool ok = false;
+    grpc::ByteBuffer bytes;
+  };
+
+  std::shared_ptr<Entry> get(const std::string& key) {
+    std::lock_guard lock(mu_);
+    if (auto it = index_.find(key); it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->second;
+    }
+    lru_.emplace_front(key, std::make_shared<Entry>());
+    index_.emplace(key, lru_.begin());
+    while (lru_.size() > kMaxEntries) {
+      index_.erase(lru_.back().first);
+      lru_.pop_back();
+    }
+    return lru_.front().second;
+  }
+
+ private:
+  // A handful of generations × distinct selections; a full state of an all-services
+  // subscriber is the biggest entry, and streams still writing one keep their reference.
+  static constexpr size_t kMaxEntries = 64;
+  std::mutex mu_;
+  std::list<std::pair<std::string, std::shared_ptr<Entry>>> lru_;
+  std::unordered_map<std::string, decltype(lru_)::iterator> index_;
+};
+
 class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
                           public Subscriber {
  public:
-  WatchStream(grpc::CallbackServerContext* ctx, ServiceContext sc)
-      : sc_(std::move(sc)), id_(sc_.hub->next_id()), peer_(ctx->peer()), acks_(sc_.hub->current()) {
+  WatchStream(grpc::CallbackServerContext* ctx, ServiceContext sc,
+              std::shared_ptr<ResponseCache> cache)
+      : sc_(std::move(sc)),
+        cache_(std::move(cache)),
+        id_(sc_.hub->next_id()),
+        peer_(ctx->peer()),
+        acks_(sc_.hub->current()) {
     if (!sc_.hub->add(this)) {
       sc_.metrics->rejected(Reject::kTooManyStreams);
       spdlog::warn("feed: refused a watch stream from {}: stream limit reached", peer_);
@@ -39,7 +84,7 @@ class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
       if (cur && (!newest_ || cur->generation > newest_->generation)) newest_ = cur;
       acks_moved = maybe_write_locked();
     }
-    if (acks_moved) sc_.hub->acks_changed();
+    if (acks_moved) sc_.hub->acks_changed(this);
     StartRead(&in_bytes_);
   }
 
@@ -98,6 +143,7 @@ class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
             return;
           }
           sel_ = std::move(*sel);
+          sel_key_ = sel_.str();
           client_ = in_.subscribe().client_name();
           subscribed_ = true;
           need_full_ = true;
@@ -119,7 +165,7 @@ class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
           return;
       }
     }
-    if (acks_moved) sc_.hub->acks_changed();
+    if (acks_moved) sc_.hub->acks_changed(this);
     StartRead(&in_bytes_);
   }
 
@@ -128,6 +174,7 @@ class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     {
       std::lock_guard lock(mu_);
       writing_ = false;
+      out_bytes_.Clear();  // drop this stream's reference to the shared bytes
       if (!ok) finishing_ = true;
       if (finishing_) {
         finish_locked(status_);
@@ -135,7 +182,7 @@ class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
       }
       acks_moved = maybe_write_locked();
     }
-    if (acks_moved) sc_.hub->acks_changed();
+    if (acks_moved) sc_.hub->acks_changed(this);
   }
 
   void OnDone() override {
@@ -164,34 +211,65 @@ class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
       acks_.unchanged(newest_);
       return true;
     }
-    out_.Clear();
-    if (need_full_) {
-      need_full_ = false;
-      out_.set_full(true);
-      build_full();
-    } else {
+    const bool full = need_full_;
+    need_full_ = false;
+    if (!full) {
       if (basis_ == newest_) return false;
-      build_incremental();
-      if (out_.services_size() == 0 && out_.removed_size() == 0) {
+      if (!changed_for_me()) {
         basis_ = newest_;
         acks_.unchanged(newest_);
         return true;
       }
     }
-    out_.set_version(newest_->generation);
+    std::string key = sel_key_;
+    key += full ? "|full|" : "|" + std::to_string(basis_->generation) + "|";
+    key += std::to_string(newest_->generation);
+    auto entry = cache_->get(key);
+    {
+      std::lock_guard build(entry->mu);
+      if (!entry->built) {
+        entry->built = true;
+        entry->ok = encode(full, &entry->bytes);
+      }
+      if (entry->ok) out_bytes_ = entry->bytes;  // shares the slices
+    }
+    if (!entry->ok) {
+      finish_locked(grpc::Status(grpc::StatusCode::INTERNAL, "endpointd feed: cannot encode"));
+      return false;
+    }
     basis_ = newest_;
     acks_.sent(newest_);
     writing_ = true;
     sc_.metrics->update_sent(Metrics::Api::kWatch);
-    out_bytes_.Clear();  // the serializer wants an empty buffer
-    bool own = false;
-    if (!grpc::SerializationTraits<v1::WatchResponse>::Serialize(out_, &out_bytes_, &own).ok()) {
-      writing_ = false;
-      finish_locked(grpc::Status(grpc::StatusCode::INTERNAL, "endpointd feed: cannot encode"));
-      return false;
-    }
     StartWrite(&out_bytes_);
     return false;
+  }
+
+  // Whether anything this subscriber receives differs between basis_ and newest_.
+  bool changed_for_me() {
+    if (sel_.exact_only()) {
+      for (const auto& k : exact_keys())
+        if (basis_->find_ptr(k) != newest_->find_ptr(k)) return true;
+      return false;
+    }
+    auto delta = sc_.hub->diff(basis_, newest_);
+    for (const auto* keys : {&delta->added, &delta->changed, &delta->removed})
+      for (const auto& k : *keys)
+        if (sel_.matches(k)) return true;
+    return false;
+  }
+
+  bool encode(bool full, grpc::ByteBuffer* bytes) {
+    v1::WatchResponse out;
+    out.set_full(full);
+    if (full) {
+      build_full(&out);
+    } else {
+      build_incremental(&out);
+    }
+    out.set_version(newest_->generation);
+    bool own = false;
+    return grpc::SerializationTraits<v1::WatchResponse>::Serialize(out, bytes, &own).ok();
   }
 
   std::set<model::ServiceKey> exact_keys() const {
@@ -200,32 +278,32 @@ class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     return keys;
   }
 
-  void build_full() {
+  void build_full(v1::WatchResponse* out) {
     if (sel_.exact_only()) {
       for (const auto& k : exact_keys())
-        if (const auto* st = newest_->find(k)) fill_service(*st, sel_, out_.add_services());
+        if (const auto* st = newest_->find(k)) fill_service(*st, sel_, out->add_services());
       return;
     }
     for (const auto& st : newest_->services)
-      if (sel_.matches(st->key())) fill_service(*st, sel_, out_.add_services());
+      if (sel_.matches(st->key())) fill_service(*st, sel_, out->add_services());
   }
 
-  void add_removed(const model::ServiceKey& k) {
-    auto* r = out_.add_removed();
+  static void add_removed(v1::WatchResponse* out, const model::ServiceKey& k) {
+    auto* r = out->add_removed();
     r->set_namespace_(k.ns);
     r->set_name(k.name);
   }
 
-  void build_incremental() {
+  void build_incremental(v1::WatchResponse* out) {
     if (sel_.exact_only()) {
       for (const auto& k : exact_keys()) {
         auto before = basis_->find_ptr(k);
         auto after = newest_->find_ptr(k);
         if (before == after) continue;
         if (after) {
-          fill_service(*after, sel_, out_.add_services());
+          fill_service(*after, sel_, out->add_services());
         } else {
-          add_removed(k);
+          add_removed(out, k);
         }
       }
       return;
@@ -234,22 +312,23 @@ class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     for (const auto* keys : {&delta->added, &delta->changed})
       for (const auto& k : *keys)
         if (sel_.matches(k))
-          if (const auto* st = newest_->find(k)) fill_service(*st, sel_, out_.add_services());
+          if (const auto* st = newest_->find(k)) fill_service(*st, sel_, out->add_services());
     for (const auto& k : delta->removed)
-      if (sel_.matches(k)) add_removed(k);
+      if (sel_.matches(k)) add_removed(out, k);
   }
 
   const ServiceContext sc_;
+  const std::shared_ptr<ResponseCache> cache_;
   const uint64_t id_;
   const std::string peer_;
   bool refused_ = false;
 
   mutable std::mutex mu_;  // guards everything below; taken after the hub's lock, never before
   grpc::ByteBuffer in_bytes_;
-  grpc::ByteBuffer out_bytes_;
+  grpc::ByteBuffer out_bytes_;  // the response in flight (slices shared with the cache)
   v1::WatchRequest in_;
-  v1::WatchResponse out_;
   Selection sel_;
+  std::string sel_key_;
   std::string client_;
   bool subscribed_ = false;
   bool need_full_ = false;
@@ -268,11 +347,12 @@ class WatchService final
   explicit WatchService(ServiceContext sc) : sc_(std::move(sc)) {}
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Watch(
       grpc::CallbackServerContext* ctx) override {
-    return new WatchStream(ctx, sc_);
+    return new WatchStream(ctx, sc_, cache_);
   }
 
  private:
   ServiceContext sc_;
+  std::shared_ptr<ResponseCache> cache_ = std::make_shared<ResponseCache>();
 };
 
 }  // namespace

@@ -1,6 +1,8 @@
 // The ack arithmetic: AckTracker and the hub's applied(g), without gRPC.
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "feed/hub.h"
 #include "fixture.h"
 
@@ -73,12 +75,54 @@ TEST(Hub, AppliedIsTheOldestAckAndASubscriberThatLeavesStopsCounting) {
   hub.publish(s2);
   EXPECT_EQ(hub.applied()->generation, 1u);
   a.acked_ = s2;
-  hub.acks_changed();
+  hub.acks_changed(&a);
   EXPECT_EQ(hub.applied()->generation, 1u);
   hub.remove(&b);
   EXPECT_EQ(hub.applied()->generation, 2u);
   EXPECT_EQ(reported, (std::vector<uint64_t>{1, 2}));
   hub.remove(&a);
+}
+
+TEST(Hub, AppliedFollowsTheOldestOfManySubscribersAsTheyAckOneByOne) {
+  Hub hub(100);
+  auto s1 = snapshot(1, {});
+  hub.publish(s1);
+  std::vector<std::unique_ptr<FakeSubscriber>> subs;
+  for (int i = 0; i < 50; ++i) {
+    subs.push_back(std::make_unique<FakeSubscriber>(s1));
+    ASSERT_TRUE(hub.add(subs.back().get()));
+  }
+  auto s2 = snapshot(2, {}), s3 = snapshot(3, {});
+  hub.publish(s2);
+  hub.publish(s3);
+  // Half move to 3, then the others to 2: applied waits for the last one at 1.
+  for (int i = 0; i < 25; ++i) {
+    subs[i]->acked_ = s3;
+    hub.acks_changed(subs[i].get());
+  }
+  for (int i = 25; i < 50; ++i) {
+    EXPECT_EQ(hub.applied()->generation, 1u) << i;
+    subs[i]->acked_ = s2;
+    hub.acks_changed(subs[i].get());
+  }
+  EXPECT_EQ(hub.applied()->generation, 2u);
+  // The ones at 2 leave or catch up: 3.
+  for (int i = 25; i < 40; ++i) hub.remove(subs[i].get());
+  EXPECT_EQ(hub.applied()->generation, 2u);
+  for (int i = 40; i < 50; ++i) {
+    subs[i]->acked_ = s3;
+    hub.acks_changed(subs[i].get());
+  }
+  EXPECT_EQ(hub.applied()->generation, 3u);
+  // An ack from a stranger (never added, or gone) counts for nothing.
+  FakeSubscriber stranger(s1);
+  hub.acks_changed(&stranger);
+  hub.acks_changed(subs[30].get());
+  EXPECT_EQ(hub.applied()->generation, 3u);
+  EXPECT_EQ(hub.subscribers(), 35u);
+  for (int i = 0; i < 25; ++i) hub.remove(subs[i].get());
+  for (int i = 40; i < 50; ++i) hub.remove(subs[i].get());
+  EXPECT_EQ(hub.subscribers(), 0u);
 }
 
 TEST(Hub, RefusesSubscribersBeyondTheLimit) {
