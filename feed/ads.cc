@@ -53,11 +53,8 @@ std::string version_hash(const google::protobuf::Any& a) {
 }
 
 template <bool kDelta>
-class AdsStream final
-    : public grpc::ServerBidiReactor<
-          std::conditional_t<kDelta, disc::DeltaDiscoveryRequest, disc::DiscoveryRequest>,
-          std::conditional_t<kDelta, disc::DeltaDiscoveryResponse, disc::DiscoveryResponse>>,
-      public Subscriber {
+class AdsStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+                        public Subscriber {
   using Request = std::conditional_t<kDelta, disc::DeltaDiscoveryRequest, disc::DiscoveryRequest>;
   using Response =
       std::conditional_t<kDelta, disc::DeltaDiscoveryResponse, disc::DiscoveryResponse>;
@@ -85,7 +82,7 @@ class AdsStream final
       acks_moved = maybe_write_locked();
     }
     if (acks_moved) sc_.hub->acks_changed(this);
-    this->StartRead(&in_);
+    this->StartRead(&in_bytes_);
   }
 
   void notify(const model::SnapshotPtr& snap) override {
@@ -133,6 +130,17 @@ class AdsStream final
     bool acks_moved = false;
     {
       std::lock_guard lock(mu_);
+      // Raw bytes in, parsed here: a request that does not parse ends the stream with
+      // INVALID_ARGUMENT (gRPC's own parsing would only report a failed read).
+      if (!grpc::SerializationTraits<Request>::Deserialize(&in_bytes_, &in_).ok()) {
+        sc_.metrics->rejected(Reject::kMalformed);
+        spdlog::warn("feed: malformed {} from {}",
+                     kDelta ? "DeltaDiscoveryRequest" : "DiscoveryRequest", peer_);
+        finish_locked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                   kDelta ? "endpointd feed: malformed DeltaDiscoveryRequest"
+                                          : "endpointd feed: malformed DiscoveryRequest"));
+        return;
+      }
       if (in_.type_url().empty()) {
         sc_.metrics->rejected(Reject::kUnknownType);
         finish_locked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -147,7 +155,7 @@ class AdsStream final
       acks_moved = maybe_write_locked() || acks_moved;
     }
     if (acks_moved) sc_.hub->acks_changed(this);
-    this->StartRead(&in_);
+    this->StartRead(&in_bytes_);
   }
 
   void OnWriteDone(bool ok) override {
@@ -155,6 +163,7 @@ class AdsStream final
     {
       std::lock_guard lock(mu_);
       writing_ = false;
+      out_bytes_.Clear();
       if (!ok) finishing_ = true;
       if (finishing_) {
         finish_locked(status_);
@@ -388,9 +397,15 @@ class AdsStream final
     ts.version = newest_->generation;
     ts.nonce = std::to_string(++nonce_);
     out_.set_nonce(ts.nonce);
+    bool own = false;
+    if (!grpc::SerializationTraits<Response>::Serialize(out_, &out_bytes_, &own).ok()) {
+      finish_locked(grpc::Status(grpc::StatusCode::INTERNAL, "endpointd feed: cannot encode"));
+      return true;
+    }
+    out_.Clear();  // the bytes are what is sent; the message would only hold memory
     writing_ = true;
     sc_.metrics->update_sent(kApi);
-    this->StartWrite(&out_);
+    this->StartWrite(&out_bytes_);
     return true;
   }
 
@@ -400,6 +415,8 @@ class AdsStream final
   bool refused_ = false;
 
   mutable std::mutex mu_;  // guards everything below; taken after the hub's lock, never before
+  grpc::ByteBuffer in_bytes_;
+  grpc::ByteBuffer out_bytes_;
   Request in_;
   Response out_;
   XdsContext xctx_;
@@ -414,15 +431,19 @@ class AdsStream final
   AckTracker acks_;
 };
 
-class AdsService final : public disc::AggregatedDiscoveryService::CallbackService {
+using RawAds = disc::AggregatedDiscoveryService::WithRawCallbackMethod_StreamAggregatedResources<
+    disc::AggregatedDiscoveryService::WithRawCallbackMethod_DeltaAggregatedResources<
+        disc::AggregatedDiscoveryService::Service>>;
+
+class AdsService final : public RawAds {
  public:
   explicit AdsService(ServiceContext sc) : sc_(std::move(sc)) {}
-  grpc::ServerBidiReactor<disc::DiscoveryRequest, disc::DiscoveryResponse>*
-  StreamAggregatedResources(grpc::CallbackServerContext* ctx) override {
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StreamAggregatedResources(
+      grpc::CallbackServerContext* ctx) override {
     return new AdsStream<false>(ctx, sc_);
   }
-  grpc::ServerBidiReactor<disc::DeltaDiscoveryRequest, disc::DeltaDiscoveryResponse>*
-  DeltaAggregatedResources(grpc::CallbackServerContext* ctx) override {
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* DeltaAggregatedResources(
+      grpc::CallbackServerContext* ctx) override {
     return new AdsStream<true>(ctx, sc_);
   }
 

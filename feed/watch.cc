@@ -269,7 +269,11 @@ class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     }
     out.set_version(newest_->generation);
     bool own = false;
-    return grpc::SerializationTraits<v1::WatchResponse>::Serialize(out, bytes, &own).ok();
+    grpc::Status st = grpc::SerializationTraits<v1::WatchResponse>::Serialize(out, bytes, &own);
+    if (!st.ok())
+      spdlog::error("feed: cannot encode a WatchResponse of {} bytes for {}: {}",
+                    out.ByteSizeLong(), peer_, st.error_message());
+    return st.ok();
   }
 
   std::set<model::ServiceKey> exact_keys() const {

@@ -19,6 +19,7 @@
 //               service of one subscriber, the 999 others see nothing.
 // mode one-hot: every subscriber watches the same single service, and that one changes.
 // mode all:     every subscriber watches all services; every change goes to all of them.
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <prometheus/registry.h>
 #include <spawn.h>
@@ -93,6 +94,10 @@ struct Args {
   int keepalive_ms = 0;  // 0: FeedOptions' default
   bool client = false;
   int port = 0;
+  // How a subscriber reads a response: "full" parses the WatchResponse as a real client does;
+  // "version" reads only its version and full fields. Subscribers live in a process on the
+  // same 2 cores as endpointd, so "version" keeps their parsing out of endpointd's CPU.
+  std::string client_parse = "full";
 };
 
 Args parse_args(int argc, char** argv) {
@@ -126,10 +131,16 @@ Args parse_args(int argc, char** argv) {
       a.client = true;
     else if (k == "--port")
       a.port = std::stoi(val());
+    else if (k == "--client-parse")
+      a.client_parse = val();
     else {
       std::cerr << "feed_bench: unknown argument " << k << "\n";
       std::exit(2);
     }
+  }
+  if (a.client_parse != "full" && a.client_parse != "version") {
+    std::cerr << "feed_bench: --client-parse full|version\n";
+    std::exit(2);
   }
   if (a.mode != "one" && a.mode != "one-hot" && a.mode != "all") {
     std::cerr << "feed_bench: --mode one|one-hot|all\n";
@@ -193,11 +204,50 @@ struct Record {  // per version: how many subscribers read it, and when the last
   std::atomic<int64_t> last_ns{0};
 };
 
-class Subscriber final : public grpc::ClientBidiReactor<v1::WatchRequest, v1::WatchResponse> {
+// The version (field 1) and full (field 2) of a serialized WatchResponse, from its first
+// bytes: protobuf writes fields in number order, so both precede the services.
+bool peek_version(grpc::ByteBuffer& bytes, uint64_t* version, bool* full) {
+  std::vector<grpc::Slice> slices;
+  if (!bytes.Dump(&slices).ok()) return false;
+  grpc::Slice joined;
+  const grpc::Slice* head = slices.empty() ? nullptr : &slices[0];
+  if (head && head->size() < 16 && slices.size() > 1) {
+    if (!bytes.DumpToSingleSlice(&joined).ok()) return false;
+    head = &joined;
+  }
+  *version = 0;
+  *full = false;
+  if (!head) return true;  // an empty message: version 0
+  const uint8_t* p = head->begin();
+  const uint8_t* end = head->end();
+  auto varint = [&](uint64_t* out) {
+    uint64_t v = 0;
+    for (int shift = 0; p < end && shift < 64; shift += 7) {
+      uint8_t b = *p++;
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) {
+        *out = v;
+        return true;
+      }
+    }
+    return false;
+  };
+  while (p < end) {
+    uint64_t tag = 0, value = 0;
+    if (!varint(&tag)) return false;
+    if ((tag & 7) != 0) return true;  // the repeated messages: nothing after them matters
+    if (!varint(&value)) return false;
+    if (tag >> 3 == 1) *version = value;
+    if (tag >> 3 == 2) *full = value != 0;
+  }
+  return true;
+}
+
+class Subscriber final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  Subscriber(v1::UpstreamFeed::Stub* stub, const Args& a, int index, std::vector<Record>* records,
+  Subscriber(grpc::GenericStub* stub, const Args& a, int index, std::vector<Record>* records,
              std::atomic<int>* ready, std::atomic<int>* done)
-      : records_(records), ready_(ready), done_(done) {
+      : parse_full_(a.client_parse == "full"), records_(records), ready_(ready), done_(done) {
     auto* sub = wreq_.mutable_subscribe();
     sub->set_client_name("bench");
     if (a.mode == "all") {
@@ -208,10 +258,11 @@ class Subscriber final : public grpc::ClientBidiReactor<v1::WatchRequest, v1::Wa
       sel->set_namespace_(ns_of(s));
       sel->set_name(name_of(s));
     }
-    stub->async()->Watch(&ctx_, this);
+    stub->PrepareBidiStreamingCall(&ctx_, "/endpointd.v1.UpstreamFeed/Watch", grpc::StubOptions(),
+                                   this);
     writing_ = true;
-    StartWrite(&wreq_);
-    StartRead(&resp_);
+    start_write_locked();
+    StartRead(&rbytes_);
     StartCall();
   }
   void cancel() { ctx_.TryCancel(); }
@@ -222,9 +273,21 @@ class Subscriber final : public grpc::ClientBidiReactor<v1::WatchRequest, v1::Wa
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows
+    uint64_t v = 0;
+    bool full = false;
+    if (parse_full_) {
+      if (!grpc::SerializationTraits<v1::WatchResponse>::Deserialize(&rbytes_, &resp_).ok()) {
+        ctx_.TryCancel();
+        return;
+      }
+      v = resp_.version();
+      full = resp_.full();
+    } else if (!peek_version(rbytes_, &v, &full)) {
+      ctx_.TryCancel();
+      return;
+    }
+    rbytes_.Clear();
     int64_t t = now_ns();
-    uint64_t v = resp_.version();
-    bool full = resp_.full();
     if (v < records_->size()) {
       auto& r = (*records_)[v];
       r.count.fetch_add(1, std::memory_order_relaxed);
@@ -247,7 +310,7 @@ class Subscriber final : public grpc::ClientBidiReactor<v1::WatchRequest, v1::Wa
       counted_ready_ = true;
       ready_->fetch_add(1);
     }
-    StartRead(&resp_);
+    StartRead(&rbytes_);
   }
   void OnWriteDone(bool ok) override {
     std::lock_guard lock(mu_);
@@ -272,11 +335,20 @@ class Subscriber final : public grpc::ClientBidiReactor<v1::WatchRequest, v1::Wa
     wreq_.Clear();
     wreq_.mutable_ack()->set_version(v);
     writing_ = true;
-    StartWrite(&wreq_);
+    start_write_locked();
+  }
+  void start_write_locked() {
+    wbytes_.Clear();
+    bool own = false;
+    grpc::SerializationTraits<v1::WatchRequest>::Serialize(wreq_, &wbytes_, &own);
+    StartWrite(&wbytes_);
   }
 
+  const bool parse_full_;
   grpc::ClientContext ctx_;
   v1::WatchRequest wreq_;
+  grpc::ByteBuffer wbytes_;
+  grpc::ByteBuffer rbytes_;
   v1::WatchResponse resp_;
   std::vector<Record>* records_;
   std::atomic<int>* ready_;
@@ -294,7 +366,7 @@ int run_client(const Args& a) {
   long rss_before = vm_kib("VmRSS");
 
   std::vector<std::shared_ptr<grpc::Channel>> channels;
-  std::vector<std::unique_ptr<v1::UpstreamFeed::Stub>> stubs;
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs;
   for (int c = 0; c < a.channels; ++c) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
@@ -302,7 +374,7 @@ int run_client(const Args& a) {
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     channels.push_back(grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(a.port),
                                                  grpc::InsecureChannelCredentials(), args));
-    stubs.push_back(v1::UpstreamFeed::NewStub(channels.back()));
+    stubs.push_back(std::make_unique<grpc::GenericStub>(channels.back()));
   }
   // Every connection up before the first stream: a channel that connects while the server is
   // busy sending full states can miss its SETTINGS deadline.
@@ -427,7 +499,9 @@ int run_server(const Args& a, const char* self) {
                                     "--changes",
                                     std::to_string(a.changes),
                                     "--channels",
-                                    std::to_string(a.channels)};
+                                    std::to_string(a.channels),
+                                    "--client-parse",
+                                    a.client_parse};
   std::vector<char*> cargv;
   for (auto& s : cargs) cargv.push_back(s.data());
   cargv.push_back(nullptr);
@@ -590,12 +664,14 @@ int run_server(const Args& a, const char* self) {
       "than expected: %d; client streams ended early: %d\n",
       missed_acks, short_deliveries, client_done);
   std::printf(
-      "RESULT mode=%s subs=%d recv_p50=%.3f recv_p99=%.3f recv_max=%.3f ack_p50=%.3f "
+      "RESULT mode=%s client_parse=%s subs=%d recv_p50=%.3f recv_p99=%.3f recv_max=%.3f "
+      "ack_p50=%.3f "
       "ack_p99=%.3f ack_max=%.3f apply_p50=%.3f apply_p99=%.3f apply_cpu_p50=%.3f "
       "server_kib_per_sub=%.1f "
       "client_kib_per_sub=%.1f connect_s=%.2f missed=%d short=%d\n",
-      a.mode.c_str(), a.subscribers, r.p50, r.p99, r.max, k.p50, k.p99, k.max, p.p50, p.p99, pc.p50,
-      server_per_sub, client_per_sub, connect_s, missed_acks, short_deliveries);
+      a.mode.c_str(), a.client_parse.c_str(), a.subscribers, r.p50, r.p99, r.max, k.p50, k.p99,
+      k.max, p.p50, p.p99, pc.p50, server_per_sub, client_per_sub, connect_s, missed_acks,
+      short_deliveries);
   std::fflush(stdout);
   _exit(missed_acks == 0 && short_deliveries == 0 ? 0 : 1);  // skip a slow teardown
 }

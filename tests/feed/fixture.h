@@ -1,6 +1,7 @@
 // Snapshots and a running feed for the feed tests.
 #pragma once
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
@@ -101,6 +102,32 @@ class FeedFixture : public ::testing::Test {
       }
     }
     return -1;
+  }
+  // Opens a bidirectional stream of `method`, writes bytes that are no protobuf message (a
+  // length-delimited field longer than the buffer) and returns how the server ended it.
+  grpc::Status send_junk(const std::string& method) {
+    grpc::GenericStub generic(channel_);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::CompletionQueue cq;
+    auto call = generic.PrepareCall(&ctx, method, &cq);
+    int start_tag = 0, write_tag = 0, finish_tag = 0;
+    void* tag;
+    bool ok;
+    grpc::Status st(grpc::StatusCode::UNKNOWN, "the test's call never finished");
+    call->StartCall(&start_tag);
+    if (cq.Next(&tag, &ok)) {
+      grpc::Slice junk(std::string("\x0a\xff\xff\xff\xff\x0f", 6));
+      grpc::ByteBuffer buf(&junk, 1);
+      call->Write(buf, &write_tag);
+      cq.Next(&tag, &ok);
+      call->Finish(&st, &finish_tag);
+      cq.Next(&tag, &ok);
+    }
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+    return st;
   }
   uint64_t board_generation() {
     for (const auto& e : board_.entries())

@@ -284,28 +284,9 @@ TEST_F(Watch, InvalidSubscribeAndMalformedBytesAreRefusedAlone) {
   EXPECT_EQ(metric("endpointd_feed_rejected_total", "invalid_subscribe"), 1);
 
   // Bytes that are no WatchRequest.
-  grpc::GenericStub generic(channel_);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  grpc::CompletionQueue cq;
-  auto call = generic.PrepareCall(&ctx, "/endpointd.v1.UpstreamFeed/Watch", &cq);
-  int start_tag = 0, write_tag = 0, finish_tag = 0;
-  call->StartCall(&start_tag);
-  void* tag;
-  bool ok;
-  ASSERT_TRUE(cq.Next(&tag, &ok));
-  grpc::Slice junk(std::string("\x0a\xff\xff\xff\xff\x0f", 6));
-  grpc::ByteBuffer buf(&junk, 1);
-  call->Write(buf, &write_tag);
-  ASSERT_TRUE(cq.Next(&tag, &ok));
-  grpc::Status st;
-  call->Finish(&st, &finish_tag);
-  ASSERT_TRUE(cq.Next(&tag, &ok));
+  grpc::Status st = send_junk("/endpointd.v1.UpstreamFeed/Watch");
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(metric("endpointd_feed_rejected_total", "malformed"), 1);
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
 
   publish(snapshot(2, {service("default", "web", {{.ip = "10.0.0.2"}})}));
   EXPECT_EQ(good.read().version(), 2u);

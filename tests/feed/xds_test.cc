@@ -171,6 +171,31 @@ TEST_F(Xds, StaleNonceAndUnknownTypeAndBadNames) {
   EXPECT_TRUE(s.close().ok());
 }
 
+TEST_F(Xds, MalformedBytesEndOnlyThatStreamWithInvalidArgument) {
+  start();
+  publish(snapshot(1, {service("default", "web", {{.ip = "10.0.0.1"}})}));
+  Sotw good(channel_, false);
+  ASSERT_TRUE(good.write(request(kEds, {kWeb})));
+  auto r1 = good.read();
+  ASSERT_EQ(r1.resources_size(), 1);
+
+  for (const char* method :
+       {"/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources",
+        "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"}) {
+    grpc::Status st = send_junk(method);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
+    EXPECT_NE(st.error_message().find("malformed"), std::string::npos) << st.error_message();
+  }
+  EXPECT_EQ(metric("endpointd_feed_rejected_total", "malformed"), 2);
+
+  // The good stream is untouched: it acks and gets the next change.
+  ASSERT_TRUE(good.write(request(kEds, {kWeb}, &r1)));
+  publish(snapshot(2, {service("default", "web", {{.ip = "10.0.0.2"}})}));
+  auto r2 = good.read();
+  EXPECT_EQ(r2.version_info(), "2");
+  EXPECT_TRUE(good.close().ok());
+}
+
 TEST_F(Xds, MissingServiceIsEmptyAndFillsIn) {
   start();
   publish(snapshot(1, {}));
