@@ -89,14 +89,19 @@ std::optional<std::string> FeedSink::start() {
 
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!im.opts.tls_cert_file.empty() || !im.opts.tls_key_file.empty()) {
+    if (im.opts.tls_cert_file.empty() || im.opts.tls_key_file.empty())
+      return "feed: TLS needs both a certificate file and a key file";
     auto cert = read_file(im.opts.tls_cert_file);
+    if (!cert || cert->empty())
+      return "feed: cannot read the TLS certificate file " + im.opts.tls_cert_file;
     auto key = read_file(im.opts.tls_key_file);
-    if (!cert || !key) return "feed: cannot read TLS certificate or key";
+    if (!key || key->empty()) return "feed: cannot read the TLS key file " + im.opts.tls_key_file;
     grpc::SslServerCredentialsOptions ssl;
     ssl.pem_key_cert_pairs.push_back({*key, *cert});
     if (!im.opts.tls_client_ca_file.empty()) {
       auto ca = read_file(im.opts.tls_client_ca_file);
-      if (!ca) return "feed: cannot read the client CA file " + im.opts.tls_client_ca_file;
+      if (!ca || ca->empty())
+        return "feed: cannot read the client CA file " + im.opts.tls_client_ca_file;
       ssl.pem_root_certs = *ca;
       ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
     }

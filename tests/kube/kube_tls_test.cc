@@ -9,6 +9,7 @@
 
 #include "tests/fakeapi/fake_api.h"
 #include "tests/kube/kube_test_util.h"
+#include "tests/support/test_certs.h"
 #include "watcher/kube_client.h"
 
 namespace endpointd::watcher {
@@ -20,36 +21,11 @@ using kubetest::wait_until;
 using model::ObjectKind;
 using namespace std::chrono_literals;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 class KubeTlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string d = dir_.path().string();
-    const std::string script =
-        "set -e\ncd '" + d +
-        "'\n"
-        "K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes';"
-        "openssl req -x509 $K -keyout ca.key -out ca.crt -days 2 -subj /CN=endpointd-test-ca;"
-        "openssl req $K -keyout server.key -out server.csr -subj /CN=127.0.0.1;"
-        "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nextendedKeyUsage=serverAuth\\n' > "
-        "server.ext;"
-        "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
-        "  -extfile server.ext -out server.crt;"
-        "openssl req $K -keyout client.key -out client.csr -subj /CN=endpointd;"
-        "printf 'extendedKeyUsage=clientAuth\\n' > client.ext;"
-        "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
-        "  -extfile client.ext -out client.crt;"
-        "openssl base64 -A -in ca.crt -out ca.b64; openssl base64 -A -in client.key -out "
-        "client-key.b64";
-    dir_.write("make-certs.sh", script);
-    const std::string cmd = "sh " + dir_.file("make-certs.sh") + " >" + d + "/openssl.log 2>&1";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(d + "/openssl.log");
+    const std::string err = endpointd::testing::make_test_certs(dir_.path().string());
+    ASSERT_EQ(err, "");
     fakeapi::Options opts;
     opts.tls =
         fakeapi::TlsOptions{dir_.file("server.crt"), dir_.file("server.key"), dir_.file("ca.crt")};
@@ -63,11 +39,12 @@ class KubeTlsTest : public ::testing::Test {
     if (with_client_cert) {
       // One as a relative file path, one as data: both ways are exercised.
       user += "    client-certificate: client.crt\n    client-key-data: " +
-              slurp(dir_.file("client-key.b64")) + "\n";
+              endpointd::testing::slurp_file(dir_.file("client-key.b64")) + "\n";
     }
     return "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
            "clusters:\n- name: c\n  cluster:\n    server: " +
-           server_->url() + "\n    certificate-authority-data: " + slurp(dir_.file("ca.b64")) +
+           server_->url() + "\n    certificate-authority-data: " +
+           endpointd::testing::slurp_file(dir_.file("ca.b64")) +
            "\ncontexts:\n- name: test\n  context:\n    cluster: c\n    user: u\n"
            "users:\n- name: u\n" +
            user;

@@ -1,0 +1,49 @@
+// A throwaway PKI for TLS tests, made with the openssl CLI in a directory the test owns: a CA
+// (ca.crt, ca.key), a server certificate for 127.0.0.1 and localhost (server.crt,
+// server.key), a client certificate with CN endpointd (client.crt, client.key), and base64
+// copies of ca.crt and client.key (ca.b64, client-key.b64) for kubeconfig *-data fields.
+#pragma once
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace endpointd::testing {
+
+inline std::string slurp_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Empty on success; otherwise what openssl printed.
+inline std::string make_test_certs(const std::string& dir) {
+  const std::string script =
+      "set -e\ncd '" + dir +
+      "'\n"
+      "K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'\n"
+      "openssl req -x509 $K -keyout ca.key -out ca.crt -days 2 -subj /CN=endpointd-test-ca\n"
+      "openssl req $K -keyout server.key -out server.csr -subj /CN=127.0.0.1\n"
+      "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\nextendedKeyUsage=serverAuth\\n' "
+      "> server.ext\n"
+      "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
+      "-extfile server.ext -out server.crt\n"
+      "openssl req $K -keyout client.key -out client.csr -subj /CN=endpointd\n"
+      "printf 'extendedKeyUsage=clientAuth\\n' > client.ext\n"
+      "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
+      "-extfile client.ext -out client.crt\n"
+      "openssl base64 -A -in ca.crt -out ca.b64\n"
+      "openssl base64 -A -in client.key -out client-key.b64\n";
+  {
+    std::ofstream out(dir + "/make-certs.sh", std::ios::trunc);
+    out << script;
+  }
+  const std::string cmd = "sh '" + dir + "/make-certs.sh' >'" + dir + "/openssl.log' 2>&1";
+  if (std::system(cmd.c_str()) == 0) return "";
+  std::string log = slurp_file(dir + "/openssl.log");
+  return log.empty() ? "openssl failed" : log;
+}
+
+}  // namespace endpointd::testing
