@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/ip.h"
+#include "model/shared.h"
 
 namespace endpointd::model {
 
@@ -92,9 +93,10 @@ struct Endpoint {
   std::string hostname;
   std::string node_name;
   std::string zone;
-  std::vector<std::string> hint_zones;
-  std::vector<std::string> hint_nodes;
-  std::optional<ObjectRef> target_ref;
+  // These three are shared with the merged endpoints built from this one.
+  SharedVector<std::string> hint_zones;
+  SharedVector<std::string> hint_nodes;
+  Shared<ObjectRef> target_ref;
   friend bool operator==(const Endpoint&, const Endpoint&) = default;
 };
 

@@ -49,13 +49,14 @@ ServiceState build_service_state(const Service& svc,
   st.endpoints.reserve(total);
   for (const auto* s : slices) {
     if (s->address_type == AddressType::kFQDN) continue;
+    const SharedVector<EndpointPort> ports(s->ports);  // one copy for the whole slice
     for (const auto& e : s->endpoints) {
       if (e.addresses.empty()) continue;
       // Only the first address is used, as every Kubernetes consumer does.
       MergedEndpoint m;
       m.address = e.addresses.front();
       m.conditions = e.conditions;
-      m.ports = s->ports;
+      m.ports = ports;
       m.hostname = e.hostname;
       m.node_name = e.node_name;
       m.zone = e.zone;

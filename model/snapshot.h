@@ -19,13 +19,14 @@ namespace endpointd::model {
 struct MergedEndpoint {
   IpAddr address;
   EndpointConditions conditions;
-  std::vector<EndpointPort> ports;
+  SharedVector<EndpointPort> ports;  // shared by the endpoints of one slice
   std::string hostname;
   std::string node_name;
   std::string zone;
-  std::vector<std::string> hint_zones;
-  std::vector<std::string> hint_nodes;
-  std::optional<ObjectRef> target_ref;
+  // Shared with the slice's endpoint.
+  SharedVector<std::string> hint_zones;
+  SharedVector<std::string> hint_nodes;
+  Shared<ObjectRef> target_ref;
   friend bool operator==(const MergedEndpoint&, const MergedEndpoint&) = default;
 
   // The endpoint's port for a service port: matched by name as kube-proxy does.

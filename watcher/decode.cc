@@ -402,10 +402,13 @@ model::EndpointSlice decode_slice(const dom::element& obj, Reader& r) {
     e.node_name = Reader::str(ee, "nodeName", path);
     e.zone = Reader::str(ee, "zone", path);
     if (auto h = Reader::field(ee, "hints")) {
+      std::vector<std::string> zones, nodes;
       for (const auto& z : Reader::array(*h, "forZones", path + ".hints"))
-        e.hint_zones.push_back(Reader::str(z, "name", path + ".hints.forZones"));
+        zones.push_back(Reader::str(z, "name", path + ".hints.forZones"));
       for (const auto& n : Reader::array(*h, "forNodes", path + ".hints"))
-        e.hint_nodes.push_back(Reader::str(n, "name", path + ".hints.forNodes"));
+        nodes.push_back(Reader::str(n, "name", path + ".hints.forNodes"));
+      e.hint_zones = std::move(zones);
+      e.hint_nodes = std::move(nodes);
     }
     if (auto t = Reader::field(ee, "targetRef")) {
       model::ObjectRef ref;

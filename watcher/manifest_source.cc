@@ -26,6 +26,8 @@ namespace fs = std::filesystem;
 using model::ObjectKind;
 
 struct ManifestSource::FileState {
+  // The file's path, shared with owners_ (an entry per object there).
+  std::shared_ptr<const std::string> name;
   // Identity of the content last read: a rename or in-place write changes one of these.
   uint64_t inode = 0;
   int64_t mtime_ns = -1;
@@ -285,7 +287,10 @@ void ManifestSource::rescan() {
       if (stat(path.c_str(), &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
       FileState st;
       auto old = files_.find(path.string());
-      if (old != files_.end()) st = std::move(old->second);
+      if (old != files_.end())
+        st = std::move(old->second);
+      else
+        st.name = std::make_shared<const std::string>(path.string());
       int64_t mtime = static_cast<int64_t>(sb.st_mtim.tv_sec) * 1000000000 + sb.st_mtim.tv_nsec;
       if (st.inode != sb.st_ino || st.mtime_ns != mtime || st.size != sb.st_size) {
         st.inode = sb.st_ino;
@@ -311,22 +316,27 @@ void ManifestSource::rescan() {
     if (!changed) return;  // an event for a file that is not a manifest, or no real change
 
     // Owners: the last file in name order that defines an object wins.
-    std::map<Key, std::string> owners;
+    std::map<Key, std::shared_ptr<const std::string>> owners;
     for (const auto& [file, st] : files_)
       for (const auto& [key, h] : st.objects) {
-        auto [it, inserted] = owners.emplace(key, file);
+        auto [it, inserted] = owners.emplace(key, st.name);
         if (!inserted) {
           if (decoded.count(file))
             spdlog::warn("manifest {}: {} {} is also defined in {}; using this one", file,
-                         model::to_string(key.first), key.second, it->second);
-          it->second = file;
+                         model::to_string(key.first), key.second, *it->second);
+          it->second = st.name;
         }
       }
+    auto owned_by = [&](const Key& key, const std::string& file) {
+      auto it = owners.find(key);
+      return it != owners.end() && *it->second == file;
+    };
     // An object whose owner is now a file that was not re-read (the file that won before
     // dropped it): that file's version must be decoded again.
-    for (const auto& [key, file] : owners) {
+    for (const auto& [key, owner] : owners) {
+      const std::string& file = *owner;
       auto old = owners_.find(key);
-      if (old != owners_.end() && old->second != file && !decoded.count(file)) {
+      if (old != owners_.end() && *old->second != file && !decoded.count(file)) {
         Decoded again;
         load_file(file, files_[file], true, again);
         decoded[file] = std::move(again);
@@ -339,14 +349,14 @@ void ManifestSource::rescan() {
                                               {ObjectKind::kPod, {}}};
       for (auto& [file, objs] : decoded)
         for (auto& [key, obj] : objs)
-          if (owners[key] == file)
+          if (owned_by(key, file))
             replaces[static_cast<size_t>(key.first)].objects.push_back(std::move(obj));
       ev.change = model::ReplaceMany{std::move(replaces)};
     } else {
       model::Batch batch;
       for (auto& [file, objs] : decoded)
         for (auto& [key, obj] : objs)
-          if (owners[key] == file) batch.upserts.push_back(std::move(obj));
+          if (owned_by(key, file)) batch.upserts.push_back(std::move(obj));
       for (const auto& [key, file] : owners_) {
         if (owners.count(key)) continue;
         model::Remove r;

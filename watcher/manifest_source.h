@@ -62,8 +62,9 @@ class ManifestSource {
   std::unique_ptr<Metrics> metrics_;
   mutable std::mutex mu_;  // guards files_ (read by errors())
   std::map<std::string, FileState> files_;
-  // Which file each object comes from (the last file, in name order, that defines it).
-  std::map<Key, std::string> owners_;
+  // Which file each object comes from (the last file, in name order, that defines it): the
+  // file's name, shared with its FileState rather than a copy per object.
+  std::map<Key, std::shared_ptr<const std::string>> owners_;
   int inotify_fd_ = -1;
   int wake_fd_ = -1;
   std::thread thread_;

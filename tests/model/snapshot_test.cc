@@ -77,6 +77,46 @@ TEST(BuildServiceState, DedupeKeepsPortsOfEveryCopy) {
   EXPECT_EQ(st.endpoints[0].ports.size(), 2u);
 }
 
+TEST(BuildServiceState, EndpointsShareTheirSlicesPortsAndPodReference) {
+  auto a = slice("a", {ep("10.0.0.1"), ep("10.0.0.2")});
+  a.endpoints[0].target_ref = ObjectRef{"Pod", "ns", "web-0", "uid-0"};
+  a.endpoints[0].hint_zones = {"zone-a"};
+  auto st = build_service_state(svc("web"), {&a});
+  ASSERT_EQ(st.endpoints.size(), 2u);
+  // One port list for the slice, not a copy per endpoint.
+  EXPECT_EQ(&st.endpoints[0].ports.vec(), &st.endpoints[1].ports.vec());
+  ASSERT_TRUE(st.endpoints[0].target_ref);
+  EXPECT_EQ(&*st.endpoints[0].target_ref, &*a.endpoints[0].target_ref);
+  EXPECT_EQ(st.endpoints[0].target_ref->name, "web-0");
+  EXPECT_FALSE(st.endpoints[1].target_ref);
+  EXPECT_EQ(st.endpoints[0].hint_zones, std::vector<std::string>{"zone-a"});
+  EXPECT_TRUE(st.endpoints[1].hint_zones.empty());
+}
+
+TEST(SharedValues, WritingThroughACopyLeavesTheOthers) {
+  SharedVector<EndpointPort> ports = {{"http", Protocol::kTCP, 8080, ""}};
+  auto copy = ports;
+  copy.push_back({"metrics", Protocol::kTCP, 9090, ""});
+  EXPECT_EQ(ports.size(), 1u);
+  EXPECT_EQ(copy.size(), 2u);
+  EXPECT_EQ(copy[1].port, 9090);
+  EXPECT_FALSE(ports == copy);
+  // Equality is by value: separately built equal lists are equal, and null equals empty.
+  EXPECT_EQ(ports, (SharedVector<EndpointPort>{{"http", Protocol::kTCP, 8080, ""}}));
+  EXPECT_EQ(SharedVector<std::string>(), SharedVector<std::string>(std::vector<std::string>{}));
+
+  Shared<ObjectRef> ref = ObjectRef{"Pod", "ns", "a", "u"};
+  auto other = ref;
+  other = ObjectRef{"Pod", "ns", "b", "u"};
+  EXPECT_EQ(ref->name, "a");
+  EXPECT_EQ(other->name, "b");
+  EXPECT_EQ(ref, (Shared<ObjectRef>(ObjectRef{"Pod", "ns", "a", "u"})));
+  other.reset();
+  EXPECT_FALSE(other);
+  EXPECT_TRUE(other == std::nullopt);
+  EXPECT_FALSE(ref == other);
+}
+
 TEST(BuildServiceState, KeepsConditionsAsGiven) {
   auto a = slice("a", {ep("10.0.0.1", true, true, false), ep("10.0.0.2", false, true, true),
                        ep("10.0.0.3", false, false, true), ep("10.0.0.4", false, false, false)});
