@@ -75,7 +75,7 @@ class AdsStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
     sc_.metrics->stream_opened(kApi);
     bool acks_moved = false;
     {
-      // Hub before stream, as Hub::recompute takes them (see watch.cc).
+      // Hub before stream, the order the hub takes them in (see watch.cc).
       auto cur = sc_.hub->current();
       std::lock_guard lock(mu_);
       if (cur && (!newest_ || cur->generation > newest_->generation)) newest_ = cur;

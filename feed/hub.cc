@@ -35,11 +35,13 @@ void Hub::publish(model::SnapshotPtr snap) {
   model::SnapshotPtr moved;
   {
     std::lock_guard lock(mu_);
+    if (current_ && snap->generation <= current_->generation) return;  // never backwards
     current_ = snap;
-    for (auto& [s, recorded] : subscribers_) {
-      s->notify(snap);
-      refresh_locked(s, recorded);  // a change it does not see moves its ack at once
-    }
+    for (Subscriber* s : subscribers_) s->notify(snap);
+    std::lock_guard acks(acks_mu_);
+    acks_current_ = snap;
+    // A change a subscriber does not see moved its ack at once.
+    for (auto& [s, recorded] : recorded_) refresh_locked(s, recorded);
     moved = recompute_locked();
   }
   report(moved);
@@ -53,7 +55,9 @@ model::SnapshotPtr Hub::current() const {
 bool Hub::add(Subscriber* s) {
   std::lock_guard lock(mu_);
   if (subscribers_.size() >= max_subscribers_) return false;
-  refresh_locked(s, subscribers_[s]);
+  subscribers_.push_back(s);
+  std::lock_guard acks(acks_mu_);
+  refresh_locked(s, recorded_[s]);
   return true;
 }
 
@@ -61,13 +65,19 @@ void Hub::remove(Subscriber* s) {
   model::SnapshotPtr moved;
   {
     std::lock_guard lock(mu_);
-    auto it = subscribers_.find(s);
+    auto it = std::find(subscribers_.begin(), subscribers_.end(), s);
     if (it == subscribers_.end()) return;
-    if (it->second) {
-      auto at = acked_.find(it->second->generation);
-      if (at != acked_.end() && --at->second.count == 0) acked_.erase(at);
+    *it = subscribers_.back();  // order does not matter
+    subscribers_.pop_back();
+    std::lock_guard acks(acks_mu_);
+    auto rec = recorded_.find(s);
+    if (rec != recorded_.end()) {
+      if (rec->second) {
+        auto at = acked_.find(rec->second->generation);
+        if (at != acked_.end() && --at->second.count == 0) acked_.erase(at);
+      }
+      recorded_.erase(rec);
     }
-    subscribers_.erase(it);
     moved = recompute_locked();  // a subscriber that went away stops holding back applied(g)
   }
   report(moved);
@@ -76,9 +86,9 @@ void Hub::remove(Subscriber* s) {
 void Hub::acks_changed(Subscriber* s) {
   model::SnapshotPtr moved;
   {
-    std::lock_guard lock(mu_);
-    auto it = subscribers_.find(s);
-    if (it != subscribers_.end()) {
+    std::lock_guard acks(acks_mu_);
+    auto it = recorded_.find(s);
+    if (it != recorded_.end()) {
       refresh_locked(s, it->second);
       moved = recompute_locked();
     }
@@ -102,8 +112,8 @@ void Hub::refresh_locked(Subscriber* s, model::SnapshotPtr& recorded) {
 }
 
 model::SnapshotPtr Hub::recompute_locked() {
-  if (!current_) return nullptr;
-  model::SnapshotPtr low = current_;
+  if (!acks_current_) return nullptr;
+  model::SnapshotPtr low = acks_current_;
   if (!acked_.empty() && acked_.begin()->first < low->generation) low = acked_.begin()->second.snap;
   // Generations only grow: a subscriber that joins starts at the current snapshot, so the
   // minimum never moves back; guard anyway.
@@ -135,12 +145,12 @@ size_t Hub::subscribers() const {
 std::vector<SubscriberInfo> Hub::infos() const {
   std::lock_guard lock(mu_);
   std::vector<SubscriberInfo> out;
-  for (const auto& e : subscribers_) out.push_back(e.first->info());
+  for (Subscriber* s : subscribers_) out.push_back(s->info());
   return out;
 }
 
 model::SnapshotPtr Hub::applied() const {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(acks_mu_);
   return applied_;
 }
 

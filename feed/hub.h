@@ -112,9 +112,9 @@ class Hub {
   uint64_t next_id() { return next_id_.fetch_add(1) + 1; }
 
  private:
-  // Moves `s`'s entry in acked_ to what it reports now. Under mu_.
+  // Moves `s`'s entry in acked_ to what it reports now. Under acks_mu_.
   void refresh_locked(Subscriber* s, model::SnapshotPtr& recorded);
-  // applied_ from acked_; the snapshot to report when it moved. Under mu_.
+  // applied_ from acked_; the snapshot to report when it moved. Under acks_mu_.
   model::SnapshotPtr recompute_locked();
   void report(const model::SnapshotPtr& snap);
 
@@ -122,10 +122,18 @@ class Hub {
   AppliedFn applied_fn_;
   std::atomic<uint64_t> next_id_{0};
 
-  mutable std::mutex mu_;  // guards the members below; taken before any subscriber's lock
+  // Two locks, so that acks never wait for a fan-out: mu_ is held while every subscriber is
+  // notified (tens of milliseconds for 1,000 streams) and keeps them alive meanwhile;
+  // acks_mu_ guards only the ack arithmetic, which gRPC's threads update on every ack.
+  // Order: mu_, then acks_mu_, then a subscriber's own lock.
+  mutable std::mutex mu_;
   model::SnapshotPtr current_;
+  std::vector<Subscriber*> subscribers_;
+
+  mutable std::mutex acks_mu_;
+  model::SnapshotPtr acks_current_;  // current_, as the ack arithmetic last saw it
   // Each subscriber with the acknowledged snapshot the hub last counted for it.
-  std::unordered_map<Subscriber*, model::SnapshotPtr> subscribers_;
+  std::unordered_map<Subscriber*, model::SnapshotPtr> recorded_;
   // Acknowledged generation → how many subscribers are there, and that snapshot.
   struct AckedAt {
     size_t count = 0;

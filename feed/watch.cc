@@ -77,7 +77,7 @@ class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     sc_.metrics->stream_opened(Metrics::Api::kWatch);
     bool acks_moved = false;
     {
-      // The hub's lock is taken before a stream's (Hub::recompute locks each stream while it
+      // The hub's locks are taken before a stream's (the hub locks each stream while it
       // holds its own), so read the hub first: never the other way round.
       auto cur = sc_.hub->current();
       std::lock_guard lock(mu_);
