@@ -196,7 +196,12 @@ void BM_OneChange_UpdateLoop(benchmark::State& state) {
   // published → seen by the waiting thread (its wake-up).
   std::atomic<int64_t> published_at{0};
   std::atomic<uint64_t> published_gen{0};
+  // The loop thread's CPU time at each publish: between two publishes it is what the loop
+  // spent on a change (and on the previous one's tail), so a slow sample whose loop CPU is
+  // small was waiting for a CPU, not working.
+  std::atomic<double> loop_cpu_at{0};
   loop.on_publish([&](const SnapshotPtr& s) {
+    loop_cpu_at.store(thread_cpu_us(), std::memory_order_relaxed);
     published_at.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
     published_gen.store(s->generation, std::memory_order_release);
   });
@@ -214,10 +219,11 @@ void BM_OneChange_UpdateLoop(benchmark::State& state) {
   }
   simdjson::dom::parser parser;
   size_t next = 0;
-  auto change = [&](double* decode_us, bool* preempted, double* to_publish_us,
-                    double* to_seen_us) -> double {
+  auto change = [&](double* decode_us, bool* preempted, double* to_publish_us, double* to_seen_us,
+                    double* loop_cpu_us) -> double {
     const std::string& line = d.events[next++ % d.events.size()];
     uint64_t g = loop.current()->generation;
+    double loop_cpu0 = loop_cpu_at.load(std::memory_order_relaxed);
     long sw0 = involuntary_switches();
     auto t0 = Clock::now();
     auto ev = watcher::parse_watch_event(line, ObjectKind::kEndpointSlice, parser);
@@ -236,22 +242,23 @@ void BM_OneChange_UpdateLoop(benchmark::State& state) {
     Clock::time_point pub{Clock::duration(published_at.load(std::memory_order_relaxed))};
     if (to_publish_us) *to_publish_us = us_between(t1, pub);
     if (to_seen_us) *to_seen_us = us_between(pub, t2);
+    if (loop_cpu_us) *loop_cpu_us = loop_cpu_at.load(std::memory_order_relaxed) - loop_cpu0;
     return us_between(t0, t2);
   };
   for (int i = 0; i < 200; ++i)  // warm-up: caches, allocator, the loop thread's first wakeups
-    if (change(nullptr, nullptr, nullptr, nullptr) < 0) {
+    if (change(nullptr, nullptr, nullptr, nullptr, nullptr) < 0) {
       state.SkipWithError("a change was not published within 5 s");
       return;
     }
   const auto gap = std::chrono::microseconds(state.range(0));
-  std::vector<double> total, decode, quiet, to_publish, to_seen;
+  std::vector<double> total, decode, quiet, to_publish, to_seen, loop_cpu;
   total.reserve(static_cast<size_t>(state.max_iterations));
   decode.reserve(static_cast<size_t>(state.max_iterations));
   for (auto _ : state) {
     if (gap.count() > 0) std::this_thread::sleep_for(gap);  // the loop finishes and goes idle
-    double dec = 0, tp = 0, ts = 0;
+    double dec = 0, tp = 0, ts = 0, lc = 0;
     bool preempted = false;
-    double us = change(&dec, &preempted, &tp, &ts);
+    double us = change(&dec, &preempted, &tp, &ts, &lc);
     if (us < 0) {
       state.SkipWithError("a change was not published within 5 s");
       break;
@@ -261,6 +268,7 @@ void BM_OneChange_UpdateLoop(benchmark::State& state) {
     decode.push_back(dec);
     to_publish.push_back(tp);
     to_seen.push_back(ts);
+    loop_cpu.push_back(lc);
     if (!preempted) quiet.push_back(us);
   }
   report(state, "", total);
@@ -268,6 +276,7 @@ void BM_OneChange_UpdateLoop(benchmark::State& state) {
   report(state, "unpreempted_", quiet);
   report(state, "post_to_publish_", to_publish);
   report(state, "publish_to_seen_", to_seen);
+  report(state, "loop_cpu_", loop_cpu);
   state.counters["changes"] = static_cast<double>(total.size());
   state.counters["preempted_changes"] = static_cast<double>(total.size() - quiet.size());
   state.counters["endpoints"] = static_cast<double>(loop.current()->endpoint_count());
