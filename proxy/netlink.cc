@@ -23,6 +23,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <string_view>
 
 namespace endpointd::proxy {
 namespace {
@@ -319,19 +320,42 @@ void flush_set(Builder& b, IpFamily f, const std::string& name) {
   b.done(nlh);
 }
 
-// The kernel form of one model element. Plain intervals (rbtree) become a start element and
-// an end element flagged NFT_SET_ELEM_INTERVAL_END, as nft sends them.
-void fill_elems(nftnl_set* s, IpFamily f, SetShape shape, const Element& e, bool adding) {
-  (void)f;
-  auto add = [s](const std::string& key, uint32_t flags) {
-    nftnl_set_elem* el = nftnl_set_elem_alloc();
-    nftnl_set_elem_set(el, NFTNL_SET_ELEM_KEY, key.data(), static_cast<uint32_t>(key.size()));
-    if (flags) nftnl_set_elem_set_u32(el, NFTNL_SET_ELEM_FLAGS, flags);
-    nftnl_set_elem_add(s, el);
-    return el;
+// One element's attributes as libnftnl's nftnl_set_elem_nlmsg_build_payload lays them out
+// (flags, key, key end, verdict or data), written into the message with libmnl: a full sync
+// carries ~10^5 elements, and an nftnl_set_elem per element cost allocations and frees each.
+void put_element(nlmsghdr* nlh, uint16_t index, std::string_view key, uint32_t flags,
+                 std::string_view key_end, const Element* value) {
+  auto put_value = [nlh](uint16_t type, std::string_view bytes) {
+    nlattr* nest = mnl_attr_nest_start(nlh, type);
+    mnl_attr_put(nlh, NFTA_DATA_VALUE, bytes.size(), bytes.data());
+    mnl_attr_nest_end(nlh, nest);
   };
+  nlattr* el = mnl_attr_nest_start(nlh, index);
+  if (flags) mnl_attr_put_u32(nlh, NFTA_SET_ELEM_FLAGS, htonl(flags));
+  put_value(NFTA_SET_ELEM_KEY, key);
+  if (!key_end.empty()) put_value(NFTA_SET_ELEM_KEY_END, key_end);
+  if (value && value->verdict != Verdict::kNone) {
+    nlattr* data = mnl_attr_nest_start(nlh, NFTA_SET_ELEM_DATA);
+    nlattr* verdict = mnl_attr_nest_start(nlh, NFTA_DATA_VERDICT);
+    bool go = value->verdict == Verdict::kGoto;
+    mnl_attr_put_u32(nlh, NFTA_VERDICT_CODE,
+                     htonl(go ? static_cast<uint32_t>(NFT_GOTO) : static_cast<uint32_t>(NF_DROP)));
+    if (go) mnl_attr_put_strz(nlh, NFTA_VERDICT_CHAIN, value->chain.c_str());
+    mnl_attr_nest_end(nlh, verdict);
+    mnl_attr_nest_end(nlh, data);
+  } else if (value && !value->data.empty()) {
+    put_value(NFTA_SET_ELEM_DATA, value->data);
+  }
+  mnl_attr_nest_end(nlh, el);
+}
+
+// The kernel form of one model element. Plain intervals (rbtree) become a start element and
+// an end element flagged NFT_SET_ELEM_INTERVAL_END, as nft sends them. `index` numbers the
+// elements of one message from 1.
+void put_model_element(nlmsghdr* nlh, uint16_t& index, SetShape shape, const Element& e,
+                       bool adding) {
   if (shape == SetShape::kAddrInterval) {
-    add(e.key, 0);
+    put_element(nlh, ++index, e.key, 0, {}, nullptr);
     // The end element is the first address after the range, unless the range ends at the top.
     std::string end = e.key_end;
     int i = static_cast<int>(end.size()) - 1;
@@ -343,25 +367,10 @@ void fill_elems(nftnl_set* s, IpFamily f, SetShape shape, const Element& e, bool
       }
       end[i] = 0;
     }
-    if (i >= 0) add(end, NFT_SET_ELEM_INTERVAL_END);
-    (void)adding;
+    if (i >= 0) put_element(nlh, ++index, end, NFT_SET_ELEM_INTERVAL_END, {}, nullptr);
     return;
   }
-  nftnl_set_elem* el = add(e.key, 0);
-  if (!e.key_end.empty()) {
-    nftnl_set_elem_set(el, NFTNL_SET_ELEM_KEY_END, e.key_end.data(),
-                       static_cast<uint32_t>(e.key_end.size()));
-  }
-  if (!adding) return;
-  if (!e.data.empty())
-    nftnl_set_elem_set(el, NFTNL_SET_ELEM_DATA, e.data.data(),
-                       static_cast<uint32_t>(e.data.size()));
-  if (e.verdict == Verdict::kGoto) {
-    nftnl_set_elem_set_u32(el, NFTNL_SET_ELEM_VERDICT, static_cast<uint32_t>(NFT_GOTO));
-    nftnl_set_elem_set_str(el, NFTNL_SET_ELEM_CHAIN, e.chain.c_str());
-  } else if (e.verdict == Verdict::kDrop) {
-    nftnl_set_elem_set_u32(el, NFTNL_SET_ELEM_VERDICT, NF_DROP);
-  }
+  put_element(nlh, ++index, e.key, 0, e.key_end, adding ? &e : nullptr);
 }
 
 constexpr size_t kElementsPerMessage = 512;
@@ -370,8 +379,15 @@ constexpr size_t kElementsPerMessage = 512;
 void elements(Builder& b, IpFamily f, const std::string& set_name, SetShape shape,
               const std::vector<const Element*>& els, bool adding) {
   for (size_t i = 0; i < els.size(); i += kElementsPerMessage) {
-    auto obj = set_obj(f, set_name);
     size_t end = std::min(els.size(), i + kElementsPerMessage);
+    auto* nlh =
+        b.header(adding ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, f, adding ? NLM_F_CREATE : 0,
+                 std::string(adding ? "add" : "delete") + " elements of " + set_name);
+    // nftnl_set_elem_nlmsg_build_def's attributes: the set, then its table.
+    mnl_attr_put_strz(nlh, NFTA_SET_ELEM_LIST_SET, set_name.c_str());
+    mnl_attr_put_strz(nlh, NFTA_SET_ELEM_LIST_TABLE, kTableName);
+    nlattr* list = mnl_attr_nest_start(nlh, NFTA_SET_ELEM_LIST_ELEMENTS);
+    uint16_t index = 0;
     if (shape == SetShape::kAddrInterval) {
       // nft sends a plain interval set's elements sorted, led by an end element at 0 when the
       // first range does not start there.
@@ -380,20 +396,14 @@ void elements(Builder& b, IpFamily f, const std::string& set_name, SetShape shap
       std::sort(sorted.begin(), sorted.end(), [](auto* x, auto* y) { return x->key < y->key; });
       if (adding && !sorted.empty() &&
           sorted.front()->key != std::string(sorted.front()->key.size(), '\0')) {
-        nftnl_set_elem* el = nftnl_set_elem_alloc();
         std::string zero(sorted.front()->key.size(), '\0');
-        nftnl_set_elem_set(el, NFTNL_SET_ELEM_KEY, zero.data(), static_cast<uint32_t>(zero.size()));
-        nftnl_set_elem_set_u32(el, NFTNL_SET_ELEM_FLAGS, NFT_SET_ELEM_INTERVAL_END);
-        nftnl_set_elem_add(obj.get(), el);
+        put_element(nlh, ++index, zero, NFT_SET_ELEM_INTERVAL_END, {}, nullptr);
       }
-      for (const auto* e : sorted) fill_elems(obj.get(), f, shape, *e, adding);
+      for (const auto* e : sorted) put_model_element(nlh, index, shape, *e, adding);
     } else {
-      for (size_t j = i; j < end; ++j) fill_elems(obj.get(), f, shape, *els[j], adding);
+      for (size_t j = i; j < end; ++j) put_model_element(nlh, index, shape, *els[j], adding);
     }
-    auto* nlh =
-        b.header(adding ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, f, adding ? NLM_F_CREATE : 0,
-                 std::string(adding ? "add" : "delete") + " elements of " + set_name);
-    nftnl_set_elems_nlmsg_build_payload(nlh, obj.get());
+    mnl_attr_nest_end(nlh, list);
     b.done(nlh);
   }
 }

@@ -103,41 +103,44 @@ void Planner::rebuild_lb_chains(IpFamily f) {
   lb.clear();
   hash.clear();
   local.clear();
-  for (const auto& [n, _] : st.lb_sizes) {
+  for (const auto& [n, _] : st.lb_sets) {
     lb.push_back(rule(RuleShape::kDnatRandom, {}, names::backends(n), n));
     hash.push_back(rule(RuleShape::kDnatSourceHash, {}, names::backends(n), n));
   }
-  for (const auto& [n, _] : st.local_lb_sizes) {
+  for (const auto& [n, _] : st.local_lb_sets) {
     local.push_back(rule(RuleShape::kDnatRandom, {}, names::local_backends(n), n));
   }
   local.push_back(rule(RuleShape::kDrop));  // externalTrafficPolicy Local, none on this node
 }
 
-Planner::Planner(NodeContext ctx) : ctx_(std::move(ctx)) {
+Planner::Planner(NodeContext ctx) : ctx_(std::move(ctx)), planned_(ctx_) {
   v4_.family = IpFamily::kV4;
   v6_.family = IpFamily::kV6;
 }
 
 std::vector<IpFamily> Planner::families() const {
   std::vector<IpFamily> out;
-  if (ctx_.ipv4) out.push_back(IpFamily::kV4);
-  if (ctx_.ipv6) out.push_back(IpFamily::kV6);
+  if (planned_.ipv4) out.push_back(IpFamily::kV4);
+  if (planned_.ipv6) out.push_back(IpFamily::kV6);
   return out;
 }
 
-void Planner::forget_service(const ServicePlan& p) {
+void Planner::forget_service(const PlannedService& p) {
   no_local_internal_ -= p.no_local_internal ? 1 : 0;
   no_local_external_ -= p.no_local_external ? 1 : 0;
 }
 
-void Planner::remember_service(const ServicePlan& p) {
+void Planner::remember_service(const PlannedService& p) {
   no_local_internal_ += p.no_local_internal ? 1 : 0;
   no_local_external_ += p.no_local_external ? 1 : 0;
 }
 
 // The fixed part of the layout: base chains at kube-proxy's hooks and priorities, the class
 // chains, and the sets and maps every service shares. See proxy/LAYOUT.md.
-void Planner::base_table(Table& t) const {
+void Planner::base_table(IpFamily f) {
+  Table& t = table_mut(f);
+  FamilyState& st = state(f);
+  st = {};
   t.sets.clear();
   t.chains.clear();
   for (Set s :
@@ -150,8 +153,13 @@ void Planner::base_table(Table& t) const {
         set(names::kServiceLb, SetShape::kVipVerdictMap)}) {
     t.sets.emplace(s.name, std::move(s));
   }
+  // In SetKind's order.
+  const char* fixed[kFixedSets] = {
+      names::kHairpin,        names::kFirewallIps, names::kFirewallAllow, names::kNoEndpointReject,
+      names::kNoEndpointDrop, names::kServiceIps,  names::kServiceLb};
+  for (size_t i = 0; i < kFixedSets; ++i) st.fixed[i] = &t.sets.at(fixed[i]);
   auto& cidrs = t.sets[names::kClusterCidrs];
-  for (const auto& p : ctx_.cluster_cidrs) {
+  for (const auto& p : planned_.cluster_cidrs) {
     if (p.family() != t.family) continue;
     Element e;
     e.key = addr_field(p.addr());
@@ -196,7 +204,7 @@ void Planner::base_table(Table& t) const {
 
   // Traffic to a cluster IP: masquerade what does not come from a pod (or everything).
   std::vector<Rule> internal;
-  if (ctx_.masquerade_all) {
+  if (planned_.masquerade_all) {
     internal.push_back(rule(RuleShape::kJump, names::kMarkForMasquerade));
   } else if (have_cidrs) {
     internal.push_back(
@@ -219,18 +227,21 @@ void Planner::base_table(Table& t) const {
   add(chain(names::kSvcExternalLocal, ext_local));
 }
 
-Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
-  ServicePlan plan;
+template <typename Emit>
+void Planner::plan_service(const ServiceState& st, bool count_skips, PlannedService& plan,
+                           Emit&& emit) {
+  const NodeContext& ctx = planned_;  // what the tables are planned with
   const Service& svc = st.service;
-  if (svc.type == model::ServiceType::kExternalName || svc.headless) return plan;
+  if (svc.type == model::ServiceType::kExternalName || svc.headless) return;
   auto skip = [&](const std::string& why) {
+    if (!count_skips) return;
     ++stats_.skipped;
     stats_.skip_reasons.push_back(svc.key.str() + ": " + why);
   };
   // A pod reaching itself through a service is always on this node; an endpoint without a
   // node name (a hand-made slice) is kept in the hairpin set to be safe.
   auto is_here = [&](const MergedEndpoint& e) {
-    return e.node_name.empty() || e.node_name == ctx_.node_name;
+    return e.node_name.empty() || e.node_name == ctx.node_name;
   };
   bool prefer_node = svc.traffic_distribution == "PreferSameNode";
   bool prefer_close = svc.traffic_distribution == "PreferClose" || svc.topology_mode == "Auto" ||
@@ -271,7 +282,7 @@ Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
       auto select = [&](bool local_only) {
         std::vector<const Ep*> ready, fallback;
         for (const auto& e : eps) {
-          if (local_only && e.ep->node_name != ctx_.node_name) continue;
+          if (local_only && e.ep->node_name != ctx.node_name) continue;
           if (e.ep->conditions.ready && !e.ep->conditions.terminating) {
             ready.push_back(&e);
           } else if (e.ep->conditions.serving && e.ep->conditions.terminating) {
@@ -288,13 +299,13 @@ Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
           if (prefer_node && hints_usable(raw, true)) {
             for (const auto* e : ready) {
               const auto& h = e->ep->hint_nodes;
-              if (std::find(h.begin(), h.end(), ctx_.node_name) != h.end()) near.push_back(e);
+              if (std::find(h.begin(), h.end(), ctx.node_name) != h.end()) near.push_back(e);
             }
           }
-          if (near.empty() && !ctx_.zone.empty() && hints_usable(raw, false)) {
+          if (near.empty() && !ctx.zone.empty() && hints_usable(raw, false)) {
             for (const auto* e : ready) {
               const auto& h = e->ep->hint_zones;
-              if (std::find(h.begin(), h.end(), ctx_.zone) != h.end()) near.push_back(e);
+              if (std::find(h.begin(), h.end(), ctx.zone) != h.end()) near.push_back(e);
             }
           }
           if (!near.empty())
@@ -315,23 +326,24 @@ Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
       bool etp_local = svc.external_traffic_policy == TrafficPolicy::kLocal;
       const std::vector<Target>& internal = itp_local ? local : cluster;
 
-      auto put = [&](const std::string& set_name, Element e) {
-        plan.contributions.push_back({fam, set_name, std::move(e)});
-      };
+      auto put = [&](SetKind kind, Element e) { emit(fam, SetId{kind}, std::move(e)); };
       auto put_backends = [&](const std::string& key, const std::vector<Target>& targets,
                               bool local_map) {
         auto n = static_cast<uint32_t>(targets.size());
+        SetId id{local_map ? SetKind::kLocalBackends : SetKind::kBackends, n};
         for (uint32_t i = 0; i < n; ++i) {
           Element e;
-          e.key = key + u32_field(i);
-          e.data = addr_field(targets[i].addr) + port_field(targets[i].port);
-          put(local_map ? names::local_backends(n) : names::backends(n), std::move(e));
+          e.key.reserve(key.size() + 4);
+          e.key.append(key).append(u32_field(i));
+          std::string addr = addr_field(targets[i].addr);
+          e.data.reserve(addr.size() + 4);
+          e.data.append(addr).append(port_field(targets[i].port));
+          emit(fam, id, std::move(e));
           if (targets[i].on_this_node) {
-            put(names::kHairpin, Element{addr_field(targets[i].addr) + addr_field(targets[i].addr),
-                                         {},
-                                         {},
-                                         Verdict::kNone,
-                                         {}});
+            Element h;
+            h.key.reserve(2 * addr.size());
+            h.key.append(addr).append(addr);
+            put(SetKind::kHairpin, std::move(h));
           }
         }
       };
@@ -347,14 +359,14 @@ Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
           continue;
         }
         std::string key = vip_key(vip, proto, sp.port);
-        put(names::kServiceIps, verdict_element(key, Verdict::kGoto, names::kSvcInternal));
-        put(names::kServiceLb, verdict_element(key, Verdict::kGoto, lb_chain));
+        put(SetKind::kServiceIps, verdict_element(key, Verdict::kGoto, names::kSvcInternal));
+        put(SetKind::kServiceLb, verdict_element(key, Verdict::kGoto, lb_chain));
         if (internal.empty()) {
           // kube-proxy: no endpoints at all -> reject; none on this node for
           // internalTrafficPolicy Local -> drop.
           bool drop = itp_local && !cluster.empty();
           if (drop) plan.no_local_internal = true;
-          put(drop ? names::kNoEndpointDrop : names::kNoEndpointReject,
+          put(drop ? SetKind::kNoEndpointDrop : SetKind::kNoEndpointReject,
               Element{key, {}, {}, Verdict::kNone, {}});
           continue;
         }
@@ -379,11 +391,11 @@ Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
                         svc.type == model::ServiceType::kLoadBalancer) &&
                        sp.node_port != 0;
       if (node_port) {
-        for (const auto& a : ctx_.node_ips) {
+        for (const auto& a : ctx.node_ips) {
           if (a.family() != fam || a.is_loopback() || a.is_unspecified())
             continue;  // never on localhost
-          bool selected = ctx_.node_port_addresses.empty();
-          for (const auto& p : ctx_.node_port_addresses) selected |= p.contains(a);
+          bool selected = ctx.node_port_addresses.empty();
+          for (const auto& p : ctx.node_port_addresses) selected |= p.contains(a);
           if (selected) externals.push_back({a, sp.node_port, false});
         }
       }
@@ -394,19 +406,19 @@ Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
         }
         std::string key = vip_key(ext.addr, proto, ext.port);
         if (ext.firewall) {
-          put(names::kFirewallIps, Element{key, {}, {}, Verdict::kNone, {}});
+          put(SetKind::kFirewallIps, Element{key, {}, {}, Verdict::kNone, {}});
           for (const auto& r : svc.load_balancer_source_ranges) {
             if (r.family() != fam) continue;
-            put(names::kFirewallAllow,
+            put(SetKind::kFirewallAllow,
                 Element{key + addr_field(r.addr()), key + prefix_last(r), {}, Verdict::kNone, {}});
           }
         }
-        put(names::kServiceIps,
+        put(SetKind::kServiceIps,
             verdict_element(key, Verdict::kGoto,
                             etp_local ? names::kSvcExternalLocal : names::kSvcExternal));
-        put(names::kServiceLb, verdict_element(key, Verdict::kGoto, lb_chain));
+        put(SetKind::kServiceLb, verdict_element(key, Verdict::kGoto, lb_chain));
         if (cluster.empty()) {
-          put(names::kNoEndpointReject, Element{key, {}, {}, Verdict::kNone, {}});
+          put(SetKind::kNoEndpointReject, Element{key, {}, {}, Verdict::kNone, {}});
           continue;
         }
         put_backends(key, cluster, false);
@@ -419,7 +431,6 @@ Planner::ServicePlan Planner::plan_service(const ServiceState& st) {
       }
     }
   }
-  return plan;
 }
 
 TableChanges& Planner::changes_for(std::vector<TableChanges>* out, IpFamily f) {
@@ -431,76 +442,71 @@ TableChanges& Planner::changes_for(std::vector<TableChanges>* out, IpFamily f) {
   return out->back();
 }
 
-namespace {
-bool parse_size(const std::string& name, const std::string& prefix, uint32_t* n) {
-  if (name.rfind(prefix, 0) != 0) return false;
-  try {
-    *n = static_cast<uint32_t>(std::stoul(name.substr(prefix.size())));
-  } catch (...) {
-    return false;
+Set& Planner::set_for(IpFamily f, SetId id) {
+  FamilyState& st = state(f);
+  if (id.kind != SetKind::kBackends && id.kind != SetKind::kLocalBackends)
+    return *st.fixed[static_cast<size_t>(id.kind)];
+  bool local = id.kind == SetKind::kLocalBackends;
+  auto& sets = local ? st.local_lb_sets : st.lb_sets;
+  auto it = sets.find(id.n);
+  if (it != sets.end()) return *it->second;
+  Set s = backends_set(local, id.n);
+  std::string name = s.name;
+  Set& created = table_mut(f).sets.emplace(std::move(name), std::move(s)).first->second;
+  sets.emplace(id.n, &created);
+  return created;
+}
+
+void Planner::add_element(IpFamily f, SetId id, Element&& e, TableChanges* ch) {
+  Set& s = set_for(f, id);
+  auto [it, fresh] = s.elements.try_emplace(e.key);
+  if (!fresh) {
+    // Another service has this key too; the newest value wins.
+    ++state(f).extra_refs[{s.name, e.key}];
+    if (it->second == e) return;
+    if (ch) ch->del_elements.emplace_back(s.name, it->second);
   }
-  return true;
-}
-}  // namespace
-
-void Planner::ensure_size(IpFamily f, bool local, uint32_t n) {
-  auto& sizes = local ? state(f).local_lb_sizes : state(f).lb_sizes;
-  if (sizes[n]++ > 0) return;
-  Set s = backends_set(local, n);
-  table_mut(f).sets.emplace(s.name, std::move(s));
+  it->second = std::move(e);
+  if (ch) ch->add_elements.emplace_back(s.name, it->second);
 }
 
-void Planner::release_size(IpFamily f, bool local, uint32_t n) {
-  auto& sizes = local ? state(f).local_lb_sizes : state(f).lb_sizes;
-  auto it = sizes.find(n);
-  assert(it != sizes.end() && it->second > 0);
-  if (--it->second > 0) return;
-  sizes.erase(it);
-  table_mut(f).sets.erase(local ? names::local_backends(n) : names::backends(n));
-}
-
-void Planner::add_contribution(const Contribution& c, std::vector<TableChanges>* out) {
-  TableChanges* ch = out ? &changes_for(out, c.family) : nullptr;
-  uint32_t n = 0;
-  if (parse_size(c.set, "backends-", &n)) ensure_size(c.family, false, n);
-  if (parse_size(c.set, "local-backends-", &n)) ensure_size(c.family, true, n);
-  auto& owned = state(c.family).owned[c.set][c.element.key];
-  Table& t = table_mut(c.family);
-  if (owned.refs++ > 0 && owned.element == c.element) return;
-  // A new key, or two services claiming one key with different values (the newest wins).
-  if (owned.refs > 1 && ch) ch->del_elements.emplace_back(c.set, owned.element);
-  owned.element = c.element;
-  t.sets[c.set].elements[c.element.key] = c.element;
-  if (ch) ch->add_elements.emplace_back(c.set, c.element);
-}
-
-void Planner::remove_contribution(const Contribution& c, std::vector<TableChanges>* out) {
-  TableChanges* ch = out ? &changes_for(out, c.family) : nullptr;
-  auto& set_owned = state(c.family).owned[c.set];
-  auto it = set_owned.find(c.element.key);
-  assert(it != set_owned.end());
-  if (--it->second.refs == 0) {
-    if (ch) ch->del_elements.emplace_back(c.set, it->second.element);
-    table_mut(c.family).sets[c.set].elements.erase(c.element.key);
-    set_owned.erase(it);
+void Planner::remove_element(IpFamily f, SetId id, const Element& e, TableChanges* ch) {
+  FamilyState& st = state(f);
+  Set& s = set_for(f, id);
+  auto it = s.elements.find(e.key);
+  assert(it != s.elements.end());
+  if (!st.extra_refs.empty()) {
+    auto extra = st.extra_refs.find({s.name, e.key});
+    if (extra != st.extra_refs.end()) {
+      if (--extra->second == 0) st.extra_refs.erase(extra);
+      return;
+    }
   }
-  uint32_t n = 0;
-  if (parse_size(c.set, "backends-", &n)) release_size(c.family, false, n);
-  if (parse_size(c.set, "local-backends-", &n)) release_size(c.family, true, n);
+  if (ch) ch->del_elements.emplace_back(s.name, it->second);
+  s.elements.erase(it);
+  if (!s.elements.empty() || (id.kind != SetKind::kBackends && id.kind != SetKind::kLocalBackends))
+    return;
+  // No element uses this size any more: its map goes.
+  auto& sets = id.kind == SetKind::kLocalBackends ? st.local_lb_sets : st.lb_sets;
+  sets.erase(id.n);
+  std::string name = s.name;
+  table_mut(f).sets.erase(name);
 }
 
 void Planner::reset(const model::Snapshot& snap) {
   stats_ = {};
+  planned_ = ctx_;
   services_.clear();
-  s4_ = {};
-  s6_ = {};
-  base_table(v4_);
-  base_table(v6_);
+  base_table(IpFamily::kV4);
+  base_table(IpFamily::kV6);
   no_local_internal_ = 0;
   no_local_external_ = 0;
+  auto emit = [this](IpFamily f, SetId id, Element&& e) {
+    add_element(f, id, std::move(e), nullptr);
+  };
   for (const auto& st : snap.services) {
-    ServicePlan p = plan_service(*st);
-    for (const auto& c : p.contributions) add_contribution(c, nullptr);
+    PlannedService p{st};
+    plan_service(*st, true, p, emit);
     remember_service(p);
     services_.emplace_hint(services_.end(), st->key(), std::move(p));
   }
@@ -512,26 +518,37 @@ std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const mod
   stats_ = {};
   std::vector<TableChanges> out;
   // The backend-map sizes in use before, to find the maps (and lb rules) that come and go.
-  auto sizes_of = [](const std::map<uint32_t, uint32_t>& m) {
+  auto sizes_of = [](const std::map<uint32_t, Set*>& m) {
     std::set<uint32_t> out;
     for (const auto& [n, _] : m) out.insert(n);
     return out;
   };
-  std::set<uint32_t> before[2][2] = {{sizes_of(s4_.lb_sizes), sizes_of(s4_.local_lb_sizes)},
-                                     {sizes_of(s6_.lb_sizes), sizes_of(s6_.local_lb_sizes)}};
+  std::set<uint32_t> before[2][2] = {{sizes_of(s4_.lb_sets), sizes_of(s4_.local_lb_sets)},
+                                     {sizes_of(s6_.lb_sets), sizes_of(s6_.local_lb_sets)}};
   auto redo = [&](const model::ServiceKey& key) {
-    ServicePlan next;
-    if (const auto* st = snap.find(key)) next = plan_service(*st);
+    PlannedService next{snap.find_ptr(key)};
     // Add first, then remove: an element both plans carry never leaves the table.
-    for (const auto& c : next.contributions) add_contribution(c, &out);
+    if (next.state) {
+      plan_service(*next.state, true, next, [&](IpFamily f, SetId id, Element&& e) {
+        add_element(f, id, std::move(e), &changes_for(&out, f));
+      });
+    }
     auto it = services_.find(key);
     if (it != services_.end()) {
-      for (const auto& c : it->second.contributions) remove_contribution(c, &out);
+      // The elements the old state put in are those it plans to again (same context).
+      PlannedService old;
+      plan_service(*it->second.state, false, old, [&](IpFamily f, SetId id, Element&& e) {
+        remove_element(f, id, e, &changes_for(&out, f));
+      });
       forget_service(it->second);
     }
-    if (snap.find(key)) {
+    if (next.state) {
       remember_service(next);
-      services_[key] = std::move(next);
+      if (it != services_.end()) {
+        it->second = std::move(next);
+      } else {
+        services_.emplace(key, std::move(next));
+      }
     } else if (it != services_.end()) {
       services_.erase(it);
     }
@@ -542,7 +559,7 @@ std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const mod
 
   for (IpFamily f : {IpFamily::kV4, IpFamily::kV6}) {
     const auto& b = before[f == IpFamily::kV4 ? 0 : 1];
-    std::set<uint32_t> after[2] = {sizes_of(state(f).lb_sizes), sizes_of(state(f).local_lb_sizes)};
+    std::set<uint32_t> after[2] = {sizes_of(state(f).lb_sets), sizes_of(state(f).local_lb_sets)};
     if (after[0] == b[0] && after[1] == b[1]) continue;
     TableChanges& ch = changes_for(&out, f);
     for (int local = 0; local < 2; ++local) {

@@ -38,6 +38,9 @@ struct PlanStats {
 class Planner {
  public:
   explicit Planner(NodeContext ctx);
+  // Its state points into its own tables.
+  Planner(const Planner&) = delete;
+  Planner& operator=(const Planner&) = delete;
 
   const NodeContext& context() const { return ctx_; }
   // A new node context (this node's IPs or zone changed); takes effect at the next reset().
@@ -58,49 +61,67 @@ class Planner {
   uint64_t no_local_external() const { return no_local_external_; }
 
  private:
-  struct Contribution {
-    IpFamily family;
-    std::string set;
-    Element element;
+  // The sets a service's elements go to: fixed ones, and the per-size backend maps.
+  enum class SetKind : uint8_t {
+    kHairpin,
+    kFirewallIps,
+    kFirewallAllow,
+    kNoEndpointReject,
+    kNoEndpointDrop,
+    kServiceIps,
+    kServiceLb,
+    kBackends,       // backends-N
+    kLocalBackends,  // local-backends-N
   };
-  struct ServicePlan {
-    std::vector<Contribution> contributions;
+  static constexpr size_t kFixedSets = 7;
+  struct SetId {
+    SetKind kind;
+    uint32_t n = 0;  // the backend maps' size
+  };
+  // What the planner keeps per service: the state it was planned from (shared with the
+  // snapshot), so an update plans the old state again to know which elements it put in,
+  // instead of keeping a copy of every element per service.
+  struct PlannedService {
+    model::ServiceStatePtr state;
     bool no_local_internal = false;
     bool no_local_external = false;
   };
-  struct Owned {
-    Element element;
-    uint32_t refs = 0;
-  };
   struct FamilyState {
-    // Per set: element key -> the element and how many services put it there.
-    std::map<std::string, std::map<std::string, Owned>> owned;
-    // Per backend-map size: how many elements use it (drives the per-N sets and chains).
-    std::map<uint32_t, uint32_t> lb_sizes;
-    std::map<uint32_t, uint32_t> local_lb_sizes;
+    Set* fixed[kFixedSets] = {};  // into the family's Table (its map's nodes do not move)
+    // The backend maps in use, by size (numeric order, for the lb chains' rules).
+    std::map<uint32_t, Set*> lb_sets;
+    std::map<uint32_t, Set*> local_lb_sets;
+    // Elements more than one service put in (the same VIP key in two services): set name and
+    // key -> how many services beyond the first. Rare, so every other element is stored once,
+    // in the Table.
+    std::map<std::pair<std::string, std::string>, uint32_t> extra_refs;
   };
 
-  ServicePlan plan_service(const model::ServiceState& st);
-  void base_table(Table& t) const;
-  void add_contribution(const Contribution& c, std::vector<TableChanges>* out);
-  void remove_contribution(const Contribution& c, std::vector<TableChanges>* out);
+  // Calls emit(family, SetId, Element&&) for each element `st` puts in the tables; sets the
+  // no-local flags of `out`. Skips are counted in stats_ only when `count_skips`.
+  template <typename Emit>
+  void plan_service(const model::ServiceState& st, bool count_skips, PlannedService& out,
+                    Emit&& emit);
+  void base_table(IpFamily f);
+  Set& set_for(IpFamily f, SetId id);  // creates a backend map when its size is new
+  void add_element(IpFamily f, SetId id, Element&& e, TableChanges* ch);
+  void remove_element(IpFamily f, SetId id, const Element& e, TableChanges* ch);
   Table& table_mut(IpFamily f) { return f == IpFamily::kV4 ? v4_ : v6_; }
   FamilyState& state(IpFamily f) { return f == IpFamily::kV4 ? s4_ : s6_; }
-  bool has_family(IpFamily f) const { return f == IpFamily::kV4 ? ctx_.ipv4 : ctx_.ipv6; }
-  void ensure_size(IpFamily f, bool local, uint32_t n);
-  void release_size(IpFamily f, bool local, uint32_t n);
+  bool has_family(IpFamily f) const { return f == IpFamily::kV4 ? planned_.ipv4 : planned_.ipv6; }
   // Rewrites the rules of lb, lb-hash and local-lb from the backend-map sizes in use.
   void rebuild_lb_chains(IpFamily f);
-  void forget_service(const ServicePlan& p);
-  void remember_service(const ServicePlan& p);
+  void forget_service(const PlannedService& p);
+  void remember_service(const PlannedService& p);
   TableChanges& changes_for(std::vector<TableChanges>* out, IpFamily f);
 
-  NodeContext ctx_;
+  NodeContext ctx_;      // the newest context given
+  NodeContext planned_;  // the context the tables were planned with (from the last reset)
   Table v4_;
   Table v6_;
   FamilyState s4_;
   FamilyState s6_;
-  std::map<model::ServiceKey, ServicePlan> services_;
+  std::map<model::ServiceKey, PlannedService> services_;
   PlanStats stats_;
   uint64_t no_local_internal_ = 0;
   uint64_t no_local_external_ = 0;

@@ -136,6 +136,54 @@ TEST(ProxyPlanner, EndpointCountChangeTouchesNoVerdict) {
   EXPECT_EQ(render(p.table(IpFamily::kV4)), render(fresh.table(IpFamily::kV4)));
 }
 
+// Two services can put in the same element: a pod in both (its hairpin element), or the same
+// address and port (here a shared external IP). The element stays until neither has it.
+TEST(ProxyPlanner, AnElementTwoServicesShareStaysUntilBothAreGone) {
+  Planner p(testing::node_context());
+  auto a = testing::service("a", {testing::ip("10.96.0.30")}, 80);
+  auto b = testing::service("b", {testing::ip("10.96.0.31")}, 80);
+  a.external_ips = b.external_ips = {testing::ip("203.0.113.9")};
+  auto pod = testing::endpoint("10.244.1.2", 8080);  // on this node
+  std::string hairpin = addr_field(pod.address) + addr_field(pod.address);
+  std::string shared = vip("203.0.113.9", 6, 80);
+  auto s1 = testing::snapshot(1, {testing::state(a, {pod}), testing::state(b, {pod})});
+  p.reset(*s1);
+  const Table& t = p.table(IpFamily::kV4);
+  ASSERT_NE(find(t, "hairpin", hairpin), nullptr);
+  ASSERT_NE(find(t, "service-ips", shared), nullptr);
+
+  // a goes: nothing it shared with b leaves the kernel.
+  auto s2 = testing::snapshot(2, {testing::state(b, {pod})});
+  auto ch = p.update(*s2, model::diff(s1.get(), *s2));
+  ASSERT_EQ(ch.size(), 1u);
+  for (const auto& [set, e] : ch[0].del_elements) {
+    EXPECT_NE(e.key, hairpin) << set;
+    EXPECT_NE(e.key, shared) << set;
+  }
+  EXPECT_NE(find(t, "hairpin", hairpin), nullptr);
+  EXPECT_NE(find(t, "service-ips", shared), nullptr);
+  Planner fresh(testing::node_context());
+  fresh.reset(*s2);
+  EXPECT_EQ(render(t), render(fresh.table(IpFamily::kV4)));
+
+  // b changes (an endpoint more) and then goes too: now they leave.
+  auto s3 = testing::snapshot(
+      3, {testing::state(b, {pod, testing::endpoint("10.244.2.2", 8080, "node-b")})});
+  p.update(*s3, model::diff(s2.get(), *s3));
+  EXPECT_NE(find(t, "hairpin", hairpin), nullptr);
+  auto s4 = testing::snapshot(4, {});
+  ch = p.update(*s4, model::diff(s3.get(), *s4));
+  ASSERT_EQ(ch.size(), 1u);
+  size_t gone = 0;
+  for (const auto& [set, e] : ch[0].del_elements) gone += e.key == hairpin || e.key == shared;
+  EXPECT_EQ(gone, 3u);  // hairpin, service-ips, service-lb
+  EXPECT_EQ(find(t, "hairpin", hairpin), nullptr);
+  EXPECT_EQ(find(t, "service-ips", shared), nullptr);
+  Planner empty(testing::node_context());
+  empty.reset(*s4);
+  EXPECT_EQ(render(t), render(empty.table(IpFamily::kV4)));
+}
+
 TEST(ProxyPlanner, BadInputIsSkippedAndCounted) {
   NodeContext ctx = testing::node_context();
   ctx.ipv6 = false;
