@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -63,6 +64,8 @@ class Forwarder {
   uint64_t cache_misses() const { return cache_misses_.load(); }
   uint64_t errors() const { return errors_.load(); }  // timeouts and unreachable upstreams
   uint64_t shed() const { return shed_.load(); }
+  // Unexpired entries dropped because the cache was full (the oldest stored goes first).
+  uint64_t evictions() const { return evictions_.load(); }
   size_t cache_size() const;
 
  private:
@@ -71,6 +74,7 @@ class Forwarder {
     std::vector<uint8_t> msg;
     std::vector<std::pair<size_t, uint32_t>> ttls;  // offset, TTL as received
     Clock::time_point stored, expires;
+    std::list<std::string>::iterator age;  // its place in age_
   };
   static void on_answer(void* arg, int status, int timeouts, unsigned char* abuf, int alen);
   void run();
@@ -91,8 +95,9 @@ class Forwarder {
 
   mutable std::mutex cache_mu_;
   std::unordered_map<std::string, CacheEntry> cache_;
+  std::list<std::string> age_;  // the cache's keys, oldest stored first: eviction is O(1)
 
-  std::atomic<uint64_t> cache_hits_{0}, cache_misses_{0}, errors_{0}, shed_{0};
+  std::atomic<uint64_t> cache_hits_{0}, cache_misses_{0}, errors_{0}, shed_{0}, evictions_{0};
 };
 
 // The cache key of a query: its lower-case name, type and whether it carried EDNS.

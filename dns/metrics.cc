@@ -86,6 +86,11 @@ Metrics::Metrics(prometheus::Registry* r) {
                     .Register(*r);
   cache_hits_ = &cache.Add({{"result", "hit"}});
   cache_misses_ = &cache.Add({{"result", "miss"}});
+  cache_evictions_ = &prometheus::BuildCounter()
+                          .Name("endpointd_dns_forward_cache_evictions_total")
+                          .Help("Unexpired forwarding cache entries dropped because it was full")
+                          .Register(*r)
+                          .Add({});
   auto& fe = prometheus::BuildCounter()
                  .Name("endpointd_dns_forward_errors_total")
                  .Help("Forwarded queries that failed (timeout, upstream unreachable) or were shed")
@@ -130,6 +135,9 @@ void Metrics::forward_error() {
 }
 void Metrics::forward_shed() {
   if (forward_shed_) forward_shed_->Increment();
+}
+void Metrics::cache_eviction() {
+  if (cache_evictions_) cache_evictions_->Increment();
 }
 void Metrics::programming(double s) {
   if (programming_) programming_->Observe(s);

@@ -38,6 +38,7 @@ class Metrics {
   void cache_miss();
   void forward_error();
   void forward_shed();
+  void cache_eviction();
   void programming(double seconds);
   void tcp_rejected();
   prometheus::Histogram* forward_latency = nullptr;
@@ -47,6 +48,7 @@ class Metrics {
   prometheus::Histogram* latency_ = nullptr;
   prometheus::Counter* cache_hits_ = nullptr;
   prometheus::Counter* cache_misses_ = nullptr;
+  prometheus::Counter* cache_evictions_ = nullptr;
   prometheus::Counter* forward_errors_ = nullptr;
   prometheus::Counter* forward_shed_ = nullptr;
   prometheus::Histogram* programming_ = nullptr;

@@ -509,6 +509,42 @@ TEST(ForwarderCache, ExpiresWithTheTtlAndShedsOverTheLimit) {
   g.stop();
 }
 
+TEST(ForwarderCache, FullCacheEvictsTheOldestAndCountsIt) {
+  FakeUpstream up;
+  ForwarderOptions o;
+  o.upstreams = {"127.0.0.1:" + std::to_string(up.port())};
+  o.timeout = std::chrono::milliseconds(300);
+  o.tries = 1;
+  o.cache_entries = 2;
+  Forwarder f(o);
+  ASSERT_FALSE(f.start());
+  auto ask_through = [&](const std::string& name, uint16_t t) {
+    Query q = parse_query(query(name, t));
+    std::promise<void> p;
+    EXPECT_TRUE(f.forward(q, [&p](std::span<const uint8_t>) { p.set_value(); }));
+    p.get_future().wait();
+    return q;
+  };
+  uint8_t out[512];
+  Query a = ask_through("example.org", type::kA);
+  Query b = ask_through("missing.example", type::kA);
+  EXPECT_EQ(f.evictions(), 0u);
+  Query c = ask_through("missing.example", type::kAAAA);  // a third: the oldest goes
+  EXPECT_EQ(f.cache_size(), 2u);
+  EXPECT_EQ(f.evictions(), 1u);
+  EXPECT_EQ(f.cached(a, out, sizeof out), 0u);
+  EXPECT_GT(f.cached(b, out, sizeof out), 0u);
+  EXPECT_GT(f.cached(c, out, sizeof out), 0u);
+  // Storing a name again makes it the youngest: b is stored again, so c goes next.
+  ask_through("missing.example", type::kA);
+  ask_through("example.org", type::kA);
+  EXPECT_EQ(f.evictions(), 2u);
+  EXPECT_EQ(f.cached(c, out, sizeof out), 0u);
+  EXPECT_GT(f.cached(b, out, sizeof out), 0u);
+  EXPECT_GT(f.cached(a, out, sizeof out), 0u);
+  f.stop();
+}
+
 TEST(Listen, Parse) {
   EXPECT_EQ(parse_listen("127.0.0.1:53")->second, 53);
   EXPECT_EQ(parse_listen("[::1]:5353")->first, "::1");
