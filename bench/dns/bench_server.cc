@@ -1,6 +1,7 @@
 // Serves the DNS benchmark's cluster (see gen_zone.py: the same records) with endpointd's
 // DNS sink until SIGINT/SIGTERM. Usage: bench_server PORT [services] [endpoints-per-service]
-// [workers]
+// [workers] [upstream ADDR:PORT [cache-entries]]: with an upstream, names outside the cluster
+// zone are forwarded to it (bench/dns/run-forward), else they are REFUSED.
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -30,8 +31,12 @@ int main(int argc, char** argv) {
   auto snap = bench::bench_snapshot(n, e);
   dns::DnsOptions o;
   o.listen = "127.0.0.1:" + std::to_string(port);
-  o.forwarding = false;
   o.workers = workers;
+  o.forwarding = argc > 5;
+  if (o.forwarding) {
+    o.upstreams = {argv[5]};
+    o.cache_entries = argc > 6 ? std::strtoul(argv[6], nullptr, 10) : 100000;
+  }
   dns::DnsSink sink(o, nullptr, nullptr);
   if (auto err = sink.start()) {
     std::fprintf(stderr, "%s\n", err->c_str());
