@@ -3,6 +3,8 @@
 // nftables layout for the same state) or, inside a network namespace, runs the proxy sink over
 // netlink: a full sync, then single-endpoint changes timed from the sink being handed the
 // snapshot to the batch committed. Prints one JSON object per measurement.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -322,6 +324,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.mode = argv[1];
+  // stdout carries the JSON lines; the sink's log goes to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("proxy_bench"));
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     int v = std::atoi(argv[i + 1]);
