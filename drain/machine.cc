@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "drain/selection.h"
+#include "model/json.h"
 
 namespace endpointd::drain {
 
@@ -43,23 +44,6 @@ bool in_any_service(const model::Snapshot& s, const model::IpAddr& ip) {
 
 std::string ms_since(TimePoint from, TimePoint t) {
   return std::to_string(std::chrono::duration_cast<milliseconds>(t - from).count());
-}
-
-std::string json_str(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 }  // namespace
@@ -459,12 +443,14 @@ std::string Machine::to_json(TimePoint now) const {
     return std::to_string(std::chrono::duration_cast<milliseconds>(sys.time_since_epoch()).count());
   };
   auto one = [&](const Drain& d) {
-    std::string j = "{\"address\":" + json_str(d.ip.str()) + ",\"pod\":" + json_str(d.pod.str()) +
-                    ",\"pod_uid\":" + json_str(d.pod_uid) +
-                    ",\"stage\":" + json_str(std::string(to_string(d.stage))) +
-                    ",\"release_after\":" +
-                    json_str(d.release_after == ReleaseAfter::kRemoved ? "removed" : "drained") +
-                    ",\"start_unix_ms\":" + wall(d.start) + ",\"timeline_ms\":{";
+    std::string j =
+        "{\"address\":" + model::json_string(d.ip.str()) +
+        ",\"pod\":" + model::json_string(d.pod.str()) +
+        ",\"pod_uid\":" + model::json_string(d.pod_uid) +
+        ",\"stage\":" + model::json_string(std::string(to_string(d.stage))) +
+        ",\"release_after\":" +
+        model::json_string(d.release_after == ReleaseAfter::kRemoved ? "removed" : "drained") +
+        ",\"start_unix_ms\":" + wall(d.start) + ",\"timeline_ms\":{";
     std::string t;
     auto add = [&](const char* k, const std::optional<TimePoint>& v) {
       if (!v) return;
@@ -490,15 +476,15 @@ std::string Machine::to_json(TimePoint now) const {
     j += u + "},\"consumers_confirmed_ms\":{";
     std::string c;
     for (const auto& [name, at] : d.consumers_confirmed)
-      c += (c.empty() ? "" : ",") + json_str(name) + ":" + ms_since(d.start, at);
+      c += (c.empty() ? "" : ",") + model::json_string(name) + ":" + ms_since(d.start, at);
     j += c + "},\"peers\":[";
     std::string p;
     for (const auto& [node, ps] : d.peers) {
       const char* st = ps.state == PeerState::State::kConfirmed ? "confirmed"
                        : ps.state == PeerState::State::kFailed  ? "failed"
                                                                 : "pending";
-      p += (p.empty() ? "" : ",") + std::string("{\"node\":") + json_str(node) + ",\"state\":\"" +
-           st + "\",\"error\":" + json_str(ps.last_error) +
+      p += (p.empty() ? "" : ",") + std::string("{\"node\":") + model::json_string(node) +
+           ",\"state\":\"" + st + "\",\"error\":" + model::json_string(ps.last_error) +
            (ps.answered ? ",\"answered_ms\":" + ms_since(d.start, *ps.answered) : std::string()) +
            "}";
     }
@@ -507,7 +493,7 @@ std::string Machine::to_json(TimePoint now) const {
          ",\"removal_forced\":" + (d.removal_forced ? "true" : "false") +
          ",\"drain_forced\":" + (d.drain_forced ? "true" : "false") + ",\"notes\":[";
     std::string n;
-    for (const auto& s : d.notes) n += (n.empty() ? "" : ",") + json_str(s);
+    for (const auto& s : d.notes) n += (n.empty() ? "" : ",") + model::json_string(s);
     return j + n + "]}";
   };
   std::string out = "[";

@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "model/json.h"
 #include "model/result.h"
 
 namespace endpointd::watcher {
@@ -13,7 +14,6 @@ namespace endpointd::watcher {
 // core schema types them (integers, floats, true/false, null); quoted scalars stay strings.
 Result<std::vector<std::string>> yaml_to_json_documents(std::string_view yaml);
 
-// Appends `s` to `out` as a JSON string literal.
-void append_json_string(std::string& out, std::string_view s);
+using model::append_json_string;
 
 }  // namespace endpointd::watcher
