@@ -1,6 +1,6 @@
 // envoy.service.discovery.v3.AggregatedDiscoveryService: LDS, RDS, CDS and EDS over one
 // stream, state of the world (StreamAggregatedResources) and delta (DeltaAggregatedResources).
-// One callback reactor per stream; at most one response in flight; per resource type the
+// A FeedStream per stream (at most one response in flight); per resource type the
 // stream remembers what it sent, so a new snapshot produces a response only for the types
 // whose resources really changed, built from the newest snapshot (slow readers coalesce).
 // ACK/NACK by nonce; only the ACK of a ClusterLoadAssignment response moves the stream's
@@ -16,6 +16,7 @@
 #include "envoy/service/discovery/v3/discovery.grpc.pb.h"
 #include "feed/resources.h"
 #include "feed/services.h"
+#include "feed/stream.h"
 
 namespace endpointd::feed {
 
@@ -53,49 +54,16 @@ std::string version_hash(const google::protobuf::Any& a) {
 }
 
 template <bool kDelta>
-class AdsStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
-                        public Subscriber {
+class AdsStream final : public FeedStream {
   using Request = std::conditional_t<kDelta, disc::DeltaDiscoveryRequest, disc::DiscoveryRequest>;
   using Response =
       std::conditional_t<kDelta, disc::DeltaDiscoveryResponse, disc::DiscoveryResponse>;
-  static constexpr Metrics::Api kApi = kDelta ? Metrics::Api::kDeltaAds : Metrics::Api::kAds;
 
  public:
   AdsStream(grpc::CallbackServerContext* ctx, ServiceContext sc)
-      : sc_(std::move(sc)), id_(sc_.hub->next_id()), peer_(ctx->peer()), acks_(sc_.hub->current()) {
+      : FeedStream(ctx, std::move(sc), kDelta ? Metrics::Api::kDeltaAds : Metrics::Api::kAds) {
     xctx_.zone = sc_.zone;
-    if (!sc_.hub->add(this)) {
-      sc_.metrics->rejected(Reject::kTooManyStreams);
-      spdlog::warn("feed: refused an xDS stream from {}: stream limit reached", peer_);
-      refused_ = true;
-      this->Finish(
-          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "endpointd feed: too many streams"));
-      return;
-    }
-    sc_.metrics->stream_opened(kApi);
-    bool acks_moved = false;
-    {
-      // Hub before stream, the order the hub takes them in (see watch.cc).
-      auto cur = sc_.hub->current();
-      std::lock_guard lock(mu_);
-      if (cur && (!newest_ || cur->generation > newest_->generation)) newest_ = cur;
-      acks_moved = maybe_write_locked();
-    }
-    if (acks_moved) sc_.hub->acks_changed(this);
-    this->StartRead(&in_bytes_);
-  }
-
-  void notify(const model::SnapshotPtr& snap) override {
-    std::lock_guard lock(mu_);
-    if (newest_ && snap->generation <= newest_->generation) return;
-    if (writing_) sc_.metrics->coalesced();
-    newest_ = snap;
-    maybe_write_locked();
-  }
-
-  model::SnapshotPtr acked() const override {
-    std::lock_guard lock(mu_);
-    return acks_.acked();
+    start("an xDS stream");
   }
 
   SubscriberInfo info() const override {
@@ -121,74 +89,32 @@ class AdsStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
     return i;
   }
 
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      std::lock_guard lock(mu_);
-      finish_locked(grpc::Status::OK);
-      return;
-    }
-    bool acks_moved = false;
-    {
-      std::lock_guard lock(mu_);
-      // Raw bytes in, parsed here: a request that does not parse ends the stream with
-      // INVALID_ARGUMENT (gRPC's own parsing would only report a failed read).
-      if (!grpc::SerializationTraits<Request>::Deserialize(&in_bytes_, &in_).ok()) {
-        sc_.metrics->rejected(Reject::kMalformed);
-        spdlog::warn("feed: malformed {} from {}",
-                     kDelta ? "DeltaDiscoveryRequest" : "DiscoveryRequest", peer_);
-        finish_locked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                   kDelta ? "endpointd feed: malformed DeltaDiscoveryRequest"
-                                          : "endpointd feed: malformed DiscoveryRequest"));
-        return;
-      }
-      if (in_.type_url().empty()) {
-        sc_.metrics->rejected(Reject::kUnknownType);
-        finish_locked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                   "endpointd feed: an ADS request must carry a type_url"));
-        return;
-      }
-      if (in_.has_node() && node_id_.empty()) {
-        node_id_ = in_.node().id();
-        xctx_.client_zone = in_.node().locality().zone();
-      }
-      acks_moved = handle_locked();
-      acks_moved = maybe_write_locked() || acks_moved;
-    }
-    if (acks_moved) sc_.hub->acks_changed(this);
-    this->StartRead(&in_bytes_);
-  }
-
-  void OnWriteDone(bool ok) override {
-    bool acks_moved = false;
-    {
-      std::lock_guard lock(mu_);
-      writing_ = false;
-      out_bytes_.Clear();
-      if (!ok) finishing_ = true;
-      if (finishing_) {
-        finish_locked(status_);
-        return;
-      }
-      acks_moved = maybe_write_locked();
-    }
-    if (acks_moved) sc_.hub->acks_changed(this);
-  }
-
-  void OnDone() override {
-    if (!refused_) {
-      sc_.hub->remove(this);
-      sc_.metrics->stream_closed(kApi);
-    }
-    delete this;
-  }
-
  private:
-  void finish_locked(grpc::Status st) {
-    if (!finishing_) status_ = std::move(st);
-    finishing_ = true;
-    if (writing_ || finished_) return;
-    finished_ = true;
-    this->Finish(status_);
+  bool handle_request_locked(bool* acks_moved) override {
+    // Raw bytes in, parsed here: a request that does not parse ends the stream with
+    // INVALID_ARGUMENT (gRPC's own parsing would only report a failed read).
+    if (!grpc::SerializationTraits<Request>::Deserialize(&in_bytes_, &in_).ok()) {
+      sc_.metrics->rejected(Reject::kMalformed);
+      spdlog::warn("feed: malformed {} from {}",
+                   kDelta ? "DeltaDiscoveryRequest" : "DiscoveryRequest", peer_);
+      finish_locked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 kDelta ? "endpointd feed: malformed DeltaDiscoveryRequest"
+                                        : "endpointd feed: malformed DiscoveryRequest"));
+      return false;
+    }
+    if (in_.type_url().empty()) {
+      sc_.metrics->rejected(Reject::kUnknownType);
+      finish_locked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "endpointd feed: an ADS request must carry a type_url"));
+      return false;
+    }
+    if (in_.has_node() && node_id_.empty()) {
+      node_id_ = in_.node().id();
+      xctx_.client_zone = in_.node().locality().zone();
+    }
+    *acks_moved = handle_locked();
+    *acks_moved = maybe_write_locked() || *acks_moved;
+    return true;
   }
 
   TypeState& type_state(const std::string& url) {
@@ -218,11 +144,11 @@ class AdsStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
       } else if (in_.has_error_detail()) {
         ++ts.nacks;
         ts.last_nack = in_.error_detail().message();
-        sc_.metrics->nack(kApi);
+        sc_.metrics->nack(api_);
         spdlog::warn("feed: {} (node {}) rejected {} version {}: {}", peer_, node_id_,
                      short_name(ts.type), ts.version, ts.last_nack);
       } else {
-        sc_.metrics->ack(kApi);
+        sc_.metrics->ack(api_);
         if (ts.type == XdsType::kEndpoint && acks_.ack(ts.version)) acks_moved = true;
       }
     }
@@ -331,7 +257,7 @@ class AdsStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
 
   // Sends the first type that needs an answer, if nothing is in flight. Returns true when
   // acked() moved without a send.
-  bool maybe_write_locked() {
+  bool maybe_write_locked() override {
     if (writing_ || finishing_ || !newest_) return false;
     bool acks_moved = false;
     // Make before break: clusters before their endpoints, listeners before their routes.
@@ -398,37 +324,23 @@ class AdsStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::B
     ts.nonce = std::to_string(++nonce_);
     out_.set_nonce(ts.nonce);
     bool own = false;
-    if (!grpc::SerializationTraits<Response>::Serialize(out_, &out_bytes_, &own).ok()) {
+    grpc::ByteBuffer bytes;
+    if (!grpc::SerializationTraits<Response>::Serialize(out_, &bytes, &own).ok()) {
       finish_locked(grpc::Status(grpc::StatusCode::INTERNAL, "endpointd feed: cannot encode"));
       return true;
     }
     out_.Clear();  // the bytes are what is sent; the message would only hold memory
-    writing_ = true;
-    sc_.metrics->update_sent(kApi);
-    this->StartWrite(&out_bytes_);
+    start_write_locked(bytes);
     return true;
   }
 
-  const ServiceContext sc_;
-  const uint64_t id_;
-  const std::string peer_;
-  bool refused_ = false;
-
-  mutable std::mutex mu_;  // guards everything below; taken after the hub's lock, never before
-  grpc::ByteBuffer in_bytes_;
-  grpc::ByteBuffer out_bytes_;
+  // Guarded by mu_:
   Request in_;
   Response out_;
   XdsContext xctx_;
   std::string node_id_;
   std::map<std::string, TypeState> types_;
   uint64_t nonce_ = 0;
-  bool writing_ = false;
-  bool finishing_ = false;
-  bool finished_ = false;
-  grpc::Status status_;
-  model::SnapshotPtr newest_;
-  AckTracker acks_;
 };
 
 using RawAds = disc::AggregatedDiscoveryService::WithRawCallbackMethod_StreamAggregatedResources<

@@ -1,6 +1,4 @@
-// endpointd.v1.UpstreamFeed/Watch: one callback reactor per stream. At most one response is
-// in flight; a snapshot that arrives meanwhile replaces the pending one, so a slow reader is
-// sent the newest state (coalesced), never a backlog.
+// endpointd.v1.UpstreamFeed/Watch: a FeedStream that speaks WatchRequest / WatchResponse.
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
@@ -11,6 +9,7 @@
 #include "endpointd/v1/feed.grpc.pb.h"
 #include "feed/resources.h"
 #include "feed/services.h"
+#include "feed/stream.h"
 
 namespace endpointd::feed {
 
@@ -56,49 +55,12 @@ class ResponseCache {
   std::unordered_map<std::string, decltype(lru_)::iterator> index_;
 };
 
-class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
-                          public Subscriber {
+class WatchStream final : public FeedStream {
  public:
   WatchStream(grpc::CallbackServerContext* ctx, ServiceContext sc,
               std::shared_ptr<ResponseCache> cache)
-      : sc_(std::move(sc)),
-        cache_(std::move(cache)),
-        id_(sc_.hub->next_id()),
-        peer_(ctx->peer()),
-        acks_(sc_.hub->current()) {
-    if (!sc_.hub->add(this)) {
-      sc_.metrics->rejected(Reject::kTooManyStreams);
-      spdlog::warn("feed: refused a watch stream from {}: stream limit reached", peer_);
-      refused_ = true;
-      Finish(
-          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "endpointd feed: too many streams"));
-      return;
-    }
-    sc_.metrics->stream_opened(Metrics::Api::kWatch);
-    bool acks_moved = false;
-    {
-      // The hub's locks are taken before a stream's (the hub locks each stream while it
-      // holds its own), so read the hub first: never the other way round.
-      auto cur = sc_.hub->current();
-      std::lock_guard lock(mu_);
-      if (cur && (!newest_ || cur->generation > newest_->generation)) newest_ = cur;
-      acks_moved = maybe_write_locked();
-    }
-    if (acks_moved) sc_.hub->acks_changed(this);
-    StartRead(&in_bytes_);
-  }
-
-  void notify(const model::SnapshotPtr& snap) override {
-    std::lock_guard lock(mu_);
-    if (newest_ && snap->generation <= newest_->generation) return;
-    if (writing_ && newest_ != basis_) sc_.metrics->coalesced();
-    newest_ = snap;
-    maybe_write_locked();  // the hub recomputes acks after notifying everyone
-  }
-
-  model::SnapshotPtr acked() const override {
-    std::lock_guard lock(mu_);
-    return acks_.acked();
+      : FeedStream(ctx, std::move(sc), Metrics::Api::kWatch), cache_(std::move(cache)) {
+    start("a watch stream");
   }
 
   SubscriberInfo info() const override {
@@ -115,97 +77,54 @@ class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     return i;
   }
 
-  void OnReadDone(bool ok) override {
-    if (!ok) {  // the client half-closed or went away
-      std::lock_guard lock(mu_);
-      finish_locked(grpc::Status::OK);
-      return;
-    }
-    bool acks_moved = false;
-    {
-      std::lock_guard lock(mu_);
-      if (!grpc::SerializationTraits<v1::WatchRequest>::Deserialize(&in_bytes_, &in_).ok()) {
-        sc_.metrics->rejected(Reject::kMalformed);
-        spdlog::warn("feed: malformed WatchRequest from {}", peer_);
-        finish_locked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                   "endpointd feed: malformed WatchRequest"));
-        return;
-      }
-      switch (in_.request_case()) {
-        case v1::WatchRequest::kSubscribe: {
-          std::string error;
-          auto sel = Selection::from(in_.subscribe(), &error);
-          if (!sel) {
-            sc_.metrics->rejected(Reject::kInvalidSubscribe);
-            spdlog::warn("feed: invalid Subscribe from {}: {}", peer_, error);
-            finish_locked(
-                grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "endpointd feed: " + error));
-            return;
-          }
-          sel_ = std::move(*sel);
-          sel_key_ = sel_.str();
-          client_ = in_.subscribe().client_name();
-          subscribed_ = true;
-          need_full_ = true;
-          acks_moved = maybe_write_locked();
-          break;
-        }
-        case v1::WatchRequest::kAck:
-          sc_.metrics->ack(Metrics::Api::kWatch);
-          if (acks_.ack(in_.ack().version())) {
-            acks_moved = true;
-          } else {
-            sc_.metrics->rejected(Reject::kInvalidAck);
-          }
-          break;
-        case v1::WatchRequest::REQUEST_NOT_SET:
-          sc_.metrics->rejected(Reject::kInvalidSubscribe);
-          finish_locked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                     "endpointd feed: a WatchRequest holds a subscribe or an ack"));
-          return;
-      }
-    }
-    if (acks_moved) sc_.hub->acks_changed(this);
-    StartRead(&in_bytes_);
-  }
-
-  void OnWriteDone(bool ok) override {
-    bool acks_moved = false;
-    {
-      std::lock_guard lock(mu_);
-      writing_ = false;
-      out_bytes_.Clear();  // drop this stream's reference to the shared bytes
-      if (!ok) finishing_ = true;
-      if (finishing_) {
-        finish_locked(status_);
-        return;
-      }
-      acks_moved = maybe_write_locked();
-    }
-    if (acks_moved) sc_.hub->acks_changed(this);
-  }
-
-  void OnDone() override {
-    if (!refused_) {
-      sc_.hub->remove(this);
-      sc_.metrics->stream_closed(Metrics::Api::kWatch);
-    }
-    delete this;
-  }
-
  private:
-  // Finishes now, or when the write in flight completes.
-  void finish_locked(grpc::Status st) {
-    if (!finishing_) status_ = std::move(st);
-    finishing_ = true;
-    if (writing_ || finished_) return;
-    finished_ = true;
-    Finish(status_);
+  bool handle_request_locked(bool* acks_moved) override {
+    if (!grpc::SerializationTraits<v1::WatchRequest>::Deserialize(&in_bytes_, &in_).ok()) {
+      sc_.metrics->rejected(Reject::kMalformed);
+      spdlog::warn("feed: malformed WatchRequest from {}", peer_);
+      finish_locked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "endpointd feed: malformed WatchRequest"));
+      return false;
+    }
+    switch (in_.request_case()) {
+      case v1::WatchRequest::kSubscribe: {
+        std::string error;
+        auto sel = Selection::from(in_.subscribe(), &error);
+        if (!sel) {
+          sc_.metrics->rejected(Reject::kInvalidSubscribe);
+          spdlog::warn("feed: invalid Subscribe from {}: {}", peer_, error);
+          finish_locked(
+              grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "endpointd feed: " + error));
+          return false;
+        }
+        sel_ = std::move(*sel);
+        sel_key_ = sel_.str();
+        client_ = in_.subscribe().client_name();
+        subscribed_ = true;
+        need_full_ = true;
+        *acks_moved = maybe_write_locked();
+        return true;
+      }
+      case v1::WatchRequest::kAck:
+        sc_.metrics->ack(Metrics::Api::kWatch);
+        if (acks_.ack(in_.ack().version())) {
+          *acks_moved = true;
+        } else {
+          sc_.metrics->rejected(Reject::kInvalidAck);
+        }
+        return true;
+      case v1::WatchRequest::REQUEST_NOT_SET:
+        break;
+    }
+    sc_.metrics->rejected(Reject::kInvalidSubscribe);
+    finish_locked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                               "endpointd feed: a WatchRequest holds a subscribe or an ack"));
+    return false;
   }
 
   // Sends what the subscriber lacks, if nothing is in flight. Returns true when acked()
   // moved without a send (the new snapshot changed nothing this subscriber sees).
-  bool maybe_write_locked() {
+  bool maybe_write_locked() override {
     if (writing_ || finishing_ || !newest_) return false;
     if (!subscribed_) {  // routes by nothing yet, so it holds nothing back
       acks_.unchanged(newest_);
@@ -225,23 +144,24 @@ class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     key += full ? "|full|" : "|" + std::to_string(basis_->generation) + "|";
     key += std::to_string(newest_->generation);
     auto entry = cache_->get(key);
+    grpc::ByteBuffer bytes;
+    bool ok;
     {
       std::lock_guard build(entry->mu);
       if (!entry->built) {
         entry->built = true;
         entry->ok = encode(full, &entry->bytes);
       }
-      if (entry->ok) out_bytes_ = entry->bytes;  // shares the slices
+      ok = entry->ok;
+      if (ok) bytes = entry->bytes;  // shares the slices
     }
-    if (!entry->ok) {
+    if (!ok) {
       finish_locked(grpc::Status(grpc::StatusCode::INTERNAL, "endpointd feed: cannot encode"));
       return false;
     }
+    start_write_locked(bytes);
     basis_ = newest_;
     acks_.sent(newest_);
-    writing_ = true;
-    sc_.metrics->update_sent(Metrics::Api::kWatch);
-    StartWrite(&out_bytes_);
     return false;
   }
 
@@ -321,28 +241,15 @@ class WatchStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
       if (sel_.matches(k)) add_removed(out, k);
   }
 
-  const ServiceContext sc_;
   const std::shared_ptr<ResponseCache> cache_;
-  const uint64_t id_;
-  const std::string peer_;
-  bool refused_ = false;
-
-  mutable std::mutex mu_;  // guards everything below; taken after the hub's lock, never before
-  grpc::ByteBuffer in_bytes_;
-  grpc::ByteBuffer out_bytes_;  // the response in flight (slices shared with the cache)
+  // Guarded by mu_:
   v1::WatchRequest in_;
   Selection sel_;
   std::string sel_key_;
   std::string client_;
   bool subscribed_ = false;
   bool need_full_ = false;
-  bool writing_ = false;
-  bool finishing_ = false;
-  bool finished_ = false;
-  grpc::Status status_;
-  model::SnapshotPtr basis_;   // the state the last response brought the client to
-  model::SnapshotPtr newest_;  // the newest snapshot known
-  AckTracker acks_;
+  model::SnapshotPtr basis_;  // the state the last response brought the client to
 };
 
 class WatchService final
