@@ -323,8 +323,10 @@ void flush_set(Builder& b, IpFamily f, const std::string& name) {
 // One element's attributes as libnftnl's nftnl_set_elem_nlmsg_build_payload lays them out
 // (flags, key, key end, verdict or data), written into the message with libmnl: a full sync
 // carries ~10^5 elements, and an nftnl_set_elem per element cost allocations and frees each.
+// `chain` (a goto's target) must be followed by a NUL.
 void put_element(nlmsghdr* nlh, uint16_t index, std::string_view key, uint32_t flags,
-                 std::string_view key_end, const Element* value) {
+                 std::string_view key_end, Verdict verdict = Verdict::kNone,
+                 std::string_view chain = {}, std::string_view data = {}) {
   auto put_value = [nlh](uint16_t type, std::string_view bytes) {
     nlattr* nest = mnl_attr_nest_start(nlh, type);
     mnl_attr_put(nlh, NFTA_DATA_VALUE, bytes.size(), bytes.data());
@@ -334,30 +336,44 @@ void put_element(nlmsghdr* nlh, uint16_t index, std::string_view key, uint32_t f
   if (flags) mnl_attr_put_u32(nlh, NFTA_SET_ELEM_FLAGS, htonl(flags));
   put_value(NFTA_SET_ELEM_KEY, key);
   if (!key_end.empty()) put_value(NFTA_SET_ELEM_KEY_END, key_end);
-  if (value && value->verdict != Verdict::kNone) {
-    nlattr* data = mnl_attr_nest_start(nlh, NFTA_SET_ELEM_DATA);
-    nlattr* verdict = mnl_attr_nest_start(nlh, NFTA_DATA_VERDICT);
-    bool go = value->verdict == Verdict::kGoto;
+  if (verdict != Verdict::kNone) {
+    nlattr* d = mnl_attr_nest_start(nlh, NFTA_SET_ELEM_DATA);
+    nlattr* v = mnl_attr_nest_start(nlh, NFTA_DATA_VERDICT);
+    bool go = verdict == Verdict::kGoto;
     mnl_attr_put_u32(nlh, NFTA_VERDICT_CODE,
                      htonl(go ? static_cast<uint32_t>(NFT_GOTO) : static_cast<uint32_t>(NF_DROP)));
-    if (go) mnl_attr_put_strz(nlh, NFTA_VERDICT_CHAIN, value->chain.c_str());
-    mnl_attr_nest_end(nlh, verdict);
-    mnl_attr_nest_end(nlh, data);
-  } else if (value && !value->data.empty()) {
-    put_value(NFTA_SET_ELEM_DATA, value->data);
+    if (go) mnl_attr_put(nlh, NFTA_VERDICT_CHAIN, chain.size() + 1, chain.data());  // with NUL
+    mnl_attr_nest_end(nlh, v);
+    mnl_attr_nest_end(nlh, d);
+  } else if (!data.empty()) {
+    put_value(NFTA_SET_ELEM_DATA, data);
   }
   mnl_attr_nest_end(nlh, el);
+}
+
+// Elements come from TableChanges (Element) or straight from a table (ElementMap::View).
+const Element& ref(const Element* e) {
+  return *e;
+}
+const ElementMap::View& ref(const ElementMap::View& v) {
+  return v;
+}
+std::string_view chain_of(const Element& e) {
+  return {e.chain.c_str(), e.chain.size()};
+}
+std::string_view chain_of(const ElementMap::View& v) {
+  return v.chain;
 }
 
 // The kernel form of one model element. Plain intervals (rbtree) become a start element and
 // an end element flagged NFT_SET_ELEM_INTERVAL_END, as nft sends them. `index` numbers the
 // elements of one message from 1.
-void put_model_element(nlmsghdr* nlh, uint16_t& index, SetShape shape, const Element& e,
-                       bool adding) {
+template <typename E>
+void put_model_element(nlmsghdr* nlh, uint16_t& index, SetShape shape, const E& e, bool adding) {
   if (shape == SetShape::kAddrInterval) {
-    put_element(nlh, ++index, e.key, 0, {}, nullptr);
+    put_element(nlh, ++index, e.key, 0, {});
     // The end element is the first address after the range, unless the range ends at the top.
-    std::string end = e.key_end;
+    std::string end(e.key_end);
     int i = static_cast<int>(end.size()) - 1;
     for (; i >= 0; --i) {
       auto v = static_cast<uint8_t>(end[i]);
@@ -367,17 +383,22 @@ void put_model_element(nlmsghdr* nlh, uint16_t& index, SetShape shape, const Ele
       }
       end[i] = 0;
     }
-    if (i >= 0) put_element(nlh, ++index, end, NFT_SET_ELEM_INTERVAL_END, {}, nullptr);
+    if (i >= 0) put_element(nlh, ++index, end, NFT_SET_ELEM_INTERVAL_END, {});
     return;
   }
-  put_element(nlh, ++index, e.key, 0, e.key_end, adding ? &e : nullptr);
+  if (!adding) {
+    put_element(nlh, ++index, e.key, 0, e.key_end);
+    return;
+  }
+  put_element(nlh, ++index, e.key, 0, e.key_end, e.verdict, chain_of(e), e.data);
 }
 
 constexpr size_t kElementsPerMessage = 512;
 
-// Elements of one set, in messages of bounded size.
+// Elements of one set, in messages of bounded size. T: const Element* or ElementMap::View.
+template <typename T>
 void elements(Builder& b, IpFamily f, const std::string& set_name, SetShape shape,
-              const std::vector<const Element*>& els, bool adding) {
+              const std::vector<T>& els, bool adding) {
   for (size_t i = 0; i < els.size(); i += kElementsPerMessage) {
     size_t end = std::min(els.size(), i + kElementsPerMessage);
     auto* nlh =
@@ -391,17 +412,21 @@ void elements(Builder& b, IpFamily f, const std::string& set_name, SetShape shap
     if (shape == SetShape::kAddrInterval) {
       // nft sends a plain interval set's elements sorted, led by an end element at 0 when the
       // first range does not start there.
-      std::vector<const Element*> sorted(els.begin() + static_cast<long>(i),
-                                         els.begin() + static_cast<long>(end));
-      std::sort(sorted.begin(), sorted.end(), [](auto* x, auto* y) { return x->key < y->key; });
-      if (adding && !sorted.empty() &&
-          sorted.front()->key != std::string(sorted.front()->key.size(), '\0')) {
-        std::string zero(sorted.front()->key.size(), '\0');
-        put_element(nlh, ++index, zero, NFT_SET_ELEM_INTERVAL_END, {}, nullptr);
+      std::vector<const T*> sorted;
+      for (size_t j = i; j < end; ++j) sorted.push_back(&els[j]);
+      std::sort(sorted.begin(), sorted.end(), [](auto* x, auto* y) {
+        return std::string_view(ref(*x).key) < std::string_view(ref(*y).key);
+      });
+      if (adding && !sorted.empty()) {
+        std::string_view first = ref(*sorted.front()).key;
+        if (first != std::string(first.size(), '\0')) {
+          std::string zero(first.size(), '\0');
+          put_element(nlh, ++index, zero, NFT_SET_ELEM_INTERVAL_END, {});
+        }
       }
-      for (const auto* e : sorted) put_model_element(nlh, index, shape, *e, adding);
+      for (const T* e : sorted) put_model_element(nlh, index, shape, ref(*e), adding);
     } else {
-      for (size_t j = i; j < end; ++j) put_model_element(nlh, index, shape, *els[j], adding);
+      for (size_t j = i; j < end; ++j) put_model_element(nlh, index, shape, ref(els[j]), adding);
     }
     mnl_attr_nest_end(nlh, list);
     b.done(nlh);
@@ -668,11 +693,17 @@ void full_sync_table(Builder& b, const Table& t, const std::vector<std::string>&
   // Everything is replaced inside one transaction: packets see the old table until commit.
   for (const auto& name : kchains) flush_chain(b, f, name);
   for (const auto& name : ksets) flush_set(b, f, name);
+  std::vector<ElementMap::View> chunk;  // one message's worth, read from the table in order
+  chunk.reserve(kElementsPerMessage);
   for (const auto& [_, s] : t.sets) {
-    std::vector<const Element*> els;
-    els.reserve(s.elements.size());
-    for (const auto& [__, e] : s.elements) els.push_back(&e);
-    elements(b, f, s.name, s.shape, els, true);
+    for (const auto& e : s.elements) {
+      chunk.push_back(e);
+      if (chunk.size() < kElementsPerMessage) continue;
+      elements(b, f, s.name, s.shape, chunk, true);
+      chunk.clear();
+    }
+    if (!chunk.empty()) elements(b, f, s.name, s.shape, chunk, true);
+    chunk.clear();
   }
   for (const auto& [_, c] : t.chains) {
     for (const auto& r : c.rules) add_rule(b, f, c.name, r);

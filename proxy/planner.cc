@@ -164,7 +164,7 @@ void Planner::base_table(IpFamily f) {
     Element e;
     e.key = addr_field(p.addr());
     e.key_end = prefix_last(p);
-    cidrs.elements[e.key] = e;
+    cidrs.elements.put(e);
   }
   bool have_cidrs = !cidrs.elements.empty();
 
@@ -459,22 +459,19 @@ Set& Planner::set_for(IpFamily f, SetId id) {
 
 void Planner::add_element(IpFamily f, SetId id, Element&& e, TableChanges* ch) {
   Set& s = set_for(f, id);
-  auto [it, fresh] = s.elements.try_emplace(e.key);
-  if (!fresh) {
+  if (auto old = s.elements.put(e)) {
     // Another service has this key too; the newest value wins.
     ++state(f).extra_refs[{s.name, e.key}];
-    if (it->second == e) return;
-    if (ch) ch->del_elements.emplace_back(s.name, it->second);
+    if (*old == e) return;
+    if (ch) ch->del_elements.emplace_back(s.name, std::move(*old));
   }
-  it->second = std::move(e);
-  if (ch) ch->add_elements.emplace_back(s.name, it->second);
+  if (ch) ch->add_elements.emplace_back(s.name, std::move(e));
 }
 
 void Planner::remove_element(IpFamily f, SetId id, const Element& e, TableChanges* ch) {
   FamilyState& st = state(f);
   Set& s = set_for(f, id);
-  auto it = s.elements.find(e.key);
-  assert(it != s.elements.end());
+  assert(s.elements.contains(e.key));
   if (!st.extra_refs.empty()) {
     auto extra = st.extra_refs.find({s.name, e.key});
     if (extra != st.extra_refs.end()) {
@@ -482,8 +479,8 @@ void Planner::remove_element(IpFamily f, SetId id, const Element& e, TableChange
       return;
     }
   }
-  if (ch) ch->del_elements.emplace_back(s.name, it->second);
-  s.elements.erase(it);
+  if (ch) ch->del_elements.emplace_back(s.name, *s.elements.get(e.key));
+  s.elements.erase(e.key);
   if (!s.elements.empty() || (id.kind != SetKind::kBackends && id.kind != SetKind::kLocalBackends))
     return;
   // No element uses this size any more: its map goes.
@@ -605,8 +602,8 @@ std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const mod
     for (auto& [k, e] : deleted) {
       if (dels.count(k.first) || fresh.count(k.first)) continue;  // its whole set goes, or is new
       auto a = added.find(k);
-      bool still = t.sets.count(k.first) && t.sets.at(k.first).elements.count(k.second);
-      if (a != added.end() && still && t.sets.at(k.first).elements.at(k.second) == e) {
+      if (a != added.end() && t.sets.count(k.first) &&
+          t.sets.at(k.first).elements.get(k.second) == e) {
         added.erase(a);  // the same element went out and came back
         continue;
       }
@@ -615,8 +612,8 @@ std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const mod
     }
     for (auto& [k, e] : added) {
       auto it = t.sets.find(k.first);
-      if (it == t.sets.end() || !it->second.elements.count(k.second)) continue;
-      n.add_elements.emplace_back(k.first, it->second.elements.at(k.second));
+      if (it == t.sets.end()) continue;
+      if (auto now = it->second.elements.get(k.second)) n.add_elements.emplace_back(k.first, *now);
     }
     n.del_sets.assign(dels.begin(), dels.end());
     n.del_chains.assign(delc.begin(), delc.end());

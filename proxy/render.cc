@@ -194,10 +194,10 @@ std::string render(const Table& t) {
     if (!s.elements.empty()) {
       out += "\t\telements = { ";
       bool first = true;
-      for (const auto& [_, e] : s.elements) {
+      for (const auto& e : s.elements) {
         if (!first) out += ",\n\t\t\t     ";
         first = false;
-        out += element_text(f, s, e);
+        out += element_text(f, s, e.element());
       }
       out += " }\n";
     }

@@ -2,8 +2,67 @@
 #include "proxy/table.h"
 
 #include <cstring>
+#include <stdexcept>
 
 namespace endpointd::proxy {
+
+Element ElementMap::View::element() const {
+  Element e;
+  e.key = key;
+  e.key_end = key_end;
+  e.data = data;
+  e.verdict = verdict;
+  e.chain = chain;
+  return e;
+}
+
+ElementMap::View ElementMap::view(const Items::value_type& item) const {
+  const Value& v = item.second;
+  View out;
+  out.key = item.first.view();
+  (v.is_key_end ? out.key_end : out.data) = v.bytes.view();
+  out.verdict = v.verdict;
+  out.chain = chains_[v.chain];
+  return out;
+}
+
+std::optional<Element> ElementMap::get(std::string_view key) const {
+  auto it = items_.find(key);
+  if (it == items_.end()) return std::nullopt;
+  return view(*it).element();
+}
+
+std::optional<Element> ElementMap::put(const Element& e) {
+  // Keys and values come from the planner's field helpers, never longer than kMaxBytes; an
+  // element cannot carry both data and a key end.
+  auto bytes = [](std::string_view s) {
+    Bytes b;
+    if (s.size() > kMaxBytes) throw std::length_error("nftables element field too long");
+    b.size = static_cast<uint8_t>(s.size());
+    std::memcpy(b.bytes, s.data(), s.size());
+    return b;
+  };
+  Value v;
+  v.is_key_end = !e.key_end.empty();
+  if (v.is_key_end && !e.data.empty())
+    throw std::invalid_argument("nftables element with data and a key end");
+  v.bytes = bytes(v.is_key_end ? e.key_end : e.data);
+  v.verdict = e.verdict;
+  if (!e.chain.empty()) {
+    size_t i = 1;
+    while (i < chains_.size() && chains_[i] != e.chain) ++i;
+    if (i == chains_.size()) {
+      if (i > UINT8_MAX) throw std::length_error("too many goto targets in one map");
+      chains_.push_back(e.chain);
+    }
+    v.chain = static_cast<uint8_t>(i);
+  }
+  auto [it, fresh] = items_.try_emplace(bytes(e.key), v);
+  if (fresh) return std::nullopt;
+  Element old = view(*it).element();
+  it->second = v;
+  return old;
+}
 
 size_t Table::element_count() const {
   size_t n = 0;

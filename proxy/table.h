@@ -4,10 +4,13 @@
 // on a normal sync.
 #pragma once
 
+#include <compare>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/ip.h"
@@ -43,11 +46,91 @@ struct Element {
   friend bool operator==(const Element&, const Element&) = default;
 };
 
+// A set's elements in key order, each packed into one map node: key, then data or key end,
+// verdict and goto target inline (~130 bytes an element; a std::map<std::string, Element> took
+// ~290 with its heap strings, 33 MiB at 10k services x 10 endpoints).
+class ElementMap {
+ public:
+  static constexpr size_t kMaxBytes = 40;  // the longest key: ip6 address . proto . port . address
+
+  // One stored element; its views are valid until the map changes. `chain` is followed by a
+  // NUL (it views a std::string).
+  struct View {
+    std::string_view key;
+    std::string_view key_end;
+    std::string_view data;
+    Verdict verdict = Verdict::kNone;
+    std::string_view chain;
+    Element element() const;
+  };
+
+  size_t size() const { return items_.size(); }
+  bool empty() const { return items_.empty(); }
+  bool contains(std::string_view key) const { return items_.count(key) > 0; }
+  size_t count(std::string_view key) const { return items_.count(key); }
+  std::optional<Element> get(std::string_view key) const;
+  // Adds `e`, or replaces the element with its key and returns the one replaced.
+  std::optional<Element> put(const Element& e);
+  bool erase(std::string_view key) {
+    auto it = items_.find(key);
+    if (it == items_.end()) return false;
+    items_.erase(it);
+    return true;
+  }
+
+ private:
+  struct Bytes {
+    uint8_t size = 0;
+    char bytes[kMaxBytes] = {};
+    std::string_view view() const { return {bytes, size}; }
+  };
+  struct Value {
+    Bytes bytes;  // data, or the key end of an interval element
+    bool is_key_end = false;
+    Verdict verdict = Verdict::kNone;
+    uint8_t chain = 0;  // index into chains_
+  };
+  struct Less {
+    using is_transparent = void;
+    static std::string_view v(const Bytes& b) { return b.view(); }
+    static std::string_view v(std::string_view s) { return s; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return v(a) < v(b);
+    }
+  };
+  using Items = std::map<Bytes, Value, Less>;
+  View view(const Items::value_type& item) const;
+
+ public:
+  class const_iterator {
+   public:
+    View operator*() const { return map_->view(*it_); }
+    const_iterator& operator++() {
+      ++it_;
+      return *this;
+    }
+    bool operator==(const const_iterator& o) const { return it_ == o.it_; }
+
+   private:
+    friend class ElementMap;
+    const_iterator(const ElementMap* m, Items::const_iterator it) : map_(m), it_(it) {}
+    const ElementMap* map_;
+    Items::const_iterator it_;
+  };
+  const_iterator begin() const { return {this, items_.begin()}; }
+  const_iterator end() const { return {this, items_.end()}; }
+
+ private:
+  Items items_;
+  std::vector<std::string> chains_ = {""};  // goto targets in use, interned
+};
+
 struct Set {
   std::string name;
   SetShape shape = SetShape::kVipSet;
-  uint32_t modulus = 0;                     // kBackends only
-  std::map<std::string, Element> elements;  // by key
+  uint32_t modulus = 0;  // kBackends only
+  ElementMap elements;
 };
 
 enum class RuleShape : uint8_t {

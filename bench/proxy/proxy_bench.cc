@@ -248,7 +248,7 @@ int run_sync(const Options& o) {
     // Which kind of element makes a batch expensive in the kernel.
     const Table& t = sink.planner()->table(IpFamily::kV4);
     for (const char* set : {"backends-10", "service-lb", "service-ips", "hairpin"}) {
-      const auto& el = t.sets.at(set).elements.begin()->second;
+      Element el = (*t.sets.at(set).elements.begin()).element();
       TableChanges ch;
       ch.del_elements.emplace_back(set, el);
       ch.add_elements.emplace_back(set, el);

@@ -7,11 +7,10 @@
 namespace endpointd::proxy {
 namespace {
 
-const Element* find(const Table& t, const std::string& set, const std::string& key) {
+std::optional<Element> find(const Table& t, const std::string& set, const std::string& key) {
   auto s = t.sets.find(set);
-  if (s == t.sets.end()) return nullptr;
-  auto e = s->second.elements.find(key);
-  return e == s->second.elements.end() ? nullptr : &e->second;
+  if (s == t.sets.end()) return std::nullopt;
+  return s->second.elements.get(key);
 }
 
 std::string vip(const char* a, uint8_t proto, uint16_t port) {
@@ -38,21 +37,22 @@ TEST(ProxyPlanner, EveryShape) {
   Planner p(testing::node_context());
   p.reset(*testing::every_shape());
   const Table& t = p.table(IpFamily::kV4);
-  EXPECT_NE(find(t, "no-endpoint-reject", vip("10.96.0.11", 6, 80)), nullptr);
+  EXPECT_NE(find(t, "no-endpoint-reject", vip("10.96.0.11", 6, 80)), std::nullopt);
   EXPECT_EQ(find(t, "service-lb", vip("10.96.0.12", 17, 53))->chain, "lb-hash");  // affinity
-  EXPECT_NE(find(t, "backends-3", vip("10.96.0.12", 17, 53) + u32_field(2)), nullptr);
+  EXPECT_NE(find(t, "backends-3", vip("10.96.0.12", 17, 53) + u32_field(2)), std::nullopt);
   EXPECT_EQ(find(t, "service-ips", vip("203.0.113.7", 6, 443))->chain, "svc-external-local");
   // NodePort with externalTrafficPolicy Local: this node's one endpoint.
-  EXPECT_NE(find(t, "local-backends-1", vip("192.168.50.1", 6, 30443) + u32_field(0)), nullptr);
-  EXPECT_NE(find(t, "firewall-ips", vip("203.0.113.7", 6, 443)), nullptr);
+  EXPECT_NE(find(t, "local-backends-1", vip("192.168.50.1", 6, 30443) + u32_field(0)),
+            std::nullopt);
+  EXPECT_NE(find(t, "firewall-ips", vip("203.0.113.7", 6, 443)), std::nullopt);
   EXPECT_EQ(find(t, "firewall-ips", vip("203.0.113.8", 6, 443)),
-            nullptr);  // externalIP: no firewall
+            std::nullopt);  // externalIP: no firewall
   // internalTrafficPolicy Local without a local endpoint: drop, counted.
-  EXPECT_NE(find(t, "no-endpoint-drop", vip("10.96.0.14", 132, 9000)), nullptr);
-  EXPECT_EQ(find(t, "no-endpoint-reject", vip("10.96.0.14", 132, 9000)), nullptr);
+  EXPECT_NE(find(t, "no-endpoint-drop", vip("10.96.0.14", 132, 9000)), std::nullopt);
+  EXPECT_EQ(find(t, "no-endpoint-reject", vip("10.96.0.14", 132, 9000)), std::nullopt);
   EXPECT_EQ(p.no_local_internal(), 1u);
   // Terminating fallback: the serving terminating endpoint is used.
-  EXPECT_NE(find(t, "backends-1", vip("10.96.0.15", 6, 80) + u32_field(0)), nullptr);
+  EXPECT_NE(find(t, "backends-1", vip("10.96.0.15", 6, 80) + u32_field(0)), std::nullopt);
   // One lb rule per backend-map size in use; local-lb ends in drop.
   EXPECT_EQ(t.chains.at("lb").rules.size(), 3u);  // sizes 1, 2, 3
   EXPECT_EQ(t.chains.at("local-lb").rules.back().shape, RuleShape::kDrop);
@@ -63,10 +63,10 @@ TEST(ProxyPlanner, EveryShape) {
   // Hairpin: only endpoints on this node.
   EXPECT_NE(find(t, "hairpin",
                  addr_field(testing::ip("10.244.1.4")) + addr_field(testing::ip("10.244.1.4"))),
-            nullptr);
+            std::nullopt);
   EXPECT_EQ(find(t, "hairpin",
                  addr_field(testing::ip("10.244.2.4")) + addr_field(testing::ip("10.244.2.4"))),
-            nullptr);
+            std::nullopt);
 }
 
 TEST(ProxyPlanner, OneEndpointChangeIsASmallChange) {
@@ -149,8 +149,8 @@ TEST(ProxyPlanner, AnElementTwoServicesShareStaysUntilBothAreGone) {
   auto s1 = testing::snapshot(1, {testing::state(a, {pod}), testing::state(b, {pod})});
   p.reset(*s1);
   const Table& t = p.table(IpFamily::kV4);
-  ASSERT_NE(find(t, "hairpin", hairpin), nullptr);
-  ASSERT_NE(find(t, "service-ips", shared), nullptr);
+  ASSERT_NE(find(t, "hairpin", hairpin), std::nullopt);
+  ASSERT_NE(find(t, "service-ips", shared), std::nullopt);
 
   // a goes: nothing it shared with b leaves the kernel.
   auto s2 = testing::snapshot(2, {testing::state(b, {pod})});
@@ -160,8 +160,8 @@ TEST(ProxyPlanner, AnElementTwoServicesShareStaysUntilBothAreGone) {
     EXPECT_NE(e.key, hairpin) << set;
     EXPECT_NE(e.key, shared) << set;
   }
-  EXPECT_NE(find(t, "hairpin", hairpin), nullptr);
-  EXPECT_NE(find(t, "service-ips", shared), nullptr);
+  EXPECT_NE(find(t, "hairpin", hairpin), std::nullopt);
+  EXPECT_NE(find(t, "service-ips", shared), std::nullopt);
   Planner fresh(testing::node_context());
   fresh.reset(*s2);
   EXPECT_EQ(render(t), render(fresh.table(IpFamily::kV4)));
@@ -170,15 +170,15 @@ TEST(ProxyPlanner, AnElementTwoServicesShareStaysUntilBothAreGone) {
   auto s3 = testing::snapshot(
       3, {testing::state(b, {pod, testing::endpoint("10.244.2.2", 8080, "node-b")})});
   p.update(*s3, model::diff(s2.get(), *s3));
-  EXPECT_NE(find(t, "hairpin", hairpin), nullptr);
+  EXPECT_NE(find(t, "hairpin", hairpin), std::nullopt);
   auto s4 = testing::snapshot(4, {});
   ch = p.update(*s4, model::diff(s3.get(), *s4));
   ASSERT_EQ(ch.size(), 1u);
   size_t gone = 0;
   for (const auto& [set, e] : ch[0].del_elements) gone += e.key == hairpin || e.key == shared;
   EXPECT_EQ(gone, 3u);  // hairpin, service-ips, service-lb
-  EXPECT_EQ(find(t, "hairpin", hairpin), nullptr);
-  EXPECT_EQ(find(t, "service-ips", shared), nullptr);
+  EXPECT_EQ(find(t, "hairpin", hairpin), std::nullopt);
+  EXPECT_EQ(find(t, "service-ips", shared), std::nullopt);
   Planner empty(testing::node_context());
   empty.reset(*s4);
   EXPECT_EQ(render(t), render(empty.table(IpFamily::kV4)));
@@ -194,7 +194,7 @@ TEST(ProxyPlanner, BadInputIsSkippedAndCounted) {
   p.reset(*testing::snapshot(1, {testing::state(zero, {}), testing::state(v6, {}),
                                  testing::state(ok, {testing::endpoint("10.244.1.2", 8080)})}));
   EXPECT_EQ(p.last_stats().skipped, 2u);
-  EXPECT_NE(find(p.table(IpFamily::kV4), "service-ips", vip("10.96.0.21", 6, 80)), nullptr);
+  EXPECT_NE(find(p.table(IpFamily::kV4), "service-ips", vip("10.96.0.21", 6, 80)), std::nullopt);
 }
 
 }  // namespace
