@@ -1,4 +1,5 @@
 // endpointd: the node agent's command line.
+#include <malloc.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
@@ -49,6 +50,11 @@ int main(int argc, char** argv) {
   // The pod-side client has its own small flag set and must stay quick to start.
   if (argc > 1 && std::string_view(argv[1]) == "prestop")
     return endpointd::drain::prestop_main(argc, argv);
+  // A fixed mmap threshold: blocks of 128 KiB and more (parse buffers of a full list, netlink
+  // batches of a full sync) are mapped and unmapped on their own. glibc's default raises the
+  // threshold each time such a block is freed, after which they come from the heap and leave
+  // it fragmented: at 10k services and 100k endpoints that held ~20 MiB more resident memory.
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   CLI::App app{
       "endpointd: propagates Kubernetes endpoint changes to the node's dataplane, DNS and "
       "proxies, and drains terminating pods safely"};

@@ -102,6 +102,9 @@ TEST_F(DaemonApiTest, SyncsThenFollowsWatchEvents) {
 
 TEST_F(DaemonApiTest, MalformedObjectIsCountedAndNothingElseChanges) {
   ASSERT_TRUE(wait([&] { return endpoints("web") == 2; }));
+  // The raw line goes to open watches only: wait for the daemon's four (Services,
+  // EndpointSlices, Nodes, Pods), which it opens after its lists.
+  ASSERT_TRUE(wait([&] { return api_.open_watches() >= 4; })) << api_.open_watches();
   // A watch event whose slice has an invalid address: refused, counted; the slice's last
   // good version and every other object stay.
   api_.send_raw_watch_line("endpointslices",
