@@ -9,27 +9,9 @@
 #include <set>
 #include <thread>
 
+#include "model/json.h"
+
 namespace endpointd::proxy {
-namespace {
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
-}  // namespace
 
 std::vector<HealthCheckTarget> health_check_targets(const model::Snapshot& snap,
                                                     const std::string& node_name) {
@@ -57,8 +39,8 @@ std::vector<HealthCheckTarget> health_check_targets(const model::Snapshot& snap,
 }
 
 std::string health_check_body(const model::ServiceKey& service, int local_endpoints, bool healthy) {
-  return "{\"service\":{\"namespace\":" + json_string(service.ns) +
-         ",\"name\":" + json_string(service.name) +
+  return "{\"service\":{\"namespace\":" + model::json_string(service.ns) +
+         ",\"name\":" + model::json_string(service.name) +
          "},\"localEndpoints\":" + std::to_string(local_endpoints) +
          ",\"serviceProxyHealthy\":" + (healthy ? "true" : "false") + "}";
 }
