@@ -2,9 +2,10 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <list>
-#include <set>
 #include <unordered_map>
+#include <vector>
 
 #include "endpointd/v1/feed.grpc.pb.h"
 #include "feed/resources.h"
@@ -99,6 +100,13 @@ class WatchStream final : public FeedStream {
         }
         sel_ = std::move(*sel);
         sel_key_ = sel_.str();
+        exact_ = sel_.exact_only();
+        exact_keys_.clear();
+        if (exact_) {
+          for (const auto& x : sel_.selectors) exact_keys_.push_back({x.ns, x.name});
+          std::sort(exact_keys_.begin(), exact_keys_.end());
+          exact_keys_.erase(std::unique(exact_keys_.begin(), exact_keys_.end()), exact_keys_.end());
+        }
         client_ = in_.subscribe().client_name();
         subscribed_ = true;
         need_full_ = true;
@@ -167,8 +175,8 @@ class WatchStream final : public FeedStream {
 
   // Whether anything this subscriber receives differs between basis_ and newest_.
   bool changed_for_me() {
-    if (sel_.exact_only()) {
-      for (const auto& k : exact_keys())
+    if (exact_) {
+      for (const auto& k : exact_keys_)
         if (basis_->find_ptr(k) != newest_->find_ptr(k)) return true;
       return false;
     }
@@ -196,15 +204,9 @@ class WatchStream final : public FeedStream {
     return st.ok();
   }
 
-  std::set<model::ServiceKey> exact_keys() const {
-    std::set<model::ServiceKey> keys;
-    for (const auto& s : sel_.selectors) keys.insert({s.ns, s.name});
-    return keys;
-  }
-
   void build_full(v1::WatchResponse* out) {
-    if (sel_.exact_only()) {
-      for (const auto& k : exact_keys())
+    if (exact_) {
+      for (const auto& k : exact_keys_)
         if (const auto* st = newest_->find(k)) fill_service(*st, sel_, out->add_services());
       return;
     }
@@ -219,8 +221,8 @@ class WatchStream final : public FeedStream {
   }
 
   void build_incremental(v1::WatchResponse* out) {
-    if (sel_.exact_only()) {
-      for (const auto& k : exact_keys()) {
+    if (exact_) {
+      for (const auto& k : exact_keys_) {
         auto before = basis_->find_ptr(k);
         auto after = newest_->find_ptr(k);
         if (before == after) continue;
@@ -246,6 +248,8 @@ class WatchStream final : public FeedStream {
   v1::WatchRequest in_;
   Selection sel_;
   std::string sel_key_;
+  bool exact_ = false;                         // only exact ns/name selectors
+  std::vector<model::ServiceKey> exact_keys_;  // their services, sorted, each once
   std::string client_;
   bool subscribed_ = false;
   bool need_full_ = false;
