@@ -30,6 +30,9 @@ struct FeedOptions {
   std::chrono::milliseconds keepalive_time{30000};            // server pings an idle connection
   std::chrono::milliseconds keepalive_timeout{10000};         // and closes it without an answer
   std::chrono::milliseconds min_client_ping_interval{10000};  // faster client pings: GOAWAY
+  // Threads that share one change's writes to the subscribers, the sink's own included
+  // (0: one per core, at most 4; with fewer than 64 subscribers per thread, the sink's alone).
+  size_t fanout_threads = 0;
   // TLS from PEM files when cert and key are set; with a client CA, clients must present a
   // certificate it signed.
   std::string tls_cert_file;

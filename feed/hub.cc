@@ -37,7 +37,7 @@ void Hub::publish(model::SnapshotPtr snap) {
     std::lock_guard lock(mu_);
     if (current_ && snap->generation <= current_->generation) return;  // never backwards
     current_ = snap;
-    for (Subscriber* s : subscribers_) s->notify(snap);
+    fanout_.run(subscribers_.size(), [&](size_t i) { subscribers_[i]->notify(snap); });
     std::lock_guard acks(acks_mu_);
     acks_current_ = snap;
     // A change a subscriber does not see moved its ack at once.

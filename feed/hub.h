@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "feed/fanout.h"
 #include "model/snapshot.h"
 
 namespace endpointd::feed {
@@ -85,10 +86,15 @@ class Hub {
   // Called with each new applied snapshot (the feed's applied(g)); outside the hub's lock.
   using AppliedFn = std::function<void(const model::SnapshotPtr&)>;
 
-  explicit Hub(size_t max_subscribers, AppliedFn applied = {})
-      : max_subscribers_(max_subscribers), applied_fn_(std::move(applied)) {}
+  // `fanout_threads`: how many threads notify subscribers in publish() (0: one per core, at
+  // most FanOut::kMaxThreads; 1: the caller alone).
+  explicit Hub(size_t max_subscribers, AppliedFn applied = {}, size_t fanout_threads = 1)
+      : max_subscribers_(max_subscribers),
+        applied_fn_(std::move(applied)),
+        fanout_(fanout_threads) {}
 
-  // The sink thread: every subscriber is notified, then applied(g) is recomputed.
+  // The sink thread: every subscriber is notified (shared among the fan-out threads), then
+  // applied(g) is recomputed.
   void publish(model::SnapshotPtr snap);
   // The newest synced snapshot; null until the first one.
   model::SnapshotPtr current() const;
@@ -148,6 +154,8 @@ class Hub {
     std::shared_ptr<const model::Delta> delta;
   };
   std::deque<CachedDiff> diffs_;
+
+  FanOut fanout_;  // used by publish() only, under mu_
 };
 
 }  // namespace endpointd::feed

@@ -64,10 +64,13 @@ struct FeedSink::Impl {
       : opts(std::move(o)),
         board(b),
         metrics(r),
-        hub(opts.max_streams, [this](const model::SnapshotPtr& snap) {
-          metrics.applied(snap->generation);
-          if (board) board->applied("feed", snap);
-        }) {}
+        hub(
+            opts.max_streams,
+            [this](const model::SnapshotPtr& snap) {
+              metrics.applied(snap->generation);
+              if (board) board->applied("feed", snap);
+            },
+            opts.fanout_threads) {}
 };
 
 FeedSink::FeedSink(FeedOptions opts, pipeline::AckBoard* board, prometheus::Registry* registry)

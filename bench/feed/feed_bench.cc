@@ -14,6 +14,7 @@
 //   feed_bench --mode one|one-hot|all [--subscribers 1000] [--services 10000]
 //              [--endpoints 10] [--changes 200] [--channels 16] [--gap-ms 2]
 //              [--keepalive-ms N]   (the server's keepalive ping interval; default 30 s)
+//              [--fanout-threads N] (threads writing one change to the subscribers; 0: per core)
 //
 // mode one:     subscriber i watches its own service (every 10th one); a change touches the
 //               service of one subscriber, the 999 others see nothing.
@@ -98,7 +99,8 @@ struct Args {
   int changes = 200;
   int channels = 16;
   int gap_ms = 2;
-  int keepalive_ms = 0;  // 0: FeedOptions' default
+  int keepalive_ms = 0;    // 0: FeedOptions' default
+  int fanout_threads = 0;  // FeedOptions::fanout_threads (0: one per core)
   bool client = false;
   int port = 0;
   // How a subscriber reads a response: "full" parses the WatchResponse as a real client does;
@@ -134,6 +136,8 @@ Args parse_args(int argc, char** argv) {
       a.gap_ms = std::stoi(val());
     else if (k == "--keepalive-ms")
       a.keepalive_ms = std::stoi(val());
+    else if (k == "--fanout-threads")
+      a.fanout_threads = std::stoi(val());
     else if (k == "--client")
       a.client = true;
     else if (k == "--port")
@@ -484,6 +488,7 @@ int run_server(const Args& a, const char* self) {
   opts.listen = "127.0.0.1:0";
   opts.max_streams = static_cast<size_t>(a.subscribers) + 64;
   if (a.keepalive_ms > 0) opts.keepalive_time = std::chrono::milliseconds(a.keepalive_ms);
+  opts.fanout_threads = static_cast<size_t>(a.fanout_threads);
   feed::FeedSink sink(opts, &board, &registry);
   if (auto err = sink.start()) {
     std::cerr << "feed_bench: " << *err << "\n";
