@@ -51,12 +51,23 @@ Result<std::unique_ptr<Monitor>> Monitor::start(uint32_t own_port_id,
   return std::unique_ptr<Monitor>(new Monitor(std::move(s), own_port_id, std::move(on_change)));
 }
 
+bool Monitor::listen(bool on) {
+  int group = NFNLGRP_NFTABLES;
+  return mnl_socket_setsockopt(sock_->nl.get(),
+                               on ? NETLINK_ADD_MEMBERSHIP : NETLINK_DROP_MEMBERSHIP, &group,
+                               sizeof(group)) == 0;
+}
+
 void Monitor::run() {
   std::vector<char> buf(1 << 16);
   int fd = mnl_socket_get_fd(sock_->nl.get());
   while (!stop_) {
     pollfd p{fd, POLLIN, 0};
     int r = poll(&p, 1, 100);
+    if (pending_.exchange(false)) {
+      ++foreign_;
+      on_change_();
+    }
     if (r <= 0) continue;
     ssize_t n = recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
     if (n < 0) {
@@ -71,7 +82,10 @@ void Monitor::run() {
     auto len = static_cast<int>(n);
     for (auto* nlh = static_cast<const nlmsghdr*>(static_cast<const void*>(buf.data()));
          mnl_nlmsg_ok(nlh, len); nlh = mnl_nlmsg_next(nlh, &len)) {
-      if (nlh->nlmsg_pid == own_) continue;
+      if (nlh->nlmsg_pid == own_) {
+        ++own_count_;
+        continue;
+      }
       if ((nlh->nlmsg_type >> 8) != NFNL_SUBSYS_NFTABLES) continue;
       uint16_t msg = nlh->nlmsg_type & 0xff;
       if (msg == NFT_MSG_NEWGEN) continue;

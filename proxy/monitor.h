@@ -23,6 +23,19 @@ class Monitor {
   Monitor& operator=(const Monitor&) = delete;
 
   uint64_t foreign_changes() const { return foreign_.load(); }
+  // Notifications caused by endpointd's own socket (read and ignored).
+  uint64_t own_notifications() const { return own_count_.load(); }
+
+  // Leaves (false) or rejoins (true) the notification group. While no socket listens, the
+  // kernel builds no notification at all: a full sync of 100,000 set elements otherwise
+  // makes it build one per element, only for this monitor to ignore them (NetlinkBackend's
+  // quiet full sync uses this, and checks the ruleset generation for anyone else's commit).
+  // Any thread.
+  bool listen(bool on);
+  // Someone else committed while the monitor was not listening: on_change runs on the
+  // monitor's thread, within its next poll (at most 100 ms), as for a change it saw. Any
+  // thread, and never calls on_change itself (the caller may hold the sink's lock).
+  void report_foreign() { pending_ = true; }
 
  private:
   struct Socket;
@@ -33,6 +46,8 @@ class Monitor {
   std::function<void()> on_change_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> foreign_{0};
+  std::atomic<uint64_t> own_count_{0};
+  std::atomic<bool> pending_{false};
   std::thread thread_;
 };
 

@@ -8,6 +8,7 @@
 #include <libnftnl/chain.h>
 #include <libnftnl/common.h>
 #include <libnftnl/expr.h>
+#include <libnftnl/gen.h>
 #include <libnftnl/rule.h>
 #include <libnftnl/set.h>
 #include <libnftnl/table.h>
@@ -22,6 +23,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <string_view>
 
@@ -47,7 +49,11 @@ using TablePtr = std::unique_ptr<nftnl_table, TableFree>;
 using ChainPtr = std::unique_ptr<nftnl_chain, ChainFree>;
 using RulePtr = std::unique_ptr<nftnl_rule, RuleFree>;
 using SetPtr = std::unique_ptr<nftnl_set, SetFree>;
+struct GenFree {
+  void operator()(nftnl_gen* p) const { nftnl_gen_free(p); }
+};
 using ExprPtr = std::unique_ptr<nftnl_expr, ExprFree>;
+using GenPtr = std::unique_ptr<nftnl_gen, GenFree>;
 
 uint16_t nf_family(IpFamily f) {
   return f == IpFamily::kV4 ? NFPROTO_IPV4 : NFPROTO_IPV6;
@@ -892,6 +898,49 @@ Result<std::vector<std::string>> NetlinkBackend::list_names(uint16_t msg_type, I
   return std::move(ctx.names);
 }
 
+Result<uint32_t> NetlinkBackend::ruleset_generation() {
+  std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
+  uint32_t seq = seq_++;
+  nlmsghdr* nlh = nftnl_nlmsg_build_hdr(buf.data(), NFT_MSG_GETGEN, AF_UNSPEC, NLM_F_ACK, seq);
+  if (mnl_socket_sendto(sock_->nl.get(), nlh, nlh->nlmsg_len) < 0) {
+    return Error{std::string("netlink send: ") + std::strerror(errno)};
+  }
+  struct Ctx {
+    bool found = false;
+    uint32_t id = 0;
+  } ctx;
+  auto cb = [](const nlmsghdr* m, void* data) -> int {
+    auto* c = static_cast<Ctx*>(data);
+    GenPtr g(nftnl_gen_alloc());
+    if (g && nftnl_gen_nlmsg_parse(m, g.get()) == 0 && nftnl_gen_is_set(g.get(), NFTNL_GEN_ID)) {
+      c->found = true;
+      c->id = nftnl_gen_get_u32(g.get(), NFTNL_GEN_ID);
+    }
+    return MNL_CB_OK;
+  };
+  for (;;) {
+    ssize_t n = mnl_socket_recvfrom(sock_->nl.get(), buf.data(), buf.size());
+    if (n < 0) return Error{std::string("netlink receive: ") + std::strerror(errno)};
+    int ret = mnl_cb_run(buf.data(), static_cast<size_t>(n), seq, sock_->portid, cb, &ctx);
+    if (ret < 0) return Error{std::string("netlink getgen: ") + std::strerror(errno)};
+    if (ret == MNL_CB_STOP) break;
+  }
+  if (!ctx.found) return Error{"netlink getgen: no generation in the answer"};
+  return ctx.id;
+}
+
+void NetlinkBackend::set_quiet_full_sync(std::function<bool(bool)> listen,
+                                         std::function<void()> foreign) {
+  std::lock_guard lock(quiet_mu_);
+  listen_ = std::move(listen);
+  foreign_ = std::move(foreign);
+}
+
+NetlinkBackend::QuietStats NetlinkBackend::quiet_stats() const {
+  std::lock_guard lock(quiet_mu_);
+  return quiet_stats_;
+}
+
 Result<BatchStats> NetlinkBackend::full_sync(const std::vector<const Table*>& tables) {
   std::vector<std::string> lists[4];
   int i = 0;
@@ -905,7 +954,39 @@ Result<BatchStats> NetlinkBackend::full_sync(const std::vector<const Table*>& ta
   }
   Batch b = build_full_sync_batch(tables, lists[0], lists[1], lists[2], lists[3], seq_);
   seq_ += static_cast<uint32_t>(b.what.size()) + 2;
-  return send(b);
+
+  std::function<bool(bool)> listen;
+  std::function<void()> foreign;
+  {
+    std::lock_guard lock(quiet_mu_);
+    if (listen_ && !listen_next_) {
+      listen = listen_;
+      foreign = foreign_;
+    }
+    listen_next_ = false;
+  }
+  std::optional<uint32_t> before;
+  if (listen) {
+    auto g = ruleset_generation();
+    if (g && listen(false)) before = *g;  // else: an ordinary full sync, listened to
+  }
+  auto r = send(b);
+  if (!before) return r;
+  listen(true);
+  auto after = ruleset_generation();
+  // The batch committed: the generation moved by exactly one unless someone else committed
+  // too (a failed batch is retried by the sink with backoff, and checked again then).
+  bool others = r && (!after || *after - *before != 1u);
+  {
+    std::lock_guard lock(quiet_mu_);
+    ++quiet_stats_.quiet;
+    if (others) {
+      ++quiet_stats_.foreign;
+      listen_next_ = true;
+    }
+  }
+  if (others) foreign();
+  return r;
 }
 
 Result<BatchStats> NetlinkBackend::apply(const std::vector<TableChanges>& list) {

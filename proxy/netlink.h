@@ -3,7 +3,9 @@
 // expressions nft itself generates for each rule shape (see proxy/LAYOUT.md).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,23 @@ class NetlinkBackend : public Backend {
   Result<BatchStats> cleanup();
   // The port id of the socket (the monitor ignores notifications caused by it).
   uint32_t port_id() const;
+  // The namespace's nf_tables ruleset generation (NFT_MSG_GETGEN): every committed batch,
+  // anyone's, moves it by one.
+  Result<uint32_t> ruleset_generation();
+
+  // Quiet full syncs: `listen(false)` just before a full sync's batch and `listen(true)` right
+  // after it (the Monitor leaves its notification group, so the kernel does not build a
+  // notification per element of endpointd's own batch). If the ruleset generation moved by
+  // more than that one batch meanwhile, someone else committed while nobody listened:
+  // `foreign()` is called (the sink must resync; never call into the sink synchronously: the
+  // sink holds its lock around full_sync) and the next full sync keeps listening, so a
+  // neighbour committing all the time cannot keep endpointd resyncing. Any thread.
+  void set_quiet_full_sync(std::function<bool(bool)> listen, std::function<void()> foreign);
+  struct QuietStats {
+    uint64_t quiet = 0;    // full syncs that ran without the monitor listening
+    uint64_t foreign = 0;  // of which saw someone else's commit in their window
+  };
+  QuietStats quiet_stats() const;
 
  private:
   struct Socket;
@@ -47,6 +66,11 @@ class NetlinkBackend : public Backend {
   Result<std::vector<std::string>> list_names(uint16_t msg_type, IpFamily f);
   std::unique_ptr<Socket> sock_;
   uint32_t seq_ = 1;
+  mutable std::mutex quiet_mu_;  // guards the four below
+  std::function<bool(bool)> listen_;
+  std::function<void()> foreign_;
+  bool listen_next_ = false;  // the last quiet window saw a foreign commit: listen this time
+  QuietStats quiet_stats_;
 };
 
 }  // namespace endpointd::proxy

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <functional>
 
 #include "proxy/monitor.h"
 #include "proxy/netlink.h"
@@ -216,6 +217,78 @@ TEST(ProxyNetlink, MonitorSeesForeignChangesOnly) {
   for (int i = 0; i < 100 && seen.load() == 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_GT(seen.load(), 0);
+}
+
+// A quiet full sync: the monitor leaves its group around endpointd's own batch, so the
+// kernel sends it nothing for it; a commit by someone else inside that window is caught by
+// the ruleset generation, reported as a foreign change, and the next full sync listens.
+TEST(ProxyNetlink, QuietFullSyncSendsNoNotificationsAndCatchesACommitInItsWindow) {
+  NetNs ns("quiet");
+  auto b = open_in(ns);
+  std::atomic<int> seen{0};
+  std::shared_ptr<Monitor> m;
+  ns.run([&] {
+    auto r = Monitor::start(b->port_id(), [&] { ++seen; });
+    if (!r) throw std::runtime_error(r.error());
+    m = std::move(*r);
+  });
+  auto wait_for = [](const std::function<bool()>& done) {
+    for (int i = 0; i < 200 && !done(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return done();
+  };
+  Planner p(testing::node_context());
+  p.reset(*testing::every_shape());
+
+  // Listening: the kernel notifies the monitor of every object of endpointd's batch.
+  ASSERT_TRUE(sync(*b, p).ok());
+  ASSERT_TRUE(wait_for([&] { return m->own_notifications() > 0; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the rest of them
+  const uint64_t own = m->own_notifications();
+
+  // Quiet: nothing, and the generation moved by endpointd's one batch.
+  std::vector<bool> calls;
+  bool commit_in_window = false;
+  b->set_quiet_full_sync(
+      [&](bool on) {
+        calls.push_back(on);
+        bool ok = m->listen(on);
+        if (!on && commit_in_window) ns.exec("nft add table ip other");
+        return ok;
+      },
+      [&] { m->report_foreign(); });
+  auto g0 = b->ruleset_generation();
+  ASSERT_TRUE(g0.ok()) << g0.error();
+  ASSERT_TRUE(sync(*b, p).ok());
+  auto g1 = b->ruleset_generation();
+  ASSERT_TRUE(g1.ok()) << g1.error();
+  EXPECT_EQ(*g1 - *g0, 1u);  // endpointd's batch, nobody else's
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(m->own_notifications(), own);
+  EXPECT_EQ(calls, (std::vector<bool>{false, true}));
+  EXPECT_EQ(b->quiet_stats().quiet, 1u);
+  EXPECT_EQ(b->quiet_stats().foreign, 0u);
+  EXPECT_EQ(seen.load(), 0);
+
+  // Someone else commits while nobody listens: reported through the monitor.
+  calls.clear();
+  commit_in_window = true;
+  ASSERT_TRUE(sync(*b, p).ok());
+  commit_in_window = false;
+  EXPECT_EQ(calls, (std::vector<bool>{false, true}));
+  EXPECT_EQ(b->quiet_stats().foreign, 1u);
+  EXPECT_TRUE(wait_for([&] { return seen.load() > 0; }));
+  EXPECT_EQ(m->foreign_changes(), 1u);
+
+  // So the next full sync keeps listening (its notifications arrive), and the one after is
+  // quiet again.
+  calls.clear();
+  ASSERT_TRUE(sync(*b, p).ok());
+  EXPECT_TRUE(calls.empty());
+  EXPECT_TRUE(wait_for([&] { return m->own_notifications() > own; }));
+  ASSERT_TRUE(sync(*b, p).ok());
+  EXPECT_EQ(calls, (std::vector<bool>{false, true}));
+  EXPECT_EQ(b->quiet_stats().quiet, 3u);
 }
 
 // Not a benchmark (bench/ owns those): prints what a full sync of 10,000 services x 10
