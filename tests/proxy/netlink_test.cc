@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <fstream>
 #include <functional>
@@ -44,6 +45,18 @@ std::unique_ptr<NetlinkBackend> open_in(const NetNs& ns) {
     b = std::move(*r);
   });
   return b;
+}
+
+// A Monitor in `ns` that ignores `b`'s own notifications and counts the others in *seen.
+std::unique_ptr<Monitor> monitor_in(const NetNs& ns, const NetlinkBackend& b,
+                                    std::atomic<int>* seen) {
+  std::unique_ptr<Monitor> m;
+  ns.run([&] {
+    auto r = Monitor::start(b.port_id(), [seen] { ++*seen; });
+    if (!r) throw std::runtime_error(r.error());
+    m = std::move(*r);
+  });
+  return m;
 }
 
 Result<BatchStats> sync(NetlinkBackend& b, const Planner& p) {
@@ -201,12 +214,7 @@ TEST(ProxyNetlink, MonitorSeesForeignChangesOnly) {
   NetNs ns("mon");
   auto b = open_in(ns);
   std::atomic<int> seen{0};
-  std::unique_ptr<Monitor> m;
-  ns.run([&] {
-    auto r = Monitor::start(b->port_id(), [&] { ++seen; });
-    if (!r) throw std::runtime_error(r.error());
-    m = std::move(*r);
-  });
+  auto m = monitor_in(ns, *b, &seen);
   Planner p(testing::node_context());
   p.reset(*testing::every_shape());
   ASSERT_TRUE(sync(*b, p).ok());
@@ -226,12 +234,7 @@ TEST(ProxyNetlink, QuietFullSyncSendsNoNotificationsAndCatchesACommitInItsWindow
   NetNs ns("quiet");
   auto b = open_in(ns);
   std::atomic<int> seen{0};
-  std::shared_ptr<Monitor> m;
-  ns.run([&] {
-    auto r = Monitor::start(b->port_id(), [&] { ++seen; });
-    if (!r) throw std::runtime_error(r.error());
-    m = std::move(*r);
-  });
+  auto m = monitor_in(ns, *b, &seen);
   auto wait_for = [](const std::function<bool()>& done) {
     for (int i = 0; i < 200 && !done(); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
