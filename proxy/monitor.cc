@@ -51,11 +51,19 @@ Result<std::unique_ptr<Monitor>> Monitor::start(uint32_t own_port_id,
   return std::unique_ptr<Monitor>(new Monitor(std::move(s), own_port_id, std::move(on_change)));
 }
 
-bool Monitor::listen(bool on) {
+bool Monitor::set_membership(bool on) {
   int group = NFNLGRP_NFTABLES;
-  return mnl_socket_setsockopt(sock_->nl.get(),
-                               on ? NETLINK_ADD_MEMBERSHIP : NETLINK_DROP_MEMBERSHIP, &group,
-                               sizeof(group)) == 0;
+  bool ok =
+      mnl_socket_setsockopt(sock_->nl.get(), on ? NETLINK_ADD_MEMBERSHIP : NETLINK_DROP_MEMBERSHIP,
+                            &group, sizeof(group)) == 0;
+  if (ok) listening_ = on;
+  return ok;
+}
+
+bool Monitor::listen(bool on) {
+  std::lock_guard lock(listen_mu_);
+  want_listen_ = on;
+  return set_membership(on);
 }
 
 void Monitor::run() {
@@ -64,6 +72,11 @@ void Monitor::run() {
   while (!stop_) {
     pollfd p{fd, POLLIN, 0};
     int r = poll(&p, 1, 100);
+    {
+      std::lock_guard lock(listen_mu_);
+      if (want_listen_ && !listening_ && set_membership(true))
+        pending_ = true;  // deaf for a while: anything may have happened meanwhile
+    }
     if (pending_.exchange(false)) {
       ++foreign_;
       on_change_();

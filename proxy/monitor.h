@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "model/result.h"
@@ -30,7 +31,8 @@ class Monitor {
   // kernel builds no notification at all: a full sync of 100,000 set elements otherwise
   // makes it build one per element, only for this monitor to ignore them (NetlinkBackend's
   // quiet full sync uses this, and checks the ruleset generation for anyone else's commit).
-  // Any thread.
+  // Any thread. false when the socket option failed; a failed rejoin is retried by the
+  // monitor's thread on every poll, and reported as a possible foreign change once it works.
   bool listen(bool on);
   // Someone else committed while the monitor was not listening: on_change runs on the
   // monitor's thread, within its next poll (at most 100 ms), as for a change it saw. Any
@@ -48,6 +50,10 @@ class Monitor {
   std::atomic<uint64_t> foreign_{0};
   std::atomic<uint64_t> own_count_{0};
   std::atomic<bool> pending_{false};
+  bool set_membership(bool on);
+  std::mutex listen_mu_;  // guards the two below and the group membership
+  bool want_listen_ = true;
+  bool listening_ = true;
   std::thread thread_;
 };
 
