@@ -1,7 +1,10 @@
-// A value or an error message: the recoverable-error return type used across endpointd.
+// A value or an error message: the recoverable-error return type of every fallible call that
+// crosses a component boundary (Result<void> for calls with nothing to return). Exceptions
+// stay inside a component and never cross a thread.
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -30,5 +33,27 @@ class Result {
  private:
   std::variant<T, Error> v_;
 };
+
+// Success, or an error message.
+template <>
+class Result<void> {
+ public:
+  Result() = default;
+  Result(Error e) : error_(std::move(e.message)), failed_(true) {}  // NOLINT
+  bool ok() const { return !failed_; }
+  explicit operator bool() const { return ok(); }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string error_;
+  bool failed_ = false;
+};
+
+using Status = Result<void>;
+
+// An error message with a prefix naming where it came from ("DNS: ...").
+inline Error prefixed(std::string_view prefix, const std::string& message) {
+  return Error{std::string(prefix) + ": " + message};
+}
 
 }  // namespace endpointd
