@@ -9,25 +9,9 @@
 
 #include <fstream>
 
-namespace endpointd::daemon {
+#include "model/hostport.h"
 
-bool split_host_port(const std::string& s, std::string* host, int* port) {
-  auto colon = s.rfind(':');
-  if (colon == std::string::npos) return false;
-  std::string h = s.substr(0, colon);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  if (h.empty()) h = "0.0.0.0";
-  try {
-    size_t used = 0;
-    int p = std::stoi(s.substr(colon + 1), &used);
-    if (used != s.size() - colon - 1 || p < 0 || p > 65535) return false;
-    *port = p;
-  } catch (...) {
-    return false;
-  }
-  *host = h;
-  return true;
-}
+namespace endpointd::daemon {
 
 namespace {
 
@@ -80,25 +64,20 @@ AdminServer::~AdminServer() {
   stop();
 }
 
-bool AdminServer::start(const std::string& listen, std::string* error) {
-  std::string host;
-  int port = 0;
-  if (!split_host_port(listen, &host, &port)) {
-    if (error) *error = "admin listen address \"" + listen + "\" is not ADDR:PORT";
-    return false;
-  }
+Status AdminServer::start(const std::string& listen) {
+  auto hp = model::parse_host_port(listen);
+  if (!hp) return Error{"admin listen address " + hp.error()};
+  std::string host = hp->host.empty() ? "0.0.0.0" : hp->host;
+  int port = hp->port;
   if (port == 0) {
     port_ = server_->bind_to_any_port(host.c_str());
   } else {
     port_ = server_->bind_to_port(host.c_str(), port) ? port : -1;
   }
-  if (port_ < 0) {
-    if (error) *error = "admin server cannot bind " + listen;
-    return false;
-  }
+  if (port_ < 0) return Error{"admin server cannot bind " + listen};
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   spdlog::info("admin server on {}:{}", host, port_);
-  return true;
+  return {};
 }
 
 void AdminServer::stop() {

@@ -6,6 +6,8 @@
 #include <string>
 #include <thread>
 
+#include "model/result.h"
+
 namespace prometheus {
 class Registry;
 }
@@ -35,7 +37,7 @@ class AdminServer {
   AdminServer& operator=(const AdminServer&) = delete;
 
   // Binds "ADDR:PORT" (port 0 picks one) and serves on a thread of its own.
-  bool start(const std::string& listen, std::string* error);
+  Status start(const std::string& listen);
   void stop();
   int port() const { return port_; }
 
@@ -46,8 +48,5 @@ class AdminServer {
   std::thread thread_;
   int port_ = 0;
 };
-
-// Splits "ADDR:PORT" / "[v6]:PORT"; false when it is not of that form.
-bool split_host_port(const std::string& s, std::string* host, int* port);
 
 }  // namespace endpointd::daemon

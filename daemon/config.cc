@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "daemon/kubeproxy_config.h"
+#include "model/hostport.h"
 #include "model/ip.h"
 
 namespace endpointd::daemon {
@@ -76,21 +77,6 @@ class YamlConfig : public CLI::Config {
     return items;
   }
 };
-
-bool valid_host_port(const std::string& s) {
-  auto colon = s.rfind(':');
-  if (colon == std::string::npos || colon + 1 == s.size()) return false;
-  std::string host = s.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  if (!host.empty() && !model::IpAddr::parse(host) && host != "localhost") return false;
-  try {
-    int port = std::stoi(s.substr(colon + 1));
-    return port >= 0 && port <= 65535;
-  } catch (...) {
-    return false;
-  }
-}
 
 }  // namespace
 
@@ -222,8 +208,8 @@ std::string validate(const Config& cfg) {
        {std::pair<const char*, const std::string&>{"--dns-listen", cfg.dns_listen},
         {"--feed-listen", cfg.feed_listen},
         {"--admin-listen", cfg.admin_listen}}) {
-    if (!value.empty() && !valid_host_port(value))
-      return std::string(name) + ": \"" + value + "\" is not ADDR:PORT";
+    if (value.empty()) continue;
+    if (auto hp = model::parse_host_port(value); !hp) return std::string(name) + ": " + hp.error();
   }
   for (const auto& [flag, list] :
        {std::pair<const char*, const std::vector<std::string>&>{"--cluster-cidr", cfg.cluster_cidr},

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "daemon/config.h"
+#include "model/result.h"
 
 namespace endpointd::daemon {
 
@@ -16,11 +17,9 @@ class Daemon {
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
 
-  bool start(std::string* error);
+  Status start();
   void stop();
   int admin_port() const;
-  int dns_port() const;
-  int feed_port() const;
 
  private:
   struct Impl;

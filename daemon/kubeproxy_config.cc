@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "model/hostport.h"
 #include "model/ip.h"
 
 namespace endpointd::daemon {
@@ -12,7 +13,7 @@ namespace endpointd::daemon {
 namespace {
 
 constexpr const char* kHealthzDefault = "0.0.0.0:10256";
-constexpr int kHealthzPort = 10256;
+constexpr uint16_t kHealthzPort = 10256;
 
 std::string trim(std::string s) {
   auto b = s.find_first_not_of(" \t");
@@ -101,30 +102,12 @@ void leaves(const YAML::Node& n, const std::string& prefix,
 // healthzBindAddress: "IP:PORT", "IP" (kube-proxy's port then), or "" (kube-proxy's default).
 std::string healthz_address(const std::string& v, std::string* error) {
   if (v.empty()) return kHealthzDefault;
-  if (model::IpAddr::parse(v)) {
-    bool v6 = v.find(':') != std::string::npos;
-    return (v6 ? "[" + v + "]" : v) + ":" + std::to_string(kHealthzPort);
-  }
-  auto colon = v.rfind(':');
-  if (colon == std::string::npos) {
-    *error = "healthzBindAddress: \"" + v + "\" is not IP or IP:PORT";
+  auto hp = model::parse_host_port(v, kHealthzPort);
+  if (!hp) {
+    *error = "healthzBindAddress: " + hp.error();
     return {};
   }
-  std::string host = v.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  int port = -1;
-  try {
-    size_t used = 0;
-    port = std::stoi(v.substr(colon + 1), &used);
-    if (used != v.size() - colon - 1) port = -1;
-  } catch (...) {
-  }
-  if ((!host.empty() && !model::IpAddr::parse(host)) || port < 0 || port > 65535) {
-    *error = "healthzBindAddress: \"" + v + "\" is not IP or IP:PORT";
-    return {};
-  }
-  return v;
+  return hp->str();
 }
 
 }  // namespace

@@ -32,9 +32,8 @@ int run(endpointd::daemon::Config cfg) {
   signal(SIGPIPE, SIG_IGN);
 
   Daemon d(cfg);
-  std::string error;
-  if (!d.start(&error)) {
-    spdlog::error("cannot start: {}", error);
+  if (auto st = d.start(); !st) {
+    spdlog::error("cannot start: {}", st.error());
     return 1;
   }
   int sig = 0;

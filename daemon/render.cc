@@ -32,18 +32,12 @@ int render(const Config& cfg, std::ostream& out, std::ostream& err) {
 
   proxy::NodeContext ctx;
   ctx.node_name = cfg.node_name;
-  if (const auto* node = snap->find_node(cfg.node_name)) {
-    ctx.zone = node->zone;
-    for (const auto& a : node->addresses)
-      if (a.type == "InternalIP" || a.type == "ExternalIP")
-        if (auto ip = model::IpAddr::parse(a.address)) ctx.node_ips.push_back(*ip);
-  }
   for (const auto& c : cfg.cluster_cidr)
     if (auto p = model::IpPrefix::parse(c)) ctx.cluster_cidrs.push_back(*p);
   for (const auto& c : cfg.nodeport_addresses)
     if (auto p = model::IpPrefix::parse(c)) ctx.node_port_addresses.push_back(*p);
   ctx.masquerade_all = cfg.masquerade_all;
-  proxy::Planner planner(ctx);
+  proxy::Planner planner(proxy::node_context_from(ctx, *snap));
   planner.reset(*snap);
   for (auto family : planner.families()) out << proxy::render(planner.table(family));
   return 0;

@@ -7,19 +7,15 @@
 
 #include "model/snapshot.h"
 #include "pipeline/ack_board.h"
+#include "watcher/source.h"
 
 namespace endpointd::daemon {
-
-struct SourceError {
-  std::string where;
-  std::string reason;
-};
 
 struct DebugState {
   model::SnapshotPtr snapshot;
   std::string node_name;
   std::vector<pipeline::AckBoard::Entry> sinks;
-  std::vector<SourceError> source_errors;
+  std::vector<watcher::SourceError> source_errors;
   std::string drains_json = "[]";  // filled by drain/ once it runs
 };
 

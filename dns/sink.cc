@@ -5,29 +5,9 @@
 
 #include <spdlog/spdlog.h>
 
-namespace endpointd::dns {
+#include "model/hostport.h"
 
-std::optional<std::pair<std::string, uint16_t>> parse_listen(const std::string& s) {
-  std::string host = s;
-  std::string port = "53";
-  if (!s.empty() && s[0] == '[') {
-    size_t close = s.find(']');
-    if (close == std::string::npos) return std::nullopt;
-    host = s.substr(1, close - 1);
-    if (close + 1 < s.size()) {
-      if (s[close + 1] != ':') return std::nullopt;
-      port = s.substr(close + 2);
-    }
-  } else if (std::count(s.begin(), s.end(), ':') == 1) {
-    host = s.substr(0, s.find(':'));
-    port = s.substr(s.find(':') + 1);
-  }
-  unsigned p = 0;
-  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
-  if (ec != std::errc() || end != port.data() + port.size() || p > 65535) return std::nullopt;
-  if (!model::IpAddr::parse(host)) return std::nullopt;
-  return std::make_pair(host, static_cast<uint16_t>(p));
-}
+namespace endpointd::dns {
 
 namespace {
 
@@ -53,7 +33,7 @@ DnsSink::DnsSink(DnsOptions opts, pipeline::AckBoard* board, prometheus::Registr
     for (const char* p : {"127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
                           "100.64.0.0/10", "::1/128", "fc00::/7"})
       opts_.forward_allow.push_back(*model::IpPrefix::parse(p));
-  if (board_) board_->add("dns");
+  if (board_) board_->add("dns", model::RouteView::kDns);
 }
 
 DnsSink::~DnsSink() {
@@ -61,8 +41,10 @@ DnsSink::~DnsSink() {
 }
 
 std::optional<std::string> DnsSink::start() {
-  auto listen = parse_listen(opts_.listen);
-  if (!listen) return "dns: bad listen address '" + opts_.listen + "'";
+  // The server binds an address: a bare port or a host name is not enough.
+  auto listen = model::parse_host_port(opts_.listen, 53);
+  if (!listen || !model::IpAddr::parse(listen->host))
+    return "dns: bad listen address '" + opts_.listen + "': not ADDR, ADDR:PORT or [IPv6]:PORT";
   if (!name_from_text(opts_.zone)) return "dns: bad zone '" + opts_.zone + "'";
   if (opts_.forwarding) {
     ForwarderOptions fo;
@@ -77,8 +59,8 @@ std::optional<std::string> DnsSink::start() {
     if (auto err = forwarder_->start()) return "dns: " + *err;
   }
   ServerOptions so;
-  so.listen_address = listen->first;
-  so.port = listen->second;
+  so.listen_address = listen->host;
+  so.port = listen->port;
   so.workers = opts_.workers;
   so.tcp_max_connections = opts_.tcp_max_connections;
   so.tcp_idle_timeout = opts_.tcp_idle_timeout;
@@ -88,7 +70,7 @@ std::optional<std::string> DnsSink::start() {
     server_.reset();
     return err;
   }
-  spdlog::info("dns: serving {} on {} port {} ({} workers)", opts_.zone, listen->first,
+  spdlog::info("dns: serving {} on {} port {} ({} workers)", opts_.zone, listen->host,
                server_->port(), opts_.workers);
   return std::nullopt;
 }

@@ -44,9 +44,6 @@ struct DnsOptions {
   bool forwarding = true;  // false: names outside the zone get REFUSED
 };
 
-// Parses "ADDR:PORT" / "[V6]:PORT" / "ADDR" (port 53).
-std::optional<std::pair<std::string, uint16_t>> parse_listen(const std::string& s);
-
 class DnsSink : public pipeline::Sink {
  public:
   using Clock = std::chrono::steady_clock;

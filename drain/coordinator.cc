@@ -8,8 +8,8 @@
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
-#include "drain/selection.h"
 #include "drain/servers.h"
+#include "model/routing.h"
 
 namespace endpointd::drain {
 
@@ -80,10 +80,10 @@ struct BoardHook {
   Coordinator* target = nullptr;
 };
 
-Coordinator::Coordinator(pipeline::AckBoard* board, proxy::Conntrack* conntrack,
-                         DnsExpiry dns_expiry, CoordinatorOptions opts)
+Coordinator::Coordinator(pipeline::AckBoard* board, Flows* flows, DnsExpiry dns_expiry,
+                         CoordinatorOptions opts)
     : board_(board),
-      conntrack_(conntrack),
+      flows_(flows),
       dns_expiry_(std::move(dns_expiry)),
       opts_(std::move(opts)),
       metrics_(std::make_unique<Metrics>(opts_.registry)),
@@ -93,7 +93,7 @@ Coordinator::~Coordinator() {
   stop();
 }
 
-bool Coordinator::start(std::string* error) {
+Status Coordinator::start() {
   hook_ = std::make_shared<BoardHook>();
   hook_->target = this;
   board_->on_change([h = hook_] {
@@ -110,8 +110,9 @@ bool Coordinator::start(std::string* error) {
   if (!opts_.peer_listen.empty()) {
     peer_server_ =
         std::make_unique<PeerServer>(this, opts_.machine.node_name, opts_.peer_answer_max);
-    auto port = peer_server_->start(opts_.peer_listen, error);
-    if (!port) return false;
+    std::string error;
+    auto port = peer_server_->start(opts_.peer_listen, &error);
+    if (!port) return Error{error};
     bound_peer_port_ = *port;
   }
   if (!opts_.drain_socket.empty()) {
@@ -120,12 +121,13 @@ bool Coordinator::start(std::string* error) {
         [this](const std::string& result) {
           metrics_->prestop->Add({{"result", result}}).Increment();
         });
-    if (!prestop_server_->start(opts_.drain_socket, error)) return false;
+    std::string error;
+    if (!prestop_server_->start(opts_.drain_socket, &error)) return Error{error};
   }
   spdlog::info("drain: coordinator on node {} (peers on {}, prestop socket {})",
                opts_.machine.node_name, opts_.peer_listen.empty() ? "-" : opts_.peer_listen,
                opts_.drain_socket.empty() ? "-" : opts_.drain_socket);
-  return true;
+  return {};
 }
 
 void Coordinator::stop() {
@@ -201,8 +203,9 @@ LocalRemoval Coordinator::local_removal(const model::IpAddr& ip) const {
     LocalRemoval::Consumer c;
     c.name = e.consumer;
     c.generation = e.generation();
-    c.routes = !e.snapshot || selectable(e.consumer, *e.snapshot, ip);
-    if (!c.routes && e.consumer == "dns" && dns_expiry_) {
+    c.routes =
+        !e.snapshot || model::routes_to(e.view, *e.snapshot, ip, {opts_.machine.node_name, {}});
+    if (!c.routes && e.view == model::RouteView::kDns && dns_expiry_) {
       auto exp = dns_expiry_(ip);
       if (exp && *exp > now) c.routes = true;
     }
@@ -315,13 +318,13 @@ void Coordinator::run() {
       if (!started.empty()) cv_.notify_all();
     }
     auto need = machine_.need_flow_counts();
-    std::map<model::IpAddr, Result<proxy::FlowCount>> flows;
+    std::map<model::IpAddr, Result<FlowCount>> flows;
     lock.unlock();
     if (!need.empty()) {
-      if (!conntrack_) {
+      if (!flows_) {
         for (const auto& ip : need) flows.emplace(ip, Error{"no conntrack on this agent"});
       } else {
-        auto counts = conntrack_->count_flows_to_each(need);
+        auto counts = flows_->count_to_each(need);
         for (size_t i = 0; i < need.size(); ++i) {
           if (counts.ok())
             flows.emplace(need[i], counts.value()[i]);

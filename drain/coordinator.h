@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "drain/flows.h"
 #include "drain/machine.h"
 #include "pipeline/ack_board.h"
-#include "proxy/conntrack.h"
 
 namespace prometheus {
 class Registry;
@@ -57,9 +57,9 @@ class Coordinator {
  public:
   using DnsExpiry = std::function<std::optional<TimePoint>(const model::IpAddr&)>;
 
-  // `board` and `conntrack` must outlive the coordinator; `conntrack` may be null (stage 3
+  // `board` and `flows` must outlive the coordinator; `flows` may be null (stage 3
   // then proceeds as with conntrack unavailable); `dns_expiry` may be empty.
-  Coordinator(pipeline::AckBoard* board, proxy::Conntrack* conntrack, DnsExpiry dns_expiry,
+  Coordinator(pipeline::AckBoard* board, Flows* flows, DnsExpiry dns_expiry,
               CoordinatorOptions opts);
   ~Coordinator();
   Coordinator(const Coordinator&) = delete;
@@ -67,7 +67,7 @@ class Coordinator {
 
   // Starts the state-machine thread, the peer server and the prestop socket. Sockets are made
   // in the calling thread's network namespace.
-  bool start(std::string* error);
+  Status start();
   void stop();
 
   // Every published snapshot (UpdateLoop::on_publish). Cheap: hands it to the thread.
@@ -110,7 +110,7 @@ class Coordinator {
   void record(const std::vector<Transition>& ts);
 
   pipeline::AckBoard* board_;
-  proxy::Conntrack* conntrack_;
+  Flows* flows_;
   DnsExpiry dns_expiry_;
   CoordinatorOptions opts_;
   std::unique_ptr<Metrics> metrics_;

@@ -151,11 +151,8 @@ const model::Pod* match_pod(const model::Snapshot& snap, const std::string& node
     }
   }
   if (!c.host_netns) {
-    for (const auto& p : snap.pods) {
-      if (p->node_name != node || p->host_network) continue;
-      for (const auto& a : c.addresses)
-        if (std::find(p->pod_ips.begin(), p->pod_ips.end(), a) != p->pod_ips.end()) return p.get();
-    }
+    for (const auto& a : c.addresses)
+      if (const model::Pod* p = snap.find_node_pod(node, a)) return p;
   }
   *reason = "caller " + c.describe() + " is not a pod on node " + node +
             (c.host_netns ? ": it runs in the node's own network namespace"

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "drain/selection.h"
 #include "model/json.h"
+#include "model/routing.h"
 
 namespace endpointd::drain {
 
@@ -51,12 +51,7 @@ std::string ms_since(TimePoint from, TimePoint t) {
 Machine::Machine(Options opts) : opts_(std::move(opts)) {}
 
 const model::Pod* Machine::pod_for(const model::IpAddr& ip) const {
-  if (!snap_) return nullptr;
-  for (const auto& p : snap_->pods) {
-    if (p->node_name != opts_.node_name || p->host_network) continue;
-    if (std::find(p->pod_ips.begin(), p->pod_ips.end(), ip) != p->pod_ips.end()) return p.get();
-  }
-  return nullptr;
+  return snap_ ? snap_->find_node_pod(opts_.node_name, ip) : nullptr;
 }
 
 void Machine::set_budget(Drain& d, TimePoint now) const {
@@ -193,8 +188,10 @@ bool Machine::local_removed(Drain& d, const Inputs& in) {
   bool all = true;
   for (const auto& e : in.consumers) {
     if (d.consumers_confirmed.count(e.consumer)) continue;
-    bool routes = !e.snapshot || selectable(e.consumer, *e.snapshot, d.ip);
-    if (!routes && e.consumer == "dns" && in.dns_expiry) {
+    // A terminating endpoint is at most a fallback, which topology hints never narrow, so
+    // the node's zone does not change the answer.
+    bool routes = !e.snapshot || model::routes_to(e.view, *e.snapshot, d.ip, {opts_.node_name, {}});
+    if (!routes && e.view == model::RouteView::kDns && in.dns_expiry) {
       auto exp = in.dns_expiry(d.ip);
       if (exp && *exp > in.now) routes = true;
     }

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "drain/flows.h"
 #include "model/result.h"
 #include "model/snapshot.h"
 #include "pipeline/ack_board.h"
-#include "proxy/conntrack.h"
 
 namespace endpointd::drain {
 
@@ -72,7 +72,7 @@ struct Drain {
   std::optional<TimePoint> stop_accepting, removed, drained, released;
   std::map<std::string, TimePoint> consumers_confirmed;
   std::map<std::string, PeerState> peers;  // by node name
-  std::optional<proxy::FlowCount> flows;
+  std::optional<FlowCount> flows;
   std::optional<TimePoint> conntrack_failed_since;
   std::vector<std::string> notes;  // every forced step and degraded input, in order
   bool removal_forced = false, drain_forced = false;
@@ -131,7 +131,7 @@ class Machine {
     // When the last DNS answer carrying an address expires (may be empty).
     std::function<std::optional<TimePoint>(const model::IpAddr&)> dns_expiry;
     // Results for the addresses of need_flow_counts().
-    std::map<model::IpAddr, Result<proxy::FlowCount>> flows;
+    std::map<model::IpAddr, Result<FlowCount>> flows;
   };
   // Advances every drain and waiter as far as the inputs allow. Returns the transitions.
   std::vector<Transition> evaluate(const Inputs& in);

@@ -11,6 +11,7 @@
 #include "envoy/config/route/v3/route.pb.h"
 #include "envoy/extensions/filters/http/router/v3/router.pb.h"
 #include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
+#include "model/routing.h"
 
 namespace endpointd::feed {
 
@@ -54,13 +55,6 @@ const model::ServicePort* find_port(const model::ServiceState& st, uint16_t port
   return nullptr;
 }
 
-bool prefers_close(const model::Service& s) {
-  std::string mode = s.topology_mode;
-  std::transform(mode.begin(), mode.end(), mode.begin(),
-                 [](unsigned char c) { return std::tolower(c); });
-  return s.traffic_distribution == "PreferClose" || mode == "auto";
-}
-
 envoy::config::core::v3::ConfigSource ads_source() {
   envoy::config::core::v3::ConfigSource cs;
   cs.mutable_ads();
@@ -96,18 +90,22 @@ google::protobuf::Any build_cla(const model::ServiceState* st, uint16_t port, co
       sa->set_port_value(*target);
       if (!e.hostname.empty()) lb.mutable_endpoint()->set_hostname(e.hostname);
       auto& loc = by_zone[e.zone];
-      if (e.conditions.ready && !e.conditions.terminating) {
-        lb.set_health_status(core::HEALTHY);
-        ++loc.healthy;
-      } else if (e.conditions.terminating && e.conditions.serving) {
-        lb.set_health_status(core::DRAINING);
-      } else {
-        lb.set_health_status(core::UNHEALTHY);
+      switch (model::routing_of(st->service, e.conditions)) {
+        case model::Routing::kReady:
+          lb.set_health_status(core::HEALTHY);
+          ++loc.healthy;
+          break;
+        case model::Routing::kFallback:
+          lb.set_health_status(core::DRAINING);
+          break;
+        case model::Routing::kNone:
+          lb.set_health_status(core::UNHEALTHY);
+          break;
       }
       loc.endpoints.push_back(std::move(lb));
     }
     bool local_first = false;
-    if (prefers_close(st->service) && !ctx.client_zone.empty()) {
+    if (model::prefers_close(st->service) && !ctx.client_zone.empty()) {
       auto it = by_zone.find(ctx.client_zone);
       local_first = it != by_zone.end() && it->second.healthy > 0 && by_zone.size() > 1;
     }

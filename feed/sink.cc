@@ -75,7 +75,7 @@ struct FeedSink::Impl {
 
 FeedSink::FeedSink(FeedOptions opts, pipeline::AckBoard* board, prometheus::Registry* registry)
     : impl_(std::make_unique<Impl>(std::move(opts), board, registry)) {
-  if (board) board->add("feed");
+  if (board) board->add("feed", model::RouteView::kFeed);
 }
 
 FeedSink::~FeedSink() {

@@ -112,6 +112,14 @@ const Pod* Snapshot::find_pod(const ObjectKey& key) const {
   return it == pods.end() ? nullptr : it->get();
 }
 
+const Pod* Snapshot::find_node_pod(std::string_view node, const IpAddr& ip) const {
+  for (const auto& p : pods) {
+    if (p->node_name != node || p->host_network) continue;
+    if (std::find(p->pod_ips.begin(), p->pod_ips.end(), ip) != p->pod_ips.end()) return p.get();
+  }
+  return nullptr;
+}
+
 Delta diff(const Snapshot* from, const Snapshot& to) {
   Delta d;
   d.to_generation = to.generation;

@@ -58,6 +58,8 @@ struct Snapshot {
   ServiceStatePtr find_ptr(const ServiceKey& key) const;
   const Node* find_node(std::string_view name) const;
   const Pod* find_pod(const ObjectKey& key) const;
+  // The pod of `node` (not host-network) that has address `ip`: who an address on a node is.
+  const Pod* find_node_pod(std::string_view node, const IpAddr& ip) const;
   size_t endpoint_count() const { return endpoints; }
 };
 

@@ -5,10 +5,10 @@
 
 namespace endpointd::pipeline {
 
-void AckBoard::add(const std::string& consumer) {
+void AckBoard::add(const std::string& consumer, model::RouteView view) {
   {
     std::lock_guard lock(mu_);
-    entries_.try_emplace(consumer, Entry{consumer, nullptr, {}});
+    entries_.try_emplace(consumer, Entry{consumer, view, nullptr, {}});
   }
   cv_.notify_all();
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "model/routing.h"
 #include "model/snapshot.h"
 
 namespace endpointd::pipeline {
@@ -19,14 +20,15 @@ class AckBoard {
   using Clock = std::chrono::steady_clock;
   struct Entry {
     std::string consumer;
-    model::SnapshotPtr snapshot;  // null until the first apply
+    model::RouteView view = model::RouteView::kDataplane;  // how it routes what it applied
+    model::SnapshotPtr snapshot;                           // null until the first apply
     Clock::time_point applied_at{};
     uint64_t generation() const { return snapshot ? snapshot->generation : 0; }
   };
 
   // A consumer counts from registration on: until it applies something, it holds back
   // every question about removal.
-  void add(const std::string& consumer);
+  void add(const std::string& consumer, model::RouteView view = model::RouteView::kDataplane);
   void remove(const std::string& consumer);
   void applied(const std::string& consumer, model::SnapshotPtr snap);
 

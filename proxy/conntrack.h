@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "model/flow_count.h"
 #include "model/ip.h"
 #include "model/objects.h"
 #include "model/result.h"
@@ -49,17 +50,8 @@ FlowMatch udp_to_service(const model::IpAddr& vip, uint16_t port);
 // Likewise for a NodePort: any destination address, that port.
 FlowMatch udp_to_node_port(uint16_t node_port);
 
-// Live connections to one endpoint, for drain/ stage 3.
-struct FlowCount {
-  size_t tcp_established = 0;
-  size_t tcp_opening = 0;  // SYN_SENT, SYN_RECV
-  size_t tcp_closing = 0;  // FIN_WAIT, CLOSE_WAIT, LAST_ACK (still carrying data or a FIN)
-  size_t udp = 0;          // entries until they time out
-  size_t sctp = 0;
-  // What a drain waits for: everything but TCP's TIME_WAIT/CLOSE leftovers.
-  size_t live() const { return tcp_established + tcp_opening + tcp_closing + udp + sctp; }
-  friend bool operator==(const FlowCount&, const FlowCount&) = default;
-};
+// Live connections to one endpoint (drain/ reads them through its own Flows interface).
+using model::FlowCount;
 
 // Adds one entry's contribution (if reply_src is `endpoint`) to `count`.
 void count_flow(const Flow& f, const model::IpAddr& endpoint, FlowCount& count);

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cassert>
 
+#include "model/routing.h"
+
 namespace endpointd::proxy {
 namespace {
 
@@ -74,15 +76,22 @@ struct Target {
   friend auto operator<=>(const Target&, const Target&) = default;
 };
 
-bool hints_usable(const std::vector<const MergedEndpoint*>& eps, bool by_node) {
-  if (eps.empty()) return false;
-  for (const auto* e : eps) {
-    if (by_node ? e->hint_nodes.empty() : e->hint_zones.empty()) return false;
-  }
-  return true;
-}
-
 }  // namespace
+
+NodeContext node_context_from(const NodeContext& base, const model::Snapshot& snap) {
+  NodeContext c = base;
+  const model::Node* n = snap.find_node(base.node_name);
+  if (!n) return c;
+  if (!n->zone.empty()) c.zone = n->zone;
+  for (const auto& a : n->addresses) {
+    if (a.type != "InternalIP" && a.type != "ExternalIP") continue;
+    auto ip = model::IpAddr::parse(a.address);
+    if (!ip) continue;
+    if (std::find(c.node_ips.begin(), c.node_ips.end(), *ip) == c.node_ips.end())
+      c.node_ips.push_back(*ip);
+  }
+  return c;
+}
 
 Set backends_set(bool local, uint32_t n) {
   Set s = set(local ? names::local_backends(n) : names::backends(n), SetShape::kBackends);
@@ -232,7 +241,7 @@ void Planner::plan_service(const ServiceState& st, bool count_skips, PlannedServ
                            Emit&& emit) {
   const NodeContext& ctx = planned_;  // what the tables are planned with
   const Service& svc = st.service;
-  if (svc.type == model::ServiceType::kExternalName || svc.headless) return;
+  if (!model::has_proxy_rules(svc)) return;
   auto skip = [&](const std::string& why) {
     if (!count_skips) return;
     ++stats_.skipped;
@@ -243,9 +252,7 @@ void Planner::plan_service(const ServiceState& st, bool count_skips, PlannedServ
   auto is_here = [&](const MergedEndpoint& e) {
     return e.node_name.empty() || e.node_name == ctx.node_name;
   };
-  bool prefer_node = svc.traffic_distribution == "PreferSameNode";
-  bool prefer_close = svc.traffic_distribution == "PreferClose" || svc.topology_mode == "Auto" ||
-                      svc.topology_mode == "auto" || prefer_node;
+  const model::RoutingNode node{ctx.node_name, ctx.zone};
 
   for (IpFamily fam : {IpFamily::kV4, IpFamily::kV6}) {
     bool fam_used = false;
@@ -263,65 +270,29 @@ void Planner::plan_service(const ServiceState& st, bool count_skips, PlannedServ
         continue;
       }
       uint8_t proto = l4proto(sp.protocol);
-      // Endpoints of this family with a usable port for this service port.
-      struct Ep {
-        const MergedEndpoint* ep;
-        uint16_t port;
-      };
-      std::vector<Ep> eps;
+      // Endpoints of this family that can be backends of this service port.
+      std::vector<const MergedEndpoint*> eps;
+      std::vector<uint16_t> ports;
       for (const auto& e : st.endpoints) {
         if (e.address.family() != fam) continue;
         if (e.address.is_unspecified() || e.address.is_loopback()) {
           skip("endpoint " + e.address.str() + " is not routable");
           continue;
         }
-        auto p = e.port_for(sp);
-        if (!p || *p == 0) continue;
-        eps.push_back({&e, *p});
+        auto p = model::backend_port(e, sp);
+        if (!p) continue;
+        eps.push_back(&e);
+        ports.push_back(*p);
       }
-      auto select = [&](bool local_only) {
-        std::vector<const Ep*> ready, fallback;
-        for (const auto& e : eps) {
-          if (local_only && e.ep->node_name != ctx.node_name) continue;
-          if (e.ep->conditions.ready && !e.ep->conditions.terminating) {
-            ready.push_back(&e);
-          } else if (e.ep->conditions.serving && e.ep->conditions.terminating) {
-            fallback.push_back(&e);
-          } else if (svc.publish_not_ready_addresses) {
-            ready.push_back(&e);
-          }
-        }
-        std::vector<const Ep*>& chosen = ready.empty() ? fallback : ready;
-        if (!local_only && prefer_close && !ready.empty()) {
-          std::vector<const MergedEndpoint*> raw;
-          for (const auto* e : ready) raw.push_back(e->ep);
-          std::vector<const Ep*> near;
-          if (prefer_node && hints_usable(raw, true)) {
-            for (const auto* e : ready) {
-              const auto& h = e->ep->hint_nodes;
-              if (std::find(h.begin(), h.end(), ctx.node_name) != h.end()) near.push_back(e);
-            }
-          }
-          if (near.empty() && !ctx.zone.empty() && hints_usable(raw, false)) {
-            for (const auto* e : ready) {
-              const auto& h = e->ep->hint_zones;
-              if (std::find(h.begin(), h.end(), ctx.zone) != h.end()) near.push_back(e);
-            }
-          }
-          if (!near.empty())
-            return std::vector<Target>([&] {
-              std::vector<Target> t;
-              for (const auto* e : near) t.push_back({e->ep->address, e->port, is_here(*e->ep)});
-              return t;
-            }());
-        }
+      auto select = [&](model::Scope scope) {
         std::vector<Target> t;
-        for (const auto* e : chosen) t.push_back({e->ep->address, e->port, is_here(*e->ep)});
+        for (size_t i : model::select_routed(svc, eps, scope, node))
+          t.push_back({eps[i]->address, ports[i], is_here(*eps[i])});
         std::sort(t.begin(), t.end());
         return t;
       };
-      std::vector<Target> cluster = select(false);
-      std::vector<Target> local = select(true);
+      std::vector<Target> cluster = select(model::Scope::kCluster);
+      std::vector<Target> local = select(model::Scope::kNodeLocal);
       bool itp_local = svc.internal_traffic_policy == TrafficPolicy::kLocal;
       bool etp_local = svc.external_traffic_policy == TrafficPolicy::kLocal;
       const std::vector<Target>& internal = itp_local ? local : cluster;

@@ -27,6 +27,10 @@ struct NodeContext {
   friend bool operator==(const NodeContext&, const NodeContext&) = default;
 };
 
+// This node's context as the snapshot describes it: `base` (flags) plus this node's Node object
+// (its InternalIP/ExternalIP addresses are added to node_ips, its zone replaces base's).
+NodeContext node_context_from(const NodeContext& base, const model::Snapshot& snap);
+
 // What one plan or update counted, for logs and metrics.
 struct PlanStats {
   uint64_t skipped = 0;  // service ports or addresses the kernel cannot take

@@ -67,21 +67,6 @@ std::vector<FlowMatch> stale_udp_flows(const model::ServiceState* before,
   return out;
 }
 
-NodeContext node_context_from(const NodeContext& base, const model::Snapshot& snap) {
-  NodeContext c = base;
-  const model::Node* n = snap.find_node(base.node_name);
-  if (!n) return c;
-  if (!n->zone.empty()) c.zone = n->zone;
-  for (const auto& a : n->addresses) {
-    if (a.type != "InternalIP" && a.type != "ExternalIP") continue;
-    auto ip = model::IpAddr::parse(a.address);
-    if (!ip) continue;
-    if (std::find(c.node_ips.begin(), c.node_ips.end(), *ip) == c.node_ips.end())
-      c.node_ips.push_back(*ip);
-  }
-  return c;
-}
-
 struct ProxySink::Metrics {
   prometheus::Histogram* sync = nullptr;
   prometheus::Histogram* full = nullptr;
@@ -117,7 +102,7 @@ ProxySink::ProxySink(Backend* backend, pipeline::AckBoard* board, Options opts)
       planner_(std::make_unique<Planner>(opts_.node)) {
   rng_ = opts_.jitter_seed ? opts_.jitter_seed
                            : static_cast<uint32_t>(Clock::now().time_since_epoch().count()) | 1;
-  if (board_) board_->add("proxy");
+  if (board_) board_->add("proxy", model::RouteView::kDataplane);
   if (auto* r = opts_.registry) {
     prometheus::Histogram::BucketBoundaries b = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                  0.1,    0.25,  0.5,    1,     2.5,  5,     10};

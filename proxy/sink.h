@@ -33,10 +33,6 @@ class HealthCheckServer;
 std::vector<FlowMatch> stale_udp_flows(const model::ServiceState* before,
                                        const model::ServiceState* after);
 
-// This node's context as the snapshot describes it: `base` (flags) plus this node's Node object
-// (its InternalIP/ExternalIP addresses are added to node_ips, its zone replaces base's).
-NodeContext node_context_from(const NodeContext& base, const model::Snapshot& snap);
-
 class ProxySink : public pipeline::Sink {
  public:
   using Clock = std::chrono::steady_clock;

@@ -55,8 +55,8 @@ class DaemonApiTest : public ::testing::Test {
     cfg.drain_socket = kubeconfig_ + ".sock";
     cfg.drain_peer_listen = "";  // no peer server: tests run side by side
     d_ = std::make_unique<Daemon>(cfg);
-    std::string err;
-    ASSERT_TRUE(d_->start(&err)) << err;
+    auto st = d_->start();
+    ASSERT_TRUE(st) << st.error();
     http_ = std::make_unique<httplib::Client>("127.0.0.1", d_->admin_port());
   }
   void TearDown() override {

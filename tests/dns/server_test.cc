@@ -545,13 +545,5 @@ TEST(ForwarderCache, FullCacheEvictsTheOldestAndCountsIt) {
   f.stop();
 }
 
-TEST(Listen, Parse) {
-  EXPECT_EQ(parse_listen("127.0.0.1:53")->second, 53);
-  EXPECT_EQ(parse_listen("[::1]:5353")->first, "::1");
-  EXPECT_EQ(parse_listen("10.0.0.1")->second, 53);
-  EXPECT_FALSE(parse_listen("nope:53"));
-  EXPECT_FALSE(parse_listen("1.2.3.4:99999"));
-}
-
 }  // namespace
 }  // namespace endpointd::dns

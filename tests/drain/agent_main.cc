@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "daemon/config.h"
+#include "daemon/conntrack_flows.h"
 #include "daemon/sources.h"
 #include "drain/coordinator.h"
 #include "pipeline/ack_board.h"
@@ -83,19 +84,24 @@ int main(int argc, char** argv) {
   proxy::ProxySink sink(netlink.get(), &board, po);
   loop.add_sink(&sink);
   auto conntrack = proxy::make_netlink_conntrack();
+  daemon::ConntrackFlows flows(conntrack.get());
   co.registry = registry.get();
-  drain::Coordinator coordinator(&board, no_conntrack ? nullptr : conntrack.get(), {}, co);
+  drain::Coordinator coordinator(&board, no_conntrack ? nullptr : &flows, {}, co);
   loop.on_publish([&](const model::SnapshotPtr& s) { coordinator.on_snapshot(s); });
-  std::string error;
-  if (!coordinator.start(&error)) {
-    std::cerr << error << "\n";
+  if (auto st = coordinator.start(); !st) {
+    std::cerr << st.error() << "\n";
     return 1;
   }
   loop.start();
-  auto source = daemon::make_source(
-      cfg, [&](model::Event ev) { loop.post(std::move(ev)); }, registry.get(), &error);
-  if (!source || !source->start(&error)) {
-    std::cerr << "source: " << error << "\n";
+  auto made = daemon::make_source(
+      cfg, [&](model::Event ev) { loop.post(std::move(ev)); }, registry.get());
+  if (!made) {
+    std::cerr << "source: " << made.error() << "\n";
+    return 1;
+  }
+  auto source = std::move(*made);
+  if (auto st = source->start(); !st) {
+    std::cerr << "source: " << st.error() << "\n";
     return 1;
   }
   std::string last;

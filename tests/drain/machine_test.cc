@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "drain/selection.h"
+#include "model/routing.h"
 #include "tests/drain/fixture.h"
 
 namespace endpointd::drain {
@@ -30,6 +30,9 @@ struct MachineTest : ::testing::Test {
   static pipeline::AckBoard::Entry entry(const std::string& c, model::SnapshotPtr s) {
     pipeline::AckBoard::Entry e;
     e.consumer = c;
+    e.view = c == "dns"    ? model::RouteView::kDns
+             : c == "feed" ? model::RouteView::kFeed
+                           : model::RouteView::kDataplane;
     e.snapshot = std::move(s);
     return e;
   }
@@ -40,6 +43,15 @@ struct MachineTest : ::testing::Test {
     return in;
   }
 };
+
+// What each consumer's view of the routing rule says of a terminating endpoint (the rule
+// itself has its table test in tests/model/routing_test.cc).
+bool selectable(std::string_view consumer, const model::Snapshot& snap, const model::IpAddr& a) {
+  auto view = consumer == "dns"    ? model::RouteView::kDns
+              : consumer == "feed" ? model::RouteView::kFeed
+                                   : model::RouteView::kDataplane;
+  return model::routes_to(view, snap, a, {"node-a", {}});
+}
 
 TEST_F(MachineTest, SelectionFollowsEachConsumersRule) {
   auto both = make_snapshot(1, {kWeb1Terminating, kWeb3});
@@ -90,7 +102,7 @@ TEST_F(MachineTest, StagesInOrderWithPeersAndConntrack) {
   EXPECT_EQ(d.stage, Stage::kRemoved);
   EXPECT_EQ(m.need_flow_counts(), std::vector<model::IpAddr>{ip("10.244.1.10")});
   auto in = inputs(t0 + 50ms, {entry("proxy", s2), entry("dns", s2)});
-  proxy::FlowCount busy;
+  drain::FlowCount busy;
   busy.tcp_established = 2;
   in.flows.emplace(ip("10.244.1.10"), busy);
   m.evaluate(in);
@@ -98,7 +110,7 @@ TEST_F(MachineTest, StagesInOrderWithPeersAndConntrack) {
   EXPECT_FALSE(m.verdict(w));
   in.now = t0 + 70ms;
   in.flows.clear();
-  in.flows.emplace(ip("10.244.1.10"), proxy::FlowCount{});
+  in.flows.emplace(ip("10.244.1.10"), drain::FlowCount{});
   m.evaluate(in);
   EXPECT_EQ(d.stage, Stage::kReleased);
   ASSERT_TRUE(m.verdict(w));
@@ -143,7 +155,7 @@ TEST_F(MachineTest, TerminatingFallbackIsBoundedByTheBudget) {
   ASSERT_TRUE(m.next_deadline());
   EXPECT_EQ(*m.next_deadline(), t0 + 5s);  // the peer deadline comes first (already answered)
   auto in = inputs(t0 + 8s, {entry("proxy", s)});
-  in.flows.emplace(ip("10.244.1.10"), proxy::FlowCount{});
+  in.flows.emplace(ip("10.244.1.10"), drain::FlowCount{});
   m.evaluate(in);
   m.evaluate(in);
   EXPECT_EQ(m.counters().removal_deadlines, 1u);

@@ -1,0 +1,163 @@
+// The routing rule (see routing.h); every consumer of "who receives traffic" calls these.
+#include "model/routing.h"
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+
+namespace endpointd::model {
+
+Routing routing_of(const Service& svc, const EndpointConditions& c) {
+  if (c.terminating) return c.serving ? Routing::kFallback : Routing::kNone;
+  if (c.ready || svc.publish_not_ready_addresses) return Routing::kReady;
+  return Routing::kNone;
+}
+
+namespace {
+
+bool equals_lower(std::string_view s, std::string_view lower) {
+  if (s.size() != lower.size()) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(s[i])) != lower[i]) return false;
+  }
+  return true;
+}
+
+bool contains(const SharedVector<std::string>& list, std::string_view v) {
+  return !v.empty() && std::find(list.begin(), list.end(), v) != list.end();
+}
+
+}  // namespace
+
+bool prefers_same_node(const Service& svc) {
+  return svc.traffic_distribution == "PreferSameNode";
+}
+
+bool prefers_close(const Service& svc) {
+  return svc.traffic_distribution == "PreferClose" ||
+         svc.traffic_distribution == "PreferSameZone" || prefers_same_node(svc) ||
+         equals_lower(svc.topology_mode, "auto");
+}
+
+std::optional<uint16_t> backend_port(const MergedEndpoint& e, const ServicePort& sp) {
+  if (e.address.is_unspecified() || e.address.is_loopback()) return std::nullopt;
+  auto p = e.port_for(sp);
+  if (!p || *p == 0) return std::nullopt;
+  return p;
+}
+
+std::vector<size_t> select_routed(const Service& svc, std::span<const MergedEndpoint* const> eps,
+                                  Scope scope, const RoutingNode& node) {
+  std::vector<size_t> ready, fallback;
+  for (size_t i = 0; i < eps.size(); ++i) {
+    const MergedEndpoint& e = *eps[i];
+    if (scope == Scope::kNodeLocal && e.node_name != node.name) continue;
+    switch (routing_of(svc, e.conditions)) {
+      case Routing::kReady:
+        ready.push_back(i);
+        break;
+      case Routing::kFallback:
+        fallback.push_back(i);
+        break;
+      case Routing::kNone:
+        break;
+    }
+  }
+  if (ready.empty()) return fallback;
+  if (scope != Scope::kCluster || !prefers_close(svc)) return ready;
+  // Topology hints apply only when every ready endpoint carries them (as kube-proxy does): a
+  // half-hinted slice is being rewritten by its controller.
+  auto narrowed = [&](bool by_node) {
+    std::vector<size_t> near;
+    std::string_view here = by_node ? node.name : node.zone;
+    if (here.empty()) return near;
+    for (size_t i : ready) {
+      const auto& hints = by_node ? eps[i]->hint_nodes : eps[i]->hint_zones;
+      if (hints.empty()) return std::vector<size_t>{};
+      if (contains(hints, here)) near.push_back(i);
+    }
+    return near;
+  };
+  if (prefers_same_node(svc)) {
+    if (auto near = narrowed(true); !near.empty()) return near;
+  }
+  if (auto near = narrowed(false); !near.empty()) return near;
+  return ready;
+}
+
+bool has_proxy_rules(const Service& svc) {
+  return svc.type != ServiceType::kExternalName && !svc.headless && svc.service_proxy_name.empty();
+}
+
+namespace {
+
+// Whether `e` is chosen for some port of the service in one of `scopes`.
+bool routed_in(const ServiceState& st, const MergedEndpoint& e, const RoutingNode& node,
+               const std::vector<Scope>& scopes) {
+  const Service& svc = st.service;
+  std::vector<const MergedEndpoint*> eps;
+  for (const ServicePort& sp : svc.ports) {
+    if (sp.port == 0 || !backend_port(e, sp)) continue;
+    eps.clear();
+    size_t self = 0;
+    for (const auto& o : st.endpoints) {
+      if (o.address.family() != e.address.family() || !backend_port(o, sp)) continue;
+      if (&o == &e) self = eps.size();
+      eps.push_back(&o);
+    }
+    for (Scope scope : scopes) {
+      auto chosen = select_routed(svc, eps, scope, node);
+      if (std::binary_search(chosen.begin(), chosen.end(), self)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool proxy_routes_to(const ServiceState& st, const MergedEndpoint& e, const RoutingNode& node) {
+  const Service& svc = st.service;
+  if (!has_proxy_rules(svc)) return false;
+  // The scopes the service's rules use: cluster-wide unless both policies are Local, the
+  // node-local maps when either is (external traffic counted even without external addresses:
+  // when unsure, say "routed", which only makes a drain wait).
+  bool itp_local = svc.internal_traffic_policy == TrafficPolicy::kLocal;
+  bool etp_local = svc.external_traffic_policy == TrafficPolicy::kLocal;
+  std::vector<Scope> scopes;
+  if (!itp_local || !etp_local) scopes.push_back(Scope::kCluster);
+  if (itp_local || etp_local) scopes.push_back(Scope::kNodeLocal);
+  return routed_in(st, e, node, scopes);
+}
+
+bool feed_routes_to(const ServiceState& st, const MergedEndpoint& e, const RoutingNode& node) {
+  return routed_in(st, e, node, {Scope::kUnhinted});
+}
+
+bool dns_answers(const Service& svc, const MergedEndpoint& e) {
+  return routing_of(svc, e.conditions) == Routing::kReady;
+}
+
+bool routes_to(RouteView view, const ServiceState& st, const IpAddr& ip, const RoutingNode& node) {
+  const MergedEndpoint* e = st.find(ip);
+  if (!e) return false;
+  switch (view) {
+    case RouteView::kDataplane:
+      return proxy_routes_to(st, *e, node);
+    case RouteView::kFeed:
+      return feed_routes_to(st, *e, node);
+    case RouteView::kDns:
+      return st.service.headless && st.service.type != ServiceType::kExternalName &&
+             dns_answers(st.service, *e);
+  }
+  return true;
+}
+
+bool routes_to(RouteView view, const Snapshot& snap, const IpAddr& ip, const RoutingNode& node) {
+  if (!snap.synced) return true;
+  for (const auto& st : snap.services) {
+    if (routes_to(view, *st, ip, node)) return true;
+  }
+  return false;
+}
+
+}  // namespace endpointd::model
