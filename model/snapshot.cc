@@ -2,6 +2,7 @@
 #include "model/snapshot.h"
 
 #include <algorithm>
+#include <map>
 
 namespace endpointd::model {
 
@@ -161,6 +162,44 @@ Delta diff(const Snapshot* from, const Snapshot& to) {
   };
   d.nodes_changed = !same(a.nodes, to.nodes);
   d.pods_changed = !same(a.pods, to.pods);
+  return d;
+}
+
+Delta merge(const Delta& first, const Delta& second) {
+  // Per service, how it stands against first's base: a key added then removed is no change;
+  // removed then added is a change.
+  enum class Kind { kAdded, kChanged, kRemoved, kNone };
+  std::map<ServiceKey, Kind> kinds;
+  for (const auto& k : first.added) kinds[k] = Kind::kAdded;
+  for (const auto& k : first.changed) kinds[k] = Kind::kChanged;
+  for (const auto& k : first.removed) kinds[k] = Kind::kRemoved;
+  auto then = [&](const ServiceKey& k, Kind next) {
+    auto [it, fresh] = kinds.try_emplace(k, next);
+    if (fresh) return;
+    Kind before = it->second;
+    if (before == Kind::kAdded) {
+      it->second = next == Kind::kRemoved ? Kind::kNone : Kind::kAdded;
+    } else if (before == Kind::kRemoved) {
+      it->second = next == Kind::kRemoved ? Kind::kRemoved : Kind::kChanged;
+    } else if (before == Kind::kChanged) {
+      it->second = next == Kind::kRemoved ? Kind::kRemoved : Kind::kChanged;
+    } else {
+      it->second = next;
+    }
+  };
+  for (const auto& k : second.added) then(k, Kind::kAdded);
+  for (const auto& k : second.changed) then(k, Kind::kChanged);
+  for (const auto& k : second.removed) then(k, Kind::kRemoved);
+  Delta d;
+  d.from_generation = first.from_generation;
+  d.to_generation = second.to_generation;
+  for (const auto& [k, kind] : kinds) {  // sorted by key, as diff's lists are
+    if (kind == Kind::kAdded) d.added.push_back(k);
+    if (kind == Kind::kChanged) d.changed.push_back(k);
+    if (kind == Kind::kRemoved) d.removed.push_back(k);
+  }
+  d.nodes_changed = first.nodes_changed || second.nodes_changed;
+  d.pods_changed = first.pods_changed || second.pods_changed;
   return d;
 }
 

@@ -82,6 +82,10 @@ struct Delta {
 // `from` means everything in `to` is added.
 Delta diff(const Snapshot* from, const Snapshot& to);
 
+// The delta from `first.from_generation` to `second.to_generation`, where `second` follows
+// `first`: what a sink that missed some generations must act on, without diffing snapshots.
+Delta merge(const Delta& first, const Delta& second);
+
 // Builds one service's state from its spec and every slice that belongs to it.
 ServiceState build_service_state(const Service& svc,
                                  const std::vector<const EndpointSlice*>& slices);

@@ -59,9 +59,11 @@ class UpdateLoop {
 
  private:
   class SinkRunner;
+  using DeltaPtr = std::shared_ptr<const model::Delta>;
   struct Metrics;
   void run();
-  void publish(model::SnapshotPtr snap, std::chrono::steady_clock::time_point oldest_event);
+  void publish(model::SnapshotPtr snap, const DeltaPtr& delta,
+               std::chrono::steady_clock::time_point oldest_event);
 
   Store store_;
   std::unique_ptr<Metrics> metrics_;

@@ -280,8 +280,11 @@ bool ProxySink::full_sync_locked(const model::SnapshotPtr& snap) {
   spdlog::info("proxy: full sync of generation {}: {} messages, {} bytes", snap->generation,
                r->messages, r->bytes);
   model::SnapshotPtr before = applied_;
+  // What changed since the kernel last had a whole generation: the deltas given since then,
+  // merged (none when the full sync repairs a foreign change to the same generation).
+  model::Delta since = before && before != snap ? pending_ : model::Delta{};
   record_success(snap, true, started);
-  after_commit(before.get(), *snap, {}, true);
+  after_commit(before.get(), *snap, since, true);
   return true;
 }
 
@@ -296,8 +299,7 @@ bool ProxySink::follow_node(const model::Snapshot& snap) {
 
 void ProxySink::after_commit(const model::Snapshot* before, const model::Snapshot& now,
                              const model::Delta& delta, bool full) {
-  model::Delta d = delta;
-  if (full && before) d = model::diff(before, now);
+  const model::Delta& d = delta;
   bool health = full || d.nodes_changed;
   std::vector<FlowMatch> stale;
   auto local_hc = [](const model::ServiceState* s) {
@@ -338,6 +340,9 @@ void ProxySink::apply(const model::SnapshotPtr& snap, const model::Delta& delta)
   if (last_queued_ <= last_applied_) last_queued_ = Clock::now();
   model::SnapshotPtr old = latest_;
   latest_ = snap;
+  // pending_: from what the kernel has (applied_) to latest_. The update loop's deltas chain,
+  // so after a failed batch they are merged rather than the snapshots diffed again.
+  pending_ = old == applied_ ? delta : model::merge(pending_, delta);
   count_changes(old.get(), *snap, delta);
   if ((delta.nodes_changed || !applied_) && follow_node(*snap)) {
     need_full_ = true;
@@ -350,11 +355,7 @@ void ProxySink::apply(const model::SnapshotPtr& snap, const model::Delta& delta)
     return;
   }
   auto started = Clock::now();
-  model::Delta d = delta;
-  if (applied_ && d.from_generation != applied_->generation) {
-    // Deltas were coalesced past what we applied: recompute against what the kernel has.
-    d = model::diff(applied_.get(), *snap);
-  }
+  const model::Delta& d = pending_;
   auto changes = planner_->update(*snap, d);
   if (changes.empty()) {
     model::SnapshotPtr before = applied_;

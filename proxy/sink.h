@@ -97,6 +97,7 @@ class ProxySink : public pipeline::Sink {
   std::condition_variable cv_;
   model::SnapshotPtr latest_;   // newest snapshot given
   model::SnapshotPtr applied_;  // newest snapshot in the kernel
+  model::Delta pending_;        // applied_ -> latest_, merged from the deltas given
   bool need_full_ = true;
   bool stopping_ = false;
   int attempt_ = 0;
