@@ -9,6 +9,8 @@
 
 #include <arpa/inet.h>
 
+#include "model/routing.h"
+
 namespace endpointd::dns {
 
 using model::IpAddr;
@@ -753,11 +755,11 @@ class ZoneBuilder::Impl {
         for (const auto& ip : ips) writer_.additional_address(names->first, type::kSRV, b, ip);
       }
     } else {
-      // Headless: the endpoints themselves. Terminating ones leave at once.
+      // Headless: the endpoints themselves, as the routing rule answers them (terminating ones
+      // leave at once).
       std::vector<std::pair<const model::MergedEndpoint*, uint32_t>> eps;
       for (const auto& ep : st.endpoints) {
-        if (ep.conditions.terminating) continue;
-        if (!ep.conditions.ready && !svc.publish_not_ready_addresses) continue;
+        if (!model::dns_answers(svc, ep)) continue;
         auto hn =
             NameBuf().text(ep.hostname.empty() ? ep.address.dashed() : ep.hostname).finish(*base);
         if (!hn) continue;

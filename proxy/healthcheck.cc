@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "model/json.h"
+#include "model/routing.h"
 
 namespace endpointd::proxy {
 
@@ -26,10 +27,13 @@ std::vector<HealthCheckTarget> health_check_targets(const model::Snapshot& snap,
                    svc.health_check_node_port, svc.key.str());
       continue;
     }
-    // Endpoints are one per address already; count the ready ones on this node.
+    // Endpoints are one per address already; count the ready ones on this node (a node with
+    // only terminating endpoints fails the check, so load balancers move away from it).
     int local = 0;
     for (const auto& ep : st->endpoints) {
-      if (ep.node_name == node_name && ep.conditions.ready) ++local;
+      if (ep.node_name == node_name &&
+          model::routing_of(svc, ep.conditions) == model::Routing::kReady)
+        ++local;
     }
     out.push_back({svc.key, svc.health_check_node_port, local});
   }

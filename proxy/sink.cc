@@ -10,13 +10,16 @@
 #include <algorithm>
 #include <set>
 
+#include "model/routing.h"
 #include "proxy/healthcheck.h"
 
 namespace endpointd::proxy {
 
 namespace {
-bool usable(const model::MergedEndpoint& e) {
-  return e.conditions.ready || (e.conditions.serving && e.conditions.terminating);
+// An endpoint that may still carry traffic by the routing rule (a fallback included): its
+// conntrack entries stay.
+bool usable(const model::Service& svc, const model::MergedEndpoint& e) {
+  return model::routing_of(svc, e.conditions) != model::Routing::kNone;
 }
 
 std::set<std::pair<model::IpAddr, uint16_t>> used_targets(const model::ServiceState* st,
@@ -25,7 +28,7 @@ std::set<std::pair<model::IpAddr, uint16_t>> used_targets(const model::ServiceSt
   if (!st) return out;
   for (const auto& e : st->endpoints) {
     auto p = e.port_for(sp);
-    if (p && *p != 0 && usable(e)) out.emplace(e.address, *p);
+    if (p && *p != 0 && usable(st->service, e)) out.emplace(e.address, *p);
   }
   return out;
 }
