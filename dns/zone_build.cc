@@ -1,13 +1,12 @@
 // Builds the pre-encoded zone of a Snapshot (Kubernetes DNS-Based Service Discovery 1.1.0),
-// incrementally from a Delta, and answers lookups against it.
-#include "dns/zone.h"
-
+// whole or incrementally from a Delta: the names and records of each service, reverse and pod
+// names, the apex, and the sharded index the lookup reads.
 #include <algorithm>
 #include <charconv>
 #include <cstring>
-#include <numeric>
 
-#include <arpa/inet.h>
+#include "dns/zone.h"
+#include "dns/zone_block.h"
 
 namespace endpointd::dns {
 
@@ -20,40 +19,8 @@ std::optional<PodMode> parse_pod_mode(std::string_view s) {
   return std::nullopt;
 }
 
-uint64_t name_hash(std::string_view wire) {
-  return std::hash<std::string_view>{}(wire);
-}
-
 namespace {
 
-uint64_t address_hash(const IpAddr& a) {
-  uint64_t h = 0xcbf29ce484222325ull ^ a.size();
-  for (size_t i = 0; i < a.size(); ++i) h = (h ^ a.data()[i]) * 0x100000001b3ull;
-  h ^= h >> 29;
-  h *= 0xbf58476d1ce4e5b9ull;
-  return h ^ (h >> 32);
-}
-
-}  // namespace
-
-void AnswerLog::stamp(const IpAddr& a, int64_t now_ns) const {
-  uint64_t h = address_hash(a);
-  for (size_t s : {h & (kSlots - 1), (h >> 32) & (kSlots - 1)}) {
-    // Written only when it moves forward, so that workers rarely share the cache line.
-    if (slots_[s].load(std::memory_order_relaxed) < now_ns)
-      slots_[s].store(now_ns, std::memory_order_relaxed);
-  }
-}
-
-int64_t AnswerLog::last(const IpAddr& a) const {
-  uint64_t h = address_hash(a);
-  return std::min(slots_[h & (kSlots - 1)].load(std::memory_order_relaxed),
-                  slots_[(h >> 32) & (kSlots - 1)].load(std::memory_order_relaxed));
-}
-
-namespace {
-
-constexpr uint32_t kNone = ~uint32_t{0};
 constexpr uint8_t kInAddrSuffix = 14;  // \7in-addr\4arpa\0
 constexpr uint8_t kIp6Suffix = 10;     // \3ip6\4arpa\0
 
@@ -144,274 +111,14 @@ WireName wire_of(std::string_view v) {
   return n;
 }
 
-bool label_at_boundary_suffix(const WireName& name, const WireName& suffix, size_t* offset) {
-  if (name.len < suffix.len) return false;
-  size_t p = 0;
-  while (p < name.len) {
-    if (name.len - p == suffix.len) {
-      if (std::memcmp(name.bytes.data() + p, suffix.bytes.data(), suffix.len) != 0) return false;
-      if (offset) *offset = p;
-      return true;
-    }
-    if (name.bytes[p] == 0) return false;
-    p += 1 + name.bytes[p];
-  }
-  return false;
+// Whether a headless service answers for `ep` (its name, A/AAAA, SRV and PTR records):
+// terminating endpoints leave at once; not-ready ones only when the service publishes them.
+// Kept to this one function so that the zone can follow a routing rule shared with the other
+// consumers by changing one line.
+bool answered(const model::Service& svc, const model::MergedEndpoint& ep) {
+  if (ep.conditions.terminating) return false;
+  return ep.conditions.ready || svc.publish_not_ready_addresses;
 }
-
-}  // namespace
-
-// Collects the records of one block, then sorts them into names and sets and encodes each
-// set once. Reused from block to block: its scratch vectors keep their capacity.
-class BlockWriter {
- public:
-  explicit BlockWriter(uint32_t ttl) : ttl_(ttl), scratch_(65535) {}
-
-  void clear(uint8_t soa_suffix) {
-    names_.clear();
-    recs_.clear();
-    cname_.clear();
-    soa_suffix_ = soa_suffix;
-  }
-  uint32_t name(const WireName& n) {
-    names_.push_back(n);
-    cname_.push_back(false);
-    return static_cast<uint32_t>(names_.size() - 1);
-  }
-  void set_cname(uint32_t node) { cname_[node] = true; }
-  // The name exists even without records (an empty non-terminal: NODATA, not NXDOMAIN).
-  void exists(uint32_t node) {
-    Rec& r = add(node, 0, kExists, 0, node);
-    (void)r;
-  }
-  void address(uint32_t node, const IpAddr& a) {
-    address_in(node, a.is_v4() ? type::kA : type::kAAAA, kAnswer, node, a);
-  }
-  void additional_address(uint32_t node, uint16_t set_type, uint32_t owner, const IpAddr& a) {
-    address_in(node, set_type, kAdditional, owner, a);
-  }
-  void name_record(uint32_t node, uint16_t t, uint32_t target) {
-    add(node, t, kAnswer, t, node).target = target;
-  }
-  void srv(uint32_t node, uint16_t prio, uint16_t weight, uint16_t port, uint32_t target) {
-    Rec& r = add(node, type::kSRV, kAnswer, type::kSRV, node);
-    store_u16(r.rdata.data(), prio);
-    store_u16(r.rdata.data() + 2, weight);
-    store_u16(r.rdata.data() + 4, port);
-    r.rdlen = 6;
-    r.target = target;
-    r.target_first = false;
-    r.compress = false;  // RFC 2782: no compression in the SRV target
-  }
-  void txt(uint32_t node, std::string_view text) {
-    Rec& r = add(node, type::kTXT, kAnswer, type::kTXT, node);
-    r.rdata[0] = static_cast<uint8_t>(text.size());
-    std::memcpy(r.rdata.data() + 1, text.data(), text.size());
-    r.rdlen = static_cast<uint8_t>(1 + text.size());
-  }
-  void soa(uint32_t node, uint32_t mname, uint32_t rname, std::span<const uint8_t, 20> numbers) {
-    Rec& r = add(node, type::kSOA, kAnswer, type::kSOA, node);
-    r.target = mname;
-    r.target2 = rname;
-    std::memcpy(r.rdata.data(), numbers.data(), numbers.size());
-    r.rdlen = 20;
-  }
-
-  BlockPtr finish() {
-    order_.resize(recs_.size());
-    std::iota(order_.begin(), order_.end(), 0u);
-    std::sort(order_.begin(), order_.end(), [&](uint32_t x, uint32_t y) {
-      const Rec& a = recs_[x];
-      const Rec& b = recs_[y];
-      if (a.set_owner != b.set_owner) {
-        int c = names_[a.set_owner].view().compare(names_[b.set_owner].view());
-        if (c != 0) return c < 0;
-      }
-      if (a.set_type != b.set_type) return a.set_type < b.set_type;
-      return x < y;
-    });
-    // Runs of one owner name are nodes; runs of one type inside them are sets.
-    nodes_.clear();
-    sets_.clear();
-    node_of_.assign(names_.size(), kNone);
-    for (size_t k = 0; k < order_.size(); ++k) {
-      const Rec& r = recs_[order_[k]];
-      bool new_node =
-          nodes_.empty() || names_[nodes_.back().name].view() != names_[r.set_owner].view();
-      if (new_node) nodes_.push_back({r.set_owner, static_cast<uint32_t>(sets_.size()), 0, false});
-      NodeSpec& n = nodes_.back();
-      node_of_[r.set_owner] = static_cast<uint32_t>(nodes_.size() - 1);
-      n.cname = n.cname || cname_[r.set_owner];
-      if (r.section == kExists) continue;
-      if (sets_.size() == n.set_begin || sets_.back().type != r.set_type)
-        sets_.push_back({static_cast<uint32_t>(k), static_cast<uint32_t>(k), r.set_type});
-      sets_.back().end = static_cast<uint32_t>(k + 1);
-    }
-    for (auto& n : nodes_) n.set_end = static_cast<uint32_t>(sets_.size());
-    for (size_t i = 0; i + 1 < nodes_.size(); ++i) nodes_[i].set_end = nodes_[i + 1].set_begin;
-
-    auto block = std::make_shared<NameBlock>();
-    NameBlock& b = *block;
-    b.set_count_ = sets_.size();
-    b.sets_.reset(new RecordSet[sets_.size()]);
-    b.typed_.resize(sets_.size());
-    b.nodes_.resize(nodes_.size());
-    spans_.resize(sets_.size());
-    for (size_t i = 0; i < sets_.size(); ++i) encode(b, i);
-    std::vector<uint32_t> name_at(nodes_.size());
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      const WireName& n = names_[nodes_[i].name];
-      name_at[i] = static_cast<uint32_t>(b.bytes_.size());
-      b.bytes_.insert(b.bytes_.end(), n.bytes.begin(), n.bytes.begin() + n.len);
-    }
-    // Every byte is in place: now the spans.
-    for (size_t i = 0; i < sets_.size(); ++i) {
-      RecordSet& s = b.sets_[i];
-      s.body = {b.bytes_.data() + spans_[i].body_at, spans_[i].body_len};
-      s.addresses = {b.addresses_.data() + spans_[i].addr_at, spans_[i].addr_len};
-      b.typed_[i] = {sets_[i].type, &s};
-    }
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      ZoneNode& z = b.nodes_[i];
-      z.name = {reinterpret_cast<const char*>(b.bytes_.data() + name_at[i]),  // our bytes
-                names_[nodes_[i].name].len};
-      z.sets = {b.typed_.data() + nodes_[i].set_begin, nodes_[i].set_end - nodes_[i].set_begin};
-      z.cname = nodes_[i].cname;
-      z.soa_suffix = soa_suffix_;
-    }
-    last_ = block;
-    return block;
-  }
-
-  // After finish(): the name of the node that name id `id` became (empty: not a node).
-  std::string_view node_name(uint32_t id) const {
-    if (id >= node_of_.size() || node_of_[id] == kNone) return {};
-    return last_->nodes()[node_of_[id]].name;
-  }
-
- private:
-  static constexpr uint8_t kAnswer = 0, kAdditional = 1, kExists = 2;
-  struct Rec {
-    uint32_t set_owner = 0;
-    uint32_t owner = 0;
-    uint32_t target = kNone, target2 = kNone;
-    uint16_t set_type = 0;
-    uint16_t type = 0;
-    uint8_t section = 0;
-    uint8_t rdlen = 0;
-    bool target_first = true;
-    bool compress = true;
-    bool has_address = false;
-    std::array<uint8_t, 20> rdata{};
-    IpAddr address;
-  };
-  struct NodeSpec {
-    uint32_t name, set_begin, set_end;
-    bool cname;
-  };
-  struct SetSpec {
-    uint32_t begin, end;  // in order_
-    uint16_t type;
-  };
-  struct SetSpans {
-    size_t body_at = 0, body_len = 0, addr_at = 0, addr_len = 0;
-  };
-
-  Rec& add(uint32_t set_owner, uint16_t set_type, uint8_t section, uint16_t t, uint32_t owner) {
-    Rec& r = recs_.emplace_back();
-    r.set_owner = set_owner;
-    r.set_type = set_type;
-    r.section = section;
-    r.type = t;
-    r.owner = owner;
-    return r;
-  }
-  void address_in(uint32_t node, uint16_t set_type, uint8_t section, uint32_t owner,
-                  const IpAddr& a) {
-    Rec& r = add(node, set_type, section, a.is_v4() ? type::kA : type::kAAAA, owner);
-    std::memcpy(r.rdata.data(), a.data(), a.size());
-    r.rdlen = static_cast<uint8_t>(a.size());
-    r.has_address = true;
-    r.address = a;
-  }
-
-  void write_rr(Writer& w, const Rec& r) {
-    size_t at = w.begin_rr(names_[r.owner].span(), r.type, kClassIN, ttl_);
-    if (r.target != kNone && r.target_first) {
-      w.name(names_[r.target].span(), r.compress);
-      if (r.target2 != kNone) w.name(names_[r.target2].span(), r.compress);
-      w.bytes({r.rdata.data(), r.rdlen});
-    } else {
-      w.bytes({r.rdata.data(), r.rdlen});
-      if (r.target != kNone) w.name(names_[r.target].span(), r.compress);
-    }
-    w.end_rr(at);
-  }
-
-  void encode(NameBlock& b, size_t i) {
-    const SetSpec& s = sets_[i];
-    answer_.clear();
-    additional_.clear();
-    SetSpans& sp = spans_[i];
-    sp.addr_at = b.addresses_.size();
-    for (uint32_t k = s.begin; k < s.end; ++k) {
-      const Rec& r = recs_[order_[k]];
-      (r.section == kAnswer ? answer_ : additional_).push_back(&r);
-      if (r.has_address) b.addresses_.push_back(r.address);
-    }
-    sp.addr_len = b.addresses_.size() - sp.addr_at;
-    const WireName& owner = names_[recs_[order_[s.begin]].set_owner];
-    // A very large set may not fit one message: keep what fits.
-    size_t keep_an = answer_.size(), keep_ar = additional_.size();
-    RecordSet& rs = b.sets_[i];
-    while (true) {
-      Writer w(scratch_.data(), scratch_.size());
-      w.header(0, 0, 1, 0, 0, 0);
-      w.name(owner.span());
-      w.u16(s.type);
-      w.u16(kClassIN);
-      size_t start = w.size();
-      for (size_t k = 0; k < keep_an; ++k) write_rr(w, *answer_[k]);
-      size_t answer_end = w.size();
-      for (size_t k = 0; k < keep_ar; ++k) write_rr(w, *additional_[k]);
-      if (w.ok()) {
-        sp.body_at = b.bytes_.size();
-        sp.body_len = w.size() - start;
-        b.bytes_.insert(b.bytes_.end(), scratch_.begin() + static_cast<ptrdiff_t>(start),
-                        scratch_.begin() + static_cast<ptrdiff_t>(w.size()));
-        rs.answer_bytes = static_cast<uint32_t>(answer_end - start);
-        rs.ancount = static_cast<uint16_t>(keep_an);
-        rs.arcount = static_cast<uint16_t>(keep_ar);
-        return;
-      }
-      if (keep_an <= 1 && keep_ar == 0) {  // cannot happen with names of at most 255 bytes
-        sp.body_at = b.bytes_.size();
-        sp.body_len = 0;
-        return;
-      }
-      keep_an = std::max<size_t>(1, keep_an / 2);
-      keep_ar /= 2;
-    }
-  }
-
-  uint32_t ttl_;
-  uint8_t soa_suffix_ = 0;
-  std::vector<uint8_t> scratch_;
-  std::vector<WireName> names_;
-  std::vector<bool> cname_;
-  std::vector<Rec> recs_;
-  std::vector<uint32_t> order_;
-  std::vector<NodeSpec> nodes_;
-  std::vector<SetSpec> sets_;
-  std::vector<SetSpans> spans_;
-  std::vector<uint32_t> node_of_;
-  std::vector<const Rec*> answer_, additional_;
-  BlockPtr last_;
-};
-
-// ---------------------------------------------------------------------------------------
-
-namespace {
 
 struct KeyHash {
   size_t operator()(const model::ServiceKey& k) const {
@@ -753,11 +460,10 @@ class ZoneBuilder::Impl {
         for (const auto& ip : ips) writer_.additional_address(names->first, type::kSRV, b, ip);
       }
     } else {
-      // Headless: the endpoints themselves. Terminating ones leave at once.
+      // Headless: the endpoints themselves, those answered() picks.
       std::vector<std::pair<const model::MergedEndpoint*, uint32_t>> eps;
       for (const auto& ep : st.endpoints) {
-        if (ep.conditions.terminating) continue;
-        if (!ep.conditions.ready && !svc.publish_not_ready_addresses) continue;
+        if (!answered(svc, ep)) continue;
         auto hn =
             NameBuf().text(ep.hostname.empty() ? ep.address.dashed() : ep.hostname).finish(*base);
         if (!hn) continue;
@@ -980,92 +686,6 @@ std::shared_ptr<const Zone> Zone::unsynced(const ZoneOptions& opts) {
   z->apex_ = must_name(opts.zone);
   z->pod_suffix_ = must_name("pod." + opts.zone);
   return z;
-}
-
-std::vector<std::string> Zone::names() const {
-  std::vector<std::string> out;
-  for (const auto& s : shards_)
-    if (s)
-      for (const auto& e : s->slots)
-        if (e.node)
-          out.push_back(
-              name_to_text({reinterpret_cast<const uint8_t*>(e.node->name.data()),  // our bytes
-                            e.node->name.size()}));
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-bool Zone::in_zone(const WireName& q) const {
-  return label_at_boundary_suffix(q, apex_, nullptr);
-}
-
-const ZoneNode* Zone::find(std::string_view name) const {
-  uint64_t h = name_hash(name);
-  const Shard* s = shards_[h & (kShards - 1)].get();
-  if (!s) return nullptr;
-  size_t mask = s->slots.size() - 1;
-  for (size_t i = (h >> kShardBits) & mask;; i = (i + 1) & mask) {
-    const Entry& e = s->slots[i];
-    if (!e.node) return nullptr;
-    if (e.hash == h && e.node->name == name) return e.node.get();
-  }
-}
-
-Zone::Lookup Zone::lookup(const WireName& q, uint16_t qtype) const {
-  Lookup r;
-  if (const ZoneNode* n = find(q.view())) {
-    r.soa = n->soa_suffix != 0 && n->soa_suffix <= q.len;
-    r.soa_at = static_cast<uint8_t>(r.soa ? q.len - n->soa_suffix : 0);
-    if (n->cname && !n->sets.empty()) {
-      r.kind = Kind::kAnswer;
-      r.set = n->sets.front().set;
-      return r;
-    }
-    for (const auto& [t, s] : n->sets) {
-      if (t == qtype || qtype == type::kANY) {  // ANY: one RRset is enough (RFC 8482)
-        r.kind = Kind::kAnswer;
-        r.set = s;
-        return r;
-      }
-    }
-    r.kind = Kind::kNoData;
-    return r;
-  }
-  if (!in_zone(q)) return r;  // kNotOurs
-  if (!synced_) {
-    r.kind = Kind::kNotSynced;
-    return r;
-  }
-  r.kind = Kind::kNxDomain;
-  r.soa_at = static_cast<uint8_t>(q.len - apex_.len);
-  if (opts_.pod_mode == PodMode::kInsecure) {
-    // <dashed-ip>.<ns>.pod.<zone>: two labels, then the pod suffix.
-    size_t l1 = q.bytes[0];
-    if (l1 == 0 || l1 > 45 || 1u + l1 >= q.len) return r;
-    size_t l2 = q.bytes[1 + l1];
-    if (l2 == 0) return r;
-    size_t rest = 1 + l1 + 1 + l2;
-    if (rest + pod_suffix_.len != q.len ||
-        std::memcmp(q.bytes.data() + rest, pod_suffix_.bytes.data(), pod_suffix_.len) != 0)
-      return r;
-    char text[64] = {};
-    size_t dashes = 0;
-    for (size_t i = 0; i < l1; ++i) dashes += q.bytes[1 + i] == '-';
-    char sep = dashes == 3 ? '.' : ':';
-    for (size_t i = 0; i < l1; ++i) {
-      char c = static_cast<char>(q.bytes[1 + i]);
-      text[i] = c == '-' ? sep : c;
-    }
-    uint8_t raw[16];
-    if (sep == '.' && inet_pton(AF_INET, text, raw) == 1) {
-      r.kind = Kind::kPodAddress;
-      r.pod_address = IpAddr::from_bytes(model::IpFamily::kV4, raw);
-    } else if (sep == ':' && inet_pton(AF_INET6, text, raw) == 1) {
-      r.kind = Kind::kPodAddress;
-      r.pod_address = IpAddr::from_bytes(model::IpFamily::kV6, raw);
-    }
-  }
-  return r;
 }
 
 }  // namespace endpointd::dns
