@@ -5,6 +5,9 @@
 // service, one reverse (PTR) name, one pod name. The ZoneBuilder keeps them between snapshots
 // and, for a Delta, rebuilds only the blocks of the services that changed; the new zone's
 // index copies only the shards those names hash into.
+//
+// Building lives in zone_build.cc (a block's records encoded in zone_block.cc), answering a
+// lookup in zone_lookup.cc.
 #pragma once
 
 #include <array>
