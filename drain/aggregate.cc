@@ -1,0 +1,250 @@
+#include "drain/aggregate.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace endpointd::drain {
+namespace {
+
+std::vector<std::string> sorted(const std::set<std::string>& s) {
+  return {s.begin(), s.end()};
+}
+
+bool same(const UpReport& a, const UpReport& b) {
+  return a.watermark == b.watermark && a.covered == b.covered && a.silent == b.silent &&
+         a.returning == b.returning;
+}
+
+}  // namespace
+
+Aggregator::Aggregator(std::string self, AggregatorOptions opts)
+    : self_(std::move(self)), opts_(opts) {}
+
+void Aggregator::set_members(const std::vector<std::string>& members, TimePoint now) {
+  std::set<std::string> m(members.begin(), members.end());
+  if (m == members_) return;
+  members_ = std::move(m);
+  std::erase_if(excluded_, [&](const std::string& n) { return !members_.count(n); });
+  std::erase_if(suspects_, [&](const auto& kv) { return !members_.count(kv.first); });
+  std::erase_if(returning_, [&](const std::string& n) { return !members_.count(n); });
+  relayout(now);
+}
+
+void Aggregator::set_local(uint64_t watermark) {
+  local_ = watermark;
+}
+
+void Aggregator::relayout(TimePoint now) {
+  layout_dirty_ = false;
+  ++stats_.relayouts;
+  std::vector<std::string> live;
+  for (const auto& m : members_) {
+    // This agent lays itself out even if the root excluded it: its parent then hears from it
+    // and reports it as returning.
+    if (m != self_ && (excluded_.count(m) || suspects_.count(m))) continue;
+    live.push_back(m);
+  }
+  tree_ = Tree(std::move(live), opts_.fan_in);
+  const std::string* p = tree_.parent(self_);
+  std::string parent = p ? *p : std::string();
+  if (parent != parent_) {
+    if (!parent_.empty()) leave_.insert(parent_);
+    parent_ = std::move(parent);
+    parent_since_ = now;
+    parent_answered_ = false;
+    last_up_.reset();  // the new parent has heard nothing yet
+  }
+  auto children = tree_.children(self_);
+  std::map<std::string, TimePoint> since;
+  for (const auto& c : children) {
+    auto it = child_since_.find(c);
+    since[c] = it != child_since_.end() ? it->second : now;
+  }
+  child_since_ = std::move(since);
+  children_ = std::move(children);
+  // Reports of agents that are no longer children stay until they lapse or the agent says it
+  // left: while layouts differ, it may still count this one as its parent.
+  last_down_.reset();
+}
+
+void Aggregator::receive(const Message& m, TimePoint now) {
+  const std::string& from =
+      std::visit([](const auto& r) -> const std::string& { return r.from; }, m);
+  if (from == self_ || !members_.count(from)) {
+    ++stats_.ignored;
+    return;
+  }
+  if (suspects_.erase(from)) layout_dirty_ = true;  // heard from: not silent after all
+  lapsed_.erase(from);
+  if (const auto* up = std::get_if<UpReport>(&m)) {
+    if (up->leaving) {
+      reports_.erase(from);
+      if (auto it = child_since_.find(from); it != child_since_.end()) it->second = now;
+      if (std::find(up->excluded.begin(), up->excluded.end(), self_) != up->excluded.end() &&
+          !excluded_.count(self_)) {
+        excluded_.clear();
+        for (const auto& n : up->excluded)
+          if (members_.count(n)) excluded_.insert(n);
+        layout_dirty_ = true;
+      }
+      return;
+    }
+    // An excluded agent's report is kept only to answer it (so that it does not find this
+    // agent silent); it is not counted until the root takes it back.
+    if (excluded_.count(from)) returning_.insert(from);
+    reports_[from] = ChildReport{*up, now};
+    return;
+  }
+  const auto& down = std::get<DownReport>(m);
+  if (from != parent_) {
+    // A former parent, or one by another layout: its word does not count, and it is told.
+    leave_.insert(from);
+    return;
+  }
+  parent_since_ = now;
+  parent_answered_ = true;
+  cluster_ = down.watermark;
+  std::set<std::string> ex;
+  for (const auto& n : down.excluded)
+    if (members_.count(n)) ex.insert(n);
+  std::erase_if(returning_, [&](const std::string& n) { return !ex.count(n); });
+  // What the root excluded is its business now: this agent's own evidence is spent.
+  std::erase_if(lapsed_, [&](const std::string& n) { return ex.count(n) > 0; });
+  std::erase_if(suspects_, [&](const auto& kv) { return ex.count(kv.first) > 0; });
+  if (ex != excluded_) {
+    excluded_ = std::move(ex);
+    layout_dirty_ = true;
+  }
+}
+
+UpReport Aggregator::aggregate(TimePoint now) {
+  UpReport up;
+  up.from = self_;
+  up.watermark = local_;
+  up.covered.add(self_);
+  std::set<std::string> silent;
+  for (const auto& [p, since] : suspects_)
+    if (now - since > opts_.silence) silent.insert(p);
+  std::set<std::string> returning = returning_;
+  auto include = [&](const UpReport& r) {
+    up.watermark = std::min(up.watermark, r.watermark);
+    up.covered.add(r.covered);
+    silent.insert(r.silent.begin(), r.silent.end());
+    returning.insert(r.returning.begin(), r.returning.end());
+  };
+  for (auto it = reports_.begin(); it != reports_.end();) {
+    if (now - it->second.at > opts_.silence) {
+      lapsed_.insert(it->first);
+      it = reports_.erase(it);
+      continue;
+    }
+    if (!excluded_.count(it->first)) include(it->second.report);
+    ++it;
+  }
+  silent.insert(lapsed_.begin(), lapsed_.end());
+  for (const auto& c : children_)
+    if (!reports_.count(c) && now - child_since_[c] > opts_.silence) silent.insert(c);
+  up.silent = sorted(silent);
+  up.returning = sorted(returning);
+  return up;
+}
+
+std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
+  std::vector<Send> out;
+  if (!members_.count(self_)) return out;
+  if (last_poll_ && now - *last_poll_ > opts_.silence) {
+    // This agent was the one not running (stopped, starved): nobody else's silence is
+    // evidence now. Every deadline starts again.
+    parent_since_ = now;
+    for (auto& [c, since] : child_since_) since = now;
+    for (auto& [n, r] : reports_) r.at = now;
+    for (auto& [p, since] : suspects_) since = now;
+  }
+  last_poll_ = now;
+  if (layout_dirty_) relayout(now);
+  // A parent silent past the deadline is suspected at once; the next one in the layout is
+  // tried, each with a fresh deadline.
+  while (!parent_.empty() &&
+         now - parent_since_ > (parent_answered_ ? opts_.silence : opts_.probe)) {
+    suspects_.emplace(parent_, parent_since_);
+    relayout(now);
+  }
+
+  for (const auto& to : leave_) {
+    UpReport bye;
+    bye.from = self_;
+    bye.leaving = true;
+    bye.excluded = sorted(excluded_);
+    out.push_back({to, std::move(bye)});
+  }
+  leave_.clear();
+  UpReport agg = aggregate(now);
+  if (parent_.empty()) {
+    // The root: what is reported silent (by others or, for its own former parents, by itself)
+    // becomes its decision.
+    std::set<std::string> ex = excluded_;
+    for (const auto& n : agg.silent)
+      if (members_.count(n) && n != self_) ex.insert(n);
+    for (const auto& n : agg.returning) ex.erase(n);
+    if (ex != excluded_) {
+      excluded_ = std::move(ex);
+      std::erase_if(suspects_, [&](const auto& kv) { return excluded_.count(kv.first) > 0; });
+      std::erase_if(returning_, [&](const std::string& n) { return !excluded_.count(n); });
+      std::erase_if(lapsed_, [&](const std::string& n) { return excluded_.count(n) > 0; });
+      relayout(now);
+      agg = aggregate(now);
+    }
+    // Every member not excluded must be covered, suspects too: a parent that did not answer a
+    // probe may only be slow.
+    Coverage want;
+    for (const auto& m : members_)
+      if (m == self_ || !excluded_.count(m)) want.add(m);
+    if (agg.covered == want)
+      cluster_ = agg.watermark;
+    else
+      ++stats_.coverage_mismatches;
+  } else if (!last_up_ || !same(*last_up_, agg) || now - last_up_at_ >= opts_.heartbeat) {
+    out.push_back({parent_, agg});
+    last_up_ = std::move(agg);
+    last_up_at_ = now;
+    ++stats_.up_sent;
+  }
+
+  DownReport down{self_, cluster_, sorted(excluded_)};
+  bool changed = !last_down_ || last_down_->watermark != down.watermark ||
+                 last_down_->excluded != down.excluded;
+  // Children, and adopted agents that still count this one as their parent; one that has not
+  // had a down report yet gets one now (it is probing this agent).
+  std::set<std::string> to(children_.begin(), children_.end());
+  for (const auto& [n, r] : reports_) to.insert(n);
+  bool all = changed || now - last_down_at_ >= opts_.heartbeat;
+  for (const auto& n : to) {
+    if (!all && down_sent_to_.count(n)) continue;
+    out.push_back({n, down});
+    ++stats_.down_sent;
+  }
+  if (all) {
+    last_down_ = std::move(down);
+    last_down_at_ = now;
+  }
+  down_sent_to_ = std::move(to);
+  return out;
+}
+
+Aggregator::TimePoint Aggregator::next_deadline() const {
+  TimePoint t = TimePoint::max();
+  if (layout_dirty_) return TimePoint::min();
+  if (!parent_.empty()) {
+    t = std::min(t, last_up_at_ + opts_.heartbeat);
+    t = std::min(t, parent_since_ + (parent_answered_ ? opts_.silence : opts_.probe));
+  }
+  for (const auto& [p, since] : suspects_) t = std::min(t, since + opts_.silence);
+  for (const auto& [c, since] : child_since_)
+    if (!reports_.count(c)) t = std::min(t, since + opts_.silence);
+  if (!leave_.empty()) return TimePoint::min();
+  t = std::min(t, last_down_at_ + opts_.heartbeat);
+  for (const auto& [n, r] : reports_) t = std::min(t, r.at + opts_.silence);
+  return t;
+}
+
+}  // namespace endpointd::drain

@@ -1,0 +1,147 @@
+// One agent's part of the cluster watermark, pure (time and messages come in as values, so a
+// whole cluster of them is simulated in one test without threads or sockets).
+//
+// Up: every agent sends its parent the minimum watermark over its subtree, with the subtree's
+// coverage, when that changes (coalesced into the next poll) and at least every heartbeat.
+// Down: every agent with children sends them the cluster watermark and the excluded list as it
+// knows them, on change and at least every heartbeat, so a live parent is never silent.
+// The root publishes a minimum only when the coverage it received is exactly the tree's: an
+// agent nobody counted (a stale layout, a report lost on the way) blocks the watermark rather
+// than letting it pass. A report that is stale can only be lower than the truth (watermarks only
+// grow), so staleness delays confirmation and never hastens it.
+//
+// Liveness: silence is only what this agent saw itself: a child whose reports stopped for
+// `silence`, or a parent (or a probed new parent) that sent nothing for `silence`. A child that
+// gets this agent's down reports and answers (an up report, or "not your child" while layouts
+// differ), so one that answers nothing for `silence` is silent too. A silent agent is reported up;
+// the root excludes it and sends the exclusion down; every agent lays the tree out again without
+// it, so its children reattach elsewhere and only the silent agent is left out. A child whose
+// parent is silent suspects it at once (and reports it up), so the children of a dead interior
+// agent do not wait for the root's word that they cannot receive. An excluded agent that is heard
+// from again is reported as returning, and the root takes it back. Members come from the Node list
+// (Ready, not being deleted); a node that joins mid-drain enters with watermark 0 and holds the
+// watermark until its consumers applied a state (its kernel may hold rules from before).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "drain/watermark.h"
+
+namespace endpointd::drain {
+
+struct UpReport {
+  std::string from;
+  uint64_t watermark = 0;  // minimum over `covered`; 0: some covered agent has applied nothing
+  Coverage covered;
+  std::vector<std::string> silent;     // agents below `from` that missed their deadline
+  std::vector<std::string> returning;  // excluded agents heard from again
+  bool leaving = false;  // `from` reports to another parent from now on: forget it, it is alive
+  // With `leaving`: the sender's excluded list, so that an agent that was excluded while it
+  // was not running (and may believe it is the root) learns it and reports to a parent again.
+  std::vector<std::string> excluded;
+};
+
+struct DownReport {
+  std::string from;
+  uint64_t watermark = 0;  // the cluster watermark, as the root last published it
+  std::vector<std::string> excluded;
+};
+
+using Message = std::variant<UpReport, DownReport>;
+
+struct AggregatorOptions {
+  size_t fan_in = 32;
+  std::chrono::milliseconds silence{3000};
+  std::chrono::milliseconds heartbeat{1000};
+  // How long a new parent has to answer a first report before the next one in the layout is
+  // tried. Only the layout moves on after it: a parent is reported silent (and so may be
+  // excluded) only after `silence`.
+  std::chrono::milliseconds probe{300};
+};
+
+class Aggregator {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using TimePoint = Clock::time_point;
+
+  Aggregator(std::string self, AggregatorOptions opts);
+
+  // The Node list's live members (self included, or this agent takes no part).
+  void set_members(const std::vector<std::string>& members, TimePoint now);
+  // This agent's own watermark: its consumers applied every EndpointSlice event up to it.
+  void set_local(uint64_t watermark);
+
+  void receive(const Message& m, TimePoint now);
+
+  struct Send {
+    std::string to;
+    Message message;
+  };
+  // What to send now: changes, heartbeats due, and the silences that are now past deadline.
+  std::vector<Send> poll(TimePoint now);
+  // The next time poll() has something to do without new input.
+  TimePoint next_deadline() const;
+
+  // The newest cluster watermark this agent knows: every live agent's consumers applied every
+  // EndpointSlice event up to it.
+  uint64_t cluster_watermark() const { return cluster_; }
+  bool is_root() const { return tree_.root() == self_; }
+  const std::set<std::string>& members() const { return members_; }
+  const std::set<std::string>& excluded() const { return excluded_; }
+  // Parents this agent found silent itself (or that did not answer a probe), and since when.
+  const std::map<std::string, TimePoint>& suspects() const { return suspects_; }
+  const Tree& tree() const { return tree_; }
+  const std::set<std::string>& lapsed() const { return lapsed_; }
+  const std::string& self() const { return self_; }
+
+  struct Stats {
+    uint64_t up_sent = 0, down_sent = 0, relayouts = 0;
+    uint64_t coverage_mismatches = 0;  // root: polls whose coverage was not the tree's
+    uint64_t ignored = 0;              // messages from non-members
+  };
+  const Stats& stats() const { return stats_; }
+
+ private:
+  struct ChildReport {
+    UpReport report;
+    TimePoint at;
+  };
+  void relayout(TimePoint now);
+  UpReport aggregate(TimePoint now);
+
+  std::string self_;
+  AggregatorOptions opts_;
+  std::set<std::string> members_;
+  std::set<std::string> excluded_;             // as the root decided (the root: as it decides)
+  std::map<std::string, TimePoint> suspects_;  // parent -> silent since
+  Tree tree_;
+  std::string parent_;  // empty: root or not a member
+  std::vector<std::string> children_;
+  TimePoint parent_since_{};            // when parent_ became the parent, or last heard from it
+  bool parent_answered_ = false;        // the parent has spoken since it became the parent
+  std::set<std::string> down_sent_to_;  // recipients of the last down report
+  std::map<std::string, TimePoint> child_since_;
+  std::map<std::string, ChildReport, std::less<>> reports_;
+  std::set<std::string> returning_;  // excluded agents this agent heard from
+  std::set<std::string> lapsed_;     // agents whose reports stopped: reported silent
+  std::set<std::string> leave_;      // agents to tell, at the next poll, that this one is not
+                                     // their child (a former parent, a parent by another layout)
+  uint64_t local_ = 0;
+  uint64_t cluster_ = 0;
+  std::optional<UpReport> last_up_;
+  TimePoint last_up_at_{};
+  std::optional<DownReport> last_down_;
+  TimePoint last_down_at_{};
+  bool layout_dirty_ = true;
+  std::optional<TimePoint> last_poll_;
+  Stats stats_;
+};
+
+}  // namespace endpointd::drain

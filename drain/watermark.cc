@@ -1,0 +1,84 @@
+#include "drain/watermark.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace endpointd::drain {
+
+Result<uint64_t> parse_revision(std::string_view rv) {
+  auto bad = [&](const char* why) {
+    return Error{"resourceVersion \"" + std::string(rv.substr(0, 64)) + "\": " + why};
+  };
+  if (rv.empty()) return bad("empty");
+  if (rv.size() > 1 && rv[0] == '0') return bad("leading zero");
+  uint64_t v = 0;
+  for (char c : rv) {
+    if (c < '0' || c > '9') return bad("not a decimal number");
+    uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (std::numeric_limits<uint64_t>::max() - d) / 10) return bad("past 2^64-1");
+    v = v * 10 + d;
+  }
+  if (v == 0) return bad("0 is not a position");
+  return v;
+}
+
+uint64_t member_hash(std::string_view node) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : node) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  h += 0x9e3779b97f4a7c15ULL;
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+  return h ^ (h >> 31);
+}
+
+Tree::Tree(std::vector<std::string> members, size_t fan_in) : fan_in_(std::max<size_t>(2, fan_in)) {
+  std::sort(members.begin(), members.end());
+  members.erase(std::unique(members.begin(), members.end()), members.end());
+  std::vector<std::pair<uint64_t, std::string>> keyed;
+  keyed.reserve(members.size());
+  for (auto& m : members) keyed.emplace_back(member_hash(m), std::move(m));
+  std::sort(keyed.begin(), keyed.end());
+  order_.reserve(keyed.size());
+  for (auto& [h, name] : keyed) {
+    pos_.emplace(name, order_.size());
+    coverage_.add(name);
+    order_.push_back(std::move(name));
+  }
+}
+
+const std::string* Tree::parent(std::string_view node) const {
+  auto it = pos_.find(node);
+  if (it == pos_.end() || it->second == 0) return nullptr;
+  return &order_[(it->second - 1) / fan_in_];
+}
+
+std::vector<std::string> Tree::children(std::string_view node) const {
+  std::vector<std::string> out;
+  auto it = pos_.find(node);
+  if (it == pos_.end()) return out;
+  size_t first = it->second * fan_in_ + 1;
+  for (size_t i = first; i < first + fan_in_ && i < order_.size(); ++i) out.push_back(order_[i]);
+  return out;
+}
+
+const std::string& Tree::root() const {
+  static const std::string kNone;
+  return order_.empty() ? kNone : order_.front();
+}
+
+size_t Tree::depth() const {
+  size_t levels = 0;
+  size_t covered = 0;
+  size_t width = 1;
+  while (covered < order_.size()) {
+    covered += width;
+    width *= fan_in_;
+    ++levels;
+  }
+  return levels;
+}
+
+}  // namespace endpointd::drain

@@ -1,0 +1,326 @@
+// The cluster watermark, simulated: a few hundred Aggregators exchanging messages in rounds on a
+// virtual clock, some of them stopped (their messages dropped both ways) as SIGSTOP would.
+#include "drain/aggregate.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <random>
+#include <set>
+
+namespace endpointd::drain {
+namespace {
+
+using namespace std::chrono_literals;
+using TimePoint = Aggregator::TimePoint;
+
+TEST(Revision, ParsesDecimalPositionsOnly) {
+  struct Case {
+    const char* in;
+    uint64_t want;  // 0: an error
+  } cases[] = {
+      {"1", 1},
+      {"123456789", 123456789},
+      {"18446744073709551615", 18446744073709551615ULL},
+      {"18446744073709551616", 0},
+      {"", 0},
+      {"0", 0},
+      {"007", 0},
+      {"-5", 0},
+      {"+5", 0},
+      {"12a", 0},
+      {" 12", 0},
+      {"MTIz", 0},
+  };
+  for (const auto& c : cases) {
+    auto r = parse_revision(c.in);
+    if (c.want == 0) {
+      ASSERT_FALSE(r) << c.in;
+      EXPECT_NE(r.error().find("resourceVersion \"" + std::string(c.in) + "\""), std::string::npos)
+          << r.error();
+    } else {
+      ASSERT_TRUE(r) << c.in << ": " << r.error();
+      EXPECT_EQ(*r, c.want);
+    }
+  }
+}
+
+std::vector<std::string> names(size_t n, const std::string& prefix = "node-") {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n; ++i) out.push_back(prefix + std::to_string(i));
+  return out;
+}
+
+TEST(Tree, EveryMemberHasOneParentAndBoundedChildren) {
+  for (size_t n : {1, 2, 9, 200, 5000}) {
+    for (size_t k : {2, 8, 32}) {
+      auto members = names(n);
+      Tree t(members, k);
+      ASSERT_EQ(t.size(), n);
+      size_t roots = 0;
+      Coverage all;
+      for (const auto& m : members) {
+        all.add(m);
+        const std::string* p = t.parent(m);
+        if (!p) {
+          ++roots;
+          EXPECT_EQ(t.root(), m);
+          continue;
+        }
+        auto siblings = t.children(*p);
+        EXPECT_NE(std::find(siblings.begin(), siblings.end(), m), siblings.end()) << m;
+        EXPECT_LE(t.children(m).size(), k);
+      }
+      EXPECT_EQ(roots, 1u);
+      EXPECT_EQ(t.coverage(), all);
+      // Depth: the smallest d with 1 + k + ... + k^(d-1) >= n.
+      size_t d = 0, cap = 0, width = 1;
+      while (cap < n) cap += width, width *= k, ++d;
+      EXPECT_EQ(t.depth(), d) << n << " " << k;
+    }
+  }
+  // 5,000 nodes with fan-in 32: at most 33 tree connections per agent, 4 levels.
+  Tree big(names(5000), 32);
+  EXPECT_EQ(big.depth(), 4u);
+}
+
+TEST(Tree, SameLayoutWhateverTheOrderOfTheList) {
+  auto members = names(300);
+  Tree a(members, 8);
+  std::shuffle(members.begin(), members.end(), std::mt19937(7));
+  members.push_back(members.front());  // a duplicate counts once
+  Tree b(members, 8);
+  EXPECT_EQ(a.members(), b.members());
+  EXPECT_EQ(a.coverage(), b.coverage());
+}
+
+TEST(Coverage, MissingOrDoubleCountedAgentDiffers) {
+  Coverage all, missing, twice;
+  for (const auto& n : names(50)) all.add(n);
+  for (const auto& n : names(49)) missing.add(n);
+  twice = all;
+  twice.add("node-3");
+  EXPECT_NE(all, missing);
+  EXPECT_NE(all, twice);
+  Coverage other;  // same count, one name swapped
+  for (const auto& n : names(49)) other.add(n);
+  other.add("node-x");
+  EXPECT_NE(all, other);
+}
+
+// Rounds of: deliver every queued message (dropped if either end is stopped), then poll every
+// running agent. Each round is 10 ms of the virtual clock.
+class Sim {
+ public:
+  Sim(size_t n, AggregatorOptions opts) : members_(names(n)) {
+    for (const auto& m : members_) {
+      agents_.emplace(m, Aggregator(m, opts));
+      local_[m] = 0;
+    }
+    for (auto& [m, a] : agents_) a.set_members(members_, now_);
+  }
+
+  Aggregator& at(const std::string& n) { return agents_.at(n); }
+  void set_local(const std::string& n, uint64_t w) {
+    local_[n] = w;
+    agents_.at(n).set_local(w);
+  }
+  void stop(const std::string& n) { stopped_.insert(n); }
+  void resume(const std::string& n) { stopped_.erase(n); }
+  const std::set<std::string>& stopped() const { return stopped_; }
+  const std::vector<std::string>& members() const { return members_; }
+  TimePoint now() const { return now_; }
+
+  void round() {
+    std::deque<std::pair<std::string, Message>> inbox;
+    inbox.swap(queue_);
+    for (auto& [to, m] : inbox) {
+      const std::string& from = std::visit([](const auto& r) { return r.from; }, m);
+      if (stopped_.count(to) || stopped_.count(from)) continue;
+      agents_.at(to).receive(m, now_);
+      peers_[to].insert(from);
+    }
+    for (auto& [name, a] : agents_) {
+      if (stopped_.count(name)) continue;
+      for (auto& s : a.poll(now_)) {
+        ++sent_[name];
+        peers_[name].insert(s.to);
+        queue_.emplace_back(s.to, std::move(s.message));
+      }
+      check_safety(a);
+    }
+    now_ += 10ms;
+  }
+
+  // The invariant that makes the watermark safe: a root never publishes a value above the local
+  // watermark of an agent it has not excluded.
+  // (checked whenever a root publishes a new value, against the members it knows).
+  void check_safety(const Aggregator& a) {
+    uint64_t& last = published_[a.self()];
+    if (!a.is_root() || a.cluster_watermark() == last) return;
+    last = a.cluster_watermark();
+    uint64_t min = UINT64_MAX;
+    for (const auto& m : a.members())
+      if (!a.excluded().count(m)) min = std::min(min, local_.at(m));
+    ASSERT_LE(a.cluster_watermark(), min) << "root " << a.self();
+  }
+
+  uint64_t live_min() const {
+    uint64_t min = UINT64_MAX;
+    for (const auto& m : members_)
+      if (!stopped_.count(m)) min = std::min(min, local_.at(m));
+    return min;
+  }
+  // Rounds until every running agent holds `want`, or -1 after `max_rounds`.
+  int rounds_until_all(uint64_t want, int max_rounds) {
+    for (int r = 0; r <= max_rounds; ++r) {
+      bool all = true;
+      for (const auto& [n, a] : agents_)
+        if (!stopped_.count(n) && a.cluster_watermark() != want) all = false;
+      if (all) return r;
+      round();
+    }
+    return -1;
+  }
+  uint64_t total_sent() const {
+    uint64_t t = 0;
+    for (const auto& [n, c] : sent_) t += c;
+    return t;
+  }
+  void reset_counts() {
+    sent_.clear();
+    peers_.clear();
+  }
+  size_t max_peers() const {
+    size_t m = 0;
+    for (const auto& [n, p] : peers_) m = std::max(m, p.size());
+    return m;
+  }
+
+ private:
+  std::vector<std::string> members_;
+  std::map<std::string, Aggregator> agents_;
+  std::map<std::string, uint64_t> local_;
+  std::set<std::string> stopped_;
+  std::deque<std::pair<std::string, Message>> queue_;
+  std::map<std::string, uint64_t> sent_;
+  std::map<std::string, uint64_t> published_;
+  std::map<std::string, std::set<std::string>> peers_;
+  TimePoint now_ = TimePoint{} + 1h;
+};
+
+AggregatorOptions opts(size_t k) {
+  AggregatorOptions o;
+  o.fan_in = k;
+  o.silence = 500ms;
+  o.heartbeat = 200ms;
+  o.probe = 100ms;
+  return o;
+}
+
+TEST(Aggregator, TwoHundredAgentsAgreeOnTheMinimumWithinTwiceTheDepth) {
+  const size_t k = 8;
+  Sim sim(200, opts(k));
+  std::mt19937 rng(1);
+  for (const auto& m : sim.members()) sim.set_local(m, 1000 + rng() % 500);
+  size_t depth = sim.at("node-0").tree().depth();
+  ASSERT_EQ(depth, 4u);  // 1 + 8 + 64 + 512
+  int r = sim.rounds_until_all(sim.live_min(), 50);
+  ASSERT_GE(r, 0);
+  EXPECT_LE(r, static_cast<int>(2 * depth + 2));
+
+  // One cluster change: every agent applies it (its watermark moves past the update). Count
+  // what it costs until every agent knows the new minimum, heartbeats left out of the window.
+  sim.reset_counts();
+  for (const auto& m : sim.members()) sim.set_local(m, 5000);
+  r = sim.rounds_until_all(5000, 50);
+  ASSERT_GE(r, 0);
+  EXPECT_LE(r, static_cast<int>(2 * depth + 2));
+  double per_agent = static_cast<double>(sim.total_sent()) / 200;
+  EXPECT_LE(per_agent, k + 1.0) << sim.total_sent();
+  EXPECT_LE(sim.max_peers(), k + 1);
+}
+
+TEST(Aggregator, WatermarkNeverPassesAnAgentThatIsNotExcluded) {
+  // Agent node-7 applies nothing new while the rest move on: nobody may publish past it while it
+  // is alive, however the reports interleave.
+  Sim sim(120, opts(4));
+  for (const auto& m : sim.members()) sim.set_local(m, 100);
+  ASSERT_GE(sim.rounds_until_all(100, 50), 0);
+  for (const auto& m : sim.members())
+    if (m != "node-7") sim.set_local(m, 200);
+  for (int i = 0; i < 100; ++i) sim.round();  // check_safety runs every round
+  EXPECT_EQ(sim.at("node-0").cluster_watermark(), 100u);
+  sim.set_local("node-7", 200);
+  EXPECT_GE(sim.rounds_until_all(200, 50), 0);
+}
+
+TEST(Aggregator, StoppedAgentsInteriorOnesIncludedAreExcludedAndOnlyThey) {
+  const size_t n = 200, k = 8;
+  Sim sim(n, opts(k));
+  for (const auto& m : sim.members()) sim.set_local(m, 100);
+  ASSERT_GE(sim.rounds_until_all(100, 50), 0);
+
+  // 20 % stopped: the root, every one of its children (interior), and random others.
+  Tree t = sim.at("node-0").tree();
+  std::set<std::string> stop{t.root()};
+  for (const auto& c : t.children(t.root())) stop.insert(c);
+  std::mt19937 rng(3);
+  while (stop.size() < n / 5) stop.insert(sim.members()[rng() % n]);
+  for (const auto& s : stop) sim.stop(s);
+  // The stopped ones never apply the next change; the rest do.
+  for (const auto& m : sim.members())
+    if (!stop.count(m)) sim.set_local(m, 300);
+
+  // Confirmed after the silence deadline (500 ms here), the probes of the next parents in the
+  // layout (100 ms each: the root and all its children are gone, so the agents below try
+  // several) and a deadline for the agents first found by a probe. Measured: 2,080 ms.
+  int r = sim.rounds_until_all(300, 400);
+  ASSERT_GE(r, 0);
+  EXPECT_LE(r * 10, 2500) << "ms";
+  for (const auto& m : sim.members()) {
+    if (stop.count(m)) continue;
+    // Only the stopped agents are excluded, as every running agent sees it.
+    EXPECT_EQ(sim.at(m).excluded(), stop) << m;
+  }
+
+  // Their coming back (readmission) is not asserted yet: after a stopped root and all its
+  // children resume, some resumed agents stay excluded (issue 14's note).
+}
+
+TEST(Aggregator, AJoiningNodeHoldsTheWatermarkUntilItApplied) {
+  Sim sim(30, opts(4));
+  for (const auto& m : sim.members()) sim.set_local(m, 50);
+  ASSERT_GE(sim.rounds_until_all(50, 50), 0);
+  // node-29 leaves the Node list (everyone is told), then joins again with nothing applied.
+  auto without = sim.members();
+  without.pop_back();
+  for (const auto& m : without) sim.at(m).set_members(without, sim.now());
+  sim.stop("node-29");
+  for (const auto& m : without) sim.set_local(m, 60);
+  ASSERT_GE(sim.rounds_until_all(60, 100), 0);
+  sim.resume("node-29");
+  sim.set_local("node-29", 0);
+  for (const auto& m : sim.members()) sim.at(m).set_members(sim.members(), sim.now());
+  ASSERT_GE(sim.rounds_until_all(0, 50), 0);
+  sim.set_local("node-29", 60);
+  EXPECT_GE(sim.rounds_until_all(60, 50), 0);
+}
+
+TEST(Aggregator, IgnoresNonMembersAndItself) {
+  Aggregator a("node-1", opts(4));
+  auto now = TimePoint{} + 1h;
+  a.set_members(names(5), now);
+  UpReport r;
+  r.watermark = 999;
+  r.from = "intruder";
+  a.receive(r, now);
+  r.from = "node-1";
+  a.receive(r, now);
+  EXPECT_EQ(a.stats().ignored, 2u);
+}
+
+}  // namespace
+}  // namespace endpointd::drain
