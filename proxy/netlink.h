@@ -11,23 +11,9 @@
 
 #include "model/result.h"
 #include "proxy/backend.h"
+#include "proxy/nft_encode.h"
 
 namespace endpointd::proxy {
-
-// A built batch: the bytes sent to the kernel, and what each sequence number carried.
-struct Batch {
-  std::string bytes;
-  uint32_t first_seq = 0;
-  std::vector<std::string> what;  // per message after BEGIN, for error messages
-};
-
-// Pure builders (no socket): used by the backend and by the golden tests.
-Batch build_full_sync_batch(const std::vector<const Table*>& tables,
-                            const std::vector<std::string>& existing_chains4,
-                            const std::vector<std::string>& existing_sets4,
-                            const std::vector<std::string>& existing_chains6,
-                            const std::vector<std::string>& existing_sets6, uint32_t seq);
-Batch build_changes_batch(const std::vector<TableChanges>& changes, uint32_t seq);
 
 class NetlinkBackend : public Backend {
  public:
