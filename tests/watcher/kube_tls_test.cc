@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "tests/fakeapi/fake_api.h"
-#include "tests/kube/kube_test_util.h"
+#include "tests/watcher/kube_test_util.h"
 #include "tests/support/test_certs.h"
 #include "watcher/kube_client.h"
 

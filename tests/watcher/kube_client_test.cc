@@ -8,7 +8,7 @@
 #include <set>
 
 #include "tests/fakeapi/fake_api.h"
-#include "tests/kube/kube_test_util.h"
+#include "tests/watcher/kube_test_util.h"
 #include "watcher/kube_client.h"
 
 namespace endpointd::watcher {

@@ -3,7 +3,7 @@
 
 #include <cstdlib>
 
-#include "tests/kube/kube_test_util.h"
+#include "tests/watcher/kube_test_util.h"
 #include "watcher/kube_auth.h"
 
 namespace endpointd::watcher {
