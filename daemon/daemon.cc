@@ -188,7 +188,7 @@ Status Daemon::Impl::start_feed() {
   o.listen = cfg.feed_listen;
   o.zone = cfg.dns_zone;
   feed_sink = std::make_unique<feed::FeedSink>(o, &board, registry.get());
-  if (auto err = feed_sink->start()) return prefixed("feed", *err);
+  if (auto st = feed_sink->start(); !st) return prefixed("feed", st.error());
   loop->add_sink(feed_sink.get());
   spdlog::info("feed (endpointd.v1 and xDS) on {} (port {})", cfg.feed_listen, feed_sink->port());
   return {};
@@ -203,7 +203,7 @@ Status Daemon::Impl::start_dns() {
   o.pod_mode = dns::parse_pod_mode(cfg.dns_pod_records).value_or(dns::PodMode::kDisabled);
   for (const auto& c : cfg.dns_forward_allow) o.forward_allow.push_back(*model::IpPrefix::parse(c));
   dns_sink = std::make_unique<dns::DnsSink>(o, &board, registry.get());
-  if (auto err = dns_sink->start()) return prefixed("DNS", *err);
+  if (auto st = dns_sink->start(); !st) return prefixed("DNS", st.error());
   loop->add_sink(dns_sink.get());
   spdlog::info("DNS on {} (port {}) for zone {}", cfg.dns_listen, dns_sink->port(), cfg.dns_zone);
   return {};

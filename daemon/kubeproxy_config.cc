@@ -100,13 +100,10 @@ void leaves(const YAML::Node& n, const std::string& prefix,
 }
 
 // healthzBindAddress: "IP:PORT", "IP" (kube-proxy's port then), or "" (kube-proxy's default).
-std::string healthz_address(const std::string& v, std::string* error) {
-  if (v.empty()) return kHealthzDefault;
+Result<std::string> healthz_address(const std::string& v) {
+  if (v.empty()) return std::string(kHealthzDefault);
   auto hp = model::parse_host_port(v, kHealthzPort);
-  if (!hp) {
-    *error = "healthzBindAddress: " + hp.error();
-    return {};
-  }
+  if (!hp) return prefixed("healthzBindAddress", hp.error());
   return hp->str();
 }
 
@@ -235,8 +232,12 @@ KubeProxyConversion convert_kubeproxy_configuration(const YAML::Node& root) {
   used.insert("healthzBindAddress");
   {
     std::string v = scalar(root["healthzBindAddress"]);
-    std::string addr = healthz_address(v, &out.error);
-    if (!out.error.empty()) return out;
+    auto parsed = healthz_address(v);
+    if (!parsed) {
+      out.error = parsed.error();
+      return out;
+    }
+    const std::string& addr = *parsed;
     if (addr.size() > 2 && addr.substr(addr.size() - 2) == ":0") {
       ignore("healthzBindAddress", root["healthzBindAddress"],
              "port 0 turns kube-proxy's health server off; endpointd keeps its admin server "

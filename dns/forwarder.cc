@@ -44,9 +44,9 @@ Forwarder::~Forwarder() {
   stop();
 }
 
-std::optional<std::string> Forwarder::start() {
+Status Forwarder::start() {
   static const int lib = ares_library_init(ARES_LIB_INIT_ALL);
-  if (lib != ARES_SUCCESS) return std::string("ares_library_init: ") + ares_strerror(lib);
+  if (lib != ARES_SUCCESS) return Error{std::string("ares_library_init: ") + ares_strerror(lib)};
   channel_ = std::make_unique<Channel>();
   ares_options o{};
   // Pass every upstream rcode through instead of trying the next server on SERVFAIL/REFUSED.
@@ -55,17 +55,17 @@ std::optional<std::string> Forwarder::start() {
   o.tries = opts_.tries;
   int rc =
       ares_init_options(&channel_->ch, &o, ARES_OPT_FLAGS | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES);
-  if (rc != ARES_SUCCESS) return std::string("ares_init_options: ") + ares_strerror(rc);
+  if (rc != ARES_SUCCESS) return Error{std::string("ares_init_options: ") + ares_strerror(rc)};
   if (!opts_.upstreams.empty()) {
     std::string csv;
     for (const auto& u : opts_.upstreams) csv += (csv.empty() ? "" : ",") + u;
     rc = ares_set_servers_ports_csv(channel_->ch, csv.c_str());
-    if (rc != ARES_SUCCESS) return "bad upstream list '" + csv + "': " + ares_strerror(rc);
+    if (rc != ARES_SUCCESS) return Error{"bad upstream list '" + csv + "': " + ares_strerror(rc)};
   }
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd_ < 0) return std::string("eventfd: ") + std::strerror(errno);
+  if (wake_fd_ < 0) return Error{std::string("eventfd: ") + std::strerror(errno)};
   thread_ = std::thread([this] { run(); });
-  return std::nullopt;
+  return {};
 }
 
 void Forwarder::stop() {

@@ -21,6 +21,7 @@
 
 #include "dns/message.h"
 #include "dns/metrics.h"
+#include "model/result.h"
 
 namespace endpointd::dns {
 
@@ -51,7 +52,7 @@ class Forwarder {
   // Sets up the c-ares channel and starts the thread. An error message on failure.
   // Before start(); may stay null.
   void set_metrics(Metrics* m) { metrics_ = m; }
-  std::optional<std::string> start();
+  Status start();
   void stop();
 
   // Any thread. Writes the cached reply for `q` (ID, question case and TTLs adjusted) and

@@ -268,15 +268,16 @@ class Server::TcpServer {
  public:
   TcpServer(Server* s, Fd listen) : s_(s), listen_(std::move(listen)) {}
   ~TcpServer() { join(); }
-  std::optional<std::string> start() {
+  Status start() {
     ep_ = Fd(epoll_create1(EPOLL_CLOEXEC));
     wake_ = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-    if (ep_.fd < 0 || wake_.fd < 0) return std::string("epoll/eventfd: ") + std::strerror(errno);
+    if (ep_.fd < 0 || wake_.fd < 0)
+      return Error{std::string("epoll/eventfd: ") + std::strerror(errno)};
     add(listen_.fd, EPOLLIN, kListenTag);
     add(s_->stop_fd_, EPOLLIN, kStopTag);
     add(wake_.fd, EPOLLIN, kWakeTag);
     thread_ = std::thread([this] { run(); });
-    return std::nullopt;
+    return {};
   }
   void join() {
     if (thread_.joinable()) thread_.join();
@@ -483,10 +484,10 @@ Server::~Server() {
   stop();
 }
 
-std::optional<std::string> Server::start() {
-  if (!zones_->load()) return std::string("no zone published");
+Status Server::start() {
+  if (!zones_->load()) return Error{"no zone published"};
   auto addr = make_addr(opts_.listen_address, opts_.port);
-  if (!addr) return "bad listen address " + opts_.listen_address;
+  if (!addr) return Error{"bad listen address " + opts_.listen_address};
   stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   uint16_t port = opts_.port;
   int family = addr->first.ss_family;
@@ -505,22 +506,22 @@ std::optional<std::string> Server::start() {
   // TCP first: with port 0 its port is the one the UDP sockets share.
   auto tcp = bind_one(SOCK_STREAM, false);
   if (!tcp || listen(tcp->fd, 1024) != 0)
-    return "dns: cannot listen on tcp " + opts_.listen_address + ":" + std::to_string(opts_.port) +
-           ": " + std::strerror(errno);
+    return Error{"dns: cannot listen on tcp " + opts_.listen_address + ":" +
+                 std::to_string(opts_.port) + ": " + std::strerror(errno)};
   int workers = std::max(1, opts_.workers);
   for (int i = 0; i < workers; ++i) {
     auto udp = bind_one(SOCK_DGRAM, true);
     if (!udp)
-      return "dns: cannot bind udp " + opts_.listen_address + ":" + std::to_string(port) + ": " +
-             std::strerror(errno);
+      return Error{"dns: cannot bind udp " + opts_.listen_address + ":" + std::to_string(port) +
+                   ": " + std::strerror(errno)};
     workers_.push_back(std::make_unique<Worker>(this, std::move(*udp)));
   }
   port_ = port;
   tcp_ = std::make_unique<TcpServer>(this, std::move(*tcp));
-  if (auto err = tcp_->start()) return err;
+  if (auto st = tcp_->start(); !st) return st;
   for (auto& w : workers_) w->start();
   running_ = true;
-  return std::nullopt;
+  return {};
 }
 
 void Server::stop() {

@@ -53,7 +53,7 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  std::optional<std::string> start();
+  Status start();
   // Stops the threads, then the forwarder (its last callbacks still find open sockets).
   void stop();
   uint16_t port() const { return port_; }

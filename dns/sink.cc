@@ -40,12 +40,13 @@ DnsSink::~DnsSink() {
   stop();
 }
 
-std::optional<std::string> DnsSink::start() {
+Status DnsSink::start() {
   // The server binds an address: a bare port or a host name is not enough.
   auto listen = model::parse_host_port(opts_.listen, 53);
   if (!listen || !model::IpAddr::parse(listen->host))
-    return "dns: bad listen address '" + opts_.listen + "': not ADDR, ADDR:PORT or [IPv6]:PORT";
-  if (!name_from_text(opts_.zone)) return "dns: bad zone '" + opts_.zone + "'";
+    return Error{"dns: bad listen address '" + opts_.listen +
+                 "': not ADDR, ADDR:PORT or [IPv6]:PORT"};
+  if (!name_from_text(opts_.zone)) return Error{"dns: bad zone '" + opts_.zone + "'"};
   if (opts_.forwarding) {
     ForwarderOptions fo;
     fo.upstreams = opts_.upstreams;
@@ -56,7 +57,7 @@ std::optional<std::string> DnsSink::start() {
     fo.cache_max_ttl = opts_.cache_max_ttl;
     forwarder_ = std::make_unique<Forwarder>(fo);
     forwarder_->set_metrics(metrics_.get());
-    if (auto err = forwarder_->start()) return "dns: " + *err;
+    if (auto st = forwarder_->start(); !st) return prefixed("dns", st.error());
   }
   ServerOptions so;
   so.listen_address = listen->host;
@@ -66,13 +67,13 @@ std::optional<std::string> DnsSink::start() {
   so.tcp_idle_timeout = opts_.tcp_idle_timeout;
   so.forward_allow = opts_.forward_allow;
   server_ = std::make_unique<Server>(so, &zones_, forwarder_.get(), metrics_.get());
-  if (auto err = server_->start()) {
+  if (auto st = server_->start(); !st) {
     server_.reset();
-    return err;
+    return st;
   }
   spdlog::info("dns: serving {} on {} port {} ({} workers)", opts_.zone, listen->host,
                server_->port(), opts_.workers);
-  return std::nullopt;
+  return {};
 }
 
 void DnsSink::stop() {

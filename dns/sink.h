@@ -52,8 +52,8 @@ class DnsSink : public pipeline::Sink {
   ~DnsSink() override;
 
   // Binds the sockets and starts serving (SERVFAIL inside the zone until the first synced
-  // snapshot is applied). An error message on failure.
-  std::optional<std::string> start();
+  // snapshot is applied).
+  Status start();
   void stop();
   uint16_t port() const { return server_ ? server_->port() : 0; }
 

@@ -110,9 +110,8 @@ Status Coordinator::start() {
   if (!opts_.peer_listen.empty()) {
     peer_server_ =
         std::make_unique<PeerServer>(this, opts_.machine.node_name, opts_.peer_answer_max);
-    std::string error;
-    auto port = peer_server_->start(opts_.peer_listen, &error);
-    if (!port) return Error{error};
+    auto port = peer_server_->start(opts_.peer_listen);
+    if (!port) return Error{port.error()};
     bound_peer_port_ = *port;
   }
   if (!opts_.drain_socket.empty()) {
@@ -121,8 +120,7 @@ Status Coordinator::start() {
         [this](const std::string& result) {
           metrics_->prestop->Add({{"result", result}}).Increment();
         });
-    std::string error;
-    if (!prestop_server_->start(opts_.drain_socket, &error)) return Error{error};
+    if (auto st = prestop_server_->start(opts_.drain_socket); !st) return st;
   }
   spdlog::info("drain: coordinator on node {} (peers on {}, prestop socket {})",
                opts_.machine.node_name, opts_.peer_listen.empty() ? "-" : opts_.peer_listen,

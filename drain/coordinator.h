@@ -142,8 +142,13 @@ struct PrestopClientOptions {
   milliseconds timeout{120000};
   milliseconds retry{200};
 };
-// Returns the exit code and writes the outcome to `message`.
-int run_prestop(const PrestopClientOptions& opts, std::string* message);
+// What `endpointd prestop` exits with and prints: 0 and the agent's reason on release; else
+// 2 (bad socket path), 3 (refused), 4 (not released), 5 (timed out) and why.
+struct PrestopOutcome {
+  int exit_code = 0;
+  std::string message;
+};
+PrestopOutcome run_prestop(const PrestopClientOptions& opts);
 // "500ms", "30s", "2m", "1h", or plain seconds.
 std::optional<milliseconds> parse_duration(const std::string& s);
 

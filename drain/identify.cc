@@ -125,27 +125,24 @@ Caller describe_pid(pid_t pid, const std::string& proc) {
   return c;
 }
 
-std::optional<Caller> caller_of_socket(int fd, std::string* error) {
+Result<Caller> caller_of_socket(int fd) {
   ucred cred{};
   socklen_t len = sizeof cred;
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.pid <= 0) {
-    *error = "no peer credentials on the connection";
-    return std::nullopt;
-  }
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.pid <= 0)
+    return Error{"no peer credentials on the connection"};
   Caller c = describe_pid(cred.pid);
   c.uid = cred.uid;
   return c;
 }
 
-const model::Pod* match_pod(const model::Snapshot& snap, const std::string& node, const Caller& c,
-                            std::string* reason) {
+Result<const model::Pod*> match_pod(const model::Snapshot& snap, const std::string& node,
+                                    const Caller& c) {
   if (!c.pod_uid.empty()) {
     for (const auto& p : snap.pods) {
       if (p->uid != c.pod_uid) continue;
       if (p->node_name != node) {
-        *reason = "caller " + c.describe() + " is pod " + p->key.str() + " of node " +
-                  p->node_name + ", not of node " + node;
-        return nullptr;
+        return Error{"caller " + c.describe() + " is pod " + p->key.str() + " of node " +
+                     p->node_name + ", not of node " + node};
       }
       return p.get();
     }
@@ -154,10 +151,9 @@ const model::Pod* match_pod(const model::Snapshot& snap, const std::string& node
     for (const auto& a : c.addresses)
       if (const model::Pod* p = snap.find_node_pod(node, a)) return p;
   }
-  *reason = "caller " + c.describe() + " is not a pod on node " + node +
-            (c.host_netns ? ": it runs in the node's own network namespace"
-                          : ": no pod of this node has its addresses");
-  return nullptr;
+  return Error{"caller " + c.describe() + " is not a pod on node " + node +
+               (c.host_netns ? ": it runs in the node's own network namespace"
+                             : ": no pod of this node has its addresses")};
 }
 
 }  // namespace endpointd::drain

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/ip.h"
+#include "model/result.h"
 #include "model/snapshot.h"
 
 namespace endpointd::drain {
@@ -23,7 +24,7 @@ struct Caller {
 };
 
 // The pid at the other end of a connected unix socket.
-std::optional<Caller> caller_of_socket(int fd, std::string* error);
+Result<Caller> caller_of_socket(int fd);
 // Reads the pid's addresses and cgroup from `proc` ("/proc").
 Caller describe_pid(pid_t pid, const std::string& proc = "/proc");
 
@@ -34,8 +35,8 @@ std::string pod_uid_from_cgroup(const std::string& text);
 
 // The pod on `node` that the caller is: by cgroup pod UID when there is one, else by a
 // network-namespace address equal to a pod IP (host-network pods are matched by UID only).
-// Null with a reason when none is.
-const model::Pod* match_pod(const model::Snapshot& snap, const std::string& node, const Caller& c,
-                            std::string* reason);
+// An error saying why when none is (never a null pod).
+Result<const model::Pod*> match_pod(const model::Snapshot& snap, const std::string& node,
+                                    const Caller& c);
 
 }  // namespace endpointd::drain

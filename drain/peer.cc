@@ -60,8 +60,7 @@ Coordinator::PeerServer::~PeerServer() {
   stop();
 }
 
-std::optional<uint16_t> Coordinator::PeerServer::start(const std::string& listen,
-                                                       std::string* error) {
+Result<uint16_t> Coordinator::PeerServer::start(const std::string& listen) {
   grpc::ServerBuilder b;
   int port = 0;
   b.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
@@ -71,9 +70,8 @@ std::optional<uint16_t> Coordinator::PeerServer::start(const std::string& listen
   b.SetResourceQuota(quota);
   server_ = b.BuildAndStart();
   if (!server_ || port == 0) {
-    *error = "drain: cannot listen for peers on " + listen;
     server_.reset();
-    return std::nullopt;
+    return Error{"drain: cannot listen for peers on " + listen};
   }
   return static_cast<uint16_t>(port);
 }

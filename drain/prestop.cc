@@ -47,31 +47,24 @@ Coordinator::PrestopServer::~PrestopServer() {
   stop();
 }
 
-bool Coordinator::PrestopServer::start(const std::string& path, std::string* error) {
+Status Coordinator::PrestopServer::start(const std::string& path) {
   sockaddr_un addr{};
-  if (path.size() >= sizeof addr.sun_path) {
-    *error = "drain socket path too long: " + path;
-    return false;
-  }
+  if (path.size() >= sizeof addr.sun_path) return Error{"drain socket path too long: " + path};
   listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   stop_fd_ = ::eventfd(0, EFD_CLOEXEC);
-  if (listen_fd_ < 0 || stop_fd_ < 0) {
-    *error = std::string("drain socket: ") + std::strerror(errno);
-    return false;
-  }
+  if (listen_fd_ < 0 || stop_fd_ < 0)
+    return Error{std::string("drain socket: ") + std::strerror(errno)};
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.c_str(), path.size());
   ::unlink(path.c_str());  // a socket left by the previous agent
   sockaddr* sa = static_cast<sockaddr*>(static_cast<void*>(&addr));
-  if (::bind(listen_fd_, sa, sizeof addr) != 0 || ::listen(listen_fd_, 64) != 0) {
-    *error = "drain socket " + path + ": " + std::strerror(errno);
-    return false;
-  }
+  if (::bind(listen_fd_, sa, sizeof addr) != 0 || ::listen(listen_fd_, 64) != 0)
+    return Error{"drain socket " + path + ": " + std::strerror(errno)};
   // Any pod's user may connect; who it is comes from the kernel, not from file permissions.
   ::chmod(path.c_str(), 0666);
   path_ = path;
   accept_ = std::thread([this] { accept_loop(); });
-  return true;
+  return {};
 }
 
 void Coordinator::PrestopServer::stop() {
@@ -121,12 +114,11 @@ void Coordinator::PrestopServer::accept_loop() {
 }
 
 void Coordinator::PrestopServer::serve(int fd) {
-  std::string error;
-  auto caller = caller_of_socket(fd, &error);
+  auto caller = caller_of_socket(fd);
   if (!caller) {
-    spdlog::warn("drain: prestop refused: {}", error);
+    spdlog::warn("drain: prestop refused: {}", caller.error());
     count_("refused");
-    write_all(fd, "refused " + error + "\n");
+    write_all(fd, "refused " + caller.error() + "\n");
     return;
   }
   // The agent may have just started: give the first pod list a moment to arrive.
@@ -137,14 +129,14 @@ void Coordinator::PrestopServer::serve(int fd) {
     write_all(fd, "failed the agent has no synced cluster state yet; retry\n");
     return;
   }
-  std::string reason;
-  const model::Pod* pod = match_pod(*snap, node_, *caller, &reason);
-  if (!pod) {
-    spdlog::warn("drain: prestop refused: {}", reason);
+  auto matched = match_pod(*snap, node_, *caller);
+  if (!matched) {
+    spdlog::warn("drain: prestop refused: {}", matched.error());
     count_("refused");
-    write_all(fd, "refused " + reason + "\n");
+    write_all(fd, "refused " + matched.error() + "\n");
     return;
   }
+  const model::Pod* pod = *matched;
   model::ObjectKey key = pod->key;
   std::string uid = pod->uid;
   spdlog::info("drain: prestop from pod {} ({})", key.str(), caller->describe());
@@ -185,7 +177,7 @@ std::optional<milliseconds> parse_duration(const std::string& s) {
   return milliseconds(static_cast<int64_t>(ms));
 }
 
-int run_prestop(const PrestopClientOptions& opts, std::string* message) {
+PrestopOutcome run_prestop(const PrestopClientOptions& opts) {
   auto deadline = Clock::now() + opts.timeout;
   std::string last = "not tried";
   while (true) {
@@ -193,8 +185,7 @@ int run_prestop(const PrestopClientOptions& opts, std::string* message) {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     if (opts.socket.size() >= sizeof addr.sun_path) {
-      *message = "socket path too long: " + opts.socket;
-      return 2;
+      return {2, "socket path too long: " + opts.socket};
     }
     std::memcpy(addr.sun_path, opts.socket.c_str(), opts.socket.size());
     sockaddr* sa = static_cast<sockaddr*>(static_cast<void*>(&addr));
@@ -221,17 +212,14 @@ int run_prestop(const PrestopClientOptions& opts, std::string* message) {
         std::string word = line.substr(0, sp);
         std::string reason = sp == std::string::npos ? "" : line.substr(sp + 1);
         if (word == "released") {
-          *message = reason;
-          return 0;
+          return {0, reason};
         }
         if (word == "refused") {
-          *message = "refused: " + reason;
-          return 3;
+          return {3, "refused: " + reason};
         }
         // "failed ... retry" answers from a starting or busy agent are retried.
         if (reason.size() < 5 || reason.substr(reason.size() - 5) != "retry") {
-          *message = "not released: " + reason;
-          return 4;
+          return {4, "not released: " + reason};
         }
         last = reason;
       } else {
@@ -242,8 +230,7 @@ int run_prestop(const PrestopClientOptions& opts, std::string* message) {
       if (fd >= 0) ::close(fd);
     }
     if (Clock::now() + opts.retry >= deadline) {
-      *message = "timed out after " + std::to_string(opts.timeout.count()) + " ms; last: " + last;
-      return 5;
+      return {5, "timed out after " + std::to_string(opts.timeout.count()) + " ms; last: " + last};
     }
     std::this_thread::sleep_for(opts.retry);
   }
@@ -274,13 +261,9 @@ int prestop_main(int argc, char** argv) {
       return 2;
     }
   }
-  std::string message;
-  int rc = run_prestop(opts, &message);
-  if (rc == 0)
-    std::cout << "endpointd prestop: " << message << "\n";
-  else
-    std::cerr << "endpointd prestop: " << message << "\n";
-  return rc;
+  PrestopOutcome out = run_prestop(opts);
+  (out.exit_code == 0 ? std::cout : std::cerr) << "endpointd prestop: " << out.message << "\n";
+  return out.exit_code;
 }
 
 }  // namespace endpointd::drain

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "drain/coordinator.h"
+#include "model/result.h"
 
 namespace grpc {
 class Server;
@@ -24,7 +25,7 @@ class Coordinator::PeerServer {
   PeerServer(Coordinator* c, std::string node, milliseconds answer_max);
   ~PeerServer();
   // Returns the bound port.
-  std::optional<uint16_t> start(const std::string& listen, std::string* error);
+  Result<uint16_t> start(const std::string& listen);
   void stop();
 
  private:
@@ -38,7 +39,7 @@ class Coordinator::PrestopServer {
   PrestopServer(Coordinator* c, std::string node, size_t max_connections,
                 std::function<void(const std::string&)> count);
   ~PrestopServer();
-  bool start(const std::string& path, std::string* error);
+  Status start(const std::string& path);
   void stop();
 
  private:

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "feed/hub.h"
+#include "model/result.h"
 #include "pipeline/ack_board.h"
 #include "pipeline/sink.h"
 
@@ -48,9 +49,9 @@ class FeedSink : public pipeline::Sink {
   FeedSink(const FeedSink&) = delete;
   FeedSink& operator=(const FeedSink&) = delete;
 
-  // Binds and starts serving; an error message on failure. Subscribers get their first
-  // answer once a synced snapshot was applied.
-  std::optional<std::string> start();
+  // Binds and starts serving. Subscribers get their first answer once a synced snapshot was
+  // applied.
+  Status start();
   // Ends every stream (UNAVAILABLE) and stops the server.
   void stop();
   uint16_t port() const;  // the bound port, after start()

@@ -126,19 +126,13 @@ google::protobuf::Any build_cla(const model::ServiceState* st, uint16_t port, co
 
 // ---- UpstreamFeed ----
 
-std::optional<Selection> Selection::from(const v1::Subscribe& s, std::string* error) {
+Result<Selection> Selection::from(const v1::Subscribe& s) {
   Selection sel;
   sel.all = s.all();
   if (sel.all) return sel;
   for (const auto& x : s.selectors()) {
-    if (x.namespace_().empty()) {
-      *error = "selector without a namespace";
-      return std::nullopt;
-    }
-    if (x.port() > 65535) {
-      *error = "selector port out of range";
-      return std::nullopt;
-    }
+    if (x.namespace_().empty()) return Error{"selector without a namespace"};
+    if (x.port() > 65535) return Error{"selector port out of range"};
     sel.selectors.push_back({x.namespace_(), x.name(), static_cast<uint16_t>(x.port())});
   }
   return sel;

@@ -10,6 +10,7 @@
 
 #include "endpointd/v1/feed.pb.h"
 #include "google/protobuf/any.pb.h"
+#include "model/result.h"
 #include "model/snapshot.h"
 
 namespace endpointd::feed {
@@ -27,8 +28,8 @@ struct Selection {
   bool all = false;
   std::vector<Selector> selectors;
 
-  // Parses a Subscribe; an error text for a selector without a namespace or a bad port.
-  static std::optional<Selection> from(const v1::Subscribe& s, std::string* error);
+  // Parses a Subscribe; an error for a selector without a namespace or a bad port.
+  static Result<Selection> from(const v1::Subscribe& s);
   // Only exact ns/name selectors: changes can be found without a diff.
   bool exact_only() const;
   bool matches(const model::ServiceKey& k) const;

@@ -5,7 +5,9 @@
 #include <grpcpp/impl/codegen/service_type.h>
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -17,11 +19,14 @@ namespace endpointd::feed {
 
 namespace {
 
-std::optional<std::string> read_file(const std::string& path) {
+// A PEM file's text; an error when it cannot be read or is empty.
+Result<std::string> read_file(const std::string& path) {
   std::ifstream in(path);
-  if (!in) return std::nullopt;
+  if (!in) return Error{std::strerror(errno)};
   std::stringstream ss;
   ss << in.rdbuf();
+  if (in.bad()) return Error{"read error"};
+  if (ss.str().empty()) return Error{"the file is empty"};
   return ss.str();
 }
 
@@ -82,10 +87,10 @@ FeedSink::~FeedSink() {
   stop();
 }
 
-std::optional<std::string> FeedSink::start() {
+Status FeedSink::start() {
   auto& im = *impl_;
   auto listen = parse_feed_listen(im.opts.listen);
-  if (!listen) return "feed: bad listen address '" + im.opts.listen + "' (want ADDR:PORT)";
+  if (!listen) return Error{"feed: bad listen address '" + im.opts.listen + "' (want ADDR:PORT)"};
   const std::string addr =
       (listen->first.find(':') != std::string::npos ? "[" + listen->first + "]" : listen->first) +
       ":" + std::to_string(listen->second);
@@ -93,18 +98,22 @@ std::optional<std::string> FeedSink::start() {
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!im.opts.tls_cert_file.empty() || !im.opts.tls_key_file.empty()) {
     if (im.opts.tls_cert_file.empty() || im.opts.tls_key_file.empty())
-      return "feed: TLS needs both a certificate file and a key file";
+      return Error{"feed: TLS needs both a certificate file and a key file"};
     auto cert = read_file(im.opts.tls_cert_file);
-    if (!cert || cert->empty())
-      return "feed: cannot read the TLS certificate file " + im.opts.tls_cert_file;
+    if (!cert)
+      return prefixed("feed: cannot read the TLS certificate file " + im.opts.tls_cert_file,
+                      cert.error());
     auto key = read_file(im.opts.tls_key_file);
-    if (!key || key->empty()) return "feed: cannot read the TLS key file " + im.opts.tls_key_file;
+    if (!key)
+      return prefixed("feed: cannot read the TLS key file " + im.opts.tls_key_file, key.error());
     grpc::SslServerCredentialsOptions ssl;
     ssl.pem_key_cert_pairs.push_back({*key, *cert});
     if (!im.opts.tls_client_ca_file.empty()) {
       auto ca = read_file(im.opts.tls_client_ca_file);
-      if (!ca || ca->empty())
-        return "feed: cannot read the client CA file " + im.opts.tls_client_ca_file;
+      if (!ca) {
+        return prefixed("feed: cannot read the client CA file " + im.opts.tls_client_ca_file,
+                        ca.error());
+      }
       ssl.pem_root_certs = *ca;
       ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
     }
@@ -137,13 +146,13 @@ std::optional<std::string> FeedSink::start() {
   im.server = b.BuildAndStart();
   if (!im.server || im.port == 0) {
     im.server.reset();
-    return "feed: cannot listen on " + addr;
+    return Error{"feed: cannot listen on " + addr};
   }
   if (auto* health = im.server->GetHealthCheckService()) {
     health->SetServingStatus(true);
   }
   spdlog::info("feed: serving UpstreamFeed and xDS on {} (port {})", addr, im.port);
-  return std::nullopt;
+  return {};
 }
 
 void FeedSink::stop() {

@@ -89,13 +89,12 @@ class WatchStream final : public FeedStream {
     }
     switch (in_.request_case()) {
       case v1::WatchRequest::kSubscribe: {
-        std::string error;
-        auto sel = Selection::from(in_.subscribe(), &error);
+        auto sel = Selection::from(in_.subscribe());
         if (!sel) {
           sc_.metrics->rejected(Reject::kInvalidSubscribe);
-          spdlog::warn("feed: invalid Subscribe from {}: {}", peer_, error);
+          spdlog::warn("feed: invalid Subscribe from {}: {}", peer_, sel.error());
           finish_locked(
-              grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "endpointd feed: " + error));
+              grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "endpointd feed: " + sel.error()));
           return false;
         }
         sel_ = std::move(*sel);

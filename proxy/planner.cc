@@ -173,7 +173,10 @@ void Planner::base_table(IpFamily f) {
     Element e;
     e.key = addr_field(p.addr());
     e.key_end = prefix_last(p);
-    cidrs.elements.put(e);
+    if (auto r = cidrs.elements.put(e); !r) {
+      ++stats_.skipped;
+      stats_.skip_reasons.push_back("cluster CIDR " + p.str() + ": " + r.error());
+    }
   }
   bool have_cidrs = !cidrs.elements.empty();
 
@@ -428,15 +431,48 @@ Set& Planner::set_for(IpFamily f, SetId id) {
   return created;
 }
 
-void Planner::add_element(IpFamily f, SetId id, Element&& e, TableChanges* ch) {
+Status Planner::add_element(IpFamily f, SetId id, Element&& e, TableChanges* ch) {
   Set& s = set_for(f, id);
-  if (auto old = s.elements.put(e)) {
+  auto put = s.elements.put(e);
+  if (!put) {
+    if (s.elements.empty() && (id.kind == SetKind::kBackends || id.kind == SetKind::kLocalBackends))
+      drop_backends_set(f, id);  // created for this element alone
+    return prefixed("map " + s.name, put.error());
+  }
+  if (auto& old = *put) {
     // Another service has this key too; the newest value wins.
     ++state(f).extra_refs[{s.name, e.key}];
-    if (*old == e) return;
+    if (*old == e) return {};
     if (ch) ch->del_elements.emplace_back(s.name, std::move(*old));
   }
   if (ch) ch->add_elements.emplace_back(s.name, std::move(e));
+  return {};
+}
+
+Status Planner::add_service(const ServiceState& st, bool count_skips, PlannedService& plan,
+                            std::vector<TableChanges>* out) {
+  size_t added = 0;
+  Status failed;
+  plan_service(st, count_skips, plan, [&](IpFamily f, SetId id, Element&& e) {
+    if (!failed.ok()) return;
+    failed = add_element(f, id, std::move(e), out ? &changes_for(out, f) : nullptr);
+    if (failed.ok()) ++added;
+  });
+  if (failed.ok()) return failed;
+  // The plan is a function of the state and the context, so planning it again yields the same
+  // elements in the same order: take out the first `added`. Unrecorded: the changes then hold
+  // additions of elements no longer in the table, which the normalisation in update() drops.
+  size_t removed = 0;
+  PlannedService ignored;
+  plan_service(st, false, ignored, [&](IpFamily f, SetId id, Element&& e) {
+    if (removed++ < added) remove_element(f, id, e, nullptr);
+  });
+  return prefixed(st.key().str(), failed.error());
+}
+
+void Planner::reject(const Status& why) {
+  ++stats_.rejected;
+  stats_.rejections.push_back(why.error());
 }
 
 void Planner::remove_element(IpFamily f, SetId id, const Element& e, TableChanges* ch) {
@@ -454,27 +490,38 @@ void Planner::remove_element(IpFamily f, SetId id, const Element& e, TableChange
   s.elements.erase(e.key);
   if (!s.elements.empty() || (id.kind != SetKind::kBackends && id.kind != SetKind::kLocalBackends))
     return;
-  // No element uses this size any more: its map goes.
+  drop_backends_set(f, id);  // no element uses this size any more
+}
+
+void Planner::drop_backends_set(IpFamily f, SetId id) {
+  FamilyState& st = state(f);
   auto& sets = id.kind == SetKind::kLocalBackends ? st.local_lb_sets : st.lb_sets;
-  sets.erase(id.n);
-  std::string name = s.name;
+  auto it = sets.find(id.n);
+  if (it == sets.end()) return;
+  std::string name = it->second->name;
+  sets.erase(it);
   table_mut(f).sets.erase(name);
 }
 
 void Planner::reset(const model::Snapshot& snap) {
   stats_ = {};
   planned_ = ctx_;
+  std::map<model::ServiceKey, PlannedService> previous = std::move(services_);
   services_.clear();
   base_table(IpFamily::kV4);
   base_table(IpFamily::kV6);
   no_local_internal_ = 0;
   no_local_external_ = 0;
-  auto emit = [this](IpFamily f, SetId id, Element&& e) {
-    add_element(f, id, std::move(e), nullptr);
-  };
   for (const auto& st : snap.services) {
     PlannedService p{st};
-    plan_service(*st, true, p, emit);
+    if (Status s = add_service(*st, true, p, nullptr); !s) {
+      reject(s);
+      // The version planned before, when there was one and the tables take it.
+      auto old = previous.find(st->key());
+      if (old == previous.end() || old->second.state == st) continue;
+      p = PlannedService{old->second.state};
+      if (!add_service(*p.state, false, p, nullptr)) continue;
+    }
     remember_service(p);
     services_.emplace_hint(services_.end(), st->key(), std::move(p));
   }
@@ -497,9 +544,10 @@ std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const mod
     PlannedService next{snap.find_ptr(key)};
     // Add first, then remove: an element both plans carry never leaves the table.
     if (next.state) {
-      plan_service(*next.state, true, next, [&](IpFamily f, SetId id, Element&& e) {
-        add_element(f, id, std::move(e), &changes_for(&out, f));
-      });
+      if (Status s = add_service(*next.state, true, next, &out); !s) {
+        reject(s);  // it keeps the version planned before, if any
+        return;
+      }
     }
     auto it = services_.find(key);
     if (it != services_.end()) {

@@ -37,6 +37,10 @@ struct PlanStats {
   uint64_t no_local_endpoints_internal = 0;
   uint64_t no_local_endpoints_external = 0;
   std::vector<std::string> skip_reasons;  // "ns/name: why", for the log
+  // Services whose elements the tables cannot hold (ElementMap::put refused one): planned not
+  // at all, so each keeps the version planned before (none if it is new) and the others go on.
+  uint64_t rejected = 0;
+  std::vector<std::string> rejections;  // "ns/name: map M: what was wrong", for the log
 };
 
 class Planner {
@@ -108,7 +112,14 @@ class Planner {
                     Emit&& emit);
   void base_table(IpFamily f);
   Set& set_for(IpFamily f, SetId id);  // creates a backend map when its size is new
-  void add_element(IpFamily f, SetId id, Element&& e, TableChanges* ch);
+  Status add_element(IpFamily f, SetId id, Element&& e, TableChanges* ch);
+  // Adds every element `st` plans (into `out`'s changes, or none when null). On the first one
+  // the tables refuse, takes out again those it added and returns that error, naming the
+  // service, the map and the element: the tables are then as they were before.
+  Status add_service(const model::ServiceState& st, bool count_skips, PlannedService& plan,
+                     std::vector<TableChanges>* out);
+  void reject(const Status& why);
+  void drop_backends_set(IpFamily f, SetId id);  // a backend map and its size
   void remove_element(IpFamily f, SetId id, const Element& e, TableChanges* ch);
   Table& table_mut(IpFamily f) { return f == IpFamily::kV4 ? v4_ : v6_; }
   FamilyState& state(IpFamily f) { return f == IpFamily::kV4 ? s4_ : s6_; }

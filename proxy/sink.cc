@@ -87,6 +87,7 @@ struct ProxySink::Metrics {
   prometheus::Gauge* service_pending = nullptr;
   prometheus::Counter* failures = nullptr;
   prometheus::Counter* skipped = nullptr;
+  prometheus::Counter* rejected = nullptr;
   prometheus::Counter* conntrack_deleted = nullptr;
   prometheus::Counter* conntrack_failures = nullptr;
 };
@@ -157,6 +158,9 @@ ProxySink::ProxySink(Backend* backend, pipeline::AckBoard* board, Options opts)
     metrics_->skipped =
         counter("endpointd_proxy_skipped_total",
                 "Service ports or addresses skipped because the kernel cannot take them.");
+    metrics_->rejected =
+        counter("endpointd_proxy_rejected_services_total",
+                "Service updates the nftables tables cannot hold, left at their previous rules.");
     metrics_->conntrack_deleted =
         counter("endpointd_proxy_conntrack_deleted_total", "Stale UDP conntrack entries deleted.");
     metrics_->conntrack_failures = counter("endpointd_proxy_conntrack_cleanup_failures_total",
@@ -233,11 +237,18 @@ void ProxySink::record_success(const model::SnapshotPtr& snap, bool full,
   applied_ = snap;
   last_applied_ = now;
   attempt_ = 0;
-  uint64_t skipped = planner_->last_stats().skipped;
+  const PlanStats& stats = planner_->last_stats();
+  uint64_t skipped = stats.skipped;
   if (skipped) {
     skipped_ += skipped;
-    for (const auto& why : planner_->last_stats().skip_reasons)
-      spdlog::warn("proxy: skipped {}", why);
+    for (const auto& why : stats.skip_reasons) spdlog::warn("proxy: skipped {}", why);
+  }
+  if (stats.rejected) {
+    rejected_ += stats.rejected;
+    for (const auto& why : stats.rejections) {
+      spdlog::error("proxy: generation {}: service {}; it keeps the rules it had before",
+                    snap->generation, why);
+    }
   }
   if (metrics_->sync) {
     metrics_->sync->Observe(seconds(now - started));
@@ -252,6 +263,7 @@ void ProxySink::record_success(const model::SnapshotPtr& snap, bool full,
     metrics_->endpoint_pending->Set(0);
     metrics_->service_pending->Set(0);
     if (skipped) metrics_->skipped->Increment(static_cast<double>(skipped));
+    if (stats.rejected) metrics_->rejected->Increment(static_cast<double>(stats.rejected));
   }
   if (board_) board_->applied("proxy", snap);
 }

@@ -66,6 +66,8 @@ class ProxySink : public pipeline::Sink {
   uint64_t failures() const { return failures_.load(); }
   uint64_t full_syncs() const { return full_syncs_.load(); }
   uint64_t skipped() const { return skipped_.load(); }
+  // Service updates the tables could not hold (each logged naming the service and element).
+  uint64_t rejected() const { return rejected_.load(); }
   uint64_t conntrack_deleted() const { return conntrack_deleted_.load(); }
   uint64_t conntrack_failures() const { return conntrack_failures_.load(); }
   // Waits until no resync is pending (tests).
@@ -109,6 +111,7 @@ class ProxySink : public pipeline::Sink {
   std::atomic<uint64_t> failures_{0};
   std::atomic<uint64_t> full_syncs_{0};
   std::atomic<uint64_t> skipped_{0};
+  std::atomic<uint64_t> rejected_{0};
   std::atomic<uint64_t> conntrack_deleted_{0};
   std::atomic<uint64_t> conntrack_failures_{0};
   std::thread resync_;

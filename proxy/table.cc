@@ -2,7 +2,6 @@
 #include "proxy/table.h"
 
 #include <cstring>
-#include <stdexcept>
 
 namespace endpointd::proxy {
 
@@ -32,36 +31,46 @@ std::optional<Element> ElementMap::get(std::string_view key) const {
   return view(*it).element();
 }
 
-std::optional<Element> ElementMap::put(const Element& e) {
-  // Keys and values come from the planner's field helpers, never longer than kMaxBytes; an
-  // element cannot carry both data and a key end.
+Result<std::optional<Element>> ElementMap::put(const Element& e) {
+  // The planner's field helpers never make a field longer than kMaxBytes, nor an element with
+  // both data and a key end, and it uses a handful of goto targets; an element that breaks
+  // these is refused whole, before the map changes.
+  std::string_view value = e.key_end.empty() ? std::string_view(e.data) : e.key_end;
+  for (auto [what, field] : {std::pair<const char*, std::string_view>{"key", e.key},
+                             {e.key_end.empty() ? "data" : "key end", value}}) {
+    if (field.size() > kMaxBytes) {
+      return Error{"element " + std::string(what) + " of " + std::to_string(field.size()) +
+                   " bytes, longer than the " + std::to_string(kMaxBytes) + " a field can hold"};
+    }
+  }
+  if (!e.key_end.empty() && !e.data.empty()) return Error{"element with both data and a key end"};
   auto bytes = [](std::string_view s) {
     Bytes b;
-    if (s.size() > kMaxBytes) throw std::length_error("nftables element field too long");
     b.size = static_cast<uint8_t>(s.size());
     std::memcpy(b.bytes, s.data(), s.size());
     return b;
   };
   Value v;
   v.is_key_end = !e.key_end.empty();
-  if (v.is_key_end && !e.data.empty())
-    throw std::invalid_argument("nftables element with data and a key end");
-  v.bytes = bytes(v.is_key_end ? e.key_end : e.data);
+  v.bytes = bytes(value);
   v.verdict = e.verdict;
   if (!e.chain.empty()) {
     size_t i = 1;
     while (i < chains_.size() && chains_[i] != e.chain) ++i;
     if (i == chains_.size()) {
-      if (i > UINT8_MAX) throw std::length_error("too many goto targets in one map");
+      if (i > kMaxChains) {
+        return Error{"goto " + e.chain + " would be goto target " + std::to_string(i) +
+                     " of one map, more than the " + std::to_string(kMaxChains) + " it can hold"};
+      }
       chains_.push_back(e.chain);
     }
     v.chain = static_cast<uint8_t>(i);
   }
   auto [it, fresh] = items_.try_emplace(bytes(e.key), v);
-  if (fresh) return std::nullopt;
+  if (fresh) return std::optional<Element>();
   Element old = view(*it).element();
   it->second = v;
-  return old;
+  return std::optional<Element>(std::move(old));
 }
 
 size_t Table::element_count() const {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/ip.h"
+#include "model/result.h"
 
 namespace endpointd::proxy {
 
@@ -69,8 +70,12 @@ class ElementMap {
   bool contains(std::string_view key) const { return items_.count(key) > 0; }
   size_t count(std::string_view key) const { return items_.count(key); }
   std::optional<Element> get(std::string_view key) const;
-  // Adds `e`, or replaces the element with its key and returns the one replaced.
-  std::optional<Element> put(const Element& e);
+  static constexpr size_t kMaxChains = UINT8_MAX;  // goto targets in one map
+
+  // Adds `e`, or replaces the element with its key and returns the one replaced. An element
+  // the map cannot hold (a field longer than kMaxBytes, both data and a key end, one goto
+  // target too many) is an error naming what was wrong, and the map is left as it was.
+  Result<std::optional<Element>> put(const Element& e);
   bool erase(std::string_view key) {
     auto it = items_.find(key);
     if (it == items_.end()) return false;

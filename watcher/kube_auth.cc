@@ -3,7 +3,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -19,12 +21,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::optional<std::string> read_file(const std::string& path) {
+Result<std::string> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
+  if (!in) return Error{std::strerror(errno)};
   std::ostringstream ss;
   ss << in.rdbuf();
-  if (in.bad()) return std::nullopt;
+  if (in.bad()) return Error{"read error"};
   return ss.str();
 }
 
@@ -232,7 +234,7 @@ Result<std::string> base64_decode(std::string_view in) {
 
 Result<ClusterConfig> from_kubeconfig(const std::string& path, const std::string& context) {
   auto text = read_file(path);
-  if (!text) return Error{"kubeconfig " + path + ": cannot read the file"};
+  if (!text) return prefixed("kubeconfig " + path + ": cannot read the file", text.error());
   try {
     YAML::Node root = YAML::Load(*text);
     return parse_kubeconfig(root, path, context);
@@ -279,7 +281,9 @@ std::string TokenSource::token(bool force) {
   read_once_ = true;
   auto text = read_file(token_file_);
   if (!text) {
-    if (!last_read_failed_) spdlog::error("kube auth: cannot read token file {}", token_file_);
+    if (!last_read_failed_) {
+      spdlog::error("kube auth: cannot read token file {}: {}", token_file_, text.error());
+    }
     last_read_failed_ = true;
     return token_;  // the last token read, if any, is still the best guess
   }

@@ -74,21 +74,21 @@ std::optional<std::pair<ObjectKind, std::string>> identity(std::string_view json
 }
 
 // Splits a document into objects: a `kind: List` (or `FooList`) yields its items.
-void expand(std::string_view json, std::vector<std::string>& out, std::string& error) {
+Result<std::vector<std::string>> expand(std::string_view json) {
   simdjson::dom::parser parser;
   simdjson::dom::element root;
-  if (auto err = parser.parse(json.data(), json.size()).get(root); err != simdjson::SUCCESS) {
-    error = std::string("malformed JSON: ") + simdjson::error_message(err);
-    return;
-  }
+  if (auto err = parser.parse(json.data(), json.size()).get(root); err != simdjson::SUCCESS)
+    return Error{std::string("malformed JSON: ") + simdjson::error_message(err)};
+  std::vector<std::string> out;
   std::string_view kind;
   simdjson::dom::array items;
   if (root["kind"].get_string().get(kind) == simdjson::SUCCESS && kind.ends_with("List") &&
       root["items"].get_array().get(items) == simdjson::SUCCESS) {
     for (simdjson::dom::element item : items) out.push_back(simdjson::minify(item));
-    return;
+    return out;
   }
   out.emplace_back(json);
+  return out;
 }
 
 }  // namespace
@@ -117,29 +117,22 @@ ManifestSource::~ManifestSource() {
   stop();
 }
 
-bool ManifestSource::start(std::string* error) {
+Status ManifestSource::start() {
   std::error_code ec;
-  if (!fs::is_directory(dir_, ec)) {
-    if (error) *error = "source directory " + dir_.string() + " is not a readable directory";
-    return false;
-  }
+  if (!fs::is_directory(dir_, ec))
+    return Error{"source directory " + dir_.string() + " is not a readable directory"};
   inotify_fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (inotify_fd_ < 0 || wake_fd_ < 0) {
-    if (error) *error = "inotify: " + std::string(strerror(errno));
-    return false;
-  }
+  if (inotify_fd_ < 0 || wake_fd_ < 0) return Error{"inotify: " + std::string(strerror(errno))};
   // No IN_MODIFY or IN_CREATE: a file is read once it is complete (closed after writing, or
   // renamed into place), never half-written.
   uint32_t mask = IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CREATE |
                   IN_DELETE_SELF | IN_MOVE_SELF | IN_ATTRIB;
-  if (inotify_add_watch(inotify_fd_, dir_.c_str(), mask) < 0) {
-    if (error) *error = "inotify on " + dir_.string() + ": " + std::string(strerror(errno));
-    return false;
-  }
+  if (inotify_add_watch(inotify_fd_, dir_.c_str(), mask) < 0)
+    return Error{"inotify on " + dir_.string() + ": " + std::string(strerror(errno))};
   rescan();
   thread_ = std::thread([this] { run(); });
-  return true;
+  return {};
 }
 
 void ManifestSource::stop() {
@@ -221,9 +214,12 @@ void ManifestSource::load_file(const fs::path& path, FileState& st, bool force, 
   std::vector<std::string> objects;
   std::vector<std::string> errors;
   for (const auto& d : docs) {
-    std::string err;
-    expand(d, objects, err);
-    if (!err.empty()) errors.push_back(err);
+    auto expanded = expand(d);
+    if (!expanded) {
+      errors.push_back(expanded.error());
+      continue;
+    }
+    for (auto& o : *expanded) objects.push_back(std::move(o));
   }
   if (!errors.empty() && objects.empty()) {
     st.errors = std::move(errors);

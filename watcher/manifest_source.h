@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/event.h"
+#include "model/result.h"
 
 namespace prometheus {
 class Registry;
@@ -36,8 +37,8 @@ class ManifestSource {
   ManifestSource& operator=(const ManifestSource&) = delete;
 
   // Reads the directory once (posting the first full state) and starts watching it.
-  // Fails when the directory cannot be read or watched.
-  bool start(std::string* error);
+  // An error when the directory cannot be read or watched.
+  Status start();
   void stop();
 
   // Re-reads changed files and posts the full state; what the watch thread does on a change.

@@ -11,11 +11,7 @@ class ManifestDirSource : public Source {
  public:
   ManifestDirSource(const std::string& dir, Post post, prometheus::Registry* registry)
       : dir_(dir), src_(dir, std::move(post), registry) {}
-  Status start() override {
-    std::string error;
-    if (!src_.start(&error)) return Error{error};
-    return {};
-  }
+  Status start() override { return src_.start(); }
   void stop() override { src_.stop(); }
   std::string describe() const override { return "manifest directory " + dir_; }
   std::vector<SourceError> errors() const override {

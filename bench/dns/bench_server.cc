@@ -38,8 +38,8 @@ int main(int argc, char** argv) {
     o.cache_entries = argc > 6 ? std::strtoul(argv[6], nullptr, 10) : 100000;
   }
   dns::DnsSink sink(o, nullptr, nullptr);
-  if (auto err = sink.start()) {
-    std::fprintf(stderr, "%s\n", err->c_str());
+  if (auto st = sink.start(); !st) {
+    std::fprintf(stderr, "%s\n", st.error().c_str());
     return 1;
   }
   auto t0 = std::chrono::steady_clock::now();

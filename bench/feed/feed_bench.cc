@@ -490,8 +490,8 @@ int run_server(const Args& a, const char* self) {
   if (a.keepalive_ms > 0) opts.keepalive_time = std::chrono::milliseconds(a.keepalive_ms);
   opts.fanout_threads = static_cast<size_t>(a.fanout_threads);
   feed::FeedSink sink(opts, &board, &registry);
-  if (auto err = sink.start()) {
-    std::cerr << "feed_bench: " << *err << "\n";
+  if (auto st = sink.start(); !st) {
+    std::cerr << "feed_bench: " << st.error() << "\n";
     return 1;
   }
   model::Delta first;

@@ -40,22 +40,23 @@ TEST(Identify, MatchesOnlyPodsOfThisNode) {
   Caller c;
   c.pid = 42;
   c.addresses = {testing::ip("10.244.1.10")};
-  std::string why;
-  const model::Pod* p = match_pod(*s, "node-a", c, &why);
-  ASSERT_TRUE(p);
-  EXPECT_EQ(p->key.name, "web-1");
+  auto p = match_pod(*s, "node-a", c);
+  ASSERT_TRUE(p) << p.error();
+  EXPECT_EQ((*p)->key.name, "web-1");
   c.addresses = {testing::ip("10.244.2.10")};
-  EXPECT_FALSE(match_pod(*s, "node-a", c, &why));
-  EXPECT_NE(why.find("not a pod on node node-a"), std::string::npos);
+  auto elsewhere = match_pod(*s, "node-a", c);
+  ASSERT_FALSE(elsewhere);
+  EXPECT_NE(elsewhere.error().find("not a pod on node node-a"), std::string::npos);
   // The node's own namespace never matches by address, only by a pod cgroup.
   c.addresses = {testing::ip("10.244.1.10")};
   c.host_netns = true;
-  EXPECT_FALSE(match_pod(*s, "node-a", c, &why));
+  EXPECT_FALSE(match_pod(*s, "node-a", c));
   c.pod_uid = "uid-web-1";
-  EXPECT_TRUE(match_pod(*s, "node-a", c, &why));
+  EXPECT_TRUE(match_pod(*s, "node-a", c));
   c.pod_uid = "uid-web-3";
-  EXPECT_FALSE(match_pod(*s, "node-a", c, &why));
-  EXPECT_NE(why.find("of node node-b"), std::string::npos);
+  auto other_node = match_pod(*s, "node-a", c);
+  ASSERT_FALSE(other_node);
+  EXPECT_NE(other_node.error().find("of node node-b"), std::string::npos);
 }
 
 TEST(Identify, ParsesDurations) {

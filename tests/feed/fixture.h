@@ -81,8 +81,8 @@ class FeedFixture : public ::testing::Test {
   void start(FeedOptions opts = {}) {
     opts.listen = "127.0.0.1:0";
     sink_ = std::make_unique<FeedSink>(opts, &board_, &registry_);
-    auto err = sink_->start();
-    ASSERT_FALSE(err) << *err;
+    auto st = sink_->start();
+    ASSERT_TRUE(st) << st.error();
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(sink_->port()),
                                    grpc::InsecureChannelCredentials());
   }

@@ -129,8 +129,7 @@ TEST(Selection, MatchesAndCarriesPorts) {
   a->set_name("web");
   a->set_port(80);
   s.add_selectors()->set_namespace_("other");
-  std::string err;
-  auto sel = Selection::from(s, &err);
+  auto sel = Selection::from(s);
   ASSERT_TRUE(sel);
   EXPECT_FALSE(sel->exact_only());
   EXPECT_TRUE(sel->matches({"default", "web"}));
@@ -140,7 +139,9 @@ TEST(Selection, MatchesAndCarriesPorts) {
   EXPECT_FALSE(sel->carries_port({"default", "web"}, 443));
   EXPECT_TRUE(sel->carries_port({"other", "x"}, 443));
   s.add_selectors()->set_name("nons");
-  EXPECT_FALSE(Selection::from(s, &err));
+  auto bad = Selection::from(s);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error(), "selector without a namespace");
 }
 
 }  // namespace

@@ -107,16 +107,16 @@ TEST_F(FeedTls, UnreadableFilesAreNamed) {
   FeedOptions o = tls_options();
   o.tls_key_file = dir_ + "/no-such.key";
   FeedSink a(o, nullptr, nullptr);
-  auto err = a.start();
-  ASSERT_TRUE(err);
-  EXPECT_NE(err->find("no-such.key"), std::string::npos) << *err;
+  auto st = a.start();
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().find("no-such.key"), std::string::npos) << st.error();
 
   o = tls_options();
   o.tls_client_ca_file = dir_ + "/missing-ca.crt";
   FeedSink b(o, nullptr, nullptr);
-  err = b.start();
-  ASSERT_TRUE(err);
-  EXPECT_NE(err->find("missing-ca.crt"), std::string::npos) << *err;
+  st = b.start();
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().find("missing-ca.crt"), std::string::npos) << st.error();
 }
 
 }  // namespace

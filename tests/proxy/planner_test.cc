@@ -17,6 +17,57 @@ std::string vip(const char* a, uint8_t proto, uint16_t port) {
   return addr_field(testing::ip(a)) + proto_field(proto) + port_field(port);
 }
 
+// ElementMap::put runs on the proxy sink's thread: an element it cannot hold is an error that
+// names what was wrong, never an exception, and leaves the map as it was.
+TEST(ProxyElementMap, TooManyGotoTargetsIsAnErrorNamingTheTarget) {
+  ElementMap m;
+  auto element = [](int i, const std::string& chain) {
+    return Element{port_field(static_cast<uint16_t>(i)), {}, {}, Verdict::kGoto, chain};
+  };
+  for (int i = 1; i <= static_cast<int>(ElementMap::kMaxChains); ++i) {
+    auto r = m.put(element(i, "chain-" + std::to_string(i)));
+    ASSERT_TRUE(r) << r.error();
+  }
+  // A target already in use still fits.
+  ASSERT_TRUE(m.put(element(1000, "chain-7")));
+  Result<std::optional<Element>> r = std::optional<Element>();
+  EXPECT_NO_THROW(r = m.put(element(1001, "chain-256")));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().find("goto chain-256"), std::string::npos) << r.error();
+  EXPECT_NE(r.error().find("255"), std::string::npos) << r.error();
+  EXPECT_EQ(m.size(), ElementMap::kMaxChains + 1);
+  EXPECT_FALSE(m.contains(port_field(1001)));
+  // Replacing an element with one the map refuses keeps the old one.
+  Result<std::optional<Element>> again = std::optional<Element>();
+  EXPECT_NO_THROW(again = m.put(element(1000, "chain-257")));
+  ASSERT_FALSE(again);
+  EXPECT_EQ(m.get(port_field(1000))->chain, "chain-7");
+}
+
+TEST(ProxyElementMap, OverlongFieldsAndDataWithAKeyEndAreErrors) {
+  ElementMap m;
+  std::string too_long(ElementMap::kMaxBytes + 1, 'x');
+  Result<std::optional<Element>> r = std::optional<Element>();
+  EXPECT_NO_THROW(r = m.put(Element{too_long, {}, {}, Verdict::kNone, {}}));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().find("key of 41 bytes"), std::string::npos) << r.error();
+  EXPECT_NO_THROW(r = m.put(Element{"k", {}, too_long, Verdict::kNone, {}}));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().find("data of 41 bytes"), std::string::npos) << r.error();
+  EXPECT_NO_THROW(r = m.put(Element{"k", too_long, {}, Verdict::kNone, {}}));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().find("key end of 41 bytes"), std::string::npos) << r.error();
+  EXPECT_NO_THROW(r = m.put(Element{"k", "z", "d", Verdict::kNone, {}}));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().find("both data and a key end"), std::string::npos) << r.error();
+  EXPECT_TRUE(m.empty());
+  // The longest field there is fits.
+  std::string longest(ElementMap::kMaxBytes, 'y');
+  r = m.put(Element{longest, longest, {}, Verdict::kNone, {}});
+  ASSERT_TRUE(r) << r.error();
+  EXPECT_EQ(m.get(longest)->key_end, longest);
+}
+
 TEST(ProxyPlanner, SetsAndChainsDoNotGrowWithServices) {
   Planner p(testing::node_context());
   std::vector<model::ServiceStatePtr> v;

@@ -81,8 +81,8 @@ class ManifestSourceTest : public ::testing::Test {
   void start() {
     src_ = std::make_unique<ManifestSource>(
         dir_, [this](model::Event ev) { col_.post(std::move(ev)); }, &reg_);
-    std::string err;
-    ASSERT_TRUE(src_->start(&err)) << err;
+    auto st = src_->start();
+    ASSERT_TRUE(st) << st.error();
   }
   size_t endpoints(const model::SnapshotPtr& s) {
     auto* st = s->find({"demo", "web"});
@@ -193,9 +193,9 @@ items:
 TEST_F(ManifestSourceTest, MissingDirectoryFailsToStart) {
   ManifestSource src(
       dir_ / "nope", [](model::Event) {}, nullptr);
-  std::string err;
-  EXPECT_FALSE(src.start(&err));
-  EXPECT_NE(err.find("nope"), std::string::npos);
+  auto st = src.start();
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().find("nope"), std::string::npos);
 }
 
 }  // namespace
