@@ -64,17 +64,15 @@ AdminServer::~AdminServer() {
   stop();
 }
 
-Status AdminServer::start(const std::string& listen) {
-  auto hp = model::parse_host_port(listen);
-  if (!hp) return Error{"admin listen address " + hp.error()};
-  std::string host = hp->host.empty() ? "0.0.0.0" : hp->host;
-  int port = hp->port;
+Status AdminServer::start(const model::HostPort& listen) {
+  std::string host = listen.host.empty() ? "0.0.0.0" : listen.host;
+  int port = listen.port;
   if (port == 0) {
     port_ = server_->bind_to_any_port(host.c_str());
   } else {
     port_ = server_->bind_to_port(host.c_str(), port) ? port : -1;
   }
-  if (port_ < 0) return Error{"admin server cannot bind " + listen};
+  if (port_ < 0) return Error{"admin server cannot bind " + listen.str()};
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   spdlog::info("admin server on {}:{}", host, port_);
   return {};

@@ -6,6 +6,7 @@
 #include <string>
 #include <thread>
 
+#include "model/hostport.h"
 #include "model/result.h"
 
 namespace prometheus {
@@ -36,8 +37,9 @@ class AdminServer {
   AdminServer(const AdminServer&) = delete;
   AdminServer& operator=(const AdminServer&) = delete;
 
-  // Binds "ADDR:PORT" (port 0 picks one) and serves on a thread of its own.
-  Status start(const std::string& listen);
+  // Binds the address (empty host: every IPv4 address; port 0 picks one) and serves on a
+  // thread of its own.
+  Status start(const model::HostPort& listen);
   void stop();
   int port() const { return port_; }
 

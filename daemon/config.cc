@@ -1,184 +1,506 @@
-// Flags and the YAML config file. The file takes the flags' long names as keys
-// (`source-dir: /etc/endpointd/manifests`); a flag given on the command line wins.
+// Flags and the YAML config file, decoded into one typed Config. The file takes the flags' long
+// names as keys (`source-dir: /etc/endpointd/manifests`), or is a KubeProxyConfiguration; a
+// flag given on the command line wins over the file. Every check is in decode_config.
 #include "daemon/config.h"
 
 #include <unistd.h>
-#include <yaml-cpp/yaml.h>
-
-#include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cstdlib>
 #include <fstream>
-#include <mutex>
+#include <set>
 
 #include "daemon/kubeproxy_config.h"
-#include "model/hostport.h"
-#include "model/ip.h"
+#include "dns/message.h"
 
 namespace endpointd::daemon {
 
 namespace {
 
-// What a KubeProxyConfiguration file mapped and ignored, one line per key, logged by
-// validate(): the file is read before logging is set up.
-std::mutex report_mu;
-std::vector<std::pair<bool, std::string>> pending_report;  // (ignored?, line)
-
-class YamlConfig : public CLI::Config {
- public:
-  std::string to_config(const CLI::App*, bool, bool, std::string) const override { return {}; }
-
-  std::vector<CLI::ConfigItem> from_config(std::istream& in) const override {
-    std::vector<CLI::ConfigItem> items;
-    YAML::Node root;
-    try {
-      root = YAML::Load(in);
-    } catch (const YAML::Exception& e) {
-      throw CLI::ParseError(
-          "config file: YAML: line " + std::to_string(e.mark.line + 1) + ": " + e.msg,
-          CLI::ExitCodes::ConfigError);
-    }
-    if (root.IsNull()) return items;
-    if (!root.IsMap())
-      throw CLI::ParseError("config file: expected a map of settings", CLI::ExitCodes::ConfigError);
-    if (is_kubeproxy_configuration(root)) {
-      auto conv = convert_kubeproxy_configuration(root);
-      if (!conv.error.empty())
-        throw CLI::ParseError("config file: KubeProxyConfiguration: " + conv.error,
-                              CLI::ExitCodes::ConfigError);
-      for (auto& st : conv.settings) {
-        CLI::ConfigItem item;
-        item.name = st.flag;
-        item.inputs = st.values;
-        items.push_back(std::move(item));
-      }
-      std::lock_guard lock(report_mu);
-      auto lines = conv.report();
-      for (size_t i = 0; i < lines.size(); ++i)
-        pending_report.emplace_back(i >= conv.settings.size(), lines[i]);
-      return items;
-    }
-    for (const auto& kv : root) {
-      CLI::ConfigItem item;
-      item.name = kv.first.as<std::string>();
-      if (kv.second.IsSequence()) {
-        for (const auto& v : kv.second) item.inputs.push_back(v.as<std::string>());
-      } else if (kv.second.IsScalar()) {
-        item.inputs.push_back(kv.second.as<std::string>());
-      } else if (kv.second.IsNull()) {
-        item.inputs.push_back("");
-      } else {
-        throw CLI::ParseError("config file: " + item.name + ": expected a value or a list",
-                              CLI::ExitCodes::ConfigError);
-      }
-      items.push_back(std::move(item));
-    }
-    return items;
-  }
+template <typename E>
+struct Named {
+  std::string_view name;
+  E value;
 };
+
+constexpr Named<Dataplane> kDataplanes[] = {{"nftables", Dataplane::kNftables},
+                                            {"none", Dataplane::kNone}};
+constexpr Named<LogFormat> kLogFormats[] = {{"text", LogFormat::kText}, {"json", LogFormat::kJson}};
+constexpr Named<LogLevel> kLogLevels[] = {{"trace", LogLevel::kTrace},
+                                          {"debug", LogLevel::kDebug},
+                                          {"info", LogLevel::kInfo},
+                                          {"warn", LogLevel::kWarn},
+                                          {"error", LogLevel::kError}};
+constexpr Named<drain::PeerPolicy> kPeerPolicies[] = {{"proceed", drain::PeerPolicy::kProceed},
+                                                      {"wait", drain::PeerPolicy::kWait}};
+constexpr Named<drain::ReleaseAfter> kReleaseAfters[] = {
+    {"removed", drain::ReleaseAfter::kRemoved}, {"drained", drain::ReleaseAfter::kDrained}};
+constexpr Named<dns::PodMode> kPodRecords[] = {{"disabled", dns::PodMode::kDisabled},
+                                               {"insecure", dns::PodMode::kInsecure},
+                                               {"verified", dns::PodMode::kVerified}};
+
+template <typename E, size_t N>
+std::string_view name_in(const Named<E> (&table)[N], E v) {
+  for (const auto& n : table)
+    if (n.value == v) return n.name;
+  return "?";
+}
+
+template <typename E, size_t N>
+std::optional<E> value_in(const Named<E> (&table)[N], std::string_view s) {
+  for (const auto& n : table)
+    if (n.name == s) return n.value;
+  return std::nullopt;
+}
+
+template <typename E, size_t N>
+std::string names_in(const Named<E> (&table)[N]) {
+  std::string out;
+  for (const auto& n : table) out += (out.empty() ? "" : "|") + std::string(n.name);
+  return out;
+}
+
+std::string in_quotes(std::string_view s) {
+  return "\"" + std::string(s) + "\"";
+}
+
+std::string trim(std::string_view s) {
+  auto b = s.find_first_not_of(" \t");
+  auto e = s.find_last_not_of(" \t");
+  return b == std::string_view::npos ? std::string() : std::string(s.substr(b, e - b + 1));
+}
+
+// One setting's value as written, and where it was written.
+struct Given {
+  std::string origin;  // "--dns-ttl", "config file key dns-ttl", "KubeProxyConfiguration key ..."
+  std::vector<std::string> values;  // one per occurrence or list element; commas not yet split
+};
+
+// Takes each setting from the command line, else the file; remembers the first error and which
+// file keys and flags no setting took.
+class Decoder {
+ public:
+  Decoder(const RawFlags& flags, std::map<std::string, Given> file) : file_(std::move(file)) {
+    for (const auto& [name, values] : flags) flags_[name] = Given{"--" + name, values};
+  }
+
+  bool given(const std::string& name) const { return flags_.count(name) || file_.count(name); }
+
+  std::optional<Given> take(const std::string& name) {
+    taken_.insert(name);
+    if (auto it = flags_.find(name); it != flags_.end()) return it->second;
+    if (auto it = file_.find(name); it != file_.end()) return it->second;
+    return std::nullopt;
+  }
+
+  void fail(const std::string& message) {
+    if (error_.empty()) error_ = message;
+  }
+  void fail(const Given& g, std::string_view value, const std::string& what) {
+    fail(g.origin + ": " + in_quotes(value) + " " + what);
+  }
+
+  // An error about the value one() read last.
+  void fail_last(std::string_view value, const std::string& what) { fail(last_, value, what); }
+
+  // The one value of a single-valued setting, or null (not given, or an error).
+  std::optional<std::string> one(const std::string& name) {
+    auto g = take(name);
+    if (!g) return std::nullopt;
+    if (g->values.size() != 1) {
+      fail(g->origin + ": expected one value, got " + std::to_string(g->values.size()));
+      return std::nullopt;
+    }
+    last_ = *g;
+    return trim(g->values[0]);
+  }
+
+  std::string text(const std::string& name, std::string def) {
+    auto v = one(name);
+    return v ? *v : def;
+  }
+
+  bool boolean(const std::string& name, bool def) {
+    auto v = one(name);
+    if (!v) return def;
+    std::string s = *v;
+    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (s == "true" || s == "yes" || s == "on" || s == "1") return true;
+    if (s == "false" || s == "no" || s == "off" || s == "0") return false;
+    fail(last_, *v, "is not true or false");
+    return def;
+  }
+
+  template <typename E, size_t N>
+  E choice(const std::string& name, const Named<E> (&table)[N], E def) {
+    auto v = one(name);
+    if (!v) return def;
+    if (auto e = value_in(table, *v)) return *e;
+    fail(last_, *v, "is not one of " + names_in(table));
+    return def;
+  }
+
+  int64_t integer(const std::string& name, int64_t lo, int64_t hi, int64_t def) {
+    auto v = one(name);
+    if (!v) return def;
+    int64_t n = 0;
+    auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+    if (v->empty() || ec != std::errc() || end != v->data() + v->size() || n < lo || n > hi) {
+      fail(last_, *v, "is not a whole number in " + std::to_string(lo) + ".." + std::to_string(hi));
+      return def;
+    }
+    return n;
+  }
+
+  enum class Host { kAny, kRequired, kIp };
+  // "ADDR:PORT"; empty: off.
+  std::optional<model::HostPort> listen(const std::string& name, Host host,
+                                        std::optional<model::HostPort> def) {
+    auto v = one(name);
+    if (!v) return def;
+    if (v->empty()) return std::nullopt;
+    auto hp = model::parse_host_port(*v);
+    if (!hp) {
+      fail(last_.origin + ": " + hp.error());
+      return def;
+    }
+    if (host == Host::kRequired && hp->host.empty()) {
+      fail(last_, *v, "has no address (0.0.0.0 or [::] for every address)");
+      return def;
+    }
+    if (host == Host::kIp && !model::IpAddr::parse(hp->host)) {
+      fail(last_, *v, "is not IP:PORT or [IPv6]:PORT (DNS binds one address)");
+      return def;
+    }
+    return *hp;
+  }
+
+  // A list setting: elements of a list, each possibly comma-separated. Empty elements are
+  // skipped, so an empty value gives an empty list.
+  std::optional<std::pair<Given, std::vector<std::string>>> list(const std::string& name) {
+    auto g = take(name);
+    if (!g) return std::nullopt;
+    std::vector<std::string> out;
+    for (const auto& v : g->values) {
+      size_t start = 0;
+      while (true) {
+        auto comma = v.find(',', start);
+        std::string item = trim(std::string_view(v).substr(
+            start, comma == std::string::npos ? std::string::npos : comma - start));
+        if (!item.empty()) out.push_back(std::move(item));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    }
+    return std::make_pair(std::move(*g), std::move(out));
+  }
+
+  std::vector<model::IpPrefix> cidrs(const std::string& name) {
+    std::vector<model::IpPrefix> out;
+    auto l = list(name);
+    if (!l) return out;
+    for (const auto& s : l->second) {
+      auto p = model::IpPrefix::parse(s);
+      if (!p) {
+        fail(l->first, s, "is not a CIDR");
+        return {};
+      }
+      out.push_back(*p);
+    }
+    return out;
+  }
+
+  // "ADDR[:PORT]" of DNS servers: IP addresses, port 53 unless given.
+  std::vector<model::HostPort> upstreams(const std::string& name) {
+    std::vector<model::HostPort> out;
+    auto l = list(name);
+    if (!l) return out;
+    for (const auto& s : l->second) {
+      auto hp = model::parse_host_port(s, 53);
+      if (!hp || !model::IpAddr::parse(hp->host) || hp->port == 0) {
+        fail(l->first, s, "is not IP[:PORT] or [IPv6]:PORT");
+        return {};
+      }
+      out.push_back(*hp);
+    }
+    return out;
+  }
+
+  // Every flag and file key some setting took; otherwise the first one left names the error.
+  Status finish() {
+    for (const auto& [name, g] : flags_)
+      if (!taken_.count(name)) fail(g.origin + ": not a flag of endpointd run");
+    for (const auto& [name, g] : file_)
+      if (!taken_.count(name)) fail("config file: unknown key " + in_quotes(name));
+    if (!error_.empty()) return Error{error_};
+    return {};
+  }
+
+ private:
+  std::map<std::string, Given> flags_;
+  std::map<std::string, Given> file_;
+  std::set<std::string> taken_;
+  Given last_;  // the setting one() read last, for its error
+  std::string error_;
+};
+
+// A file of endpointd's own keys: the flags' long names → their values.
+Result<std::map<std::string, Given>> own_file_settings(const YAML::Node& root) {
+  std::map<std::string, Given> out;
+  for (const auto& kv : root) {
+    if (!kv.first.IsScalar()) return Error{"config file: a key is not a name"};
+    std::string key = kv.first.as<std::string>();
+    Given g{"config file key " + key, {}};
+    if (kv.second.IsSequence()) {
+      for (const auto& v : kv.second) {
+        if (!v.IsScalar())
+          return Error{g.origin + ": expected a list of values, not a list of lists or maps"};
+        g.values.push_back(v.as<std::string>());
+      }
+    } else if (kv.second.IsScalar()) {
+      g.values.push_back(kv.second.as<std::string>());
+    } else if (kv.second.IsNull()) {
+      g.values.push_back("");
+    } else {
+      return Error{g.origin + ": expected a value or a list, not a map"};
+    }
+    out[key] = std::move(g);
+  }
+  return out;
+}
+
+// A KubeProxyConfiguration's mapped keys, as the flags they stand for; `notes` gets the report.
+Result<std::map<std::string, Given>> kubeproxy_settings(const YAML::Node& root,
+                                                        std::vector<ConfigNote>& notes) {
+  auto conv = convert_kubeproxy_configuration(root);
+  if (!conv) return Error{conv.error()};
+  std::map<std::string, Given> out;
+  for (const auto& s : conv->settings)
+    out[s.flag] = Given{std::string(kKubeProxyKind) + " key " + s.from, s.values};
+  auto lines = conv->report();
+  for (size_t i = 0; i < lines.size(); ++i)
+    notes.push_back({i >= conv->settings.size(), std::move(lines[i])});
+  return out;
+}
+
+// Help text of a flag with its default shown, as CLI11 shows a captured default.
+CLI::Option* add(CLI::App& app, const std::string& name, const std::string& help,
+                 const std::string& def = {}) {
+  CLI::Option* o = app.add_option("--" + name)->description(help);
+  if (!def.empty()) o->default_str(def);
+  return o;
+}
+
+std::string show(const std::optional<model::HostPort>& hp) {
+  return hp ? hp->str() : std::string();
+}
 
 }  // namespace
 
-void add_run_flags(CLI::App& app, Config& cfg) {
-  app.config_formatter(std::make_shared<YamlConfig>());
-  app.set_config("--config", "", "YAML file with the same keys as the flags");
-  app.allow_config_extras(CLI::config_extras_mode::error);
-  app.add_option("--source-dir", cfg.source_dir,
-                 "Watch a directory of manifests instead of the Kubernetes API");
-  app.add_option("--kubeconfig", cfg.kubeconfig,
-                 "kubeconfig file (default: in-cluster when KUBERNETES_SERVICE_HOST is set)");
-  app.add_option("--node-name", cfg.node_name,
-                 "This node's name (default $NODE_NAME, else the host name)");
-  app.add_option("--dataplane", cfg.dataplane, "Service dataplane to program")
-      ->check(CLI::IsMember({"nftables", "none"}))
-      ->capture_default_str();
-  app.add_option("--dns-listen", cfg.dns_listen, "ADDR:PORT for the DNS server (empty: DNS off)");
-  app.add_option("--dns-zone", cfg.dns_zone, "Cluster DNS zone")->capture_default_str();
-  app.add_option("--dns-upstream", cfg.dns_upstream,
-                 "Upstream DNS servers ADDR[:PORT],... (default: /etc/resolv.conf)")
-      ->delimiter(',');
-  app.add_option("--feed-listen", cfg.feed_listen,
-                 "ADDR:PORT for the gRPC feed and xDS (empty: off)");
-  app.add_option("--admin-listen", cfg.admin_listen,
-                 "ADDR:PORT for /healthz, /readyz, /livez, /metrics, /debug/state")
-      ->capture_default_str();
-  app.add_option("--drain-socket", cfg.drain_socket, "Unix socket that pods' prestop calls reach")
-      ->capture_default_str();
-  app.add_option("--drain-peer-listen", cfg.drain_peer_listen,
-                 "ADDR:PORT where peer agents ask this one to confirm removals (empty: off)")
-      ->capture_default_str();
-  app.add_option("--drain-peer-port", cfg.drain_peer_port,
-                 "Port of the peer agents, at their Node's InternalIP")
-      ->check(CLI::Range(1, 65535))
-      ->capture_default_str();
-  app.add_option("--drain-peer-policy", cfg.drain_peer_policy,
-                 "At a peer's deadline: proceed (and count it) or wait (until the grace budget)")
-      ->check(CLI::IsMember({"proceed", "wait"}))
-      ->capture_default_str();
-  app.add_option("--drain-peer-timeout-ms", cfg.drain_peer_timeout_ms,
-                 "Each peer's deadline to confirm a removal")
-      ->check(CLI::Range(1, 600000))
-      ->capture_default_str();
-  app.add_option("--drain-release-after", cfg.drain_release_after,
-                 "Default release point (a pod's endpointd.io/release-after annotation wins): "
-                 "removed or drained")
-      ->check(CLI::IsMember({"removed", "drained"}))
-      ->capture_default_str();
-  app.add_option("--cluster-cidr", cfg.cluster_cidr,
-                 "Pod network CIDRs, for local-traffic detection")
-      ->delimiter(',');
-  app.add_flag("--masquerade-all", cfg.masquerade_all,
-               "Masquerade all traffic to services, not only traffic from outside the cluster");
-  app.add_option("--nodeport-addresses", cfg.nodeport_addresses,
-                 "CIDRs selecting the node addresses NodePorts are served on (default: all)")
-      ->delimiter(',');
-  app.add_flag("--cleanup", cfg.cleanup,
-               "Delete endpointd's nftables tables and exit (the agent never does so on its own)");
-  app.add_option("--dns-pod-records", cfg.dns_pod_records,
-                 "Pod A records a-b-c-d.<ns>.pod.<zone>: disabled, insecure or verified")
-      ->check(CLI::IsMember({"disabled", "insecure", "verified"}))
-      ->capture_default_str();
-  app.add_option("--dns-ttl", cfg.dns_ttl, "TTL of cluster records, in seconds")
-      ->check(CLI::Range(0, 3600))
-      ->capture_default_str();
-  app.add_option("--dns-forward-allow", cfg.dns_forward_allow,
-                 "Client CIDRs that may use forwarding (default: loopback and private ranges)")
-      ->delimiter(',');
-  app.add_option("--watch-pods", cfg.watch_pods, "Watch this node's pods (needed for drains)")
-      ->capture_default_str();
-  app.add_option("--watch-timeout", cfg.watch_timeout_seconds,
-                 "Seconds a watch request stays open before it is renewed")
-      ->check(CLI::Range(10, 3600))
-      ->capture_default_str();
-  app.add_option("--list-page-size", cfg.list_page_size, "Objects per list page")
-      ->check(CLI::Range(1, 10000))
-      ->capture_default_str();
-  app.add_option("--log-format", cfg.log_format, "text or json")
-      ->check(CLI::IsMember({"text", "json"}))
-      ->capture_default_str();
-  app.add_option("--log-level", cfg.log_level, "trace, debug, info, warn, error")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
-      ->capture_default_str();
-  // CLI11 (2.1) reads the config file of the main app only: on a subcommand (`endpointd run`)
-  // `--config` was parsed but the file never applied. Apply it here, after the command line,
-  // to the options the command line did not give, with the same checks.
-  app.callback([&app] {
-    if (app.get_parent() == nullptr) return;  // CLI11 applies the main app's file itself
-    CLI::Option* c = app.get_config_ptr();
-    if (c == nullptr || c->count() == 0) return;
-    std::string path = c->as<std::string>();
-    if (path.empty()) return;
-    std::ifstream in(path);
-    if (!in) throw CLI::FileError::Missing(path);
-    for (const auto& item : app.get_config_formatter()->from_config(in)) {
-      CLI::Option* opt = app.get_option_no_throw("--" + item.name);
-      if (opt == nullptr || opt == c) throw CLI::ConfigError::Extras(item.fullname());
-      if (opt->count() > 0) continue;  // the command line wins
-      opt->add_result(item.inputs);
-      opt->run_callback();
-    }
-  });
+std::string_view to_string(Dataplane v) {
+  return name_in(kDataplanes, v);
+}
+std::string_view to_string(LogFormat v) {
+  return name_in(kLogFormats, v);
+}
+std::string_view to_string(LogLevel v) {
+  return name_in(kLogLevels, v);
+}
+std::string_view to_string(drain::PeerPolicy v) {
+  return name_in(kPeerPolicies, v);
+}
+std::string_view to_string(drain::ReleaseAfter v) {
+  return name_in(kReleaseAfters, v);
+}
+std::string_view to_string(dns::PodMode v) {
+  return name_in(kPodRecords, v);
+}
+std::optional<Dataplane> parse_dataplane(std::string_view s) {
+  return value_in(kDataplanes, s);
+}
+std::optional<LogFormat> parse_log_format(std::string_view s) {
+  return value_in(kLogFormats, s);
+}
+std::optional<LogLevel> parse_log_level(std::string_view s) {
+  return value_in(kLogLevels, s);
+}
+std::optional<drain::PeerPolicy> parse_peer_policy(std::string_view s) {
+  return value_in(kPeerPolicies, s);
+}
+std::optional<drain::ReleaseAfter> parse_release_after(std::string_view s) {
+  return value_in(kReleaseAfters, s);
+}
+std::optional<dns::PodMode> parse_pod_records(std::string_view s) {
+  return value_in(kPodRecords, s);
+}
+
+Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
+  Config cfg;
+  std::map<std::string, Given> from_file;
+  if (file != nullptr && !file->IsNull()) {
+    if (!file->IsMap()) return Error{"config file: expected a map of settings"};
+    auto s = is_kubeproxy_configuration(*file) ? kubeproxy_settings(*file, cfg.notes)
+                                               : own_file_settings(*file);
+    if (!s) return Error{s.error()};
+    from_file = std::move(*s);
+  }
+  RawFlags cli = flags;
+  cli.erase("config");  // read by load_config
+  Decoder d(cli, std::move(from_file));
+  using Host = Decoder::Host;
+
+  cfg.source_dir = d.text("source-dir", cfg.source_dir);
+  cfg.kubeconfig = d.text("kubeconfig", cfg.kubeconfig);
+  cfg.node_name = d.text("node-name", cfg.node_name);
+  cfg.watch_pods = d.boolean("watch-pods", cfg.watch_pods);
+  cfg.watch_timeout = std::chrono::seconds(d.integer("watch-timeout", 10, 3600, 300));
+  cfg.list_page_size = static_cast<size_t>(d.integer("list-page-size", 1, 10000, 500));
+
+  cfg.dataplane = d.choice("dataplane", kDataplanes, cfg.dataplane);
+  cfg.cluster_cidr = d.cidrs("cluster-cidr");
+  cfg.nodeport_addresses = d.cidrs("nodeport-addresses");
+  cfg.masquerade_all = d.boolean("masquerade-all", cfg.masquerade_all);
+  cfg.cleanup = d.boolean("cleanup", cfg.cleanup);
+
+  cfg.dns_listen = d.listen("dns-listen", Host::kIp, cfg.dns_listen);
+  if (auto zone = d.one("dns-zone")) {
+    if (zone->empty() || !dns::name_from_text(*zone)) d.fail_last(*zone, "is not a DNS name");
+    cfg.dns_zone = *zone;
+  }
+  cfg.dns_upstream = d.upstreams("dns-upstream");
+  cfg.dns_pod_records = d.choice("dns-pod-records", kPodRecords, cfg.dns_pod_records);
+  cfg.dns_ttl = std::chrono::seconds(d.integer("dns-ttl", 0, 3600, 5));
+  cfg.dns_forward_allow = d.cidrs("dns-forward-allow");
+
+  cfg.feed_listen = d.listen("feed-listen", Host::kRequired, cfg.feed_listen);
+  cfg.admin_listen = d.listen("admin-listen", Host::kAny, cfg.admin_listen);
+
+  cfg.drain_socket = d.text("drain-socket", cfg.drain_socket);
+  cfg.drain_peer_listen = d.listen("drain-peer-listen", Host::kRequired, cfg.drain_peer_listen);
+  bool peer_port_given = d.given("drain-peer-port");
+  cfg.drain_peer_port = static_cast<uint16_t>(d.integer("drain-peer-port", 1, 65535, 9465));
+  if (!peer_port_given && cfg.drain_peer_listen && cfg.drain_peer_listen->port != 0)
+    cfg.drain_peer_port = cfg.drain_peer_listen->port;
+  cfg.drain_peer_policy = d.choice("drain-peer-policy", kPeerPolicies, cfg.drain_peer_policy);
+  cfg.drain_peer_timeout =
+      std::chrono::milliseconds(d.integer("drain-peer-timeout-ms", 1, 600000, 5000));
+  cfg.drain_release_after =
+      d.choice("drain-release-after", kReleaseAfters, cfg.drain_release_after);
+
+  cfg.log_format = d.choice("log-format", kLogFormats, cfg.log_format);
+  cfg.log_level = d.choice("log-level", kLogLevels, cfg.log_level);
+
+  if (auto st = d.finish(); !st) return Error{st.error()};
+  if (!cfg.source_dir.empty() && !cfg.kubeconfig.empty())
+    return Error{"--source-dir and --kubeconfig are exclusive: choose one source of cluster state"};
+  return cfg;
+}
+
+Result<YAML::Node> read_config_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Error{"config file " + path + ": cannot be read"};
+  try {
+    return YAML::Load(in);
+  } catch (const YAML::Exception& e) {
+    return Error{"config file " + path + ": YAML: line " + std::to_string(e.mark.line + 1) + ": " +
+                 e.msg};
+  }
+}
+
+Result<Config> load_config(const RawFlags& flags) {
+  auto it = flags.find("config");
+  if (it == flags.end() || it->second.empty() || it->second.back().empty())
+    return decode_config(flags, nullptr);
+  auto file = read_config_file(it->second.back());
+  if (!file) return Error{file.error()};
+  return decode_config(flags, &*file);
+}
+
+void add_run_flags(CLI::App& app) {
+  const Config def;
+  add(app, "config", "YAML file with the same keys as the flags, or a KubeProxyConfiguration");
+  add(app, "source-dir", "Watch a directory of manifests instead of the Kubernetes API");
+  add(app, "kubeconfig",
+      "kubeconfig file (default: in-cluster when KUBERNETES_SERVICE_HOST is set)");
+  add(app, "node-name", "This node's name (default $NODE_NAME, else the host name)");
+  add(app, "dataplane", "Service dataplane to program: " + names_in(kDataplanes),
+      std::string(to_string(def.dataplane)));
+  add(app, "dns-listen", "IP:PORT for the DNS server (empty: DNS off)");
+  add(app, "dns-zone", "Cluster DNS zone", def.dns_zone);
+  add(app, "dns-upstream", "Upstream DNS servers IP[:PORT],... (default: /etc/resolv.conf)");
+  add(app, "feed-listen", "ADDR:PORT for the gRPC feed and xDS (empty: off)");
+  add(app, "admin-listen", "ADDR:PORT for /healthz, /readyz, /livez, /metrics, /debug/state",
+      show(def.admin_listen));
+  add(app, "drain-socket", "Unix socket that pods' prestop calls reach", def.drain_socket);
+  add(app, "drain-peer-listen",
+      "ADDR:PORT where peer agents ask this one to confirm removals (empty: off)",
+      show(def.drain_peer_listen));
+  add(app, "drain-peer-port",
+      "Port of the peer agents, at their Node's InternalIP (default: --drain-peer-listen's port)",
+      std::to_string(def.drain_peer_port));
+  add(app, "drain-peer-policy",
+      "At a peer's deadline: proceed (and count it) or wait (until the grace budget)",
+      std::string(to_string(def.drain_peer_policy)));
+  add(app, "drain-peer-timeout-ms", "Each peer's deadline to confirm a removal",
+      std::to_string(def.drain_peer_timeout.count()));
+  add(app, "drain-release-after",
+      "Default release point (a pod's endpointd.io/release-after annotation wins): "
+      "removed or drained",
+      std::string(to_string(def.drain_release_after)));
+  add(app, "cluster-cidr", "Pod network CIDRs, for local-traffic detection");
+  app.add_flag("--masquerade-all")
+      ->description(
+          "Masquerade all traffic to services, not only traffic from outside the cluster");
+  add(app, "nodeport-addresses",
+      "CIDRs selecting the node addresses NodePorts are served on (default: all)");
+  app.add_flag("--cleanup")
+      ->description(
+          "Delete endpointd's nftables tables and exit (the agent never does so on its own)");
+  add(app, "dns-pod-records",
+      "Pod A records a-b-c-d.<ns>.pod.<zone>: disabled, insecure or verified",
+      std::string(to_string(def.dns_pod_records)));
+  add(app, "dns-ttl", "TTL of cluster records, in seconds (0..3600)",
+      std::to_string(def.dns_ttl.count()));
+  add(app, "dns-forward-allow",
+      "Client CIDRs that may use forwarding (default: loopback and private ranges)");
+  add(app, "watch-pods", "Watch this node's pods (needed for drains)",
+      def.watch_pods ? "true" : "false");
+  add(app, "watch-timeout", "Seconds a watch request stays open before it is renewed (10..3600)",
+      std::to_string(def.watch_timeout.count()));
+  add(app, "list-page-size", "Objects per list page (1..10000)",
+      std::to_string(def.list_page_size));
+  add(app, "log-format", "text or json", std::string(to_string(def.log_format)));
+  add(app, "log-level", "trace, debug, info, warn, error", std::string(to_string(def.log_level)));
+  // A list flag may be given several times; each value may hold several, comma-separated.
+  for (const char* list :
+       {"cluster-cidr", "nodeport-addresses", "dns-upstream", "dns-forward-allow"})
+    app.get_option(std::string("--") + list)
+        ->expected(1)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
+void add_render_flags(CLI::App& app) {
+  add(app, "source-dir", "Directory of manifests")->required();
+  add(app, "node-name", "The node to render for");
+  add(app, "cluster-cidr", "Pod network CIDRs")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add(app, "nodeport-addresses", "CIDRs selecting NodePort addresses")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_flag("--masquerade-all")->description("Masquerade all service traffic");
+}
+
+RawFlags raw_flags(const CLI::App& app) {
+  RawFlags out;
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->count() == 0 || o->get_lnames().empty()) continue;
+    const std::string& name = o->get_lnames().front();
+    if (name == "help") continue;
+    out[name] = o->results();
+  }
+  return out;
 }
 
 void resolve_defaults(Config& cfg) {
@@ -190,36 +512,6 @@ void resolve_defaults(Config& cfg) {
       if (gethostname(host, sizeof host - 1) == 0) cfg.node_name = host;
     }
   }
-}
-
-std::string validate(const Config& cfg) {
-  {
-    std::lock_guard lock(report_mu);
-    for (const auto& [ignored, line] : pending_report) {
-      if (ignored) {
-        spdlog::warn("{}", line);
-      } else {
-        spdlog::info("{}", line);
-      }
-    }
-    pending_report.clear();
-  }
-  for (const auto& [name, value] :
-       {std::pair<const char*, const std::string&>{"--dns-listen", cfg.dns_listen},
-        {"--feed-listen", cfg.feed_listen},
-        {"--admin-listen", cfg.admin_listen}}) {
-    if (value.empty()) continue;
-    if (auto hp = model::parse_host_port(value); !hp) return std::string(name) + ": " + hp.error();
-  }
-  for (const auto& [flag, list] :
-       {std::pair<const char*, const std::vector<std::string>&>{"--cluster-cidr", cfg.cluster_cidr},
-        {"--nodeport-addresses", cfg.nodeport_addresses},
-        {"--dns-forward-allow", cfg.dns_forward_allow}})
-    for (const auto& c : list)
-      if (!model::IpPrefix::parse(c)) return std::string(flag) + ": \"" + c + "\" is not a CIDR";
-  if (!cfg.source_dir.empty() && !cfg.kubeconfig.empty())
-    return "--source-dir and --kubeconfig are exclusive: choose one source of cluster state";
-  return {};
 }
 
 }  // namespace endpointd::daemon

@@ -1,8 +1,22 @@
-// `endpointd run` settings: flags, and the same keys in a YAML `--config` file.
+// `endpointd run` settings: the typed configuration, and the one decoder that makes it from the
+// command line and a YAML `--config` file (endpointd's own keys, or a KubeProxyConfiguration).
 #pragma once
 
+#include <yaml-cpp/yaml.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "dns/zone.h"
+#include "drain/machine.h"
+#include "model/hostport.h"
+#include "model/ip.h"
+#include "model/result.h"
 
 namespace CLI {
 class App;
@@ -10,42 +24,104 @@ class App;
 
 namespace endpointd::daemon {
 
-struct Config {
-  std::string source_dir;
-  std::string kubeconfig;
-  std::string node_name;
-  std::string dataplane = "nftables";
-  std::string dns_listen;
-  std::string dns_zone = "cluster.local";
-  std::vector<std::string> dns_upstream;
-  std::string feed_listen;
-  std::string admin_listen = "127.0.0.1:10256";
-  std::string drain_socket = "/run/endpointd/drain.sock";
-  std::string drain_peer_listen = "0.0.0.0:9465";
-  int drain_peer_port = 9465;
-  std::string drain_peer_policy = "proceed";
-  int drain_peer_timeout_ms = 5000;
-  std::string drain_release_after = "drained";
-  std::vector<std::string> cluster_cidr;
-  bool masquerade_all = false;
-  std::vector<std::string> nodeport_addresses;
-  bool cleanup = false;
-  std::string dns_pod_records = "insecure";
-  int dns_ttl = 5;
-  std::vector<std::string> dns_forward_allow;
-  bool watch_pods = true;
-  int watch_timeout_seconds = 300;
-  int list_page_size = 500;
-  std::string log_format = "text";
-  std::string log_level = "info";
-  std::string config_file;
+enum class Dataplane : uint8_t { kNftables, kNone };
+enum class LogFormat : uint8_t { kText, kJson };
+enum class LogLevel : uint8_t { kTrace, kDebug, kInfo, kWarn, kError };
+
+// The closed sets, as users write them: to_string gives the name, parse_* takes it back.
+std::string_view to_string(Dataplane v);
+std::string_view to_string(LogFormat v);
+std::string_view to_string(LogLevel v);
+std::string_view to_string(drain::PeerPolicy v);
+std::string_view to_string(drain::ReleaseAfter v);
+std::string_view to_string(dns::PodMode v);
+std::optional<Dataplane> parse_dataplane(std::string_view s);
+std::optional<LogFormat> parse_log_format(std::string_view s);
+std::optional<LogLevel> parse_log_level(std::string_view s);
+std::optional<drain::PeerPolicy> parse_peer_policy(std::string_view s);
+std::optional<drain::ReleaseAfter> parse_release_after(std::string_view s);
+std::optional<dns::PodMode> parse_pod_records(std::string_view s);
+
+// A line of the KubeProxyConfiguration report, logged once logging is set up.
+struct ConfigNote {
+  bool warning = false;  // an ignored key (warn); otherwise what took effect (info)
+  std::string line;
 };
 
-// Adds the `run` flags to `app`, bound to `cfg`, with `--config FILE` read as YAML.
-void add_run_flags(CLI::App& app, Config& cfg);
-// Fills defaults that depend on the environment ($NODE_NAME, the host name, in-cluster).
+// Every value checked: an unset optional listener means "off". The member defaults are the
+// flags' documented defaults.
+struct Config {
+  // Source of cluster state.
+  std::string source_dir;
+  std::string kubeconfig;
+  std::string node_name;  // resolve_defaults: $NODE_NAME, else the host name
+  bool watch_pods = true;
+  std::chrono::seconds watch_timeout{300};
+  size_t list_page_size = 500;
+
+  // Dataplane.
+  Dataplane dataplane = Dataplane::kNftables;
+  std::vector<model::IpPrefix> cluster_cidr;
+  std::vector<model::IpPrefix> nodeport_addresses;
+  bool masquerade_all = false;
+  bool cleanup = false;
+
+  // DNS.
+  std::optional<model::HostPort> dns_listen;  // an IP address and a port
+  std::string dns_zone = "cluster.local";
+  std::vector<model::HostPort>
+      dns_upstream;  // IP addresses, port 53 unless given; empty: resolv.conf
+  dns::PodMode dns_pod_records = dns::PodMode::kInsecure;
+  std::chrono::seconds dns_ttl{5};
+  std::vector<model::IpPrefix> dns_forward_allow;
+
+  // Feed and admin server.
+  std::optional<model::HostPort> feed_listen;
+  std::optional<model::HostPort> admin_listen = model::HostPort{"127.0.0.1", 10256};
+
+  // Drain.
+  std::string drain_socket = "/run/endpointd/drain.sock";
+  std::optional<model::HostPort> drain_peer_listen = model::HostPort{"0.0.0.0", 9465};
+  // The peers' port; unless given, the port of drain_peer_listen (every agent listens alike).
+  uint16_t drain_peer_port = 9465;
+  drain::PeerPolicy drain_peer_policy = drain::PeerPolicy::kProceed;
+  std::chrono::milliseconds drain_peer_timeout{5000};
+  drain::ReleaseAfter drain_release_after = drain::ReleaseAfter::kDrained;
+
+  // Logging.
+  LogFormat log_format = LogFormat::kText;
+  LogLevel log_level = LogLevel::kInfo;
+
+  // What a KubeProxyConfiguration file mapped and ignored.
+  std::vector<ConfigNote> notes;
+};
+
+// The command line as given: a flag's long name (without "--") → its values, one per time the
+// flag was given; only flags that were given. "config" names the YAML file.
+using RawFlags = std::map<std::string, std::vector<std::string>>;
+
+// The one place every setting is checked. Each value comes from the command line, else the
+// file, else the default. The error names where the bad value came from and the value:
+//   --drain-peer-policy: "maybe" is not one of proceed|wait
+//   config file key dns-ttl: "9000" is not a whole number in 0..3600
+//   KubeProxyConfiguration key healthzBindAddress: "x:y" is not ADDR, ADDR:PORT or [IPv6]:PORT
+Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file);
+
+// Reads a YAML config file; the error names the file and, for bad YAML, the line.
+Result<YAML::Node> read_config_file(const std::string& path);
+// decode_config with the file that flags["config"] names, if any.
+Result<Config> load_config(const RawFlags& flags);
+
+// Registers the `run` flags on `app` (help text and defaults only: values are checked by
+// decode_config, not by CLI11).
+void add_run_flags(CLI::App& app);
+// The subset `render` takes: --source-dir (required), --node-name, --cluster-cidr,
+// --nodeport-addresses, --masquerade-all.
+void add_render_flags(CLI::App& app);
+// After app.parse(): what the command line gave to the flags of `app`.
+RawFlags raw_flags(const CLI::App& app);
+
+// Fills defaults that depend on the environment ($NODE_NAME, the host name).
 void resolve_defaults(Config& cfg);
-// Cross-field checks; returns a message naming what is wrong, or empty.
-std::string validate(const Config& cfg);
 
 }  // namespace endpointd::daemon

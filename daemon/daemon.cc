@@ -86,13 +86,13 @@ Status Daemon::start() {
   lo.registry = m.registry.get();
   lo.expected_kinds = expected_kinds(m.cfg);
   m.loop = std::make_unique<pipeline::UpdateLoop>(lo);
-  if (m.cfg.dataplane == "nftables") {
+  if (m.cfg.dataplane == Dataplane::kNftables) {
     if (auto st = m.start_proxy(); !st) return st;
   }
-  if (!m.cfg.dns_listen.empty()) {
+  if (m.cfg.dns_listen) {
     if (auto st = m.start_dns(); !st) return st;
   }
-  if (!m.cfg.feed_listen.empty()) {
+  if (m.cfg.feed_listen) {
     if (auto st = m.start_feed(); !st) return st;
   }
   if (auto st = m.start_drain(); !st) return st;
@@ -108,8 +108,8 @@ Status Daemon::start() {
   h.readyz = [&m] { return m.readyz(); };
   h.debug_state = [&m] { return m.debug_state(); };
   m.admin = std::make_unique<AdminServer>(std::move(h), m.registry.get());
-  if (!m.cfg.admin_listen.empty()) {
-    if (auto st = m.admin->start(m.cfg.admin_listen); !st) return st;
+  if (m.cfg.admin_listen) {
+    if (auto st = m.admin->start(*m.cfg.admin_listen); !st) return st;
   }
 
   auto post = [loop = m.loop.get()](model::Event ev) { loop->post(std::move(ev)); };
@@ -137,9 +137,8 @@ Status Daemon::Impl::start_proxy() {
   proxy::DataplaneOptions o;
   o.registry = registry.get();
   o.node.node_name = cfg.node_name;
-  for (const auto& c : cfg.cluster_cidr) o.node.cluster_cidrs.push_back(*model::IpPrefix::parse(c));
-  for (const auto& c : cfg.nodeport_addresses)
-    o.node.node_port_addresses.push_back(*model::IpPrefix::parse(c));
+  o.node.cluster_cidrs = cfg.cluster_cidr;
+  o.node.node_port_addresses = cfg.nodeport_addresses;
   o.node.masquerade_all = cfg.masquerade_all;
   auto dp = proxy::Dataplane::start(std::move(o), &board);
   if (!dp) return Error{dp.error()};
@@ -152,14 +151,11 @@ Status Daemon::Impl::start_proxy() {
 Status Daemon::Impl::start_drain() {
   drain::CoordinatorOptions co;
   co.machine.node_name = cfg.node_name;
-  co.machine.peer_timeout = std::chrono::milliseconds(cfg.drain_peer_timeout_ms);
-  co.machine.peer_policy =
-      cfg.drain_peer_policy == "wait" ? drain::PeerPolicy::kWait : drain::PeerPolicy::kProceed;
-  co.machine.default_release_after = cfg.drain_release_after == "removed"
-                                         ? drain::ReleaseAfter::kRemoved
-                                         : drain::ReleaseAfter::kDrained;
-  co.peer_listen = cfg.drain_peer_listen;
-  co.peer_port = static_cast<uint16_t>(cfg.drain_peer_port);
+  co.machine.peer_timeout = cfg.drain_peer_timeout;
+  co.machine.peer_policy = cfg.drain_peer_policy;
+  co.machine.default_release_after = cfg.drain_release_after;
+  co.peer_listen = cfg.drain_peer_listen ? cfg.drain_peer_listen->str() : std::string();
+  co.peer_port = cfg.drain_peer_port;
   co.drain_socket = cfg.drain_socket;
   co.registry = registry.get();
   if (!cfg.drain_socket.empty()) {
@@ -185,27 +181,27 @@ Status Daemon::Impl::start_drain() {
 
 Status Daemon::Impl::start_feed() {
   feed::FeedOptions o;
-  o.listen = cfg.feed_listen;
+  o.listen = cfg.feed_listen->str();
   o.zone = cfg.dns_zone;
   feed_sink = std::make_unique<feed::FeedSink>(o, &board, registry.get());
   if (auto st = feed_sink->start(); !st) return prefixed("feed", st.error());
   loop->add_sink(feed_sink.get());
-  spdlog::info("feed (endpointd.v1 and xDS) on {} (port {})", cfg.feed_listen, feed_sink->port());
+  spdlog::info("feed (endpointd.v1 and xDS) on {} (port {})", o.listen, feed_sink->port());
   return {};
 }
 
 Status Daemon::Impl::start_dns() {
   dns::DnsOptions o;
-  o.listen = cfg.dns_listen;
+  o.listen = cfg.dns_listen->str();
   o.zone = cfg.dns_zone;
-  o.upstreams = cfg.dns_upstream;
-  o.ttl = static_cast<uint32_t>(cfg.dns_ttl);
-  o.pod_mode = dns::parse_pod_mode(cfg.dns_pod_records).value_or(dns::PodMode::kDisabled);
-  for (const auto& c : cfg.dns_forward_allow) o.forward_allow.push_back(*model::IpPrefix::parse(c));
+  for (const auto& u : cfg.dns_upstream) o.upstreams.push_back(u.str());
+  o.ttl = static_cast<uint32_t>(cfg.dns_ttl.count());
+  o.pod_mode = cfg.dns_pod_records;
+  o.forward_allow = cfg.dns_forward_allow;
   dns_sink = std::make_unique<dns::DnsSink>(o, &board, registry.get());
   if (auto st = dns_sink->start(); !st) return prefixed("DNS", st.error());
   loop->add_sink(dns_sink.get());
-  spdlog::info("DNS on {} (port {}) for zone {}", cfg.dns_listen, dns_sink->port(), cfg.dns_zone);
+  spdlog::info("DNS on {} (port {}) for zone {}", o.listen, dns_sink->port(), cfg.dns_zone);
   return {};
 }
 

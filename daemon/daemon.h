@@ -3,7 +3,6 @@
 #pragma once
 
 #include <memory>
-#include <string>
 
 #include "daemon/config.h"
 #include "model/result.h"
@@ -26,6 +25,7 @@ class Daemon {
   std::unique_ptr<Impl> impl_;
 };
 
-void setup_logging(const std::string& format, const std::string& level);
+// Logs to stderr as text or JSON lines, at `level` and above.
+void setup_logging(LogFormat format, LogLevel level);
 
 }  // namespace endpointd::daemon

@@ -6,7 +6,6 @@
 #include <set>
 
 #include "model/hostport.h"
-#include "model/ip.h"
 
 namespace endpointd::daemon {
 
@@ -100,11 +99,10 @@ void leaves(const YAML::Node& n, const std::string& prefix,
 }
 
 // healthzBindAddress: "IP:PORT", "IP" (kube-proxy's port then), or "" (kube-proxy's default).
-Result<std::string> healthz_address(const std::string& v) {
-  if (v.empty()) return std::string(kHealthzDefault);
-  auto hp = model::parse_host_port(v, kHealthzPort);
-  if (!hp) return prefixed("healthzBindAddress", hp.error());
-  return hp->str();
+Result<model::HostPort> healthz_address(const std::string& v) {
+  auto hp = model::parse_host_port(v.empty() ? kHealthzDefault : v, kHealthzPort);
+  if (!hp) return Error{std::string(kKubeProxyKind) + " key healthzBindAddress: " + hp.error()};
+  return hp;
 }
 
 }  // namespace
@@ -136,15 +134,12 @@ bool is_kubeproxy_configuration(const YAML::Node& root) {
          root["kind"].as<std::string>() == kKubeProxyKind;
 }
 
-KubeProxyConversion convert_kubeproxy_configuration(const YAML::Node& root) {
+Result<KubeProxyConversion> convert_kubeproxy_configuration(const YAML::Node& root) {
   KubeProxyConversion out;
-  if (!is_kubeproxy_configuration(root)) {
-    out.error = std::string("not a ") + kKubeProxyKind;
-    return out;
-  }
+  if (!is_kubeproxy_configuration(root)) return Error{std::string("not a ") + kKubeProxyKind};
   if (std::string api = scalar(root["apiVersion"]); api != kKubeProxyApiVersion) {
-    out.error = "apiVersion \"" + api + "\": only " + kKubeProxyApiVersion + " is understood";
-    return out;
+    return Error{std::string(kKubeProxyKind) + " key apiVersion: \"" + api + "\": only " +
+                 kKubeProxyApiVersion + " is understood"};
   }
   std::set<std::string> used = {"kind", "apiVersion"};
   auto set = [&](std::string flag, std::vector<std::string> values, std::string from) {
@@ -165,13 +160,7 @@ KubeProxyConversion convert_kubeproxy_configuration(const YAML::Node& root) {
       auto comma = v.find(',', start);
       std::string c =
           trim(v.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-      if (!c.empty()) {
-        if (!model::IpPrefix::parse(c)) {
-          out.error = "clusterCIDR: \"" + c + "\" is not a CIDR";
-          return out;
-        }
-        cidrs.push_back(c);
-      }
+      if (!c.empty()) cidrs.push_back(c);
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
@@ -200,16 +189,12 @@ KubeProxyConversion convert_kubeproxy_configuration(const YAML::Node& root) {
              "endpointd takes CIDRs only; without one NodePorts are served on every node address"});
         continue;
       }
-      if (!model::IpPrefix::parse(c)) {
-        out.error = "nodePortAddresses: \"" + c + "\" is not a CIDR";
-        return out;
-      }
       v.push_back(c);
     }
     if (!v.empty()) set("nodeport-addresses", v, "nodePortAddresses");
   } else if (n && !is_zero(n)) {
-    out.error = "nodePortAddresses: expected a list of CIDRs";
-    return out;
+    return Error{std::string(kKubeProxyKind) + " key nodePortAddresses: \"" + show(n) +
+                 "\" is not a list of CIDRs"};
   }
 
   // masqueradeAll: top level, or under the iptables / nftables mode sections.
@@ -232,18 +217,14 @@ KubeProxyConversion convert_kubeproxy_configuration(const YAML::Node& root) {
   used.insert("healthzBindAddress");
   {
     std::string v = scalar(root["healthzBindAddress"]);
-    auto parsed = healthz_address(v);
-    if (!parsed) {
-      out.error = parsed.error();
-      return out;
-    }
-    const std::string& addr = *parsed;
-    if (addr.size() > 2 && addr.substr(addr.size() - 2) == ":0") {
+    auto addr = healthz_address(v);
+    if (!addr) return Error{addr.error()};
+    if (addr->port == 0) {
       ignore("healthzBindAddress", root["healthzBindAddress"],
              "port 0 turns kube-proxy's health server off; endpointd keeps its admin server "
              "(--admin-listen default)");
     } else {
-      set("admin-listen", {addr},
+      set("admin-listen", {addr->str()},
           v.empty() ? "healthzBindAddress (empty: kube-proxy's default " +
                           std::string(kHealthzDefault) + ")"
                     : "healthzBindAddress");

@@ -27,11 +27,14 @@
 #include <string>
 #include <vector>
 
+#include "model/result.h"
+
 namespace endpointd::daemon {
 
 inline constexpr const char* kKubeProxyApiVersion = "kubeproxy.config.k8s.io/v1alpha1";
 inline constexpr const char* kKubeProxyKind = "KubeProxyConfiguration";
 
+// Values are as written: decode_config checks them like a flag's, naming `from` in its error.
 struct KubeProxySetting {
   std::string flag;                 // the endpointd flag's long name, without "--"
   std::vector<std::string> values;  // one value, or the elements of a list flag
@@ -47,7 +50,6 @@ struct KubeProxyIgnored {
 struct KubeProxyConversion {
   std::vector<KubeProxySetting> settings;
   std::vector<KubeProxyIgnored> ignored;
-  std::string error;  // non-empty: the file cannot be used at all (wrong apiVersion, bad value)
 
   // The setting for `flag`, or null.
   const KubeProxySetting* find(const std::string& flag) const;
@@ -58,7 +60,9 @@ struct KubeProxyConversion {
 
 // True if `root` is a map with `kind: KubeProxyConfiguration`.
 bool is_kubeproxy_configuration(const YAML::Node& root);
-// Pure: reads the parsed document, returns endpointd settings and what was ignored.
-KubeProxyConversion convert_kubeproxy_configuration(const YAML::Node& root);
+// Pure: reads the parsed document, returns endpointd settings and what was ignored; an error
+// (naming the key) when the file cannot be used: another kind or apiVersion, a value of the
+// wrong shape, a healthzBindAddress that is not an address.
+Result<KubeProxyConversion> convert_kubeproxy_configuration(const YAML::Node& root);
 
 }  // namespace endpointd::daemon

@@ -23,11 +23,27 @@ class EscapedMessage : public spdlog::custom_flag_formatter {
   }
 };
 
+spdlog::level::level_enum spdlog_level(LogLevel level) {
+  switch (level) {
+    case LogLevel::kTrace:
+      return spdlog::level::trace;
+    case LogLevel::kDebug:
+      return spdlog::level::debug;
+    case LogLevel::kInfo:
+      return spdlog::level::info;
+    case LogLevel::kWarn:
+      return spdlog::level::warn;
+    case LogLevel::kError:
+      return spdlog::level::err;
+  }
+  return spdlog::level::info;
+}
+
 }  // namespace
 
-void setup_logging(const std::string& format, const std::string& level) {
+void setup_logging(LogFormat format, LogLevel level) {
   auto logger = spdlog::stderr_logger_mt("endpointd");
-  if (format == "json") {
+  if (format == LogFormat::kJson) {
     auto f = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
     f->add_flag<EscapedMessage>('*').set_pattern(
         R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","msg":%*})");
@@ -35,7 +51,7 @@ void setup_logging(const std::string& format, const std::string& level) {
   } else {
     logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %L %v", spdlog::pattern_time_type::utc);
   }
-  logger->set_level(spdlog::level::from_str(level));
+  logger->set_level(spdlog_level(level));
   logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(logger);
 }

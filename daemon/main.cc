@@ -14,14 +14,24 @@
 
 namespace {
 
-int run(endpointd::daemon::Config cfg) {
+// `endpointd run`: the flags as given, decoded with the config file into one checked Config.
+int run(const endpointd::daemon::RawFlags& flags) {
   using namespace endpointd::daemon;
+  auto loaded = load_config(flags);
+  if (!loaded) {
+    std::cerr << "endpointd run: " << loaded.error() << "\n";
+    return 2;
+  }
+  Config cfg = std::move(*loaded);
   resolve_defaults(cfg);
   if (cfg.cleanup) return cleanup(std::cerr);
   setup_logging(cfg.log_format, cfg.log_level);
-  if (auto err = validate(cfg); !err.empty()) {
-    spdlog::error("{}", err);
-    return 2;
+  for (const auto& note : cfg.notes) {
+    if (note.warning) {
+      spdlog::warn("{}", note.line);
+    } else {
+      spdlog::info("{}", note.line);
+    }
   }
   // Signals are taken synchronously by this thread; every thread started later inherits the mask.
   sigset_t set;
@@ -59,24 +69,11 @@ int main(int argc, char** argv) {
       "proxies, and drains terminating pods safely"};
   app.require_subcommand(1);
 
-  endpointd::daemon::Config cfg;
   auto* run_cmd = app.add_subcommand("run", "Run the node agent");
-  endpointd::daemon::add_run_flags(*run_cmd, cfg);
-
-  endpointd::daemon::Config render_cfg;
+  endpointd::daemon::add_run_flags(*run_cmd);
   auto* render_cmd =
       app.add_subcommand("render", "Print, in nft syntax, the ruleset endpointd would program");
-  render_cmd->add_option("--source-dir", render_cfg.source_dir, "Directory of manifests")
-      ->required();
-  render_cmd->add_option("--node-name", render_cfg.node_name, "The node to render for");
-  render_cmd->add_option("--cluster-cidr", render_cfg.cluster_cidr, "Pod network CIDRs")
-      ->delimiter(',');
-  render_cmd
-      ->add_option("--nodeport-addresses", render_cfg.nodeport_addresses,
-                   "CIDRs selecting NodePort addresses")
-      ->delimiter(',');
-  render_cmd->add_flag("--masquerade-all", render_cfg.masquerade_all,
-                       "Masquerade all service traffic");
+  endpointd::daemon::add_render_flags(*render_cmd);
 
   app.add_subcommand("prestop",
                      "Run from a pod's preStop hook: block until the node agent says the pod may "
@@ -88,10 +85,15 @@ int main(int argc, char** argv) {
     std::cout << "endpointd " << endpointd::kVersion << "\n";
     return 0;
   }
-  if (*run_cmd) return run(cfg);
+  if (*run_cmd) return run(endpointd::daemon::raw_flags(*run_cmd));
   if (*render_cmd) {
-    endpointd::daemon::resolve_defaults(render_cfg);
-    return endpointd::daemon::render(render_cfg, std::cout, std::cerr);
+    auto cfg = endpointd::daemon::decode_config(endpointd::daemon::raw_flags(*render_cmd), nullptr);
+    if (!cfg) {
+      std::cerr << "endpointd render: " << cfg.error() << "\n";
+      return 2;
+    }
+    endpointd::daemon::resolve_defaults(*cfg);
+    return endpointd::daemon::render(*cfg, std::cout, std::cerr);
   }
   return 0;
 }

@@ -32,10 +32,8 @@ int render(const Config& cfg, std::ostream& out, std::ostream& err) {
 
   proxy::NodeContext ctx;
   ctx.node_name = cfg.node_name;
-  for (const auto& c : cfg.cluster_cidr)
-    if (auto p = model::IpPrefix::parse(c)) ctx.cluster_cidrs.push_back(*p);
-  for (const auto& c : cfg.nodeport_addresses)
-    if (auto p = model::IpPrefix::parse(c)) ctx.node_port_addresses.push_back(*p);
+  ctx.cluster_cidrs = cfg.cluster_cidr;
+  ctx.node_port_addresses = cfg.nodeport_addresses;
   ctx.masquerade_all = cfg.masquerade_all;
   proxy::Planner planner(proxy::node_context_from(ctx, *snap));
   planner.reset(*snap);

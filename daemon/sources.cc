@@ -36,8 +36,8 @@ Result<std::unique_ptr<watcher::Source>> make_source(const Config& cfg, watcher:
   watcher::KubeClientConfig kc;
   kc.node_name = cfg.node_name;
   kc.watch_pods = cfg.watch_pods && !cfg.node_name.empty();
-  kc.page_size = static_cast<size_t>(cfg.list_page_size);
-  kc.watch_timeout = std::chrono::seconds(cfg.watch_timeout_seconds);
+  kc.page_size = cfg.list_page_size;
+  kc.watch_timeout = cfg.watch_timeout;
   return watcher::make_kube_source(std::move(*cluster), kc, std::move(post), *registry);
 }
 

@@ -1,85 +1,388 @@
-// `endpointd run` flags and the YAML config file.
+// `endpointd run` flags and the YAML config file, decoded into one typed Config.
 #include "daemon/config.h"
 
 #include <gtest/gtest.h>
 
-#include <CLI/CLI.hpp>
-#include <fstream>
+#include "tests/daemon/run_args.h"
 
 namespace endpointd::daemon {
 namespace {
 
-struct Parsed {
-  Config cfg;
-  std::string error;
-};
+using testing::run_args;
+using testing::TempFile;
 
-Parsed parse(std::vector<std::string> args) {
-  Parsed p;
-  CLI::App app;
-  add_run_flags(app, p.cfg);
-  std::vector<const char*> argv = {"endpointd-run"};
-  for (auto& a : args) argv.push_back(a.c_str());
-  try {
-    app.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const CLI::ParseError& e) {
-    p.error = e.what();
-  }
-  return p;
+std::vector<std::string> strs(const std::vector<model::IpPrefix>& v) {
+  std::vector<std::string> out;
+  for (const auto& p : v) out.push_back(p.str());
+  return out;
+}
+
+std::string str(const std::optional<model::HostPort>& hp) {
+  return hp ? hp->str() : "<off>";
 }
 
 TEST(Config, FlagsHaveTheDocumentedDefaults) {
-  auto p = parse({});
-  ASSERT_TRUE(p.error.empty()) << p.error;
-  EXPECT_EQ(p.cfg.dataplane, "nftables");
-  EXPECT_EQ(p.cfg.dns_zone, "cluster.local");
-  EXPECT_TRUE(p.cfg.dns_listen.empty());
-  EXPECT_TRUE(p.cfg.feed_listen.empty());
+  auto c = run_args({});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->dataplane, Dataplane::kNftables);
+  EXPECT_EQ(c->dns_zone, "cluster.local");
+  EXPECT_FALSE(c->dns_listen);
+  EXPECT_FALSE(c->feed_listen);
+  EXPECT_EQ(str(c->admin_listen), "127.0.0.1:10256");
+  EXPECT_EQ(c->drain_socket, "/run/endpointd/drain.sock");
+  EXPECT_EQ(str(c->drain_peer_listen), "0.0.0.0:9465");
+  EXPECT_EQ(c->drain_peer_port, 9465);
+  EXPECT_EQ(c->drain_peer_policy, drain::PeerPolicy::kProceed);
+  EXPECT_EQ(c->drain_peer_timeout, std::chrono::milliseconds(5000));
+  EXPECT_EQ(c->drain_release_after, drain::ReleaseAfter::kDrained);
+  EXPECT_EQ(c->dns_pod_records, dns::PodMode::kInsecure);
+  EXPECT_EQ(c->dns_ttl, std::chrono::seconds(5));
+  EXPECT_TRUE(c->watch_pods);
+  EXPECT_EQ(c->watch_timeout, std::chrono::seconds(300));
+  EXPECT_EQ(c->list_page_size, 500u);
+  EXPECT_EQ(c->log_format, LogFormat::kText);
+  EXPECT_EQ(c->log_level, LogLevel::kInfo);
+  EXPECT_FALSE(c->masquerade_all);
+  EXPECT_FALSE(c->cleanup);
+  EXPECT_TRUE(c->notes.empty());
+}
+
+TEST(Config, EveryFlagDecodesToItsTypedValue) {
+  auto c = run_args({"--source-dir",
+                     "/srv/m",
+                     "--node-name",
+                     "node-a",
+                     "--dataplane",
+                     "none",
+                     "--dns-listen",
+                     "[::1]:5353",
+                     "--dns-zone",
+                     "corp.example.",
+                     "--dns-upstream",
+                     "10.0.0.2,[fd00::53]:5353",
+                     "--dns-pod-records",
+                     "verified",
+                     "--dns-ttl",
+                     "0",
+                     "--dns-forward-allow",
+                     "10.0.0.0/8",
+                     "--feed-listen",
+                     "0.0.0.0:18000",
+                     "--admin-listen",
+                     ":10256",
+                     "--drain-socket",
+                     "/tmp/d.sock",
+                     "--drain-peer-listen",
+                     "0.0.0.0:9500",
+                     "--drain-peer-policy",
+                     "wait",
+                     "--drain-peer-timeout-ms",
+                     "600000",
+                     "--drain-release-after",
+                     "removed",
+                     "--cluster-cidr",
+                     "10.244.0.0/16, fd00:244::/56",
+                     "--cluster-cidr",
+                     "10.245.0.0/16",
+                     "--masquerade-all",
+                     "--nodeport-addresses",
+                     "192.168.0.0/16",
+                     "--watch-pods",
+                     "false",
+                     "--watch-timeout",
+                     "10",
+                     "--list-page-size",
+                     "10000",
+                     "--log-format",
+                     "json",
+                     "--log-level",
+                     "debug"});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->source_dir, "/srv/m");
+  EXPECT_EQ(c->node_name, "node-a");
+  EXPECT_EQ(c->dataplane, Dataplane::kNone);
+  EXPECT_EQ(str(c->dns_listen), "[::1]:5353");
+  EXPECT_EQ(c->dns_zone, "corp.example.");
+  ASSERT_EQ(c->dns_upstream.size(), 2u);
+  EXPECT_EQ(c->dns_upstream[0].str(), "10.0.0.2:53");
+  EXPECT_EQ(c->dns_upstream[1].str(), "[fd00::53]:5353");
+  EXPECT_EQ(c->dns_pod_records, dns::PodMode::kVerified);
+  EXPECT_EQ(c->dns_ttl, std::chrono::seconds(0));
+  EXPECT_EQ(strs(c->dns_forward_allow), (std::vector<std::string>{"10.0.0.0/8"}));
+  EXPECT_EQ(str(c->feed_listen), "0.0.0.0:18000");
+  ASSERT_TRUE(c->admin_listen);
+  EXPECT_EQ(c->admin_listen->host, "");
+  EXPECT_EQ(c->admin_listen->port, 10256);
+  EXPECT_EQ(c->drain_socket, "/tmp/d.sock");
+  EXPECT_EQ(str(c->drain_peer_listen), "0.0.0.0:9500");
+  EXPECT_EQ(c->drain_peer_port, 9500);  // not given: every agent listens on the same port
+  EXPECT_EQ(c->drain_peer_policy, drain::PeerPolicy::kWait);
+  EXPECT_EQ(c->drain_peer_timeout, std::chrono::milliseconds(600000));
+  EXPECT_EQ(c->drain_release_after, drain::ReleaseAfter::kRemoved);
+  EXPECT_EQ(strs(c->cluster_cidr),
+            (std::vector<std::string>{"10.244.0.0/16", "fd00:244::/56", "10.245.0.0/16"}));
+  EXPECT_TRUE(c->masquerade_all);
+  EXPECT_EQ(strs(c->nodeport_addresses), (std::vector<std::string>{"192.168.0.0/16"}));
+  EXPECT_FALSE(c->watch_pods);
+  EXPECT_EQ(c->watch_timeout, std::chrono::seconds(10));
+  EXPECT_EQ(c->list_page_size, 10000u);
+  EXPECT_EQ(c->log_format, LogFormat::kJson);
+  EXPECT_EQ(c->log_level, LogLevel::kDebug);
+}
+
+TEST(Config, EmptyListenersAreOffAndAGivenPeerPortWins) {
+  auto c = run_args({"--admin-listen", "", "--drain-peer-listen", "", "--drain-peer-port", "9999"});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_FALSE(c->admin_listen);
+  EXPECT_FALSE(c->drain_peer_listen);
+  EXPECT_EQ(c->drain_peer_port, 9999);
+  c = run_args({"--drain-peer-listen", "10.0.0.1:9500", "--drain-peer-port", "9465"});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->drain_peer_port, 9465);
 }
 
 TEST(Config, YamlFileTakesTheFlagNamesAndFlagsWin) {
-  char path[] = "/tmp/endpointd-config-XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
-  std::ofstream(path) << "source-dir: /srv/manifests\n"
-                         "dns-listen: 127.0.0.1:5353\n"
-                         "cluster-cidr: [10.244.0.0/16, fd00:244::/56]\n"
-                         "dataplane: none\n";
-  auto p = parse({"--config", path, "--dataplane", "nftables"});
-  unlink(path);
-  ASSERT_TRUE(p.error.empty()) << p.error;
-  EXPECT_EQ(p.cfg.source_dir, "/srv/manifests");
-  EXPECT_EQ(p.cfg.dns_listen, "127.0.0.1:5353");
-  EXPECT_EQ(p.cfg.cluster_cidr.size(), 2u);
-  EXPECT_EQ(p.cfg.dataplane, "nftables");
+  TempFile f(
+      "source-dir: /srv/manifests\n"
+      "dns-listen: 127.0.0.1:5353\n"
+      "cluster-cidr: [10.244.0.0/16, fd00:244::/56]\n"
+      "nodeport-addresses: 10.0.0.0/8,10.1.0.0/16\n"
+      "dns-upstream:\n"
+      "dataplane: none\n"
+      "masquerade-all: true\n"
+      "watch-pods: false\n"
+      "drain-peer-timeout-ms: 2000\n");
+  auto c = run_args({"--config", f.path(), "--dataplane", "nftables"});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->source_dir, "/srv/manifests");
+  EXPECT_EQ(str(c->dns_listen), "127.0.0.1:5353");
+  EXPECT_EQ(strs(c->cluster_cidr), (std::vector<std::string>{"10.244.0.0/16", "fd00:244::/56"}));
+  EXPECT_EQ(strs(c->nodeport_addresses), (std::vector<std::string>{"10.0.0.0/8", "10.1.0.0/16"}));
+  EXPECT_TRUE(c->dns_upstream.empty());
+  EXPECT_EQ(c->dataplane, Dataplane::kNftables);  // the command line wins
+  EXPECT_TRUE(c->masquerade_all);
+  EXPECT_FALSE(c->watch_pods);
+  EXPECT_EQ(c->drain_peer_timeout, std::chrono::milliseconds(2000));
 }
 
-TEST(Config, BadValuesAreNamed) {
-  auto p = parse({"--dataplane", "iptables"});
-  EXPECT_NE(p.error.find("--dataplane"), std::string::npos) << p.error;
-  Config c;
-  c.dns_listen = "5353";
-  EXPECT_NE(validate(c).find("--dns-listen"), std::string::npos);
-  c = Config{};
-  c.cluster_cidr = {"10.0.0.0/99"};
-  EXPECT_NE(validate(c).find("--cluster-cidr"), std::string::npos);
-  c = Config{};
-  c.source_dir = "a";
-  c.kubeconfig = "b";
-  EXPECT_NE(validate(c).find("exclusive"), std::string::npos);
-  EXPECT_EQ(validate(Config{}), "");
+TEST(Config, ClosedSetsRoundTrip) {
+  for (auto v : {Dataplane::kNftables, Dataplane::kNone})
+    EXPECT_EQ(parse_dataplane(to_string(v)), v);
+  for (auto v : {LogFormat::kText, LogFormat::kJson}) EXPECT_EQ(parse_log_format(to_string(v)), v);
+  for (auto v :
+       {LogLevel::kTrace, LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError})
+    EXPECT_EQ(parse_log_level(to_string(v)), v);
+  for (auto v : {drain::PeerPolicy::kProceed, drain::PeerPolicy::kWait})
+    EXPECT_EQ(parse_peer_policy(to_string(v)), v);
+  for (auto v : {drain::ReleaseAfter::kRemoved, drain::ReleaseAfter::kDrained})
+    EXPECT_EQ(parse_release_after(to_string(v)), v);
+  for (auto v : {dns::PodMode::kDisabled, dns::PodMode::kInsecure, dns::PodMode::kVerified})
+    EXPECT_EQ(parse_pod_records(to_string(v)), v);
+  EXPECT_FALSE(parse_peer_policy("Wait"));
+  EXPECT_FALSE(parse_log_level(""));
 }
 
-TEST(Config, UnknownKeyInFileIsAnError) {
-  char path[] = "/tmp/endpointd-config-XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
-  std::ofstream(path) << "dns-lisen: 127.0.0.1:53\n";
-  auto p = parse({"--config", path});
-  unlink(path);
-  EXPECT_NE(p.error.find("dns-lisen"), std::string::npos) << p.error;
+// Every bad input gives exactly one error, naming where the value came from and the value.
+struct BadInput {
+  const char* what;
+  RawFlags flags;
+  const char* file;  // YAML, or null
+  const char* error;
+};
+
+constexpr const char* kKpc =
+    "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
+
+std::string kpc(const std::string& rest) {
+  return kKpc + rest;
+}
+
+TEST(Config, BadInputsGiveOneErrorNamingTheKeyAndValue) {
+  const std::string kpc_health = kpc("healthzBindAddress: x:y\n");
+  const std::string kpc_cidr = kpc("clusterCIDR: 10.244.0.0/16,10.244.0.0/33\n");
+  const std::string kpc_npa = kpc("nodePortAddresses: [nope]\n");
+  const std::string kpc_npa_scalar = kpc("nodePortAddresses: 10.0.0.0/8\n");
+  const std::string kpc_v2 =
+      "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\n";
+  const std::vector<BadInput> cases = {
+      {"policy",
+       {{"drain-peer-policy", {"maybe"}}},
+       nullptr,
+       R"(--drain-peer-policy: "maybe" is not one of proceed|wait)"},
+      {"release",
+       {{"drain-release-after", {"exit"}}},
+       nullptr,
+       R"(--drain-release-after: "exit" is not one of removed|drained)"},
+      {"dataplane",
+       {{"dataplane", {"iptables"}}},
+       nullptr,
+       R"(--dataplane: "iptables" is not one of nftables|none)"},
+      {"pod records",
+       {{"dns-pod-records", {"on"}}},
+       nullptr,
+       R"(--dns-pod-records: "on" is not one of disabled|insecure|verified)"},
+      {"log format",
+       {{"log-format", {"xml"}}},
+       nullptr,
+       R"(--log-format: "xml" is not one of text|json)"},
+      {"log level",
+       {{"log-level", {"verbose"}}},
+       nullptr,
+       R"(--log-level: "verbose" is not one of trace|debug|info|warn|error)"},
+      {"ttl range",
+       {{"dns-ttl", {"9000"}}},
+       nullptr,
+       R"(--dns-ttl: "9000" is not a whole number in 0..3600)"},
+      {"ttl text",
+       {{"dns-ttl", {"5s"}}},
+       nullptr,
+       R"(--dns-ttl: "5s" is not a whole number in 0..3600)"},
+      {"peer timeout",
+       {{"drain-peer-timeout-ms", {"0"}}},
+       nullptr,
+       R"(--drain-peer-timeout-ms: "0" is not a whole number in 1..600000)"},
+      {"peer port",
+       {{"drain-peer-port", {"70000"}}},
+       nullptr,
+       R"(--drain-peer-port: "70000" is not a whole number in 1..65535)"},
+      {"watch timeout",
+       {{"watch-timeout", {"5"}}},
+       nullptr,
+       R"(--watch-timeout: "5" is not a whole number in 10..3600)"},
+      {"page size",
+       {{"list-page-size", {"-1"}}},
+       nullptr,
+       R"(--list-page-size: "-1" is not a whole number in 1..10000)"},
+      {"bool",
+       {{"watch-pods", {"maybe"}}},
+       nullptr,
+       R"(--watch-pods: "maybe" is not true or false)"},
+      {"admin listen",
+       {{"admin-listen", {"localhost"}}},
+       nullptr,
+       R"(--admin-listen: "localhost" is not ADDR:PORT or [IPv6]:PORT)"},
+      {"dns listen host",
+       {{"dns-listen", {"localhost:53"}}},
+       nullptr,
+       R"(--dns-listen: "localhost:53" is not IP:PORT or [IPv6]:PORT (DNS binds one address))"},
+      {"dns listen port",
+       {{"dns-listen", {"5353"}}},
+       nullptr,
+       R"(--dns-listen: "5353" is not ADDR:PORT or [IPv6]:PORT)"},
+      {"feed listen",
+       {{"feed-listen", {":18000"}}},
+       nullptr,
+       R"(--feed-listen: ":18000" has no address (0.0.0.0 or [::] for every address))"},
+      {"peer listen",
+       {{"drain-peer-listen", {"0.0.0.0:99999"}}},
+       nullptr,
+       R"(--drain-peer-listen: "0.0.0.0:99999" is not ADDR:PORT or [IPv6]:PORT)"},
+      {"cidr",
+       {{"cluster-cidr", {"10.0.0.0/8,10.0.0.0/99"}}},
+       nullptr,
+       R"(--cluster-cidr: "10.0.0.0/99" is not a CIDR)"},
+      {"nodeport cidr",
+       {{"nodeport-addresses", {"eth0"}}},
+       nullptr,
+       R"(--nodeport-addresses: "eth0" is not a CIDR)"},
+      {"forward cidr",
+       {{"dns-forward-allow", {"10.0.0.1"}}},
+       nullptr,
+       R"(--dns-forward-allow: "10.0.0.1" is not a CIDR)"},
+      {"upstream",
+       {{"dns-upstream", {"resolver.example"}}},
+       nullptr,
+       R"(--dns-upstream: "resolver.example" is not IP[:PORT] or [IPv6]:PORT)"},
+      {"zone", {{"dns-zone", {"a..b"}}}, nullptr, R"(--dns-zone: "a..b" is not a DNS name)"},
+      {"unknown flag", {{"dns-lisen", {"x"}}}, nullptr, "--dns-lisen: not a flag of endpointd run"},
+      {"exclusive",
+       {{"source-dir", {"a"}}, {"kubeconfig", {"b"}}},
+       nullptr,
+       "--source-dir and --kubeconfig are exclusive: choose one source of cluster state"},
+      {"file value",
+       {},
+       "drain-peer-timeout-ms: soon\n",
+       R"(config file key drain-peer-timeout-ms: "soon" is not a whole number in 1..600000)"},
+      {"file choice",
+       {},
+       "drain-peer-policy: maybe\n",
+       R"(config file key drain-peer-policy: "maybe" is not one of proceed|wait)"},
+      {"file listen",
+       {},
+       "admin-listen: 10256\n",
+       R"(config file key admin-listen: "10256" is not ADDR:PORT or [IPv6]:PORT)"},
+      {"file cidr list",
+       {},
+       "cluster-cidr: [10.244.0.0/16, bad]\n",
+       R"(config file key cluster-cidr: "bad" is not a CIDR)"},
+      {"file unknown key",
+       {},
+       "dns-lisen: 127.0.0.1:53\n",
+       R"(config file: unknown key "dns-lisen")"},
+      {"file list for one value",
+       {},
+       "dataplane: [nftables, none]\n",
+       "config file key dataplane: expected one value, got 2"},
+      {"file map value",
+       {},
+       "dns-zone: {a: b}\n",
+       "config file key dns-zone: expected a value or a list, not a map"},
+      {"file not a map", {}, "- a\n- b\n", "config file: expected a map of settings"},
+      {"kpc healthz",
+       {},
+       kpc_health.c_str(),
+       R"(KubeProxyConfiguration key healthzBindAddress: "x:y" is not ADDR, ADDR:PORT or [IPv6]:PORT)"},
+      {"kpc cidr",
+       {},
+       kpc_cidr.c_str(),
+       R"(KubeProxyConfiguration key clusterCIDR: "10.244.0.0/33" is not a CIDR)"},
+      {"kpc nodeport",
+       {},
+       kpc_npa.c_str(),
+       R"(KubeProxyConfiguration key nodePortAddresses: "nope" is not a CIDR)"},
+      {"kpc nodeport shape",
+       {},
+       kpc_npa_scalar.c_str(),
+       R"(KubeProxyConfiguration key nodePortAddresses: "10.0.0.0/8" is not a list of CIDRs)"},
+      {"kpc version",
+       {},
+       kpc_v2.c_str(),
+       R"(KubeProxyConfiguration key apiVersion: "kubeproxy.config.k8s.io/v1alpha2": only kubeproxy.config.k8s.io/v1alpha1 is understood)"},
+  };
+  for (const auto& tc : cases) {
+    SCOPED_TRACE(tc.what);
+    YAML::Node file;
+    if (tc.file) file = YAML::Load(tc.file);
+    auto c = decode_config(tc.flags, tc.file ? &file : nullptr);
+    ASSERT_FALSE(c);
+    EXPECT_EQ(c.error(), tc.error);
+  }
+}
+
+TEST(Config, TheCommandLineWinsBeforeTheFileIsChecked) {
+  // A bad file value the command line overrides is never used, so it is no error.
+  YAML::Node file = YAML::Load("dns-ttl: forever\n");
+  auto c = decode_config({{"dns-ttl", {"30"}}}, &file);
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->dns_ttl, std::chrono::seconds(30));
+}
+
+TEST(Config, FileErrorsComeBackAsErrorsFromTheCommandLine) {
+  TempFile bad_yaml("dataplane: [none\n");
+  auto c = run_args({"--config", bad_yaml.path()});
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().rfind("config file " + bad_yaml.path() + ": YAML: line ", 0), 0u)
+      << c.error();
+  c = run_args({"--config", "/nonexistent/endpointd.yaml"});
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error(), "config file /nonexistent/endpointd.yaml: cannot be read");
+  TempFile unknown("dns-lisen: 127.0.0.1:53\n");
+  c = run_args({"--config", unknown.path()});
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error(), R"(config file: unknown key "dns-lisen")");
+  TempFile empty("");
+  c = run_args({"--config", empty.path()});
+  ASSERT_TRUE(c) << c.error();
 }
 
 }  // namespace

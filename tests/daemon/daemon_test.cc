@@ -42,11 +42,11 @@ class DaemonTest : public ::testing::Test {
     std::ofstream(dir_ / "nodes.yaml") << "kind: Node\nmetadata: {name: node-a}\n";
     Config cfg;
     cfg.source_dir = dir_;
-    cfg.admin_listen = "127.0.0.1:0";
+    cfg.admin_listen = model::HostPort{"127.0.0.1", 0};
     cfg.node_name = "node-a";
-    cfg.dataplane = "none";
+    cfg.dataplane = Dataplane::kNone;
     cfg.drain_socket = (dir_ / "drain.sock").string();
-    cfg.drain_peer_listen = "";  // no peer server: tests run side by side
+    cfg.drain_peer_listen = std::nullopt;  // no peer server: tests run side by side
     d_ = std::make_unique<Daemon>(cfg);
     auto st = d_->start();
     ASSERT_TRUE(st) << st.error();

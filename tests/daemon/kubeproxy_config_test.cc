@@ -2,12 +2,9 @@
 #include "daemon/kubeproxy_config.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
-
-#include <CLI/CLI.hpp>
-#include <fstream>
 
 #include "daemon/config.h"
+#include "tests/daemon/run_args.h"
 
 namespace endpointd::daemon {
 namespace {
@@ -91,11 +88,15 @@ std::vector<std::string> values(const KubeProxyConversion& c, const std::string&
   return s ? s->values : std::vector<std::string>{"<unset>"};
 }
 
+KubeProxyConversion convert(const std::string& text) {
+  auto c = convert_kubeproxy_configuration(YAML::Load(text));
+  EXPECT_TRUE(c) << c.error();
+  return c ? *c : KubeProxyConversion{};
+}
+
 TEST(KubeProxyConfig, KubeadmFileMapsWhatEndpointdHonours) {
-  auto root = YAML::Load(kKubeadm);
-  ASSERT_TRUE(is_kubeproxy_configuration(root));
-  auto c = convert_kubeproxy_configuration(root);
-  ASSERT_EQ(c.error, "");
+  ASSERT_TRUE(is_kubeproxy_configuration(YAML::Load(kKubeadm)));
+  auto c = convert(kKubeadm);
 
   // Took effect.
   EXPECT_EQ(values(c, "cluster-cidr"),
@@ -150,8 +151,7 @@ TEST(KubeProxyConfig, KubeadmFileMapsWhatEndpointdHonours) {
 }
 
 TEST(KubeProxyConfig, OtherModesAndDetectionModesAreReported) {
-  auto c =
-      convert_kubeproxy_configuration(YAML::Load(R"(apiVersion: kubeproxy.config.k8s.io/v1alpha1
+  auto c = convert(R"(apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: ipvs
 detectLocalMode: NodeCIDR
@@ -163,8 +163,7 @@ logging:
   format: json
 iptables:
   masqueradeAll: true
-)"));
-  ASSERT_EQ(c.error, "");
+)");
   ASSERT_TRUE(c.is_ignored("mode"));
   EXPECT_TRUE(c.is_ignored("detectLocalMode"));
   EXPECT_TRUE(c.is_ignored("detectLocal.interfaceNamePrefix"));
@@ -179,86 +178,59 @@ iptables:
   EXPECT_EQ(c.find("cluster-cidr"), nullptr);
 }
 
-TEST(KubeProxyConfig, BadValuesAndVersionsAreErrorsNamingTheKey) {
-  auto bad = [](const std::string& extra) {
-    return convert_kubeproxy_configuration(
-               YAML::Load(
-                   "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n" +
-                   extra))
-        .error;
-  };
-  EXPECT_NE(bad("clusterCIDR: 10.244.0.0/33\n").find("clusterCIDR"), std::string::npos);
-  EXPECT_NE(bad("nodePortAddresses: [nope]\n").find("nodePortAddresses"), std::string::npos);
-  EXPECT_NE(bad("healthzBindAddress: x:y\n").find("healthzBindAddress"), std::string::npos);
-  EXPECT_EQ(bad("healthzBindAddress: '[::]:10256'\n"), "");
-  auto v2 = convert_kubeproxy_configuration(
-      YAML::Load("apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\n"));
-  EXPECT_NE(v2.error.find("apiVersion"), std::string::npos);
+TEST(KubeProxyConfig, HealthzPortZeroIsReportedAndTheAdminServerStays) {
+  auto c =
+      convert(std::string("apiVersion: kubeproxy.config.k8s.io/v1alpha1\n"
+                          "kind: KubeProxyConfiguration\nhealthzBindAddress: '[::]:0'\n"));
+  EXPECT_TRUE(c.is_ignored("healthzBindAddress"));
+  EXPECT_EQ(c.find("admin-listen"), nullptr);
 }
 
 TEST(KubeProxyConfig, RunConfigFlagTakesTheFileAndFlagsStillWin) {
-  char path[] = "/tmp/endpointd-kpc-XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  close(fd);
-  std::ofstream(path) << kKubeadm;
-  // As main.cc does it: the flags on the `run` subcommand (CLI11 reads a subcommand's
-  // --config file only through add_run_flags' callback).
-  Config cfg;
-  CLI::App app;
-  add_run_flags(*app.add_subcommand("run"), cfg);
-  std::vector<const char*> argv = {"endpointd", "run",          "--config",
-                                   path,        "--kubeconfig", "/etc/kube.conf"};
-  std::string error;
-  try {
-    app.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const CLI::ParseError& e) {
-    error = e.what();
+  testing::TempFile f(kKubeadm);
+  // As main.cc does it: the flags on the `run` subcommand, the file read by load_config.
+  auto cfg = testing::run_args({"--config", f.path(), "--kubeconfig", "/etc/kube.conf"});
+  ASSERT_TRUE(cfg) << cfg.error();
+  std::vector<std::string> cidrs, npas;
+  for (const auto& p : cfg->cluster_cidr) cidrs.push_back(p.str());
+  for (const auto& p : cfg->nodeport_addresses) npas.push_back(p.str());
+  EXPECT_EQ(cidrs, (std::vector<std::string>{"10.244.0.0/16", "fd00:10:244::/56"}));
+  EXPECT_EQ(npas, (std::vector<std::string>{"192.168.0.0/16"}));
+  EXPECT_TRUE(cfg->masquerade_all);
+  ASSERT_TRUE(cfg->admin_listen);
+  EXPECT_EQ(cfg->admin_listen->str(), "0.0.0.0:10256");
+  EXPECT_EQ(cfg->kubeconfig, "/etc/kube.conf");  // the command line wins over the file
+  // The report rides along, to be logged once logging is set up: what took effect (info),
+  // then what was ignored (warn).
+  auto conv = convert(kKubeadm);
+  auto lines = conv.report();
+  ASSERT_EQ(cfg->notes.size(), lines.size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(cfg->notes[i].line, lines[i]);
+    EXPECT_EQ(cfg->notes[i].warning, i >= conv.settings.size()) << lines[i];
   }
-  unlink(path);
-  ASSERT_EQ(error, "");
-  EXPECT_EQ(cfg.cluster_cidr, (std::vector<std::string>{"10.244.0.0/16", "fd00:10:244::/56"}));
-  EXPECT_EQ(cfg.nodeport_addresses, (std::vector<std::string>{"192.168.0.0/16"}));
-  EXPECT_TRUE(cfg.masquerade_all);
-  EXPECT_EQ(cfg.admin_listen, "0.0.0.0:10256");
-  EXPECT_EQ(cfg.kubeconfig, "/etc/kube.conf");  // the command line wins over the file
-  EXPECT_EQ(validate(cfg), "");
 }
 
 TEST(KubeProxyConfig, RunSubcommandAppliesAPlainConfigFileAndRejectsUnknownKeys) {
-  auto run = [](const std::string& text, std::vector<std::string> extra, Config* cfg) {
-    char path[] = "/tmp/endpointd-cfg-XXXXXX";
-    int fd = mkstemp(path);
-    close(fd);
-    std::ofstream(path) << text;
-    CLI::App app;
-    add_run_flags(*app.add_subcommand("run"), *cfg);
-    std::vector<std::string> args = {"endpointd", "run", "--config", path};
-    for (auto& e : extra) args.push_back(e);
-    std::vector<const char*> argv;
-    for (auto& a : args) argv.push_back(a.c_str());
-    std::string error;
-    try {
-      app.parse(static_cast<int>(argv.size()), argv.data());
-    } catch (const CLI::ParseError& e) {
-      error = e.what();
-    }
-    unlink(path);
-    return error;
-  };
-  Config cfg;
-  EXPECT_EQ(run("dataplane: none\nadmin-listen: 0.0.0.0:10256\ncluster-cidr: "
-                "[10.244.0.0/16]\nmasquerade-all: true\n",
-                {"--dataplane", "nftables"}, &cfg),
-            "");
-  EXPECT_EQ(cfg.dataplane, "nftables");
-  EXPECT_EQ(cfg.admin_listen, "0.0.0.0:10256");
-  EXPECT_EQ(cfg.cluster_cidr, (std::vector<std::string>{"10.244.0.0/16"}));
-  EXPECT_TRUE(cfg.masquerade_all);
-  Config bad;
-  EXPECT_NE(run("dns-lisen: 127.0.0.1:53\n", {}, &bad).find("dns-lisen"), std::string::npos);
-  Config badv;
-  EXPECT_NE(run("dataplane: iptables\n", {}, &badv), "");
+  testing::TempFile good(
+      "dataplane: none\nadmin-listen: 0.0.0.0:10256\ncluster-cidr: [10.244.0.0/16]\n"
+      "masquerade-all: true\n");
+  auto cfg = testing::run_args({"--config", good.path(), "--dataplane", "nftables"});
+  ASSERT_TRUE(cfg) << cfg.error();
+  EXPECT_EQ(cfg->dataplane, Dataplane::kNftables);
+  EXPECT_EQ(cfg->admin_listen->str(), "0.0.0.0:10256");
+  ASSERT_EQ(cfg->cluster_cidr.size(), 1u);
+  EXPECT_EQ(cfg->cluster_cidr[0].str(), "10.244.0.0/16");
+  EXPECT_TRUE(cfg->masquerade_all);
+  EXPECT_TRUE(cfg->notes.empty());  // not a KubeProxyConfiguration: nothing to report
+  testing::TempFile unknown("dns-lisen: 127.0.0.1:53\n");
+  auto bad = testing::run_args({"--config", unknown.path()});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().find("dns-lisen"), std::string::npos) << bad.error();
+  testing::TempFile badv("dataplane: iptables\n");
+  auto badval = testing::run_args({"--config", badv.path()});
+  ASSERT_FALSE(badval);
+  EXPECT_EQ(badval.error(), R"(config file key dataplane: "iptables" is not one of nftables|none)");
 }
 
 }  // namespace

@@ -40,9 +40,14 @@ int main(int argc, char** argv) {
       cfg.source_dir = v;
     else if (k == "--node-name")
       cfg.node_name = v;
-    else if (k == "--cluster-cidr")
-      cfg.cluster_cidr.push_back(v);
-    else if (k == "--drain-socket")
+    else if (k == "--cluster-cidr") {
+      auto p = model::IpPrefix::parse(v);
+      if (!p) {
+        std::cerr << "--cluster-cidr: \"" << v << "\" is not a CIDR\n";
+        return 2;
+      }
+      cfg.cluster_cidr.push_back(*p);
+    } else if (k == "--drain-socket")
       co.drain_socket = v;
     else if (k == "--peer-port")
       co.peer_port = static_cast<uint16_t>(std::stoi(v));
@@ -79,8 +84,7 @@ int main(int argc, char** argv) {
   proxy::ProxySink::Options po;
   po.registry = registry.get();
   po.node.node_name = cfg.node_name;
-  for (const auto& c : cfg.cluster_cidr)
-    po.node.cluster_cidrs.push_back(*model::IpPrefix::parse(c));
+  po.node.cluster_cidrs = cfg.cluster_cidr;
   proxy::ProxySink sink(netlink.get(), &board, po);
   loop.add_sink(&sink);
   auto conntrack = proxy::make_netlink_conntrack();
