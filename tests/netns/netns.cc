@@ -133,6 +133,12 @@ std::string Netns::exec_checked(const std::vector<std::string>& argv) const {
   return run_checked(full);
 }
 
+std::string Netns::sh(const std::string& cmd, int* exit_code) const {
+  CommandResult r = exec({"sh", "-c", cmd});
+  if (exit_code) *exit_code = r.exit_code;
+  return r.output;
+}
+
 std::string Netns::ip(const std::vector<std::string>& args) const {
   std::vector<std::string> full = {"ip", "-n", name_};
   full.insert(full.end(), args.begin(), args.end());

@@ -70,6 +70,9 @@ class Netns {
   // `ip netns exec <name> <argv...>`.
   CommandResult exec(const std::vector<std::string>& argv) const;
   std::string exec_checked(const std::vector<std::string>& argv) const;
+  // A shell command line run inside (`sh -c`, pipes and all); returns its output and, if asked,
+  // its exit code.
+  std::string sh(const std::string& cmd, int* exit_code = nullptr) const;
   // `ip -n <name> <args...>` (throws on failure).
   std::string ip(const std::vector<std::string>& args) const;
   // Writes /proc/sys/<key with dots as slashes> inside the namespace (throws on failure).

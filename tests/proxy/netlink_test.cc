@@ -12,32 +12,32 @@
 #include "proxy/netlink.h"
 #include "proxy/planner.h"
 #include "proxy/render.h"
+#include "tests/netns/netns.h"
 #include "tests/proxy/fixtures.h"
-#include "tests/proxy/netns.h"
 
 namespace endpointd::proxy {
 namespace {
 
-using testing::NetNs;
+using NetNs = netns::Netns;
 
-std::string list(const NetNs& ns, const char* family, bool bytecode = false) {
-  return ns.exec(std::string("nft ") + (bytecode ? "--debug=netlink " : "") + "list table " +
-                 family + " endpointd");
+std::string list(NetNs& ns, const char* family, bool bytecode = false) {
+  return ns.sh(std::string("nft ") + (bytecode ? "--debug=netlink " : "") + "list table " + family +
+               " endpointd");
 }
 
-void load_render(const NetNs& ns, const Planner& p) {
+void load_render(NetNs& ns, const Planner& p) {
   std::string path = "/tmp/" + ns.name() + ".nft";
   {
     std::ofstream f(path);
     for (IpFamily fam : p.families()) f << render(p.table(fam));
   }
   int st = 0;
-  std::string out = ns.exec("nft -f " + path, &st);
+  std::string out = ns.sh("nft -f " + path, &st);
   std::remove(path.c_str());
   ASSERT_EQ(st, 0) << out;
 }
 
-std::unique_ptr<NetlinkBackend> open_in(const NetNs& ns) {
+std::unique_ptr<NetlinkBackend> open_in(NetNs& ns) {
   std::unique_ptr<NetlinkBackend> b;
   ns.run([&] {
     auto r = NetlinkBackend::open();
@@ -48,8 +48,7 @@ std::unique_ptr<NetlinkBackend> open_in(const NetNs& ns) {
 }
 
 // A Monitor in `ns` that ignores `b`'s own notifications and counts the others in *seen.
-std::unique_ptr<Monitor> monitor_in(const NetNs& ns, const NetlinkBackend& b,
-                                    std::atomic<int>* seen) {
+std::unique_ptr<Monitor> monitor_in(NetNs& ns, const NetlinkBackend& b, std::atomic<int>* seen) {
   std::unique_ptr<Monitor> m;
   ns.run([&] {
     auto r = Monitor::start(b.port_id(), [seen] { ++*seen; });
@@ -122,7 +121,7 @@ std::string strip_handles(const std::string& s) {
   return out;
 }
 
-void expect_same(const NetNs& a, const NetNs& b) {
+void expect_same(NetNs& a, NetNs& b) {
   for (const char* fam : {"ip", "ip6"}) {
     std::string la = list(a, fam), lb = list(b, fam);
     EXPECT_FALSE(la.empty());
@@ -134,7 +133,7 @@ void expect_same(const NetNs& a, const NetNs& b) {
 }
 
 TEST(ProxyNetlink, FullSyncListsLikeRender) {
-  NetNs by_nft("nft"), by_netlink("nl");
+  NetNs by_nft(netns::unique_prefix() + "nft"), by_netlink(netns::unique_prefix() + "nl");
   Planner p(testing::node_context());
   p.reset(*testing::every_shape());
   load_render(by_nft, p);
@@ -145,7 +144,7 @@ TEST(ProxyNetlink, FullSyncListsLikeRender) {
 }
 
 TEST(ProxyNetlink, IncrementalChangesEndLikeAFreshLoad) {
-  NetNs by_nft("nft"), by_netlink("nl");
+  NetNs by_nft(netns::unique_prefix() + "nft"), by_netlink(netns::unique_prefix() + "nl");
   Planner p(testing::node_context());
   auto s1 = testing::every_shape(1);
   p.reset(*s1);
@@ -174,14 +173,14 @@ TEST(ProxyNetlink, IncrementalChangesEndLikeAFreshLoad) {
 }
 
 TEST(ProxyNetlink, FullSyncReconcilesWithoutDeletingTheTable) {
-  NetNs by_nft("nft"), by_netlink("nl");
+  NetNs by_nft(netns::unique_prefix() + "nft"), by_netlink(netns::unique_prefix() + "nl");
   auto b = open_in(by_netlink);
   Planner old_plan(testing::node_context());
   old_plan.reset(*testing::every_shape());
   ASSERT_TRUE(sync(*b, old_plan).ok());
   // Something extra that a full sync must remove, and a handle that must survive.
-  by_netlink.exec("nft add chain ip endpointd stray");
-  std::string handle_before = by_netlink.exec("nft -a list chain ip endpointd nat-prerouting");
+  by_netlink.sh("nft add chain ip endpointd stray");
+  std::string handle_before = by_netlink.sh("nft -a list chain ip endpointd nat-prerouting");
 
   Planner p(testing::node_context());
   p.reset(*testing::snapshot(
@@ -195,33 +194,33 @@ TEST(ProxyNetlink, FullSyncReconcilesWithoutDeletingTheTable) {
   // The base chain was not recreated (its handle is the same): no flush, no gap.
   auto handle_of = [](const std::string& s) { return s.substr(s.find("# handle"), 12); };
   EXPECT_EQ(handle_of(handle_before),
-            handle_of(by_netlink.exec("nft -a list chain ip endpointd nat-prerouting")));
+            handle_of(by_netlink.sh("nft -a list chain ip endpointd nat-prerouting")));
 }
 
 TEST(ProxyNetlink, CleanupDeletesBothTables) {
-  NetNs ns("clean");
+  NetNs ns(netns::unique_prefix() + "clean");
   auto b = open_in(ns);
   Planner p(testing::node_context());
   p.reset(*testing::every_shape());
   ASSERT_TRUE(sync(*b, p).ok());
   auto r = b->cleanup();
   ASSERT_TRUE(r.ok()) << r.error();
-  EXPECT_EQ(ns.exec("nft list tables"), "");
+  EXPECT_EQ(ns.sh("nft list tables"), "");
   EXPECT_TRUE(b->cleanup().ok());  // nothing left: still fine
 }
 
 TEST(ProxyNetlink, MonitorSeesForeignChangesOnly) {
-  NetNs ns("mon");
+  NetNs ns(netns::unique_prefix() + "mon");
   auto b = open_in(ns);
   std::atomic<int> seen{0};
   auto m = monitor_in(ns, *b, &seen);
   Planner p(testing::node_context());
   p.reset(*testing::every_shape());
   ASSERT_TRUE(sync(*b, p).ok());
-  ns.exec("nft add table ip other");                            // not ours
+  ns.sh("nft add table ip other");                              // not ours
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let notifications drain
   EXPECT_EQ(seen.load(), 0);
-  EXPECT_EQ(ns.exec("nft flush chain ip endpointd svc-internal"), "");
+  EXPECT_EQ(ns.sh("nft flush chain ip endpointd svc-internal"), "");
   for (int i = 0; i < 100 && seen.load() == 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_GT(seen.load(), 0);
@@ -231,7 +230,7 @@ TEST(ProxyNetlink, MonitorSeesForeignChangesOnly) {
 // kernel sends it nothing for it; a commit by someone else inside that window is caught by
 // the ruleset generation, reported as a foreign change, and the next full sync listens.
 TEST(ProxyNetlink, QuietFullSyncSendsNoNotificationsAndCatchesACommitInItsWindow) {
-  NetNs ns("quiet");
+  NetNs ns(netns::unique_prefix() + "quiet");
   auto b = open_in(ns);
   std::atomic<int> seen{0};
   auto m = monitor_in(ns, *b, &seen);
@@ -256,7 +255,7 @@ TEST(ProxyNetlink, QuietFullSyncSendsNoNotificationsAndCatchesACommitInItsWindow
       [&](bool on) {
         calls.push_back(on);
         bool ok = m->listen(on);
-        if (!on && commit_in_window) ns.exec("nft add table ip other");
+        if (!on && commit_in_window) ns.sh("nft add table ip other");
         return ok;
       },
       [&] { m->report_foreign(); });
@@ -297,7 +296,7 @@ TEST(ProxyNetlink, QuietFullSyncSendsNoNotificationsAndCatchesACommitInItsWindow
 // Not a benchmark (bench/ owns those): prints what a full sync of 10,000 services x 10
 // endpoints and a one-endpoint change cost here, and checks they are accepted.
 TEST(ProxyNetlink, ScaleFullSyncAndOneEndpointChange) {
-  NetNs ns("scale");
+  NetNs ns(netns::unique_prefix() + "scale");
   std::vector<model::ServiceStatePtr> v;
   for (int i = 0; i < 10000; ++i) {
     std::string vip = "10.96." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1);
@@ -338,8 +337,7 @@ TEST(ProxyNetlink, ScaleFullSyncAndOneEndpointChange) {
       "one endpoint change %.2f ms (%zu messages, %zu bytes)\n",
       ms(t1 - t0), ms(t2 - t1), r->messages, r->bytes, p.table(IpFamily::kV4).element_count(),
       ms(t4 - t3), r2->messages, r2->bytes);
-  EXPECT_EQ(ns.exec("nft list set ip endpointd hairpin | grep -c '10.100.0.1 . 10.100.0.1'"),
-            "1\n");
+  EXPECT_EQ(ns.sh("nft list set ip endpointd hairpin | grep -c '10.100.0.1 . 10.100.0.1'"), "1\n");
 }
 
 }  // namespace

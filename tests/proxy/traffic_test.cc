@@ -15,13 +15,13 @@
 
 #include "proxy/netlink.h"
 #include "proxy/planner.h"
+#include "tests/netns/netns.h"
 #include "tests/proxy/fixtures.h"
-#include "tests/proxy/netns.h"
 
 namespace endpointd::proxy {
 namespace {
 
-using testing::NetNs;
+using NetNs = netns::Netns;
 
 int listen_on(const char* addr, uint16_t port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -65,7 +65,7 @@ std::string request(const char* addr, uint16_t port, int* err) {
 
 class Pods {
  public:
-  Pods(const NetNs& ns, std::vector<std::string> addrs) {
+  Pods(NetNs& ns, std::vector<std::string> addrs) {
     ns.run([&] {
       for (const auto& a : addrs) {
         int fd = listen_on(a.c_str(), 8080);
@@ -103,10 +103,10 @@ class Pods {
 };
 
 TEST(ProxyTraffic, ClusterIpBalancesAndEmptyServiceRefuses) {
-  NetNs node("node"), pod("pod");
-  auto sh = [](const NetNs& ns, const std::string& cmd) {
+  NetNs node(netns::unique_prefix() + "node"), pod(netns::unique_prefix() + "pod");
+  auto sh = [](NetNs& ns, const std::string& cmd) {
     int st = 0;
-    std::string out = ns.exec(cmd, &st);
+    std::string out = ns.sh(cmd, &st);
     ASSERT_EQ(st, 0) << cmd << ": " << out;
   };
   sh(node, "ip link add veth0 type veth peer name veth1 netns " + pod.name());
