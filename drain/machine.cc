@@ -367,6 +367,7 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
       d.pod = w.pod;
       d.pod_uid = w.uid;
     }
+    if (!d.prestop_called || w.called < *d.prestop_called) d.prestop_called = w.called;
     if (d.stage == Stage::kWaitingTerminating) {
       if (in.now >= d.budget_end) {
         ++counters_.never_terminating;
@@ -470,6 +471,7 @@ std::string Machine::to_json(TimePoint now) const {
     add_wall("drained", d.drained);
     add_wall("released", d.released);
     add_wall("last_confirmation", d.last_confirmation);
+    add_wall("prestop_called", d.prestop_called);
     j += u + "},\"consumers_confirmed_ms\":{";
     std::string c;
     for (const auto& [name, at] : d.consumers_confirmed)

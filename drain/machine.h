@@ -77,6 +77,7 @@ struct Drain {
   std::vector<std::string> notes;  // every forced step and degraded input, in order
   bool removal_forced = false, drain_forced = false;
   std::optional<TimePoint> last_confirmation;  // the newest confirmation stage 2/3 waited for
+  std::optional<TimePoint> prestop_called;     // when the pod's prestop call arrived
 };
 
 // What a prestop call is told.

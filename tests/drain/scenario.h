@@ -244,6 +244,7 @@ inline void expect_no_failed_requests(const RollingUpdate& u) {
 // One drain's timeline as its agent reported it (wall-clock ms).
 struct Timeline {
   int64_t stop_accepting = 0, removed = 0, drained = 0, released = 0, last_confirmation = 0;
+  int64_t prestop_called = 0;  // when the prestop call reached the agent (0: none)
   bool removal_forced = false, drain_forced = false;
   std::string raw;  // the drain's JSON
 };
@@ -274,6 +275,7 @@ inline std::optional<Timeline> find_timeline(const std::string& drains, const st
   t.drained = field("drained");
   t.released = field("released");
   t.last_confirmation = field("last_confirmation");
+  t.prestop_called = field("prestop_called");
   t.removal_forced = std::regex_search(d, std::regex("\"removal_forced\":\\s*true"));
   t.drain_forced = std::regex_search(d, std::regex("\"drain_forced\":\\s*true"));
   return t;
@@ -293,9 +295,13 @@ inline void expect_drain_order(const Termination& t, const PodState& ps, const T
 
 // How long after the last confirmation it waited for the preStop returned. A drain that ended
 // at its deadline (keep-alive clients never close by themselves) counts from that deadline.
+// How long after the moment it could be released the prestop returned: the later of the last
+// confirmation (or the drain deadline) and the prestop call reaching the agent. The prestop is
+// started after the pod is marked terminating; on a loaded machine its process can take longer
+// to start than the removal takes to confirm, and that start-up is not the agent's latency.
 inline int64_t release_latency_ms(const Termination& t, const Timeline& tl) {
   int64_t last = tl.drain_forced ? tl.drained : tl.last_confirmation;
-  return t.prestop_returned_ms - last;
+  return t.prestop_returned_ms - std::max(last, tl.prestop_called);
 }
 
 // No connection accepted by the pod after its removal was confirmed on every node. Returns
