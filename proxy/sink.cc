@@ -284,7 +284,9 @@ bool ProxySink::full_sync_locked(const model::SnapshotPtr& snap) {
     rng_ = rng_ * 1103515245u + 12345u;
     double jitter = 0.5 + static_cast<double>((rng_ >> 8) % 1000) / 1000.0;  // 0.5x .. 1.5x
     ++attempt_;
-    next_try_ = started + std::chrono::duration_cast<Clock::duration>(base * jitter);
+    // From the failure, not from the attempt's start: planning a large state can take longer
+    // than the backoff itself, and the kernel would then be retried back to back.
+    next_try_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(base * jitter);
     need_full_ = true;
     spdlog::error("proxy: full sync of generation {} failed (attempt {}): {}", snap->generation,
                   attempt_, r.error());
