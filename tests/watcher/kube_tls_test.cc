@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "tests/fakeapi/fake_api.h"
-#include "tests/watcher/kube_test_util.h"
 #include "tests/support/test_certs.h"
+#include "tests/watcher/kube_test_util.h"
 #include "watcher/kube_client.h"
 
 namespace endpointd::watcher {
