@@ -123,81 +123,74 @@ std::vector<Msg> decode(const Batch& b) {
         case NFT_MSG_DELSET:
         case NFT_MSG_NEWSETELEM:
         case NFT_MSG_DELSETELEM: {
+          // Sets and elements are read with libmnl: libnftnl 1.2.4's parser aborts on the
+          // concatenation description (NFTA_SET_DESC_CONCAT) that nft itself sends, and refuses
+          // elements carrying a key end and a verdict.
+          const char* body =
+              static_cast<const char*>(mnl_nlmsg_get_payload(nlh)) + sizeof(nfgenmsg);
+          const size_t body_len = mnl_nlmsg_get_payload_len(nlh) - sizeof(nfgenmsg);
           if (m.type == NFT_MSG_NEWSET || m.type == NFT_MSG_DELSET) {
-            // The set's attributes are read with libmnl: libnftnl 1.2.4's parser aborts on the
-            // concatenation description (NFTA_SET_DESC_CONCAT) that nft itself sends.
-            struct Ctx {
-              Msg* m;
-            } ctx{&m};
-            auto cb = [](const nlattr* a, void* data) -> int {
-              Msg* out = static_cast<Ctx*>(data)->m;
+            each_attr(body, body_len, [&](const nlattr* a) {
               switch (mnl_attr_get_type(a)) {
                 case NFTA_SET_TABLE:
-                  out->table = mnl_attr_get_str(a);
+                  m.table = mnl_attr_get_str(a);
                   break;
                 case NFTA_SET_NAME:
-                  out->name = mnl_attr_get_str(a);
+                  m.name = mnl_attr_get_str(a);
                   break;
                 case NFTA_SET_FLAGS:
-                  out->set_flags = ntohl(mnl_attr_get_u32(a));
+                  m.set_flags = ntohl(mnl_attr_get_u32(a));
                   break;
                 case NFTA_SET_KEY_TYPE:
-                  out->key_type = ntohl(mnl_attr_get_u32(a));
+                  m.key_type = ntohl(mnl_attr_get_u32(a));
                   break;
                 case NFTA_SET_DATA_TYPE:
-                  out->data_type = ntohl(mnl_attr_get_u32(a));
+                  m.data_type = ntohl(mnl_attr_get_u32(a));
                   break;
                 default:
                   break;
               }
-              return MNL_CB_OK;
-            };
-            EXPECT_EQ(mnl_attr_parse(nlh, sizeof(nfgenmsg), cb, &ctx), MNL_CB_OK);
+            });
             break;
           }
-          // Elements, walked with libmnl as the kernel reads them (nftnl_set_elems_nlmsg_parse
-          // refuses the elements nft sends with a key end and a verdict in one element).
-          const char* payload = static_cast<const char*>(mnl_nlmsg_get_payload(nlh));
-          each_attr(payload + sizeof(nfgenmsg), mnl_nlmsg_get_payload_len(nlh) - sizeof(nfgenmsg),
-                    [&](const nlattr* a) {
-                      switch (mnl_attr_get_type(a)) {
-                        case NFTA_SET_ELEM_LIST_TABLE:
-                          m.table = mnl_attr_get_str(a);
-                          break;
-                        case NFTA_SET_ELEM_LIST_SET:
-                          m.name = mnl_attr_get_str(a);
-                          break;
-                        case NFTA_SET_ELEM_LIST_ELEMENTS:
-                          each_nested(a, [&](const nlattr* el) {
-                            Elem e;
-                            each_nested(el, [&](const nlattr* f) {
-                              if (mnl_attr_get_type(f) == NFTA_SET_ELEM_FLAGS) return;
-                              each_nested(f, [&](const nlattr* v) {
-                                if (mnl_attr_get_type(v) == NFTA_DATA_VALUE) {
-                                  std::string h =
-                                      hex(mnl_attr_get_payload(v), mnl_attr_get_payload_len(v));
-                                  if (mnl_attr_get_type(f) == NFTA_SET_ELEM_KEY) e.key = h;
-                                  if (mnl_attr_get_type(f) == NFTA_SET_ELEM_KEY_END) e.key_end = h;
-                                  if (mnl_attr_get_type(f) == NFTA_SET_ELEM_DATA) e.data = h;
-                                } else if (mnl_attr_get_type(v) == NFTA_DATA_VERDICT) {
-                                  each_nested(v, [&](const nlattr* vv) {
-                                    if (mnl_attr_get_type(vv) == NFTA_VERDICT_CODE) {
-                                      e.has_verdict = true;
-                                      e.verdict = static_cast<int>(ntohl(mnl_attr_get_u32(vv)));
-                                    } else if (mnl_attr_get_type(vv) == NFTA_VERDICT_CHAIN) {
-                                      e.chain = mnl_attr_get_str(vv);
-                                    }
-                                  });
-                                }
-                              });
-                            });
-                            m.elems.push_back(std::move(e));
-                          });
-                          break;
-                        default:
-                          break;
+          each_attr(body, body_len, [&](const nlattr* a) {
+            switch (mnl_attr_get_type(a)) {
+              case NFTA_SET_ELEM_LIST_TABLE:
+                m.table = mnl_attr_get_str(a);
+                break;
+              case NFTA_SET_ELEM_LIST_SET:
+                m.name = mnl_attr_get_str(a);
+                break;
+              case NFTA_SET_ELEM_LIST_ELEMENTS:
+                each_nested(a, [&](const nlattr* el) {
+                  Elem e;
+                  each_nested(el, [&](const nlattr* f) {
+                    if (mnl_attr_get_type(f) == NFTA_SET_ELEM_FLAGS) return;
+                    each_nested(f, [&](const nlattr* v) {
+                      if (mnl_attr_get_type(v) == NFTA_DATA_VALUE) {
+                        std::string h = hex(mnl_attr_get_payload(v), mnl_attr_get_payload_len(v));
+                        if (mnl_attr_get_type(f) == NFTA_SET_ELEM_KEY) e.key = h;
+                        if (mnl_attr_get_type(f) == NFTA_SET_ELEM_KEY_END) e.key_end = h;
+                        if (mnl_attr_get_type(f) == NFTA_SET_ELEM_DATA) e.data = h;
+                      } else if (mnl_attr_get_type(v) == NFTA_DATA_VERDICT) {
+                        each_nested(v, [&](const nlattr* vv) {
+                          if (mnl_attr_get_type(vv) == NFTA_VERDICT_CODE) {
+                            e.has_verdict = true;
+                            e.verdict = static_cast<int>(ntohl(mnl_attr_get_u32(vv)));
+                          } else if (mnl_attr_get_type(vv) == NFTA_VERDICT_CHAIN) {
+                            e.chain = mnl_attr_get_str(vv);
+                          }
+                        });
                       }
                     });
+                  });
+                  m.elems.push_back(std::move(e));
+                });
+                break;
+              default:
+                break;
+            }
+          });
           break;
         }
         case NFT_MSG_NEWRULE:
