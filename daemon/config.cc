@@ -34,6 +34,7 @@ constexpr Named<LogLevel> kLogLevels[] = {{"trace", LogLevel::kTrace},
                                           {"error", LogLevel::kError}};
 constexpr Named<drain::PeerPolicy> kPeerPolicies[] = {{"proceed", drain::PeerPolicy::kProceed},
                                                       {"wait", drain::PeerPolicy::kWait}};
+constexpr Named<bool> kPeerProtocols[] = {{"watermark", true}, {"per-endpoint", false}};
 constexpr Named<drain::ReleaseAfter> kReleaseAfters[] = {
     {"removed", drain::ReleaseAfter::kRemoved}, {"drained", drain::ReleaseAfter::kDrained}};
 constexpr Named<dns::PodMode> kPodRecords[] = {{"disabled", dns::PodMode::kDisabled},
@@ -387,6 +388,10 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
       std::chrono::milliseconds(d.integer("drain-peer-timeout-ms", 1, 600000, 5000));
   cfg.drain_release_after =
       d.choice("drain-release-after", kReleaseAfters, cfg.drain_release_after);
+  cfg.drain_watermark = d.choice("drain-peer-protocol", kPeerProtocols, cfg.drain_watermark);
+  cfg.drain_fan_in = static_cast<size_t>(d.integer("drain-fan-in", 2, 64, 32));
+  cfg.drain_liveness = std::chrono::milliseconds(
+      d.integer("drain-liveness-ms", 100, 600000, cfg.drain_liveness.count()));
 
   cfg.log_format = d.choice("log-format", kLogFormats, cfg.log_format);
   cfg.log_level = d.choice("log-level", kLogLevels, cfg.log_level);
@@ -444,6 +449,15 @@ void add_run_flags(CLI::App& app) {
       std::string(to_string(def.drain_peer_policy)));
   add(app, "drain-peer-timeout-ms", "Each peer's deadline to confirm a removal",
       std::to_string(def.drain_peer_timeout.count()));
+  add(app, "drain-peer-protocol",
+      "How peers confirm removals: watermark (one cluster watermark over a tree of agents; "
+      "needs an API server's resourceVersions) or per-endpoint (one call per endpoint and peer)",
+      "watermark");
+  add(app, "drain-fan-in", "Children per agent in the cluster watermark's tree",
+      std::to_string(def.drain_fan_in));
+  add(app, "drain-liveness-ms",
+      "A peer silent this long is excluded from the cluster watermark (counted and logged)",
+      std::to_string(def.drain_liveness.count()));
   add(app, "drain-release-after",
       "Default release point (a pod's endpointd.io/release-after annotation wins): "
       "removed or drained",

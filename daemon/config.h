@@ -87,6 +87,9 @@ struct Config {
   drain::PeerPolicy drain_peer_policy = drain::PeerPolicy::kProceed;
   std::chrono::milliseconds drain_peer_timeout{5000};
   drain::ReleaseAfter drain_release_after = drain::ReleaseAfter::kDrained;
+  bool drain_watermark = true;  // --drain-peer-protocol watermark (else per-endpoint)
+  size_t drain_fan_in = 32;
+  std::chrono::milliseconds drain_liveness{3000};
 
   // Logging.
   LogFormat log_format = LogFormat::kText;

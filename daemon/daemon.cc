@@ -63,7 +63,10 @@ struct Daemon::Impl {
     st.node_name = cfg.node_name;
     st.sinks = board.entries();
     if (source) st.source_errors = source->errors();
-    if (drain) st.drains_json = drain->drains_json();
+    if (drain) {
+      st.drains_json = drain->drains_json();
+      st.drain_cluster_json = drain->cluster_json();
+    }
     return to_json(st);
   }
 };
@@ -156,6 +159,12 @@ Status Daemon::Impl::start_drain() {
   co.machine.default_release_after = cfg.drain_release_after;
   co.peer_listen = cfg.drain_peer_listen ? cfg.drain_peer_listen->str() : std::string();
   co.peer_port = cfg.drain_peer_port;
+  co.watermark = cfg.drain_watermark;
+  co.aggregator.fan_in = cfg.drain_fan_in;
+  co.aggregator.silence = cfg.drain_liveness;
+  co.aggregator.heartbeat = std::max(std::chrono::milliseconds(50), cfg.drain_liveness / 3);
+  co.aggregator.probe = std::max(std::chrono::milliseconds(50), cfg.drain_liveness / 10);
+  if (cfg.dns_listen) co.dns_ttl = std::chrono::duration_cast<std::chrono::milliseconds>(cfg.dns_ttl);
   co.drain_socket = cfg.drain_socket;
   co.registry = registry.get();
   if (!cfg.drain_socket.empty()) {

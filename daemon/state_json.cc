@@ -172,6 +172,8 @@ std::string to_json(const DebugState& st) {
   j.close(']');
   j.key("drains");
   j.raw(st.drains_json);
+  j.key("drainCluster");
+  j.raw(st.drain_cluster_json);
   j.key("sourceErrors");
   j.open('[');
   for (const auto& e : st.source_errors) {

@@ -8,6 +8,7 @@
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
+#include "drain/cluster.h"
 #include "drain/servers.h"
 #include "model/routing.h"
 
@@ -108,8 +109,16 @@ Status Coordinator::start() {
   for (size_t i = 0; i < std::max<size_t>(1, opts_.peer_concurrency); ++i)
     peer_threads_.emplace_back([this] { peer_worker(); });
   if (!opts_.peer_listen.empty()) {
-    peer_server_ =
-        std::make_unique<PeerServer>(this, opts_.machine.node_name, opts_.peer_answer_max);
+    if (opts_.watermark) {
+      ClusterOptions co;
+      co.node = opts_.machine.node_name;
+      co.aggregator = opts_.aggregator;
+      co.registry = opts_.registry;
+      cluster_ = std::make_unique<Cluster>(co, [this] { wake(); });
+      cluster_->start();
+    }
+    peer_server_ = std::make_unique<PeerServer>(this, opts_.machine.node_name,
+                                                opts_.peer_answer_max, cluster_.get());
     auto port = peer_server_->start(opts_.peer_listen);
     if (!port) return Error{port.error()};
     bound_peer_port_ = *port;
@@ -141,11 +150,13 @@ void Coordinator::stop() {
   changed_.notify_all();
   if (prestop_server_) prestop_server_->stop();
   if (peer_server_) peer_server_->stop();
+  if (cluster_) cluster_->stop();
   if (thread_.joinable()) thread_.join();
   for (auto& t : peer_threads_) t.join();
   peer_threads_.clear();
   prestop_server_.reset();
   peer_server_.reset();
+  cluster_.reset();
 }
 
 void Coordinator::wake() {
@@ -181,6 +192,71 @@ model::SnapshotPtr Coordinator::wait_snapshot(
     if (stopping_ || Clock::now() >= deadline) return nullptr;
     changed_.wait_until(lock, deadline);
   }
+}
+
+std::string Coordinator::cluster_json() const {
+  return cluster_ ? cluster_->to_json() : "null";
+}
+
+void Coordinator::update_watermark(const std::vector<pipeline::AckBoard::Entry>& entries,
+                                   TimePoint now, TimePoint* next) {
+  if (!cluster_ || revisions_.empty()) return;
+  // The oldest generation every consumer applied; a DNS consumer's counts once the answers
+  // given from the state before it expired from clients' caches.
+  uint64_t applied = revisions_.back().first;
+  for (const auto& e : entries) {
+    uint64_t g = e.generation();
+    if (e.view == model::RouteView::kDns && opts_.dns_ttl.count() > 0) {
+      auto& seen = dns_applied_[e.consumer];
+      if (g > 0 && (seen.empty() || seen.back().second != g)) seen.emplace_back(e.applied_at, g);
+      g = 0;
+      while (!seen.empty() && seen.front().first + opts_.dns_ttl <= now) {
+        g = seen.front().second;
+        if (seen.size() == 1) break;
+        if (seen[1].first + opts_.dns_ttl > now) break;
+        seen.pop_front();
+      }
+      if (!seen.empty() && seen.front().first + opts_.dns_ttl > now)
+        *next = std::min(*next, seen.front().first + opts_.dns_ttl);
+      else if (seen.size() > 1)
+        *next = std::min(*next, seen[1].first + opts_.dns_ttl);
+    }
+    applied = std::min(applied, g);
+  }
+  uint64_t local = 0;
+  for (const auto& [gen, rev] : revisions_)
+    if (gen <= applied) local = rev;
+  // Generations below every consumer are no longer needed (keep the one that answers).
+  while (revisions_.size() > 1 && revisions_[1].first <= applied) revisions_.pop_front();
+  cluster_->set_local(local);
+}
+
+void Coordinator::confirm_by_watermark(TimePoint now) {
+  if (!cluster_) return;
+  Cluster::View v = cluster_->view();
+  std::vector<std::pair<model::IpAddr, std::string>> confirm, fail;
+  std::vector<std::string> reasons;
+  for (const auto& [ip, d] : machine_.drains()) {
+    if (d.revision == 0 || d.stage != Stage::kStopAccepting || v.cluster < d.revision) continue;
+    for (const auto& [node, p] : d.peers) {
+      if (p.state != PeerState::State::kPending) continue;
+      if (v.excluded.count(node)) {
+        // Silent past the liveness deadline: by policy proceed (counted), or keep waiting.
+        if (opts_.machine.peer_policy == PeerPolicy::kProceed) {
+          fail.emplace_back(ip, node);
+          reasons.push_back("excluded from the cluster watermark: silent past the deadline");
+        }
+      } else if (!v.members.count(node)) {
+        fail.emplace_back(ip, node);
+        reasons.push_back("not a member of the cluster watermark (left the Node list)");
+      } else {
+        confirm.emplace_back(ip, node);
+      }
+    }
+  }
+  for (const auto& [ip, node] : confirm) machine_.peer_answered(ip, node, true, "", now);
+  for (size_t i = 0; i < fail.size(); ++i)
+    machine_.peer_answered(fail[i].first, fail[i].second, false, reasons[i], now);
 }
 
 std::string Coordinator::drains_json() const {
@@ -298,9 +374,29 @@ void Coordinator::run() {
     if (pending_) {
       auto snap = std::move(pending_);
       pending_.reset();
+      if (cluster_) {
+        if (revisions_.empty() || revisions_.back().second != snap->slice_revision ||
+            revisions_.back().first < snap->generation)
+          revisions_.emplace_back(snap->generation, snap->slice_revision);
+        if (revisions_.size() > 4096) revisions_.pop_front();
+        std::map<std::string, std::string> members;
+        for (const auto& n : snap->nodes) {
+          auto ips = n->internal_ips();
+          if (ips.empty()) continue;
+          std::string host = ips.front().is_v6() ? "[" + ips.front().str() + "]" : ips.front().str();
+          members[n->name] = host + ":" + std::to_string(opts_.peer_port);
+        }
+        cluster_->set_members(std::move(members));
+      }
       auto started = machine_.on_snapshot(snap, Clock::now());
       for (const auto& ip : started) {
         const Drain& d = machine_.drains().at(ip);
+        if (cluster_ && d.revision > 0) {
+          spdlog::info(
+              "drain: {} (pod {}) stop-accepting; waiting for the cluster watermark to reach {}",
+              ip.str(), d.pod.str(), d.revision);
+          continue;
+        }
         TimePoint deadline = opts_.machine.peer_policy == PeerPolicy::kWait
                                  ? d.removal_deadline
                                  : d.start + opts_.machine.peer_timeout;
@@ -333,6 +429,9 @@ void Coordinator::run() {
     }
     auto entries = board_->entries();
     lock.lock();
+    TimePoint wake_dns = Clock::now() + std::chrono::hours(1);
+    update_watermark(entries, Clock::now(), &wake_dns);
+    confirm_by_watermark(Clock::now());
     Machine::Inputs in;
     in.now = Clock::now();
     in.consumers = std::move(entries);
@@ -347,6 +446,7 @@ void Coordinator::run() {
     next = Clock::now() + std::chrono::hours(1);
     if (auto dl = machine_.next_deadline()) next = std::min(next, *dl);
     if (polling) next = std::min(next, Clock::now() + opts_.conntrack_poll);
+    next = std::min(next, wake_dns);
   }
 }
 

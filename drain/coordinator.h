@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "drain/aggregate.h"
 #include "drain/flows.h"
 #include "drain/machine.h"
 #include "pipeline/ack_board.h"
@@ -25,6 +26,7 @@ class Registry;
 namespace endpointd::drain {
 
 struct BoardHook;
+class Cluster;
 
 struct CoordinatorOptions {
   Options machine;  // node_name, budgets, peer policy, release-after default
@@ -35,6 +37,13 @@ struct CoordinatorOptions {
   size_t peer_concurrency = 16;  // calls in flight at once
   // A peer server holds an AwaitRemoval call at most this long.
   milliseconds peer_answer_max{30000};
+  // The cluster watermark (peer protocol v2): drains whose update has a resourceVersion are
+  // confirmed by it instead of one AwaitRemoval call per endpoint and peer. Off: v1 only.
+  bool watermark = true;
+  AggregatorOptions aggregator;
+  // DNS answers live this long in clients' caches: a DNS consumer's state counts towards the
+  // local watermark only this long after it was applied.
+  milliseconds dns_ttl{0};
   // The prestop socket (empty: none).
   std::string drain_socket;
   size_t prestop_max_connections = 256;
@@ -77,6 +86,8 @@ class Coordinator {
   std::string drains_json() const;
   Counters counters() const;
   uint16_t peer_port() const { return bound_peer_port_; }
+  // For /debug/state: the cluster watermark's view ("null" when it is off).
+  std::string cluster_json() const;
 
   // Whether this agent's own consumers still route new connections to `ip` (what a peer asks).
   LocalRemoval local_removal(const model::IpAddr& ip) const;
@@ -108,6 +119,11 @@ class Coordinator {
   void peer_worker();
   void wake();
   void record(const std::vector<Transition>& ts);
+  // Under mu_: the cluster watermark's members and this agent's own watermark from the board.
+  void update_watermark(const std::vector<pipeline::AckBoard::Entry>& entries, TimePoint now,
+                        TimePoint* next);
+  // Under mu_: peers of drains the cluster watermark covers.
+  void confirm_by_watermark(TimePoint now);
 
   pipeline::AckBoard* board_;
   Flows* flows_;
@@ -127,6 +143,11 @@ class Coordinator {
   std::deque<PeerJob> peer_jobs_;
   std::thread thread_;
   std::vector<std::thread> peer_threads_;
+  std::unique_ptr<Cluster> cluster_;
+  // (generation, slice revision) of recent snapshots, oldest first.
+  std::deque<std::pair<uint64_t, uint64_t>> revisions_;
+  // Per DNS consumer: (applied at, generation), oldest first, until the TTL passed.
+  std::map<std::string, std::deque<std::pair<TimePoint, uint64_t>>> dns_applied_;
   std::unique_ptr<PeerServer> peer_server_;
   std::unique_ptr<PrestopServer> prestop_server_;
   uint16_t bound_peer_port_ = 0;

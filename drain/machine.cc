@@ -93,6 +93,7 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
   auto begin_stop_accepting = [&](Drain& d, const char* why) {
     d.stage = Stage::kStopAccepting;
     d.stop_accepting = now;
+    d.revision = snap_->slice_revision;
     if (why) d.notes.emplace_back(why);
     for (const auto& n : snap_->nodes) {
       if (n->name == opts_.node_name) continue;
@@ -476,7 +477,7 @@ std::string Machine::to_json(TimePoint now) const {
     std::string c;
     for (const auto& [name, at] : d.consumers_confirmed)
       c += (c.empty() ? "" : ",") + model::json_string(name) + ":" + ms_since(d.start, at);
-    j += c + "},\"peers\":[";
+    j += c + "},\"revision\":" + std::to_string(d.revision) + ",\"peers\":[";
     std::string p;
     for (const auto& [node, ps] : d.peers) {
       const char* st = ps.state == PeerState::State::kConfirmed ? "confirmed"

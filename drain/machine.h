@@ -67,6 +67,9 @@ struct Drain {
   ReleaseAfter release_after = ReleaseAfter::kDrained;
   Stage stage = Stage::kWaitingTerminating;
   TimePoint start{};  // when this agent first knew the endpoint was going away
+  // The EndpointSlice position of the snapshot that showed the endpoint going away: the
+  // cluster watermark confirms every peer once it reaches it (0: unknown, ask each peer).
+  uint64_t revision = 0;
   TimePoint removal_deadline{};
   TimePoint budget_end{};
   std::optional<TimePoint> stop_accepting, removed, drained, released;

@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include "drain/cluster.h"
 #include "drain/servers.h"
 #include "endpointd/v1/drain.grpc.pb.h"
 
@@ -11,10 +12,32 @@ namespace endpointd::drain {
 
 namespace pb = endpointd::v1;
 
-class Coordinator::PeerServer::Service final : public pb::Peer::Service {
+namespace {
+
+// Peer.Exchange on an agent without the cluster watermark.
+class Unimplemented final : public grpc::ServerBidiReactor<pb::PeerMessage, pb::PeerMessage> {
  public:
-  Service(Coordinator* c, std::string node, milliseconds max)
-      : c_(c), node_(std::move(node)), max_(max) {}
+  Unimplemented() {
+    Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "endpointd drain: this agent runs without the cluster watermark"));
+  }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+// AwaitRemoval holds a thread of the server's bounded pool per call (v1); Exchange streams are
+// callback reactors (v2) and hold none.
+class Coordinator::PeerServer::Service final
+    : public pb::Peer::WithCallbackMethod_Exchange<pb::Peer::Service> {
+ public:
+  Service(Coordinator* c, std::string node, milliseconds max, Cluster* cluster)
+      : c_(c), node_(std::move(node)), max_(max), cluster_(cluster) {}
+  grpc::ServerBidiReactor<pb::PeerMessage, pb::PeerMessage>* Exchange(
+      grpc::CallbackServerContext* ctx) override {
+    if (!cluster_) return new Unimplemented();
+    return cluster_->exchange(ctx);
+  }
   grpc::Status AwaitRemoval(grpc::ServerContext* ctx, const pb::AwaitRemovalRequest* req,
                             pb::AwaitRemovalResponse* resp) override {
     auto ip = model::IpAddr::parse(req->address());
@@ -51,10 +74,12 @@ class Coordinator::PeerServer::Service final : public pb::Peer::Service {
   Coordinator* c_;
   std::string node_;
   milliseconds max_;
+  Cluster* cluster_;
 };
 
-Coordinator::PeerServer::PeerServer(Coordinator* c, std::string node, milliseconds answer_max)
-    : service_(std::make_unique<Service>(c, std::move(node), answer_max)) {}
+Coordinator::PeerServer::PeerServer(Coordinator* c, std::string node, milliseconds answer_max,
+                                    Cluster* cluster)
+    : service_(std::make_unique<Service>(c, std::move(node), answer_max, cluster)) {}
 
 Coordinator::PeerServer::~PeerServer() {
   stop();
@@ -65,6 +90,9 @@ Result<uint16_t> Coordinator::PeerServer::start(const std::string& listen) {
   int port = 0;
   b.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   b.RegisterService(service_.get());
+  // Reports are small; a peer that sends more is not a peer.
+  b.SetMaxReceiveMessageSize(4 << 20);
+  b.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 32);
   grpc::ResourceQuota quota("endpointd-drain-peer");
   quota.SetMaxThreads(64);
   b.SetResourceQuota(quota);

@@ -22,7 +22,8 @@ namespace endpointd::drain {
 
 class Coordinator::PeerServer {
  public:
-  PeerServer(Coordinator* c, std::string node, milliseconds answer_max);
+  // `cluster` (may be null) serves Peer.Exchange.
+  PeerServer(Coordinator* c, std::string node, milliseconds answer_max, Cluster* cluster);
   ~PeerServer();
   // Returns the bound port.
   Result<uint16_t> start(const std::string& listen);

@@ -1,26 +1,8 @@
 #include "drain/watermark.h"
 
 #include <algorithm>
-#include <limits>
 
 namespace endpointd::drain {
-
-Result<uint64_t> parse_revision(std::string_view rv) {
-  auto bad = [&](const char* why) {
-    return Error{"resourceVersion \"" + std::string(rv.substr(0, 64)) + "\": " + why};
-  };
-  if (rv.empty()) return bad("empty");
-  if (rv.size() > 1 && rv[0] == '0') return bad("leading zero");
-  uint64_t v = 0;
-  for (char c : rv) {
-    if (c < '0' || c > '9') return bad("not a decimal number");
-    uint64_t d = static_cast<uint64_t>(c - '0');
-    if (v > (std::numeric_limits<uint64_t>::max() - d) / 10) return bad("past 2^64-1");
-    v = v * 10 + d;
-  }
-  if (v == 0) return bad("0 is not a position");
-  return v;
-}
 
 uint64_t member_hash(std::string_view node) {
   uint64_t h = 0xcbf29ce484222325ULL;

@@ -18,13 +18,12 @@
 #include <string_view>
 #include <vector>
 
+#include "model/event.h"
 #include "model/result.h"
 
 namespace endpointd::drain {
 
-// "12345" -> 12345. Empty, signs, non-digits, leading zeros, "0" (not a position: "any" in a
-// request) and values past 2^64-1 are errors naming the value.
-Result<uint64_t> parse_revision(std::string_view rv);
+using model::parse_revision;  // model/event.h: a resourceVersion as a position
 
 // A well-mixed 64-bit hash of a node name (FNV-1a, then a SplitMix64 finalizer). Fixed for
 // every agent and every version: the tree and the coverage digests depend on it.

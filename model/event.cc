@@ -1,6 +1,8 @@
 // Helpers over the event and object variants.
 #include "model/event.h"
 
+#include <limits>
+
 namespace endpointd::model {
 
 std::string_view to_string(ObjectKind k) {
@@ -32,6 +34,23 @@ std::string key_string(const Object& o) {
         }
       },
       o);
+}
+
+Result<uint64_t> parse_revision(std::string_view rv) {
+  auto bad = [&](const char* why) {
+    return Error{"resourceVersion \"" + std::string(rv.substr(0, 64)) + "\": " + why};
+  };
+  if (rv.empty()) return bad("empty");
+  if (rv.size() > 1 && rv[0] == '0') return bad("leading zero");
+  uint64_t v = 0;
+  for (char c : rv) {
+    if (c < '0' || c > '9') return bad("not a decimal number");
+    uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (std::numeric_limits<uint64_t>::max() - d) / 10) return bad("past 2^64-1");
+    v = v * 10 + d;
+  }
+  if (v == 0) return bad("0 is not a position");
+  return v;
 }
 
 }  // namespace endpointd::model

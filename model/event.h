@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/objects.h"
+#include "model/result.h"
 
 namespace endpointd::model {
 
@@ -56,7 +57,17 @@ struct Batch {
 
 struct Event {
   std::variant<Upsert, Remove, Replace, ReplaceMany, Batch> change;
+  // The source's position after this event, as the API server wrote it: the event's
+  // resourceVersion, or a list's. Empty for sources without one (a manifest directory).
+  std::string resource_version{};
   std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
 };
+
+// A resourceVersion as a position in the API server's write order: "12345" -> 12345. The API
+// calls resourceVersions opaque; endpointd compares only those of one watch, which the API server
+// delivers in order and issues from one counter (etcd's revision, in decimal). Empty, signs,
+// non-digits, leading zeros, "0" (not a position: "any" in a request) and values past 2^64-1 are
+// errors naming the value; the drain then waits instead of guessing.
+Result<uint64_t> parse_revision(std::string_view rv);
 
 }  // namespace endpointd::model

@@ -47,6 +47,9 @@ using PodPtr = std::shared_ptr<const Pod>;
 struct Snapshot {
   uint64_t generation = 0;
   bool synced = false;  // every source has delivered its first full list
+  // The EndpointSlice watch's position this snapshot includes: every slice event up to this
+  // resourceVersion (model::parse_revision) is in it. 0 for sources without resourceVersions.
+  uint64_t slice_revision = 0;
   // Sorted by key, in shared chunks: the next snapshot shares what did not change.
   ServiceList services;
   // Merged endpoints over all services, kept by the builder.

@@ -8,6 +8,21 @@ namespace endpointd::pipeline {
 
 using model::ObjectKind;
 
+namespace {
+
+bool slice_event(const std::variant<model::Upsert, model::Remove, model::Replace,
+                                    model::ReplaceMany, model::Batch>& change) {
+  if (const auto* u = std::get_if<model::Upsert>(&change))
+    return model::kind_of(u->object) == ObjectKind::kEndpointSlice;
+  if (const auto* r = std::get_if<model::Remove>(&change))
+    return r->kind == ObjectKind::kEndpointSlice;
+  if (const auto* r = std::get_if<model::Replace>(&change))
+    return r->kind == ObjectKind::kEndpointSlice;
+  return false;
+}
+
+}  // namespace
+
 Store::Store(std::set<ObjectKind> expected) : expected_(std::move(expected)) {}
 
 bool Store::synced() const {
@@ -15,7 +30,8 @@ bool Store::synced() const {
 }
 
 bool Store::pending() const {
-  return !dirty_.empty() || nodes_dirty_ || pods_dirty_ || synced_changed_;
+  return !dirty_.empty() || nodes_dirty_ || pods_dirty_ || synced_changed_ ||
+         slice_revision_ != built_revision_;
 }
 
 void Store::upsert(model::Service&& s) {
@@ -140,6 +156,13 @@ void Store::replace(model::Replace&& r) {
 }
 
 void Store::apply(model::Event&& ev) {
+  // The EndpointSlice watch's position: its events arrive in resourceVersion order, so the
+  // newest one seen is a position every earlier slice event is behind. Other kinds' positions
+  // come from other watches and say nothing about slices.
+  if (!ev.resource_version.empty() && slice_event(ev.change)) {
+    if (auto rv = model::parse_revision(ev.resource_version); rv.ok())
+      slice_revision_ = std::max(slice_revision_, rv.value());
+  }
   std::visit(
       [&](auto&& c) {
         using T = std::decay_t<decltype(c)>;
@@ -214,6 +237,9 @@ model::SnapshotPtr Store::build(const model::SnapshotPtr& prev) {
   next->synced = synced();
   if (next->synced != p.synced) changed = true;
   synced_changed_ = false;
+  next->slice_revision = slice_revision_;
+  if (slice_revision_ != p.slice_revision) changed = true;
+  built_revision_ = slice_revision_;
   if (!changed && prev) return prev;
   next->generation = p.generation + 1;
   return next;

@@ -50,6 +50,8 @@ class Store {
   std::set<model::ServiceKey> dirty_;
   bool nodes_dirty_ = false;
   bool pods_dirty_ = false;
+  uint64_t slice_revision_ = 0;  // the EndpointSlice watch's position (0: none known)
+  uint64_t built_revision_ = 0;  // ... as of the last build()
 };
 
 }  // namespace endpointd::pipeline

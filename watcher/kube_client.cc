@@ -486,6 +486,7 @@ class KubeClient::Watcher {
       } else {
         model::Event out;
         out.change = model::Remove{kind_, ev.key};
+        out.resource_version = ev.resource_version;
         post(std::move(out));
       }
     } else if (!ev.object) {
@@ -497,11 +498,13 @@ class KubeClient::Watcher {
       if (ev.type == WatchEventType::kModified) {
         model::Event out;
         out.change = model::Remove{kind_, key_of(*ev.object)};
+        out.resource_version = ev.resource_version;
         post(std::move(out));
       }
     } else {
       model::Event out;
       out.change = model::Upsert{std::move(*ev.object)};
+      out.resource_version = ev.resource_version;
       post(std::move(out));
     }
     // Only after the event was handled: a stream cut before this line ends resumes before it.
@@ -723,6 +726,7 @@ class KubeClient::Watcher {
                      l.resource_version);
         model::Event ev;
         ev.change = model::Replace{kind_, std::move(l.objects), std::move(l.keep)};
+        ev.resource_version = l.resource_version;
         post(std::move(ev));
         {
           std::lock_guard lock(stats_mu_);

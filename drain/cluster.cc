@@ -1,0 +1,771 @@
+// The cluster thread owns the Aggregator and every stream's bookkeeping; gRPC's callbacks only
+// hand events to it (a stream opened, a message, a stream done), so no stream is ever freed
+// under a caller and no lock is held across a call into gRPC but a stream's own.
+#include "drain/cluster.h"
+
+#include <grpcpp/grpcpp.h>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+#include <spdlog/spdlog.h>
+
+#include <list>
+#include <variant>
+
+#include "endpointd/v1/drain.grpc.pb.h"
+#include "model/json.h"
+
+namespace endpointd::drain {
+
+namespace pb = endpointd::v1;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr size_t kMaxName = 253;  // a node name is a DNS subdomain
+constexpr size_t kMaxList = 100000;
+
+bool valid_name(const std::string& s) {
+  return !s.empty() && s.size() <= kMaxName;
+}
+
+void copy_names(const google::protobuf::RepeatedPtrField<std::string>& in,
+                std::vector<std::string>& out) {
+  out.reserve(std::min<size_t>(in.size(), kMaxList));
+  for (const auto& s : in) {
+    if (out.size() >= kMaxList) break;
+    if (valid_name(s)) out.push_back(s);
+  }
+}
+
+// A received message as the Aggregator takes it; an error names what was wrong.
+Result<Message> from_wire(const pb::PeerMessage& m) {
+  if (m.has_up()) {
+    const auto& u = m.up();
+    if (!valid_name(u.from())) return Error{"up report without a valid sender name"};
+    UpReport r;
+    r.from = u.from();
+    r.watermark = u.watermark();
+    r.covered.count = u.covered_count();
+    r.covered.digest = u.covered_digest();
+    copy_names(u.silent(), r.silent);
+    copy_names(u.returning(), r.returning);
+    r.leaving = u.leaving();
+    copy_names(u.excluded(), r.excluded);
+    return Message{std::move(r)};
+  }
+  if (m.has_down()) {
+    const auto& d = m.down();
+    if (!valid_name(d.from())) return Error{"down report without a valid sender name"};
+    DownReport r;
+    r.from = d.from();
+    r.watermark = d.watermark();
+    copy_names(d.excluded(), r.excluded);
+    return Message{std::move(r)};
+  }
+  return Error{"a message with neither an up nor a down report"};
+}
+
+pb::PeerMessage to_wire(const Message& m) {
+  pb::PeerMessage out;
+  if (const auto* u = std::get_if<UpReport>(&m)) {
+    auto* w = out.mutable_up();
+    w->set_from(u->from);
+    w->set_watermark(u->watermark);
+    w->set_covered_count(u->covered.count);
+    w->set_covered_digest(u->covered.digest);
+    for (const auto& s : u->silent) w->add_silent(s);
+    for (const auto& s : u->returning) w->add_returning(s);
+    w->set_leaving(u->leaving);
+    for (const auto& s : u->excluded) w->add_excluded(s);
+  } else {
+    const auto& d = std::get<DownReport>(m);
+    auto* w = out.mutable_down();
+    w->set_from(d.from);
+    w->set_watermark(d.watermark);
+    for (const auto& s : d.excluded) w->add_excluded(s);
+  }
+  return out;
+}
+
+const std::string& sender(const pb::PeerMessage& m) {
+  return m.has_up() ? m.up().from() : m.down().from();
+}
+
+}  // namespace
+
+struct Cluster::Event {
+  enum class Kind : uint8_t { kNewIn, kMessage, kInDone, kOutDone };
+  Kind kind = Kind::kMessage;
+  InStream* in = nullptr;
+  OutStream* out = nullptr;
+  pb::PeerMessage message;
+  size_t bytes = 0;
+};
+
+struct Cluster::Metrics {
+  std::shared_ptr<prometheus::Registry> own;
+  prometheus::Family<prometheus::Counter>* messages;
+  prometheus::Family<prometheus::Counter>* bytes;
+  prometheus::Family<prometheus::Counter>* refused;
+  prometheus::Family<prometheus::Counter>* dropped;
+  prometheus::Family<prometheus::Gauge>* streams;
+  prometheus::Gauge* excluded;
+  prometheus::Family<prometheus::Gauge>* watermark;
+
+  explicit Metrics(prometheus::Registry* r) {
+    if (!r) {
+      own = std::make_shared<prometheus::Registry>();
+      r = own.get();
+    }
+    messages = &prometheus::BuildCounter()
+                    .Name("endpointd_drain_peer_messages_total")
+                    .Help("Cluster watermark reports, by direction (sent, received) and kind")
+                    .Register(*r);
+    bytes = &prometheus::BuildCounter()
+                 .Name("endpointd_drain_peer_bytes_total")
+                 .Help("Bytes of cluster watermark reports (protobuf payload), by direction")
+                 .Register(*r);
+    refused = &prometheus::BuildCounter()
+                   .Name("endpointd_drain_peer_refused_total")
+                   .Help("Peer streams closed by this agent, by reason")
+                   .Register(*r);
+    dropped = &prometheus::BuildCounter()
+                   .Name("endpointd_drain_peer_dropped_total")
+                   .Help("Reports not delivered, by reason (queue full, inbox full, no stream)")
+                   .Register(*r);
+    streams = &prometheus::BuildGauge()
+                   .Name("endpointd_drain_peer_streams")
+                   .Help("Peer streams open now, by direction (incoming, outgoing)")
+                   .Register(*r);
+    excluded = &prometheus::BuildGauge()
+                    .Name("endpointd_drain_peers_excluded")
+                    .Help("Nodes excluded from the cluster watermark (silent past the deadline)")
+                    .Register(*r)
+                    .Add({});
+    watermark = &prometheus::BuildGauge()
+                     .Name("endpointd_drain_watermark")
+                     .Help("EndpointSlice position applied: local (this agent's consumers) and "
+                           "cluster (every live agent's)")
+                     .Register(*r);
+  }
+};
+
+// One incoming stream (a child, or any peer that reports to this agent). Its memory is freed
+// by the cluster thread after OnDone, never inside a callback.
+class Cluster::InStream final : public grpc::ServerBidiReactor<pb::PeerMessage, pb::PeerMessage> {
+ public:
+  InStream(Cluster* c, grpc::CallbackServerContext* ctx, size_t queue)
+      : c_(c), queue_(queue), opened_(SteadyClock::now()) {
+    peer_ = ctx->peer();
+    StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      finish(grpc::Status::OK);
+      return;
+    }
+    Event ev;
+    ev.kind = Event::Kind::kMessage;
+    ev.in = this;
+    ev.bytes = in_.ByteSizeLong();
+    ev.message = std::move(in_);
+    in_.Clear();
+    c_->post(std::move(ev));
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mu_);
+    out_.pop_front();
+    if (!ok) finishing_ = true;
+    if (!out_.empty() && !finishing_) {
+      StartWrite(&out_.front());
+      return;
+    }
+    writing_ = false;
+    if (finishing_ && !finished_) {
+      finished_ = true;
+      Finish(status_);
+    }
+  }
+
+  void OnDone() override {
+    Event ev;
+    ev.kind = Event::Kind::kInDone;
+    ev.in = this;
+    c_->post(std::move(ev));
+  }
+
+  // Queues a message; returns false when one waiting was dropped to make room.
+  bool send(pb::PeerMessage m) {
+    std::lock_guard lock(mu_);
+    if (finishing_) return true;
+    bool dropped = false;
+    if (out_.size() >= queue_) {
+      // The one in flight stays; the oldest waiting goes (a newer report supersedes it).
+      out_.erase(writing_ ? std::next(out_.begin()) : out_.begin());
+      dropped = true;
+    }
+    out_.push_back(std::move(m));
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&out_.front());
+    }
+    return !dropped;
+  }
+
+  void finish(grpc::Status st) {
+    std::lock_guard lock(mu_);
+    if (finishing_) return;
+    finishing_ = true;
+    status_ = std::move(st);
+    if (!writing_) {
+      finished_ = true;
+      Finish(status_);
+    }
+  }
+
+  std::string node;      // set by the cluster thread from the first message
+  bool refused = false;  // the cluster thread closed it
+  const std::string& peer() const { return peer_; }
+  SteadyClock::time_point opened() const { return opened_; }
+
+ private:
+  Cluster* c_;
+  size_t queue_;
+  SteadyClock::time_point opened_;
+  std::string peer_;
+  pb::PeerMessage in_;
+  std::recursive_mutex mu_;  // a write can complete inline, on the thread that started it
+  std::list<pb::PeerMessage> out_;
+  bool writing_ = false;
+  bool finishing_ = false;
+  bool finished_ = false;
+  grpc::Status status_;
+};
+
+// One outgoing stream, to a parent (or a former one being told that this agent left).
+class Cluster::OutStream final : public grpc::ClientBidiReactor<pb::PeerMessage, pb::PeerMessage> {
+ public:
+  OutStream(Cluster* c, std::string node, const std::string& address,
+            const std::shared_ptr<grpc::ChannelCredentials>& creds, size_t queue)
+      : node(std::move(node)), c_(c), queue_(queue) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 4 << 20);
+    // Each stream its own connection: a stream torn down takes only its own with it.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    channel_ = grpc::CreateCustomChannel(
+        address, creds ? creds : grpc::InsecureChannelCredentials(), args);
+    stub_ = pb::Peer::NewStub(channel_);
+    stub_->async()->Exchange(&ctx_, this);
+    StartRead(&in_);
+    StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows with the status
+    Event ev;
+    ev.kind = Event::Kind::kMessage;
+    ev.out = this;
+    ev.bytes = in_.ByteSizeLong();
+    ev.message = std::move(in_);
+    in_.Clear();
+    c_->post(std::move(ev));
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mu_);
+    out_.pop_front();
+    if (ok && !out_.empty() && !closing_) {
+      StartWrite(&out_.front());
+      return;
+    }
+    writing_ = false;
+    if (!ok) closing_ = true;
+  }
+
+  void OnDone(const grpc::Status& st) override {
+    status = st;
+    Event ev;
+    ev.kind = Event::Kind::kOutDone;
+    ev.out = this;
+    c_->post(std::move(ev));
+  }
+
+  bool send(pb::PeerMessage m) {
+    std::lock_guard lock(mu_);
+    if (closing_) return true;
+    bool dropped = false;
+    if (out_.size() >= queue_) {
+      out_.erase(writing_ ? std::next(out_.begin()) : out_.begin());
+      dropped = true;
+    }
+    out_.push_back(std::move(m));
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&out_.front());
+    }
+    last_send = SteadyClock::now();
+    return !dropped;
+  }
+
+  void close() {
+    {
+      std::lock_guard lock(mu_);
+      closing_ = true;
+    }
+    ctx_.TryCancel();
+  }
+
+  const std::string node;
+  SteadyClock::time_point last_send = SteadyClock::now();
+  grpc::Status status;
+
+ private:
+  Cluster* c_;
+  size_t queue_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<pb::Peer::Stub> stub_;
+  grpc::ClientContext ctx_;
+  pb::PeerMessage in_;
+  std::recursive_mutex mu_;
+  std::list<pb::PeerMessage> out_;
+  bool writing_ = false;
+  bool closing_ = false;
+};
+
+grpc::ServerBidiReactor<pb::PeerMessage, pb::PeerMessage>* Cluster::exchange(
+    grpc::CallbackServerContext* ctx) {
+  auto* s = new InStream(this, ctx, opts_.queue);
+  Event ev;
+  ev.kind = Event::Kind::kNewIn;
+  ev.in = s;
+  post(std::move(ev));
+  return s;
+}
+
+Cluster::Cluster(ClusterOptions opts, std::function<void()> on_change)
+    : opts_(std::move(opts)),
+      on_change_(std::move(on_change)),
+      metrics_(std::make_unique<Metrics>(opts_.registry)),
+      agg_(opts_.node, opts_.aggregator) {}
+
+Cluster::~Cluster() {
+  stop();
+}
+
+void Cluster::start() {
+  {
+    std::lock_guard lock(inbox_mu_);
+    stopping_ = false;
+  }
+  publish_view();
+  thread_ = std::thread([this] { run(); });
+}
+
+void Cluster::stop() {
+  {
+    std::lock_guard lock(inbox_mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  inbox_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Cluster::post(Event ev) {
+  {
+    std::lock_guard lock(inbox_mu_);
+    if (ev.kind == Event::Kind::kNewIn || ev.kind == Event::Kind::kOutDone ||
+        ev.kind == Event::Kind::kInDone) {
+      if (ev.kind == Event::Kind::kNewIn) ++live_reactors_;
+      inbox_.push_back(std::move(ev));
+    } else if (inbox_messages_ >= opts_.inbox) {
+      // Full: the sender's next report (every heartbeat) carries the same state.
+      std::lock_guard vl(view_mu_);
+      ++stats_.dropped_inbox;
+      return;
+    } else {
+      ++inbox_messages_;
+      inbox_.push_back(std::move(ev));
+    }
+  }
+  inbox_cv_.notify_all();
+}
+
+void Cluster::set_members(std::map<std::string, std::string> addresses) {
+  {
+    std::lock_guard lock(inbox_mu_);
+    if (addresses == pending_members_) return;
+    pending_members_ = std::move(addresses);
+    members_changed_ = true;
+  }
+  inbox_cv_.notify_all();
+}
+
+void Cluster::set_local(uint64_t watermark) {
+  {
+    std::lock_guard lock(inbox_mu_);
+    if (watermark == pending_local_) return;
+    pending_local_ = watermark;
+    local_changed_ = true;
+  }
+  inbox_cv_.notify_all();
+}
+
+Cluster::View Cluster::view() const {
+  std::lock_guard lock(view_mu_);
+  return view_;
+}
+
+Cluster::Stats Cluster::stats() const {
+  std::lock_guard lock(view_mu_);
+  return stats_;
+}
+
+std::string Cluster::to_json() const {
+  std::lock_guard lock(view_mu_);
+  return json_;
+}
+
+void Cluster::publish_view() {
+  View v;
+  v.local = 0;
+  {
+    std::lock_guard lock(inbox_mu_);
+    v.local = pending_local_;
+  }
+  v.cluster = agg_.cluster_watermark();
+  v.member = agg_.members().count(opts_.node) > 0;
+  v.members = agg_.members();
+  v.excluded = agg_.excluded();
+  std::string j = "{\"node\":" + model::json_string(opts_.node) +
+                  ",\"local_watermark\":" + std::to_string(v.local) +
+                  ",\"cluster_watermark\":" + std::to_string(v.cluster) +
+                  ",\"member\":" + (v.member ? "true" : "false") +
+                  ",\"members\":" + std::to_string(v.members.size()) +
+                  ",\"root\":" + model::json_string(agg_.tree().root()) +
+                  ",\"depth\":" + std::to_string(agg_.tree().depth());
+  const std::string* parent = agg_.tree().parent(opts_.node);
+  j += ",\"parent\":" + (parent ? model::json_string(*parent) : std::string("null"));
+  auto list = [](const auto& names) {
+    std::string s = "[";
+    bool first = true;
+    for (const auto& n : names) {
+      if (!first) s += ",";
+      first = false;
+      s += model::json_string(n);
+    }
+    return s + "]";
+  };
+  j += ",\"children\":" + list(agg_.tree().children(opts_.node));
+  j += ",\"excluded\":" + list(v.excluded);
+  std::vector<std::string> suspects;
+  for (const auto& [n, since] : agg_.suspects()) suspects.push_back(n);
+  j += ",\"suspects\":" + list(suspects);
+  std::vector<std::string> in, out;
+  for (const auto& [n, s] : incoming_by_node_) in.push_back(n);
+  for (const auto& [n, s] : outgoing_) out.push_back(n);
+  j += ",\"streams\":{\"incoming\":" + list(in) + ",\"outgoing\":" + list(out) +
+       ",\"unnamed\":" + std::to_string(incoming_.size() - incoming_by_node_.size()) + "}";
+  {
+    std::lock_guard lock(view_mu_);
+    stats_.incoming = incoming_.size();
+    stats_.outgoing = outgoing_.size();
+    stats_.peak_streams = std::max(stats_.peak_streams, stats_.incoming + stats_.outgoing);
+    const Stats& s = stats_;
+    j += ",\"counters\":{\"up_sent\":" + std::to_string(s.up_sent) +
+         ",\"down_sent\":" + std::to_string(s.down_sent) +
+         ",\"up_received\":" + std::to_string(s.up_received) +
+         ",\"down_received\":" + std::to_string(s.down_received) +
+         ",\"bytes_sent\":" + std::to_string(s.bytes_sent) +
+         ",\"bytes_received\":" + std::to_string(s.bytes_received) +
+         ",\"streams_opened\":" + std::to_string(s.streams_opened) +
+         ",\"streams_accepted\":" + std::to_string(s.streams_accepted) +
+         ",\"peak_streams\":" + std::to_string(s.peak_streams) +
+         ",\"refused_unnamed\":" + std::to_string(s.refused_unnamed) +
+         ",\"refused_not_member\":" + std::to_string(s.refused_not_member) +
+         ",\"refused_renamed\":" + std::to_string(s.refused_renamed) +
+         ",\"refused_limit\":" + std::to_string(s.refused_limit) +
+         ",\"dropped_queue\":" + std::to_string(s.dropped_queue) +
+         ",\"dropped_inbox\":" + std::to_string(s.dropped_inbox) +
+         ",\"dropped_no_stream\":" + std::to_string(s.dropped_no_stream) + "}}";
+    view_ = std::move(v);
+    json_ = std::move(j);
+  }
+  metrics_->streams->Add({{"direction", "incoming"}}).Set(static_cast<double>(incoming_.size()));
+  metrics_->streams->Add({{"direction", "outgoing"}}).Set(static_cast<double>(outgoing_.size()));
+  metrics_->excluded->Set(static_cast<double>(agg_.excluded().size()));
+  metrics_->watermark->Add({{"scope", "cluster"}})
+      .Set(static_cast<double>(agg_.cluster_watermark()));
+}
+
+void Cluster::handle(Event& ev, SteadyClock::time_point now) {
+  auto refuse = [&](InStream* s, grpc::StatusCode code, const std::string& why,
+                    uint64_t Stats::*counter, const char* reason) {
+    s->refused = true;
+    spdlog::warn("drain: peer stream from {} refused: {}", s->peer(), why);
+    {
+      std::lock_guard lock(view_mu_);
+      ++(stats_.*counter);
+    }
+    metrics_->refused->Add({{"reason", reason}}).Increment();
+    s->finish(grpc::Status(code, "endpointd drain: " + why));
+  };
+  switch (ev.kind) {
+    case Event::Kind::kNewIn:
+      incoming_.insert(ev.in);
+      if (incoming_.size() > opts_.max_incoming) {
+        refuse(ev.in, grpc::StatusCode::RESOURCE_EXHAUSTED, "too many peer streams",
+               &Stats::refused_limit, "limit");
+      } else {
+        std::lock_guard lock(view_mu_);
+        ++stats_.streams_accepted;
+      }
+      return;
+    case Event::Kind::kInDone:
+      if (!ev.in->node.empty()) {
+        auto it = incoming_by_node_.find(ev.in->node);
+        if (it != incoming_by_node_.end() && it->second == ev.in) incoming_by_node_.erase(it);
+      }
+      incoming_.erase(ev.in);
+      delete ev.in;
+      {
+        std::lock_guard lock(inbox_mu_);
+        --live_reactors_;
+      }
+      return;
+    case Event::Kind::kOutDone: {
+      auto it = outgoing_.find(ev.out->node);
+      if (it != outgoing_.end() && it->second == ev.out) outgoing_.erase(it);
+      if (!ev.out->status.ok() && ev.out->status.error_code() != grpc::StatusCode::CANCELLED)
+        spdlog::debug("drain: stream to peer {} ended: {}", ev.out->node,
+                      ev.out->status.error_message());
+      delete ev.out;
+      {
+        std::lock_guard lock(inbox_mu_);
+        --live_reactors_;
+      }
+      return;
+    }
+    case Event::Kind::kMessage:
+      break;
+  }
+  auto parsed = from_wire(ev.message);
+  const std::string from = parsed.ok() ? sender(ev.message) : std::string();
+  if (ev.in) {
+    InStream* s = ev.in;
+    if (!incoming_.count(s) || s->refused) return;
+    if (!parsed.ok()) {
+      refuse(s, grpc::StatusCode::INVALID_ARGUMENT, parsed.error(), &Stats::refused_renamed,
+             "malformed");
+      return;
+    }
+    if (s->node.empty()) {
+      if (!agg_.members().count(from) || from == opts_.node) {
+        refuse(s, grpc::StatusCode::PERMISSION_DENIED,
+               "\"" + from.substr(0, 64) + "\" is not a node of the Node list",
+               &Stats::refused_not_member, "not_member");
+        return;
+      }
+      s->node = from;
+      auto [it, fresh] = incoming_by_node_.emplace(from, s);
+      if (!fresh) {
+        // A newer stream from the same node (it reconnected): the older one goes.
+        it->second->finish(grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "replaced"));
+        it->second->node.clear();
+        it->second = s;
+      }
+    } else if (from != s->node) {
+      refuse(s, grpc::StatusCode::INVALID_ARGUMENT,
+             "a stream of node " + s->node + " spoke as \"" + from.substr(0, 64) + "\"",
+             &Stats::refused_renamed, "renamed");
+      return;
+    }
+  } else {
+    OutStream* s = ev.out;
+    if (!parsed.ok() || from != s->node) {
+      spdlog::warn("drain: peer {} sent {}; stream closed", s->node,
+                   parsed.ok() ? "a report as \"" + from.substr(0, 64) + "\"" : parsed.error());
+      s->close();
+      return;
+    }
+  }
+  {
+    std::lock_guard lock(view_mu_);
+    (ev.message.has_up() ? stats_.up_received : stats_.down_received)++;
+    stats_.bytes_received += ev.bytes;
+  }
+  metrics_->messages->Add({{"direction", "received"}, {"kind", ev.message.has_up() ? "up" : "down"}})
+      .Increment();
+  metrics_->bytes->Add({{"direction", "received"}}).Increment(static_cast<double>(ev.bytes));
+  agg_.receive(parsed.value(), now);
+}
+
+void Cluster::dispatch(std::vector<Aggregator::Send> sends, SteadyClock::time_point now) {
+  for (auto& s : sends) {
+    bool up = std::holds_alternative<UpReport>(s.message);
+    pb::PeerMessage m = to_wire(s.message);
+    size_t bytes = m.ByteSizeLong();
+    bool delivered = false, kept = true;
+    auto in = incoming_by_node_.find(s.to);
+    auto out = outgoing_.find(s.to);
+    if (!up && in != incoming_by_node_.end()) {
+      kept = in->second->send(std::move(m));
+      delivered = true;
+    } else if (out != outgoing_.end()) {
+      kept = out->second->send(std::move(m));
+      delivered = true;
+    } else if (up) {
+      auto addr = addresses_.find(s.to);
+      auto& last = last_open_[s.to];
+      if (addr != addresses_.end() && now - last >= opts_.reconnect) {
+        last = now;
+        {
+          std::lock_guard lock(inbox_mu_);
+          ++live_reactors_;
+        }
+        auto* o = new OutStream(this, s.to, addr->second, opts_.credentials, opts_.queue);
+        outgoing_[s.to] = o;
+        {
+          std::lock_guard lock(view_mu_);
+          ++stats_.streams_opened;
+        }
+        kept = o->send(std::move(m));
+        delivered = true;
+      }
+    }
+    // Not delivered: a down report to a child that has not opened its stream yet (it will, to
+    // report), or an up report while the last attempt to open one is too recent.
+    std::lock_guard lock(view_mu_);
+    if (!delivered) {
+      ++stats_.dropped_no_stream;
+      metrics_->dropped->Add({{"reason", "no_stream"}}).Increment();
+      continue;
+    }
+    if (!kept) {
+      ++stats_.dropped_queue;
+      metrics_->dropped->Add({{"reason", "queue"}}).Increment();
+    }
+    (up ? stats_.up_sent : stats_.down_sent)++;
+    stats_.bytes_sent += bytes;
+    metrics_->messages->Add({{"direction", "sent"}, {"kind", up ? "up" : "down"}}).Increment();
+    metrics_->bytes->Add({{"direction", "sent"}}).Increment(static_cast<double>(bytes));
+  }
+}
+
+void Cluster::sweep(SteadyClock::time_point now) {
+  for (InStream* s : incoming_) {
+    if (s->node.empty() && !s->refused && now - s->opened() > opts_.hello) {
+      s->refused = true;
+      spdlog::warn("drain: peer stream from {} refused: it named no node within {} ms", s->peer(),
+                   opts_.hello.count());
+      {
+        std::lock_guard lock(view_mu_);
+        ++stats_.refused_unnamed;
+      }
+      metrics_->refused->Add({{"reason", "unnamed"}}).Increment();
+      s->finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                             "endpointd drain: the stream named no node in time"));
+    }
+  }
+  for (auto it = outgoing_.begin(); it != outgoing_.end();) {
+    const std::string* parent = agg_.tree().parent(opts_.node);
+    bool is_parent = parent && *parent == it->first;
+    if (!is_parent && now - it->second->last_send > opts_.idle) {
+      it->second->close();  // OnDone removes it
+    }
+    ++it;
+  }
+}
+
+void Cluster::run() {
+  auto next_sweep = SteadyClock::now();
+  uint64_t last_cluster = agg_.cluster_watermark();
+  std::set<std::string> last_excluded = agg_.excluded();
+  while (true) {
+    std::vector<Event> events;
+    bool members_changed = false, local_changed = false, stopping = false;
+    std::map<std::string, std::string> members;
+    uint64_t local = 0;
+    {
+      std::unique_lock lock(inbox_mu_);
+      auto deadline = std::min(agg_.next_deadline(), next_sweep);
+      inbox_cv_.wait_until(lock, deadline, [&] {
+        return stopping_ || !inbox_.empty() || members_changed_ || local_changed_;
+      });
+      events.swap(inbox_);
+      inbox_messages_ = 0;
+      stopping = stopping_;
+      if (members_changed_) {
+        members = pending_members_;
+        members_changed = true;
+        members_changed_ = false;
+      }
+      local_changed = local_changed_;
+      local_changed_ = false;
+      local = pending_local_;
+    }
+    auto now = SteadyClock::now();
+    for (auto& ev : events) handle(ev, now);
+    if (stopping) break;
+    if (members_changed) {
+      addresses_ = std::move(members);
+      std::vector<std::string> names;
+      for (const auto& [n, a] : addresses_) names.push_back(n);
+      agg_.set_members(names, now);
+    }
+    if (local_changed) {
+      agg_.set_local(local);
+      metrics_->watermark->Add({{"scope", "local"}}).Set(static_cast<double>(local));
+    }
+    dispatch(agg_.poll(now), now);
+    if (now >= next_sweep) {
+      sweep(now);
+      next_sweep = now + std::chrono::milliseconds(200);
+    }
+    publish_view();
+    if (agg_.cluster_watermark() != last_cluster || agg_.excluded() != last_excluded) {
+      if (agg_.excluded() != last_excluded) {
+        std::vector<std::string> added, back;
+        for (const auto& n : agg_.excluded())
+          if (!last_excluded.count(n)) added.push_back(n);
+        for (const auto& n : last_excluded)
+          if (!agg_.excluded().count(n)) back.push_back(n);
+        if (!added.empty())
+          spdlog::warn("drain: excluded from the cluster watermark (silent past {} ms): {}",
+                       opts_.aggregator.silence.count(), fmt::join(added, ", "));
+        if (!back.empty()) spdlog::info("drain: readmitted: {}", fmt::join(back, ", "));
+      }
+      last_cluster = agg_.cluster_watermark();
+      last_excluded = agg_.excluded();
+      if (on_change_) on_change_();
+    }
+  }
+  // Stopping: close every stream and wait for gRPC to be done with each.
+  for (auto& [n, s] : outgoing_) s->close();
+  for (InStream* s : incoming_)
+    s->finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "endpointd is stopping"));
+  auto until = SteadyClock::now() + std::chrono::seconds(5);
+  while (true) {
+    std::vector<Event> events;
+    {
+      std::unique_lock lock(inbox_mu_);
+      if (live_reactors_ == 0) break;
+      inbox_cv_.wait_until(lock, until, [&] { return !inbox_.empty(); });
+      if (inbox_.empty() && SteadyClock::now() >= until) break;
+      events.swap(inbox_);
+    }
+    auto now = SteadyClock::now();
+    for (auto& ev : events) {
+      handle(ev, now);
+      if (ev.kind == Event::Kind::kNewIn)
+        ev.in->finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "endpointd is stopping"));
+    }
+  }
+}
+
+}  // namespace endpointd::drain
