@@ -232,7 +232,8 @@ FakeApiServer::FakeApiServer(Options options) : options_(std::move(options)) {
     error_ = "cannot set up the server (certificate or key unreadable?)";
     return;
   }
-  server_->new_task_queue = [] { return new httplib::ThreadPool(64); };
+  // Every open watch holds one of these threads.
+  server_->new_task_queue = [n = options_.threads] { return new httplib::ThreadPool(n); };
   server_->set_keep_alive_timeout(1);
   auto handler = [this](const httplib::Request& req, httplib::Response& res) { handle(req, res); };
   server_->Get(".*", handler);

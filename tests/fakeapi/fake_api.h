@@ -41,6 +41,8 @@ struct Options {
   size_t history_limit = 10000;
   // Open watches that asked for bookmarks get one this often (0: only on send_bookmarks()).
   std::chrono::milliseconds bookmark_interval{0};
+  // Requests served at once; each open watch holds one (agents × kinds watched).
+  size_t threads = 64;
 };
 
 struct RecordedRequest {

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   std::string token;
   std::string tls_cert, tls_key, client_ca;
   int poll_ms = 1000;
+  size_t threads = 64;
   app.add_option("--listen", listen, "ADDR:PORT to listen on (port 0: any)");
   app.add_option("--dir", dir, "directory of *.json / *.yaml manifests (or a single file)")
       ->required();
@@ -33,6 +34,9 @@ int main(int argc, char** argv) {
   app.add_option("--tls-key", tls_key, "key of --tls-cert");
   app.add_option("--client-ca", client_ca, "require client certificates signed by this CA");
   app.add_option("--poll-ms", poll_ms, "re-read the directory this often (0: never)");
+  app.add_option("--threads", threads,
+                 "requests served at once; every open watch holds one (agents x kinds)")
+      ->check(CLI::Range(1, 20000));
   CLI11_PARSE(app, argc, argv);
 
   endpointd::fakeapi::Options opts;
@@ -43,6 +47,7 @@ int main(int argc, char** argv) {
   }
   opts.host = listen.substr(0, colon);
   opts.port = std::stoi(listen.substr(colon + 1));
+  opts.threads = threads;
   if (!tls_cert.empty()) opts.tls = endpointd::fakeapi::TlsOptions{tls_cert, tls_key, client_ca};
   endpointd::fakeapi::FakeApiServer server(opts);
   if (!server.ok()) {
