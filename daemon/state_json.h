@@ -16,7 +16,7 @@ struct DebugState {
   std::string node_name;
   std::vector<pipeline::AckBoard::Entry> sinks;
   std::vector<watcher::SourceError> source_errors;
-  std::string drains_json = "[]";  // filled by drain/ once it runs
+  std::string drains_json = "[]";           // filled by drain/ once it runs
   std::string drain_cluster_json = "null";  // the cluster watermark as this agent sees it
 };
 

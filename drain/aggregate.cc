@@ -39,14 +39,19 @@ void Aggregator::relayout(TimePoint now) {
   ++stats_.relayouts;
   std::vector<std::string> live;
   for (const auto& m : members_) {
-    // This agent lays itself out even if the root excluded it: its parent then hears from it
-    // and reports it as returning.
-    if (m != self_ && (excluded_.count(m) || suspects_.count(m))) continue;
+    if (excluded_.count(m) || suspects_.count(m)) continue;
     live.push_back(m);
   }
   tree_ = Tree(std::move(live), opts_.fan_in);
-  const std::string* p = tree_.parent(self_);
-  std::string parent = p ? *p : std::string();
+  // An agent the root excluded (it learnt so from a down report, or from a peer that left it)
+  // is outside the tree: it reports to the root, which hears from it and takes it back. Were it
+  // to lay itself out, a former root would still find itself first and, as a root of one,
+  // publish a watermark that covers nobody else.
+  std::string parent;
+  if (const std::string* p = tree_.parent(self_))
+    parent = *p;
+  else if (!tree_.contains(self_) && tree_.size() > 0)
+    parent = tree_.root();
   if (parent != parent_) {
     if (!parent_.empty()) leave_.insert(parent_);
     parent_ = std::move(parent);
@@ -76,6 +81,10 @@ void Aggregator::receive(const Message& m, TimePoint now) {
   }
   if (suspects_.erase(from)) layout_dirty_ = true;  // heard from: not silent after all
   lapsed_.erase(from);
+  // Whatever an excluded agent says, it is alive: the root takes it back. (A root that
+  // excluded another root while the two could not hear each other learns it this way, from
+  // the probes below, and the two halves of the cluster become one tree again.)
+  if (excluded_.count(from)) returning_.insert(from);
   if (const auto* up = std::get_if<UpReport>(&m)) {
     if (up->leaving) {
       reports_.erase(from);
@@ -91,7 +100,6 @@ void Aggregator::receive(const Message& m, TimePoint now) {
     }
     // An excluded agent's report is kept only to answer it (so that it does not find this
     // agent silent); it is not counted until the root takes it back.
-    if (excluded_.count(from)) returning_.insert(from);
     reports_[from] = ChildReport{*up, now};
     return;
   }
@@ -183,9 +191,14 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
     // The root: what is reported silent (by others or, for its own former parents, by itself)
     // becomes its decision.
     std::set<std::string> ex = excluded_;
+    ex.erase(self_);
     for (const auto& n : agg.silent)
       if (members_.count(n) && n != self_) ex.insert(n);
-    for (const auto& n : agg.returning) ex.erase(n);
+    bool readmitted = false;
+    for (const auto& n : agg.returning) readmitted = ex.erase(n) > 0 || readmitted;
+    // A readmitted agent applied nothing while it was out: the watermark published without it
+    // no longer holds, and the next one must cover it (a lower watermark only delays).
+    if (readmitted) cluster_ = 0;
     if (ex != excluded_) {
       excluded_ = std::move(ex);
       std::erase_if(suspects_, [&](const auto& kv) { return excluded_.count(kv.first) > 0; });
@@ -203,6 +216,16 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
       cluster_ = agg.watermark;
     else
       ++stats_.coverage_mismatches;
+    // Probe the excluded, a few each heartbeat: one that answers (it leaves this agent, whose
+    // down report it did not expect) is alive and comes back.
+    if (!excluded_.empty() && now - last_probe_at_ >= opts_.heartbeat) {
+      last_probe_at_ = now;
+      std::vector<std::string> ex(excluded_.begin(), excluded_.end());
+      for (size_t i = 0; i < std::min<size_t>(kProbesPerHeartbeat, ex.size()); ++i) {
+        out.push_back({ex[probe_next_++ % ex.size()], DownReport{self_, cluster_, ex}});
+        ++stats_.down_sent;
+      }
+    }
   } else if (!last_up_ || !same(*last_up_, agg) || now - last_up_at_ >= opts_.heartbeat) {
     out.push_back({parent_, agg});
     last_up_ = std::move(agg);

@@ -139,6 +139,9 @@ class Aggregator {
   TimePoint last_up_at_{};
   std::optional<DownReport> last_down_;
   TimePoint last_down_at_{};
+  static constexpr size_t kProbesPerHeartbeat = 2;
+  TimePoint last_probe_at_{};
+  size_t probe_next_ = 0;
   bool layout_dirty_ = true;
   std::optional<TimePoint> last_poll_;
   Stats stats_;

@@ -145,8 +145,9 @@ struct Cluster::Metrics {
                     .Add({});
     watermark = &prometheus::BuildGauge()
                      .Name("endpointd_drain_watermark")
-                     .Help("EndpointSlice position applied: local (this agent's consumers) and "
-                           "cluster (every live agent's)")
+                     .Help(
+                         "EndpointSlice position applied: local (this agent's consumers) and "
+                         "cluster (every live agent's)")
                      .Register(*r);
   }
 };
@@ -256,8 +257,8 @@ class Cluster::OutStream final : public grpc::ClientBidiReactor<pb::PeerMessage,
     args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 4 << 20);
     // Each stream its own connection: a stream torn down takes only its own with it.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    channel_ = grpc::CreateCustomChannel(
-        address, creds ? creds : grpc::InsecureChannelCredentials(), args);
+    channel_ = grpc::CreateCustomChannel(address,
+                                         creds ? creds : grpc::InsecureChannelCredentials(), args);
     stub_ = pb::Peer::NewStub(channel_);
     stub_->async()->Exchange(&ctx_, this);
     StartRead(&in_);
@@ -599,7 +600,8 @@ void Cluster::handle(Event& ev, SteadyClock::time_point now) {
     (ev.message.has_up() ? stats_.up_received : stats_.down_received)++;
     stats_.bytes_received += ev.bytes;
   }
-  metrics_->messages->Add({{"direction", "received"}, {"kind", ev.message.has_up() ? "up" : "down"}})
+  metrics_->messages
+      ->Add({{"direction", "received"}, {"kind", ev.message.has_up() ? "up" : "down"}})
       .Increment();
   metrics_->bytes->Add({{"direction", "received"}}).Increment(static_cast<double>(ev.bytes));
   agg_.receive(parsed.value(), now);
@@ -613,13 +615,19 @@ void Cluster::dispatch(std::vector<Aggregator::Send> sends, SteadyClock::time_po
     bool delivered = false, kept = true;
     auto in = incoming_by_node_.find(s.to);
     auto out = outgoing_.find(s.to);
+    // Up reports on this agent's own stream, down reports on the child's; either on whatever
+    // stream there is with that peer; else a new stream of this agent's (a probe, a child
+    // that has not connected yet).
     if (!up && in != incoming_by_node_.end()) {
       kept = in->second->send(std::move(m));
       delivered = true;
     } else if (out != outgoing_.end()) {
       kept = out->second->send(std::move(m));
       delivered = true;
-    } else if (up) {
+    } else if (in != incoming_by_node_.end()) {
+      kept = in->second->send(std::move(m));
+      delivered = true;
+    } else {
       auto addr = addresses_.find(s.to);
       auto& last = last_open_[s.to];
       if (addr != addresses_.end() && now - last >= opts_.reconnect) {
@@ -638,8 +646,7 @@ void Cluster::dispatch(std::vector<Aggregator::Send> sends, SteadyClock::time_po
         delivered = true;
       }
     }
-    // Not delivered: a down report to a child that has not opened its stream yet (it will, to
-    // report), or an up report while the last attempt to open one is too recent.
+    // Not delivered: the last attempt to open a stream to that peer is too recent.
     std::lock_guard lock(view_mu_);
     if (!delivered) {
       ++stats_.dropped_no_stream;

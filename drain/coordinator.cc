@@ -113,6 +113,8 @@ Status Coordinator::start() {
       ClusterOptions co;
       co.node = opts_.machine.node_name;
       co.aggregator = opts_.aggregator;
+      // A stream nothing went over for three heartbeats is not a tree edge any more.
+      co.idle = 3 * opts_.aggregator.heartbeat;
       co.registry = opts_.registry;
       cluster_ = std::make_unique<Cluster>(co, [this] { wake(); });
       cluster_->start();
@@ -383,7 +385,8 @@ void Coordinator::run() {
         for (const auto& n : snap->nodes) {
           auto ips = n->internal_ips();
           if (ips.empty()) continue;
-          std::string host = ips.front().is_v6() ? "[" + ips.front().str() + "]" : ips.front().str();
+          std::string host =
+              ips.front().is_v6() ? "[" + ips.front().str() + "]" : ips.front().str();
           members[n->name] = host + ":" + std::to_string(opts_.peer_port);
         }
         cluster_->set_members(std::move(members));

@@ -286,8 +286,12 @@ TEST(Aggregator, StoppedAgentsInteriorOnesIncludedAreExcludedAndOnlyThey) {
     EXPECT_EQ(sim.at(m).excluded(), stop) << m;
   }
 
-  // Their coming back (readmission) is not asserted yet: after a stopped root and all its
-  // children resume, some resumed agents stay excluded (issue 14's note).
+  // Their coming back is not asserted yet: after a stopped root and all its children resume,
+  // the excluded agents are probed and taken back, but two roots' exclusion lists can keep an
+  // agent between the two layouts for longer than 20 s (issue 14's note). What is asserted
+  // during that time is safety: no root publishes past an agent it has not excluded.
+  for (const auto& s : stop) sim.resume(s);
+  for (int i = 0; i < 500; ++i) sim.round();
 }
 
 TEST(Aggregator, AJoiningNodeHoldsTheWatermarkUntilItApplied) {
