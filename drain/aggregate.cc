@@ -255,18 +255,24 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
 }
 
 Aggregator::TimePoint Aggregator::next_deadline() const {
+  if (layout_dirty_ || !leave_.empty()) return TimePoint::min();
+  // Deadlines the last poll already saw pass were acted on then (a silent child stays reported
+  // until the root's word comes back): only those still ahead wake the agent.
+  const TimePoint after = last_poll_ ? *last_poll_ : TimePoint::min();
   TimePoint t = TimePoint::max();
-  if (layout_dirty_) return TimePoint::min();
+  auto consider = [&](TimePoint d) {
+    if (d > after) t = std::min(t, d);
+  };
   if (!parent_.empty()) {
-    t = std::min(t, last_up_at_ + opts_.heartbeat);
-    t = std::min(t, parent_since_ + (parent_answered_ ? opts_.silence : opts_.probe));
+    consider(last_up_at_ + opts_.heartbeat);
+    consider(parent_since_ + (parent_answered_ ? opts_.silence : opts_.probe));
   }
-  for (const auto& [p, since] : suspects_) t = std::min(t, since + opts_.silence);
+  for (const auto& [p, since] : suspects_) consider(since + opts_.silence);
   for (const auto& [c, since] : child_since_)
-    if (!reports_.count(c)) t = std::min(t, since + opts_.silence);
-  if (!leave_.empty()) return TimePoint::min();
-  t = std::min(t, last_down_at_ + opts_.heartbeat);
-  for (const auto& [n, r] : reports_) t = std::min(t, r.at + opts_.silence);
+    if (!reports_.count(c)) consider(since + opts_.silence);
+  consider(last_down_at_ + opts_.heartbeat);
+  if (!excluded_.empty() && parent_.empty()) consider(last_probe_at_ + opts_.heartbeat);
+  for (const auto& [n, r] : reports_) consider(r.at + opts_.silence);
   return t;
 }
 

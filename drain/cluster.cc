@@ -700,7 +700,9 @@ void Cluster::run() {
     uint64_t local = 0;
     {
       std::unique_lock lock(inbox_mu_);
-      auto deadline = std::min(agg_.next_deadline(), next_sweep);
+      // At most a poll per millisecond whatever the deadlines say.
+      auto deadline = std::max(std::min(agg_.next_deadline(), next_sweep),
+                               SteadyClock::now() + std::chrono::milliseconds(1));
       inbox_cv_.wait_until(lock, deadline, [&] {
         return stopping_ || !inbox_.empty() || members_changed_ || local_changed_;
       });
