@@ -12,7 +12,7 @@ std::vector<std::string> sorted(const std::set<std::string>& s) {
 
 bool same(const UpReport& a, const UpReport& b) {
   return a.watermark == b.watermark && a.covered == b.covered && a.silent == b.silent &&
-         a.returning == b.returning;
+         a.returning == b.returning && a.epoch == b.epoch && a.excluded == b.excluded;
 }
 
 }  // namespace
@@ -72,6 +72,28 @@ void Aggregator::relayout(TimePoint now) {
   last_down_.reset();
 }
 
+bool Aggregator::adopt(const std::vector<std::string>& excluded, uint64_t epoch) {
+  if (epoch <= epoch_) return false;
+  std::set<std::string> ex;
+  for (const auto& n : excluded)
+    if (members_.count(n)) ex.insert(n);
+  bool readmits = false;
+  for (const auto& n : excluded_)
+    if (!ex.count(n)) readmits = true;
+  epoch_ = epoch;
+  std::erase_if(returning_, [&](const std::string& n) { return !ex.count(n); });
+  // What the root excluded is its business now: this agent's own evidence is spent.
+  std::erase_if(lapsed_, [&](const std::string& n) { return ex.count(n) > 0; });
+  std::erase_if(suspects_, [&](const auto& kv) { return ex.count(kv.first) > 0; });
+  if (ex != excluded_) {
+    excluded_ = std::move(ex);
+    layout_dirty_ = true;
+  }
+  // A newer decision that took agents back: the watermark held so far did not cover them.
+  if (readmits) cluster_ = 0;
+  return true;
+}
+
 void Aggregator::receive(const Message& m, TimePoint now) {
   const std::string& from =
       std::visit([](const auto& r) -> const std::string& { return r.from; }, m);
@@ -81,21 +103,15 @@ void Aggregator::receive(const Message& m, TimePoint now) {
   }
   if (suspects_.erase(from)) layout_dirty_ = true;  // heard from: not silent after all
   lapsed_.erase(from);
-  // Whatever an excluded agent says, it is alive: the root takes it back. (A root that
-  // excluded another root while the two could not hear each other learns it this way, from
-  // the probes below, and the two halves of the cluster become one tree again.)
+  // Whatever an excluded agent says, it is alive: the root takes it back.
   if (excluded_.count(from)) returning_.insert(from);
   if (const auto* up = std::get_if<UpReport>(&m)) {
+    // A child (or a former one) that holds a newer exclusion decision than this agent passes
+    // it up with its list: the newest decision spreads over every link until all agree.
+    if (!up->excluded.empty() || up->leaving) adopt(up->excluded, up->epoch);
     if (up->leaving) {
       reports_.erase(from);
       if (auto it = child_since_.find(from); it != child_since_.end()) it->second = now;
-      if (std::find(up->excluded.begin(), up->excluded.end(), self_) != up->excluded.end() &&
-          !excluded_.count(self_)) {
-        excluded_.clear();
-        for (const auto& n : up->excluded)
-          if (members_.count(n)) excluded_.insert(n);
-        layout_dirty_ = true;
-      }
       return;
     }
     // An excluded agent's report is kept only to answer it (so that it does not find this
@@ -105,24 +121,20 @@ void Aggregator::receive(const Message& m, TimePoint now) {
   }
   const auto& down = std::get<DownReport>(m);
   if (from != parent_) {
-    // A former parent, or one by another layout: its word does not count, and it is told.
+    // A former parent, one by another layout, or a root probing the excluded: its watermark
+    // does not count here, but a newer decision does (with the watermark made under it); and
+    // it is told that this agent is not its child.
+    if (adopt(down.excluded, down.epoch)) cluster_ = down.watermark;
     leave_.insert(from);
     return;
   }
   parent_since_ = now;
   parent_answered_ = true;
-  cluster_ = down.watermark;
-  std::set<std::string> ex;
-  for (const auto& n : down.excluded)
-    if (members_.count(n)) ex.insert(n);
-  std::erase_if(returning_, [&](const std::string& n) { return !ex.count(n); });
-  // What the root excluded is its business now: this agent's own evidence is spent.
-  std::erase_if(lapsed_, [&](const std::string& n) { return ex.count(n) > 0; });
-  std::erase_if(suspects_, [&](const auto& kv) { return ex.count(kv.first) > 0; });
-  if (ex != excluded_) {
-    excluded_ = std::move(ex);
-    layout_dirty_ = true;
-  }
+  parent_epoch_ = down.epoch;
+  adopt(down.excluded, down.epoch);
+  // The parent's watermark holds under the decision it was made with; one made under an older
+  // decision than this agent's (the parent has not heard of the newer one yet) waits.
+  if (down.epoch == epoch_) cluster_ = down.watermark;
 }
 
 UpReport Aggregator::aggregate(TimePoint now) {
@@ -154,6 +166,8 @@ UpReport Aggregator::aggregate(TimePoint now) {
     if (!reports_.count(c) && now - child_since_[c] > opts_.silence) silent.insert(c);
   up.silent = sorted(silent);
   up.returning = sorted(returning);
+  up.epoch = epoch_;
+  if (epoch_ > parent_epoch_) up.excluded = sorted(excluded_);
   return up;
 }
 
@@ -183,6 +197,7 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
     bye.from = self_;
     bye.leaving = true;
     bye.excluded = sorted(excluded_);
+    bye.epoch = epoch_;
     out.push_back({to, std::move(bye)});
   }
   leave_.clear();
@@ -201,6 +216,9 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
     if (readmitted) cluster_ = 0;
     if (ex != excluded_) {
       excluded_ = std::move(ex);
+      // A new decision: numbered past every one this agent has seen, ties broken by the
+      // deciding agent's hash, so that every agent can tell the newest of two.
+      epoch_ = (((epoch_ >> 16) + 1) << 16) | (member_hash(self_) >> 48);
       std::erase_if(suspects_, [&](const auto& kv) { return excluded_.count(kv.first) > 0; });
       std::erase_if(returning_, [&](const std::string& n) { return !excluded_.count(n); });
       std::erase_if(lapsed_, [&](const std::string& n) { return excluded_.count(n) > 0; });
@@ -222,7 +240,7 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
       last_probe_at_ = now;
       std::vector<std::string> ex(excluded_.begin(), excluded_.end());
       for (size_t i = 0; i < std::min<size_t>(kProbesPerHeartbeat, ex.size()); ++i) {
-        out.push_back({ex[probe_next_++ % ex.size()], DownReport{self_, cluster_, ex}});
+        out.push_back({ex[probe_next_++ % ex.size()], DownReport{self_, cluster_, ex, epoch_}});
         ++stats_.down_sent;
       }
     }
@@ -233,9 +251,9 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
     ++stats_.up_sent;
   }
 
-  DownReport down{self_, cluster_, sorted(excluded_)};
+  DownReport down{self_, cluster_, sorted(excluded_), epoch_};
   bool changed = !last_down_ || last_down_->watermark != down.watermark ||
-                 last_down_->excluded != down.excluded;
+                 last_down_->excluded != down.excluded || last_down_->epoch != down.epoch;
   // Children, and adopted agents that still count this one as their parent; one that has not
   // had a down report yet gets one now (it is probing this agent).
   std::set<std::string> to(children_.begin(), children_.end());

@@ -43,8 +43,11 @@ struct UpReport {
   std::vector<std::string> silent;     // agents below `from` that missed their deadline
   std::vector<std::string> returning;  // excluded agents heard from again
   bool leaving = false;  // `from` reports to another parent from now on: forget it, it is alive
-  // With `leaving`: the sender's excluded list, so that an agent that was excluded while it
-  // was not running (and may believe it is the root) learns it and reports to a parent again.
+  // The sender's exclusion decision (see DownReport::epoch). The list goes with it when the
+  // sender leaves, or holds a newer decision than its parent sent it, so that an agent that
+  // was excluded while it was not running (and may believe it is the root) learns it, and so
+  // that the newest decision reaches every agent over whatever link there is.
+  uint64_t epoch = 0;
   std::vector<std::string> excluded;
 };
 
@@ -52,6 +55,11 @@ struct DownReport {
   std::string from;
   uint64_t watermark = 0;  // the cluster watermark, as the root last published it
   std::vector<std::string> excluded;
+  // Which decision `excluded` is: a root numbers each change past every number it has seen
+  // (high bits) and adds its own hash (low 16 bits) to break ties. Every agent takes the
+  // newest decision it hears of, from whomever: two roots that excluded each other while they
+  // could not talk (a mass stop, a partition) converge on one list, so on one tree.
+  uint64_t epoch = 0;
 };
 
 using Message = std::variant<UpReport, DownReport>;
@@ -115,6 +123,8 @@ class Aggregator {
   };
   void relayout(TimePoint now);
   UpReport aggregate(TimePoint now);
+  // Takes a newer exclusion decision; false when `epoch` is not newer than the one held.
+  bool adopt(const std::vector<std::string>& excluded, uint64_t epoch);
 
   std::string self_;
   AggregatorOptions opts_;
@@ -140,6 +150,8 @@ class Aggregator {
   std::optional<DownReport> last_down_;
   TimePoint last_down_at_{};
   static constexpr size_t kProbesPerHeartbeat = 2;
+  uint64_t epoch_ = 0;         // of excluded_
+  uint64_t parent_epoch_ = 0;  // the decision the parent last sent
   TimePoint last_probe_at_{};
   size_t probe_next_ = 0;
   bool layout_dirty_ = true;

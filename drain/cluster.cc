@@ -52,6 +52,7 @@ Result<Message> from_wire(const pb::PeerMessage& m) {
     copy_names(u.returning(), r.returning);
     r.leaving = u.leaving();
     copy_names(u.excluded(), r.excluded);
+    r.epoch = u.epoch();
     return Message{std::move(r)};
   }
   if (m.has_down()) {
@@ -61,6 +62,7 @@ Result<Message> from_wire(const pb::PeerMessage& m) {
     r.from = d.from();
     r.watermark = d.watermark();
     copy_names(d.excluded(), r.excluded);
+    r.epoch = d.epoch();
     return Message{std::move(r)};
   }
   return Error{"a message with neither an up nor a down report"};
@@ -78,12 +80,14 @@ pb::PeerMessage to_wire(const Message& m) {
     for (const auto& s : u->returning) w->add_returning(s);
     w->set_leaving(u->leaving);
     for (const auto& s : u->excluded) w->add_excluded(s);
+    w->set_epoch(u->epoch);
   } else {
     const auto& d = std::get<DownReport>(m);
     auto* w = out.mutable_down();
     w->set_from(d.from);
     w->set_watermark(d.watermark);
     for (const auto& s : d.excluded) w->add_excluded(s);
+    w->set_epoch(d.epoch);
   }
   return out;
 }

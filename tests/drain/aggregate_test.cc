@@ -286,12 +286,28 @@ TEST(Aggregator, StoppedAgentsInteriorOnesIncludedAreExcludedAndOnlyThey) {
     EXPECT_EQ(sim.at(m).excluded(), stop) << m;
   }
 
-  // Their coming back is not asserted yet: after a stopped root and all its children resume,
-  // the excluded agents are probed and taken back, but two roots' exclusion lists can keep an
-  // agent between the two layouts for longer than 20 s (issue 14's note). What is asserted
-  // during that time is safety: no root publishes past an agent it has not excluded.
+  // They come back: the root probes the excluded and takes back any that answers; a resumed
+  // former root learns the newer exclusion decision (numbered) from the agents it sends down
+  // reports to, reports to the new root from outside the tree and is taken back; every agent
+  // ends on the newest decision, so on one tree.
   for (const auto& s : stop) sim.resume(s);
-  for (int i = 0; i < 500; ++i) sim.round();
+  int rounds = -1;
+  for (int i = 0; i < 600 && rounds < 0; ++i) {
+    sim.round();
+    bool all = true;
+    for (const auto& m : sim.members())
+      if (!sim.at(m).excluded().empty()) all = false;
+    if (all) rounds = i + 1;
+  }
+  ASSERT_GE(rounds, 0) << "still excluded somewhere after 6 s";
+  EXPECT_LE(rounds * 10, 3000) << "ms to readmit every resumed agent";
+  std::set<std::string> roots;
+  for (const auto& m : sim.members()) roots.insert(sim.at(m).tree().root());
+  EXPECT_EQ(roots.size(), 1u);
+  // The watermark waits for the resumed agents (100) until they apply 300 too.
+  EXPECT_GE(sim.rounds_until_all(100, 300), 0);
+  for (const auto& s : stop) sim.set_local(s, 300);
+  EXPECT_GE(sim.rounds_until_all(300, 300), 0);
 }
 
 TEST(Aggregator, AJoiningNodeHoldsTheWatermarkUntilItApplied) {
