@@ -250,16 +250,19 @@ FakeApiServer::FakeApiServer(Options options) : options_(std::move(options)) {
   listen_thread_ = std::thread([this] { server_->listen_after_bind(); });
   // stop() before the listen loop runs would be lost; wait for it to run.
   while (!server_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Bookmarks on a timer: its own condition variable, so that the watches' wake-ups (every
+  // event wakes every watch) do not wake it too.
   ticker_thread_ = std::thread([this] {
     std::unique_lock lock(mu_);
     while (!stopping_) {
       if (options_.bookmark_interval.count() > 0) {
-        cv_.wait_for(lock, options_.bookmark_interval);
+        tick_cv_.wait_for(lock, options_.bookmark_interval);
+        if (stopping_) break;
         ++bookmark_epoch_;
+        cv_.notify_all();
       } else {
-        cv_.wait_for(lock, std::chrono::milliseconds(50));
+        tick_cv_.wait(lock);
       }
-      cv_.notify_all();  // also lets watches notice their timeouts promptly
     }
   });
 }
@@ -270,6 +273,7 @@ FakeApiServer::~FakeApiServer() {
     stopping_ = true;
   }
   cv_.notify_all();
+  tick_cv_.notify_all();
   if (server_) server_->stop();
   if (listen_thread_.joinable()) listen_thread_.join();
   if (ticker_thread_.joinable()) ticker_thread_.join();
@@ -689,8 +693,12 @@ void FakeApiServer::handle_watch(Resource& r, const httplib::Request& req, httpl
           if (stopping_ || w->close_epoch != close_epoch_) return false;
           Resource& res_ = *w->resource;
           if (w->pending.empty() && !w->finish_after_pending) {
-            for (const auto& ev : res_.history) {
-              if (ev.rv <= w->pos) continue;
+            // Only the events after the watch's position (the history is in rv order).
+            auto first = std::upper_bound(
+                res_.history.begin(), res_.history.end(), w->pos,
+                [](uint64_t pos, const HistoryEvent& e) { return pos < e.rv; });
+            for (auto it = first; it != res_.history.end(); ++it) {
+              const HistoryEvent& ev = *it;
               w->pos = ev.rv;
               bool now_in = w->selected(*ev.now);
               bool before_in = ev.before && w->selected(*ev.before);
@@ -750,7 +758,10 @@ void FakeApiServer::handle_watch(Resource& r, const httplib::Request& req, httpl
             sink.done();
             return true;
           }
-          cv_.wait_for(lock, std::chrono::milliseconds(50));
+          // Woken by every change (events, bookmarks, closes, stop) and at the watch's own
+          // timeout; once a second besides, to notice a client that hung up.
+          cv_.wait_until(lock, std::min(w->deadline, std::chrono::steady_clock::now() +
+                                                         std::chrono::seconds(1)));
         }
       },
       [this](bool) {

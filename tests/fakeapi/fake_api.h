@@ -146,6 +146,7 @@ class FakeApiServer {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable tick_cv_;  // the bookmark ticker's
   bool stopping_ = false;
   uint64_t rv_ = 1;
   std::map<std::string, std::unique_ptr<Resource>> resources_;  // by resource name
