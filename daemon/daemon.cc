@@ -163,7 +163,7 @@ Status Daemon::Impl::start_drain() {
   co.aggregator.fan_in = cfg.drain_fan_in;
   co.aggregator.silence = cfg.drain_liveness;
   co.aggregator.heartbeat = std::max(std::chrono::milliseconds(50), cfg.drain_liveness / 3);
-  co.aggregator.probe = std::max(std::chrono::milliseconds(50), cfg.drain_liveness / 10);
+  co.aggregator.probe = std::max(std::chrono::milliseconds(50), cfg.drain_liveness / 5);
   if (cfg.dns_listen)
     co.dns_ttl = std::chrono::duration_cast<std::chrono::milliseconds>(cfg.dns_ttl);
   co.drain_socket = cfg.drain_socket;
