@@ -392,6 +392,10 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
   cfg.drain_fan_in = static_cast<size_t>(d.integer("drain-fan-in", 2, 64, 32));
   cfg.drain_liveness = std::chrono::milliseconds(
       d.integer("drain-liveness-ms", 100, 600000, cfg.drain_liveness.count()));
+  cfg.drain_peer_ca = d.text("drain-peer-ca", cfg.drain_peer_ca);
+  cfg.drain_peer_cert = d.text("drain-peer-cert", cfg.drain_peer_cert);
+  cfg.drain_peer_key = d.text("drain-peer-key", cfg.drain_peer_key);
+  cfg.drain_peer_insecure = d.boolean("drain-peer-insecure", cfg.drain_peer_insecure);
 
   cfg.log_format = d.choice("log-format", kLogFormats, cfg.log_format);
   cfg.log_level = d.choice("log-level", kLogLevels, cfg.log_level);
@@ -458,6 +462,14 @@ void add_run_flags(CLI::App& app) {
   add(app, "drain-liveness-ms",
       "A peer silent this long is excluded from the cluster watermark (counted and logged)",
       std::to_string(def.drain_liveness.count()));
+  add(app, "drain-peer-ca", "PEM file: the CA that signs every agent's peer certificate");
+  add(app, "drain-peer-cert",
+      "PEM file: this agent's peer certificate (names its node; server and client auth)");
+  add(app, "drain-peer-key", "PEM file: the peer certificate's private key");
+  app.add_flag("--drain-peer-insecure")
+      ->description(
+          "Run the peer port in plaintext without authentication (a manifest directory, tests); "
+          "logs a warning");
   add(app, "drain-release-after",
       "Default release point (a pod's endpointd.io/release-after annotation wins): "
       "removed or drained",

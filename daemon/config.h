@@ -90,6 +90,10 @@ struct Config {
   bool drain_watermark = true;  // --drain-peer-protocol watermark (else per-endpoint)
   size_t drain_fan_in = 32;
   std::chrono::milliseconds drain_liveness{3000};
+  // Peer traffic is mutual TLS (CA, this node's certificate, its key); plaintext only with
+  // drain_peer_insecure (drain/peer_tls.h).
+  std::string drain_peer_ca, drain_peer_cert, drain_peer_key;
+  bool drain_peer_insecure = false;
 
   // Logging.
   LogFormat log_format = LogFormat::kText;

@@ -9,9 +9,11 @@
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <list>
 #include <variant>
 
+#include "drain/peer_tls.h"
 #include "endpointd/v1/drain.grpc.pb.h"
 #include "model/json.h"
 
@@ -163,6 +165,7 @@ class Cluster::InStream final : public grpc::ServerBidiReactor<pb::PeerMessage, 
   InStream(Cluster* c, grpc::CallbackServerContext* ctx, size_t queue)
       : c_(c), queue_(queue), opened_(SteadyClock::now()) {
     peer_ = ctx->peer();
+    if (auto auth = ctx->auth_context()) cert_names = peer_certificate_names(*auth);
     StartRead(&in_);
   }
 
@@ -234,6 +237,7 @@ class Cluster::InStream final : public grpc::ServerBidiReactor<pb::PeerMessage, 
 
   std::string node;      // set by the cluster thread from the first message
   bool refused = false;  // the cluster thread closed it
+  std::vector<std::string> cert_names;  // what the client's verified certificate names
   const std::string& peer() const { return peer_; }
   SteadyClock::time_point opened() const { return opened_; }
 
@@ -255,22 +259,33 @@ class Cluster::InStream final : public grpc::ServerBidiReactor<pb::PeerMessage, 
 class Cluster::OutStream final : public grpc::ClientBidiReactor<pb::PeerMessage, pb::PeerMessage> {
  public:
   OutStream(Cluster* c, std::string node, const std::string& address,
-            const std::shared_ptr<grpc::ChannelCredentials>& creds, size_t queue)
+            const std::shared_ptr<grpc::ChannelCredentials>& creds, bool tls, size_t queue)
       : node(std::move(node)), c_(c), queue_(queue) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 4 << 20);
     // Each stream its own connection: a stream torn down takes only its own with it.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    // Dialled by address, verified by name: the parent's certificate must name its node.
+    if (tls) args.SetSslTargetNameOverride(this->node);
     channel_ = grpc::CreateCustomChannel(address,
                                          creds ? creds : grpc::InsecureChannelCredentials(), args);
     stub_ = pb::Peer::NewStub(channel_);
     stub_->async()->Exchange(&ctx_, this);
+    // Held until this side is done writing: gRPC may not call OnDone (after which no write
+    // may start) while send() could still start one.
+    AddHold();
     StartRead(&in_);
     StartCall();
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) return;  // OnDone follows with the status
+    if (!ok) {
+      // The parent ended the stream: write no more; OnDone follows with the status.
+      std::lock_guard lock(mu_);
+      closing_ = true;
+      release();
+      return;
+    }
     Event ev;
     ev.kind = Event::Kind::kMessage;
     ev.out = this;
@@ -290,6 +305,7 @@ class Cluster::OutStream final : public grpc::ClientBidiReactor<pb::PeerMessage,
     }
     writing_ = false;
     if (!ok) closing_ = true;
+    if (closing_) release();
   }
 
   void OnDone(const grpc::Status& st) override {
@@ -321,11 +337,13 @@ class Cluster::OutStream final : public grpc::ClientBidiReactor<pb::PeerMessage,
     {
       std::lock_guard lock(mu_);
       closing_ = true;
+      if (!writing_) release();
     }
     ctx_.TryCancel();
   }
 
   const std::string node;
+  bool answered = false;  // the peer sent a valid report on it (cluster thread)
   SteadyClock::time_point last_send = SteadyClock::now();
   grpc::Status status;
 
@@ -340,6 +358,14 @@ class Cluster::OutStream final : public grpc::ClientBidiReactor<pb::PeerMessage,
   std::list<pb::PeerMessage> out_;
   bool writing_ = false;
   bool closing_ = false;
+  bool held_ = true;
+
+  // Under mu_, once closing_ and no write is in flight: lets the call end.
+  void release() {
+    if (!held_ || writing_) return;
+    held_ = false;
+    RemoveHold();
+  }
 };
 
 grpc::ServerBidiReactor<pb::PeerMessage, pb::PeerMessage>* Cluster::exchange(
@@ -445,13 +471,16 @@ void Cluster::publish_view() {
   }
   v.cluster = agg_.cluster_watermark();
   v.member = agg_.members().count(opts_.node) > 0;
-  v.members = agg_.members();
+  // The member list is copied only when it changed: a heartbeat costs O(children), not O(N).
+  if (!members_view_ || *members_view_ != agg_.members())
+    members_view_ = std::make_shared<const std::set<std::string>>(agg_.members());
+  v.members = members_view_;
   v.excluded = agg_.excluded();
   std::string j = "{\"node\":" + model::json_string(opts_.node) +
                   ",\"local_watermark\":" + std::to_string(v.local) +
                   ",\"cluster_watermark\":" + std::to_string(v.cluster) +
                   ",\"member\":" + (v.member ? "true" : "false") +
-                  ",\"members\":" + std::to_string(v.members.size()) +
+                  ",\"members\":" + std::to_string(v.members->size()) +
                   ",\"root\":" + model::json_string(agg_.tree().root()) +
                   ",\"depth\":" + std::to_string(agg_.tree().depth());
   const std::string* parent = agg_.tree().parent(opts_.node);
@@ -495,6 +524,7 @@ void Cluster::publish_view() {
          ",\"refused_not_member\":" + std::to_string(s.refused_not_member) +
          ",\"refused_renamed\":" + std::to_string(s.refused_renamed) +
          ",\"refused_limit\":" + std::to_string(s.refused_limit) +
+         ",\"refused_identity\":" + std::to_string(s.refused_identity) +
          ",\"dropped_queue\":" + std::to_string(s.dropped_queue) +
          ",\"dropped_inbox\":" + std::to_string(s.dropped_inbox) +
          ",\"dropped_no_stream\":" + std::to_string(s.dropped_no_stream) + "}}";
@@ -546,6 +576,15 @@ void Cluster::handle(Event& ev, SteadyClock::time_point now) {
     case Event::Kind::kOutDone: {
       auto it = outgoing_.find(ev.out->node);
       if (it != outgoing_.end() && it->second == ev.out) outgoing_.erase(it);
+      if (!ev.out->answered) {
+        // Never answered (down, starting, or refusing us): wait twice as long before the next
+        // attempt, up to half the liveness deadline. A rollout of a DaemonSet starts agents
+        // whose parents are not up yet; a fixed interval had 200 agents dial the absent ones
+        // five times a second each.
+        auto& b = backoff_[ev.out->node];
+        b.delay = std::min(std::max(opts_.reconnect, 2 * b.delay),
+                           std::max(opts_.reconnect, opts_.aggregator.silence / 2));
+      }
       if (!ev.out->status.ok() && ev.out->status.error_code() != grpc::StatusCode::CANCELLED)
         spdlog::debug("drain: stream to peer {} ended: {}", ev.out->node,
                       ev.out->status.error_message());
@@ -576,6 +615,15 @@ void Cluster::handle(Event& ev, SteadyClock::time_point now) {
                &Stats::refused_not_member, "not_member");
         return;
       }
+      if (opts_.tls &&
+          std::find(s->cert_names.begin(), s->cert_names.end(), from) == s->cert_names.end()) {
+        refuse(s, grpc::StatusCode::PERMISSION_DENIED,
+               "it spoke as \"" + from.substr(0, 64) + "\" but its certificate names " +
+                   (s->cert_names.empty() ? std::string("no node")
+                                          : "\"" + s->cert_names.front().substr(0, 64) + "\""),
+               &Stats::refused_identity, "identity");
+        return;
+      }
       s->node = from;
       auto [it, fresh] = incoming_by_node_.emplace(from, s);
       if (!fresh) {
@@ -592,6 +640,10 @@ void Cluster::handle(Event& ev, SteadyClock::time_point now) {
     }
   } else {
     OutStream* s = ev.out;
+    if (parsed.ok() && from == s->node) {
+      s->answered = true;
+      backoff_[s->node].delay = opts_.reconnect;
+    }
     if (!parsed.ok() || from != s->node) {
       spdlog::warn("drain: peer {} sent {}; stream closed", s->node,
                    parsed.ok() ? "a report as \"" + from.substr(0, 64) + "\"" : parsed.error());
@@ -633,14 +685,16 @@ void Cluster::dispatch(std::vector<Aggregator::Send> sends, SteadyClock::time_po
       delivered = true;
     } else {
       auto addr = addresses_.find(s.to);
-      auto& last = last_open_[s.to];
-      if (addr != addresses_.end() && now - last >= opts_.reconnect) {
-        last = now;
+      auto& b = backoff_[s.to];
+      if (b.delay.count() == 0) b.delay = opts_.reconnect;
+      if (addr != addresses_.end() && now - b.last >= b.delay) {
+        b.last = now;
         {
           std::lock_guard lock(inbox_mu_);
           ++live_reactors_;
         }
-        auto* o = new OutStream(this, s.to, addr->second, opts_.credentials, opts_.queue);
+        auto* o = new OutStream(this, s.to, addr->second, opts_.credentials, opts_.tls,
+                                opts_.queue);
         outgoing_[s.to] = o;
         {
           std::lock_guard lock(view_mu_);
@@ -738,7 +792,9 @@ void Cluster::run() {
     dispatch(agg_.poll(now), now);
     if (now >= next_sweep) {
       sweep(now);
-      next_sweep = now + std::chrono::milliseconds(200);
+      // Hello and idle deadlines are seconds long; a sweep a quarter of the shorter apart.
+      next_sweep = now + std::max(std::chrono::milliseconds(50),
+                                  std::min(opts_.hello, opts_.idle) / 4);
     }
     publish_view();
     if (agg_.cluster_watermark() != last_cluster || agg_.excluded() != last_excluded) {

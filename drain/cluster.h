@@ -7,7 +7,8 @@
 // and however many endpoints drain.
 //
 // Bounds (a hostile neighbour on the peer port): a stream must name its node within `hello`
-// or it is closed; a name that is not a member of the Node list, or that changes, closes it;
+// or it is closed; a name that is not a member of the Node list, that changes, or (mutual TLS)
+// that the client's certificate does not carry closes it;
 // incoming streams are capped at `max_incoming`, and one per node (a newer stream from the same
 // node replaces the older); messages wait in a bounded queue per stream (the oldest unsent
 // one is dropped: reports are state, the newest supersedes) and in a bounded inbox; nothing
@@ -50,10 +51,14 @@ struct ClusterOptions {
   std::chrono::milliseconds hello{2000};
   // An outgoing stream nothing was sent on for this long is closed (a former parent).
   std::chrono::milliseconds idle{10000};
-  // Between two attempts to open a stream to the same peer.
+  // Between two attempts to open a stream to the same peer (doubled while unanswered, up to
+  // half of aggregator.silence).
   std::chrono::milliseconds reconnect{200};
   // Credentials for outgoing streams (null: insecure).
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // Mutual TLS: a parent's certificate must name the node dialled, and a stream's reports are
+  // taken only from the node its client certificate names.
+  bool tls = false;
   prometheus::Registry* registry = nullptr;
 };
 
@@ -82,7 +87,7 @@ class Cluster {
     uint64_t local = 0;
     uint64_t cluster = 0;
     bool member = false;
-    std::set<std::string> members;
+    std::shared_ptr<const std::set<std::string>> members;  // never null once published
     std::set<std::string> excluded;
   };
   View view() const;
@@ -95,6 +100,7 @@ class Cluster {
     uint64_t streams_opened = 0;  // outgoing
     uint64_t streams_accepted = 0;
     uint64_t refused_unnamed = 0, refused_not_member = 0, refused_renamed = 0, refused_limit = 0;
+    uint64_t refused_identity = 0;  // the certificate names another node
     uint64_t dropped_queue = 0, dropped_inbox = 0, dropped_no_stream = 0;
     size_t incoming = 0, outgoing = 0;  // streams open now
     size_t peak_streams = 0;
@@ -136,9 +142,16 @@ class Cluster {
   std::set<InStream*> incoming_;
   std::map<std::string, InStream*> incoming_by_node_;
   std::map<std::string, OutStream*> outgoing_;
-  std::map<std::string, std::chrono::steady_clock::time_point> last_open_;
+  // Per peer: the last attempt to open a stream and the wait before the next one (doubled
+  // while attempts go unanswered, reset by an answer).
+  struct Backoff {
+    std::chrono::steady_clock::time_point last{};
+    std::chrono::milliseconds delay{0};
+  };
+  std::map<std::string, Backoff> backoff_;
   std::thread thread_;
 
+  std::shared_ptr<const std::set<std::string>> members_view_;
   mutable std::mutex view_mu_;  // the copy other threads read
   View view_;
   Stats stats_;

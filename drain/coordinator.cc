@@ -95,6 +95,12 @@ Coordinator::~Coordinator() {
 }
 
 Status Coordinator::start() {
+  if (!opts_.peer_listen.empty()) {
+    // Before any thread that calls peers starts.
+    auto creds = load_peer_credentials(opts_.peer_tls, opts_.peer_insecure);
+    if (!creds) return Error{creds.error()};
+    peer_creds_ = std::move(*creds);
+  }
   hook_ = std::make_shared<BoardHook>();
   hook_->target = this;
   board_->on_change([h = hook_] {
@@ -111,6 +117,8 @@ Status Coordinator::start() {
   if (!opts_.peer_listen.empty()) {
     if (opts_.watermark) {
       ClusterOptions co;
+      co.credentials = peer_creds_.client;
+      co.tls = peer_creds_.tls;
       co.node = opts_.machine.node_name;
       co.aggregator = opts_.aggregator;
       // A stream nothing went over for three heartbeats is not a tree edge any more.
@@ -121,7 +129,7 @@ Status Coordinator::start() {
     }
     peer_server_ = std::make_unique<PeerServer>(this, opts_.machine.node_name,
                                                 opts_.peer_answer_max, cluster_.get());
-    auto port = peer_server_->start(opts_.peer_listen);
+    auto port = peer_server_->start(opts_.peer_listen, peer_creds_);
     if (!port) return Error{port.error()};
     bound_peer_port_ = *port;
   }
@@ -248,7 +256,7 @@ void Coordinator::confirm_by_watermark(TimePoint now) {
           fail.emplace_back(ip, node);
           reasons.push_back("excluded from the cluster watermark: silent past the deadline");
         }
-      } else if (!v.members.count(node)) {
+      } else if (!v.members || !v.members->count(node)) {
         fail.emplace_back(ip, node);
         reasons.push_back("not a member of the cluster watermark (left the Node list)");
       } else {

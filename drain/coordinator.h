@@ -17,6 +17,7 @@
 #include "drain/aggregate.h"
 #include "drain/flows.h"
 #include "drain/machine.h"
+#include "drain/peer_tls.h"
 #include "pipeline/ack_board.h"
 
 namespace prometheus {
@@ -34,6 +35,10 @@ struct CoordinatorOptions {
   // Node's InternalIP and `peer_port`.
   std::string peer_listen = "0.0.0.0:9465";
   uint16_t peer_port = 9465;
+  // Mutual TLS for the peer server and every call to a peer; plaintext only with
+  // peer_insecure (start() fails when neither is given and peer_listen is set).
+  PeerTlsFiles peer_tls;
+  bool peer_insecure = false;
   size_t peer_concurrency = 16;  // calls in flight at once
   // A peer server holds an AwaitRemoval call at most this long.
   milliseconds peer_answer_max{30000};
@@ -149,6 +154,7 @@ class Coordinator {
   // Per DNS consumer: (applied at, generation), oldest first, until the TTL passed.
   std::map<std::string, std::deque<std::pair<TimePoint, uint64_t>>> dns_applied_;
   std::unique_ptr<PeerServer> peer_server_;
+  PeerCredentials peer_creds_;  // loaded by start() when there is a peer server
   std::unique_ptr<PrestopServer> prestop_server_;
   uint16_t bound_peer_port_ = 0;
   std::shared_ptr<BoardHook> hook_;

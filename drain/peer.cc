@@ -1,10 +1,14 @@
 // Peers: the server answers AwaitRemoval when this agent's own consumers no longer route to
 // the endpoint; the workers call every other node's agent, a bounded number at a time, each
 // call retried until that peer's deadline.
+#include <algorithm>
+
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/security/auth_context.h>
 #include <spdlog/spdlog.h>
 
 #include "drain/cluster.h"
+#include "drain/peer_tls.h"
 #include "drain/servers.h"
 #include "endpointd/v1/drain.grpc.pb.h"
 
@@ -33,6 +37,7 @@ class Coordinator::PeerServer::Service final
  public:
   Service(Coordinator* c, std::string node, milliseconds max, Cluster* cluster)
       : c_(c), node_(std::move(node)), max_(max), cluster_(cluster) {}
+  bool tls = false;  // a caller must be the node its certificate names
   grpc::ServerBidiReactor<pb::PeerMessage, pb::PeerMessage>* Exchange(
       grpc::CallbackServerContext* ctx) override {
     if (!cluster_) return new Unimplemented();
@@ -40,6 +45,13 @@ class Coordinator::PeerServer::Service final
   }
   grpc::Status AwaitRemoval(grpc::ServerContext* ctx, const pb::AwaitRemovalRequest* req,
                             pb::AwaitRemovalResponse* resp) override {
+    if (tls) {
+      auto names = peer_certificate_names(*ctx->auth_context());
+      if (std::find(names.begin(), names.end(), req->from_node()) == names.end())
+        return {grpc::StatusCode::PERMISSION_DENIED,
+                "the caller's certificate does not name node \"" +
+                    req->from_node().substr(0, 64) + "\""};
+    }
     auto ip = model::IpAddr::parse(req->address());
     if (!ip)
       return {grpc::StatusCode::INVALID_ARGUMENT,
@@ -85,10 +97,13 @@ Coordinator::PeerServer::~PeerServer() {
   stop();
 }
 
-Result<uint16_t> Coordinator::PeerServer::start(const std::string& listen) {
+Result<uint16_t> Coordinator::PeerServer::start(const std::string& listen,
+                                                const PeerCredentials& creds) {
+  service_->tls = creds.tls;
   grpc::ServerBuilder b;
   int port = 0;
-  b.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  b.AddListeningPort(listen, creds.server ? creds.server : grpc::InsecureServerCredentials(),
+                     &port);
   b.RegisterService(service_.get());
   // Reports are small; a peer that sends more is not a peer.
   b.SetMaxReceiveMessageSize(4 << 20);
@@ -122,7 +137,12 @@ void Coordinator::peer_worker() {
       peer_jobs_.pop_front();
       cv_.notify_all();  // the run loop waits on the same variable
     }
-    auto channel = grpc::CreateChannel(job.address, grpc::InsecureChannelCredentials());
+    grpc::ChannelArguments args;
+    // The peer's certificate must name the node it is called as.
+    if (peer_creds_.tls) args.SetSslTargetNameOverride(job.node);
+    auto channel = grpc::CreateCustomChannel(
+        job.address,
+        peer_creds_.client ? peer_creds_.client : grpc::InsecureChannelCredentials(), args);
     auto stub = pb::Peer::NewStub(channel);
     bool confirmed = false;
     std::string last_error = "not asked";

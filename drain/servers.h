@@ -26,7 +26,7 @@ class Coordinator::PeerServer {
   PeerServer(Coordinator* c, std::string node, milliseconds answer_max, Cluster* cluster);
   ~PeerServer();
   // Returns the bound port.
-  Result<uint16_t> start(const std::string& listen);
+  Result<uint16_t> start(const std::string& listen, const PeerCredentials& creds);
   void stop();
 
  private:

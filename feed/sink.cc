@@ -14,23 +14,11 @@
 #include "feed/feed.h"
 #include "feed/metrics.h"
 #include "feed/services.h"
+#include "model/file.h"
 
 namespace endpointd::feed {
 
-namespace {
-
-// A PEM file's text; an error when it cannot be read or is empty.
-Result<std::string> read_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Error{std::strerror(errno)};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return Error{"read error"};
-  if (ss.str().empty()) return Error{"the file is empty"};
-  return ss.str();
-}
-
-}  // namespace
+using model::read_small_file;
 
 std::optional<std::pair<std::string, uint16_t>> parse_feed_listen(const std::string& s) {
   std::string host;
@@ -99,17 +87,17 @@ Status FeedSink::start() {
   if (!im.opts.tls_cert_file.empty() || !im.opts.tls_key_file.empty()) {
     if (im.opts.tls_cert_file.empty() || im.opts.tls_key_file.empty())
       return Error{"feed: TLS needs both a certificate file and a key file"};
-    auto cert = read_file(im.opts.tls_cert_file);
+    auto cert = read_small_file(im.opts.tls_cert_file);
     if (!cert)
       return prefixed("feed: cannot read the TLS certificate file " + im.opts.tls_cert_file,
                       cert.error());
-    auto key = read_file(im.opts.tls_key_file);
+    auto key = read_small_file(im.opts.tls_key_file);
     if (!key)
       return prefixed("feed: cannot read the TLS key file " + im.opts.tls_key_file, key.error());
     grpc::SslServerCredentialsOptions ssl;
     ssl.pem_key_cert_pairs.push_back({*key, *cert});
     if (!im.opts.tls_client_ca_file.empty()) {
-      auto ca = read_file(im.opts.tls_client_ca_file);
+      auto ca = read_small_file(im.opts.tls_client_ca_file);
       if (!ca) {
         return prefixed("feed: cannot read the client CA file " + im.opts.tls_client_ca_file,
                         ca.error());

@@ -32,6 +32,9 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "prestop") return drain::prestop_main(argc - 1, argv + 1);
   daemon::Config cfg;
   drain::CoordinatorOptions co;
+  // The test agent runs from a manifest directory in namespaces the test made: plaintext peers
+  // (the mutual-TLS path is tested in drain_peer_tls_test and daemon_drain_test).
+  co.peer_insecure = true;
   std::string state_out;
   bool no_conntrack = false;
   for (int i = 1; i + 1 < argc; i += 2) {

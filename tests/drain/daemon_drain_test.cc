@@ -19,6 +19,7 @@
 
 #include "tests/drain/scenario.h"
 #include "tests/netns/cluster.h"
+#include "tests/support/test_certs.h"
 
 namespace endpointd::drain {
 namespace {
@@ -38,7 +39,13 @@ class DaemonCluster : public Scenario {
     fs::copy(std::string(ENDPOINTD_SOURCE_ROOT) + "/examples/cluster", manifest_dir(),
              fs::copy_options::recursive);
     write();
+    // Peers over mutual TLS, as the chart deploys them: a CA and a certificate per node.
+    fs::remove_all(pki_dir());
+    fs::create_directories(pki_dir());
+    pki_error_ = endpointd::testing::make_node_certs(pki_dir(), {"node-a", "node-b"});
   }
+  std::string pki_dir() const { return netns::scratch_dir() + "/daemon-drain-pki"; }
+  const std::string& pki_error() const { return pki_error_; }
   ~DaemonCluster() {
     for (auto& [n, p] : daemons_) p->stop();
   }
@@ -60,7 +67,13 @@ class DaemonCluster : public Scenario {
                                      "--drain-socket",
                                      socket_of(node),
                                      "--drain-peer-timeout-ms",
-                                     "3000"};
+                                     "3000",
+                                     "--drain-peer-ca",
+                                     pki_dir() + "/ca.crt",
+                                     "--drain-peer-cert",
+                                     pki_dir() + "/" + node + ".crt",
+                                     "--drain-peer-key",
+                                     pki_dir() + "/" + node + ".key"};
     daemons_[node] = &cluster().node(node).spawn(argv, "endpointd-" + node + ".log");
   }
   netns::Process& daemon(const std::string& node) { return *daemons_.at(node); }
@@ -83,6 +96,7 @@ class DaemonCluster : public Scenario {
 
  private:
   std::map<std::string, netns::Process*> daemons_;
+  std::string pki_error_;
 };
 
 // One drain's timeline from a daemon's /debug/state.
@@ -130,6 +144,7 @@ TEST_F(DaemonDrainTest, RollingUpdateThroughEndpointdRunLosesNothingAndKeepsTheO
   // themselves, so the drain ends at its deadline inside the 8 s grace period).
   dc.pods().at("web-1").release_after = "removed";
   dc.write();
+  ASSERT_EQ(dc.pki_error(), "");
   dc.start_daemon("node-a");
   dc.start_daemon("node-b");
   ASSERT_TRUE(dc.wait_ready("node-a")) << dc.daemon("node-a").log();

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace endpointd::testing {
 
@@ -41,6 +42,37 @@ inline std::string make_test_certs(const std::string& dir) {
     out << script;
   }
   const std::string cmd = "sh '" + dir + "/make-certs.sh' >'" + dir + "/openssl.log' 2>&1";
+  if (std::system(cmd.c_str()) == 0) return "";
+  std::string log = slurp_file(dir + "/openssl.log");
+  return log.empty() ? "openssl failed" : log;
+}
+
+// A CA (ca.crt, ca.key) and, per name, NAME.crt and NAME.key: a certificate naming node NAME
+// (CN and DNS subject alternative name), for server and client auth, as the chart issues to
+// each node's agent for peer traffic. Empty on success; otherwise what openssl printed.
+inline std::string make_node_certs(const std::string& dir, const std::vector<std::string>& names) {
+  std::string script =
+      "set -e\ncd '" + dir +
+      "'\n"
+      "K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'\n"
+      "openssl req -x509 $K -keyout ca.key -out ca.crt -days 2 -subj /CN=endpointd-peer-test-ca\n";
+  for (const auto& n : names) {
+    script += "openssl req $K -keyout '" + n + ".key' -out '" + n + ".csr' -subj '/CN=" + n +
+              "'\n"
+              "printf 'subjectAltName=DNS:" +
+              n +
+              "\\nextendedKeyUsage=serverAuth,clientAuth\\n' > '" + n +
+              ".ext'\n"
+              "openssl x509 -req -in '" +
+              n + ".csr' -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile '" + n +
+              ".ext' -out '" + n + ".crt'\n";
+  }
+  {
+    std::ofstream out(dir + "/make-node-certs.sh", std::ios::trunc);
+    out << script;
+  }
+  const std::string cmd =
+      "sh '" + dir + "/make-node-certs.sh' >'" + dir + "/openssl.log' 2>&1";
   if (std::system(cmd.c_str()) == 0) return "";
   std::string log = slurp_file(dir + "/openssl.log");
   return log.empty() ? "openssl failed" : log;
