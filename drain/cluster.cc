@@ -235,8 +235,8 @@ class Cluster::InStream final : public grpc::ServerBidiReactor<pb::PeerMessage, 
     }
   }
 
-  std::string node;      // set by the cluster thread from the first message
-  bool refused = false;  // the cluster thread closed it
+  std::string node;                     // set by the cluster thread from the first message
+  bool refused = false;                 // the cluster thread closed it
   std::vector<std::string> cert_names;  // what the client's verified certificate names
   const std::string& peer() const { return peer_; }
   SteadyClock::time_point opened() const { return opened_; }
@@ -693,8 +693,8 @@ void Cluster::dispatch(std::vector<Aggregator::Send> sends, SteadyClock::time_po
           std::lock_guard lock(inbox_mu_);
           ++live_reactors_;
         }
-        auto* o = new OutStream(this, s.to, addr->second, opts_.credentials, opts_.tls,
-                                opts_.queue);
+        auto* o =
+            new OutStream(this, s.to, addr->second, opts_.credentials, opts_.tls, opts_.queue);
         outgoing_[s.to] = o;
         {
           std::lock_guard lock(view_mu_);
@@ -793,8 +793,8 @@ void Cluster::run() {
     if (now >= next_sweep) {
       sweep(now);
       // Hello and idle deadlines are seconds long; a sweep a quarter of the shorter apart.
-      next_sweep = now + std::max(std::chrono::milliseconds(50),
-                                  std::min(opts_.hello, opts_.idle) / 4);
+      next_sweep =
+          now + std::max(std::chrono::milliseconds(50), std::min(opts_.hello, opts_.idle) / 4);
     }
     publish_view();
     if (agg_.cluster_watermark() != last_cluster || agg_.excluded() != last_excluded) {

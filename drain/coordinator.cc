@@ -23,6 +23,7 @@ struct Coordinator::Metrics {
   prometheus::Counter* no_endpoints;
   prometheus::Counter* never_terminating;
   prometheus::Counter* not_terminating_in_api;
+  prometheus::Counter* deletion_clamped;
   prometheus::Family<prometheus::Counter>* prestop;
   prometheus::Gauge* active;
 
@@ -57,6 +58,10 @@ struct Coordinator::Metrics {
     not_terminating_in_api =
         counter("endpointd_drain_not_terminating_in_api_total",
                 "prestop calls whose pod the API did not show terminating in time");
+    deletion_clamped = counter(
+        "endpointd_drain_deletion_timestamp_clamped_total",
+        "Pods whose deletionTimestamp lay beyond their grace period from now (clock skew) or "
+        "already past: the drain budget was clamped");
     prestop = &prometheus::BuildCounter()
                    .Name("endpointd_drain_prestop_total")
                    .Help("prestop calls by outcome: released, failed, refused")
@@ -370,6 +375,12 @@ void Coordinator::record(const std::vector<Transition>& ts) {
   bump(metrics_->never_terminating, c.never_terminating, last_counters_.never_terminating);
   bump(metrics_->not_terminating_in_api, c.not_terminating_in_api,
        last_counters_.not_terminating_in_api);
+  if (c.deletion_clamped > last_counters_.deletion_clamped)
+    spdlog::warn(
+        "drain: {} pod deletionTimestamp(s) clamped (clock skew, or seen late): the drain's "
+        "notes in /debug/state say which",
+        c.deletion_clamped - last_counters_.deletion_clamped);
+  bump(metrics_->deletion_clamped, c.deletion_clamped, last_counters_.deletion_clamped);
   last_counters_ = c;
   metrics_->active->Set(static_cast<double>(machine_.drains().size()));
 }

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
+#include <optional>
+#include <string_view>
 
 #include "model/json.h"
 #include "model/routing.h"
@@ -42,6 +45,47 @@ bool in_any_service(const model::Snapshot& s, const model::IpAddr& ip) {
   return false;
 }
 
+// "2006-01-02T15:04:05Z" (what the API writes; fractions and offsets accepted).
+std::optional<std::chrono::system_clock::time_point> parse_rfc3339(const std::string& s) {
+  std::tm tm{};
+  int consumed = 0;
+  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &consumed) != 6)
+    return std::nullopt;
+  if (tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 ||
+      tm.tm_min > 59 || tm.tm_sec > 60)
+    return std::nullopt;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  std::string_view rest = std::string_view(s).substr(static_cast<size_t>(consumed));
+  double frac = 0;
+  if (!rest.empty() && rest.front() == '.') {
+    size_t n = 1;
+    double scale = 0.1;
+    while (n < rest.size() && rest[n] >= '0' && rest[n] <= '9') {
+      frac += (rest[n] - '0') * scale;
+      scale /= 10;
+      ++n;
+    }
+    rest.remove_prefix(n);
+  }
+  int offset_s = 0;
+  if (rest == "Z" || rest == "z") {
+  } else if (rest.size() == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':') {
+    int h = 0, m = 0;
+    if (std::sscanf(std::string(rest.substr(1)).c_str(), "%2d:%2d", &h, &m) != 2)
+      return std::nullopt;
+    offset_s = (rest[0] == '+' ? 1 : -1) * (h * 3600 + m * 60);
+  } else {
+    return std::nullopt;
+  }
+  time_t t = timegm(&tm);
+  if (t == static_cast<time_t>(-1)) return std::nullopt;
+  return std::chrono::system_clock::from_time_t(t - offset_s) +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(
+             std::chrono::duration<double>(frac));
+}
+
 std::string ms_since(TimePoint from, TimePoint t) {
   return std::to_string(std::chrono::duration_cast<milliseconds>(t - from).count());
 }
@@ -54,10 +98,10 @@ const model::Pod* Machine::pod_for(const model::IpAddr& ip) const {
   return snap_ ? snap_->find_node_pod(opts_.node_name, ip) : nullptr;
 }
 
-void Machine::set_budget(Drain& d, TimePoint now) const {
+void Machine::set_budget(Drain& d, TimePoint now) {
   int64_t grace_s = 30;
-  if (const model::Pod* p = pod_for(d.ip))
-    grace_s = std::max<int64_t>(0, p->termination_grace_period_seconds);
+  const model::Pod* p = pod_for(d.ip);
+  if (p) grace_s = std::max<int64_t>(0, p->termination_grace_period_seconds);
   milliseconds grace{grace_s * 1000};
   auto margin =
       std::max(opts_.min_margin, milliseconds(static_cast<int64_t>(
@@ -65,6 +109,30 @@ void Machine::set_budget(Drain& d, TimePoint now) const {
   auto budget = std::max(milliseconds(0), grace - margin);
   d.start = now;
   d.budget_end = now + budget;
+  if (p && !p->deletion_timestamp.empty()) {
+    if (auto at = parse_rfc3339(p->deletion_timestamp)) {
+      auto left = std::chrono::duration_cast<milliseconds>(*at - opts_.wall_clock()) - margin;
+      if (left > budget) {
+        // Further ahead than the grace period: the API's clock and this node's disagree.
+        ++counters_.deletion_clamped;
+        d.notes.push_back("deletionTimestamp " + p->deletion_timestamp + " is " +
+                          std::to_string((left - budget).count()) +
+                          " ms past the grace period from now (clock skew): budget clamped to "
+                          "the grace period");
+      } else if (left < std::min(budget, opts_.api_floor)) {
+        // Already (nearly) past: an agent that restarted late, or a clock ahead of the API's.
+        ++counters_.deletion_clamped;
+        left = std::min(budget, opts_.api_floor);
+        d.notes.push_back("deletionTimestamp " + p->deletion_timestamp +
+                          " leaves no budget: " + std::to_string(left.count()) + " ms kept");
+        d.budget_end = now + left;
+        d.budget_from_api = true;
+      } else {
+        d.budget_end = now + left;
+        d.budget_from_api = true;
+      }
+    }
+  }
   d.removal_deadline = d.budget_end;
   if (opts_.removal_timeout.count() > 0)
     d.removal_deadline = std::min(d.budget_end, now + opts_.removal_timeout);
@@ -473,7 +541,9 @@ std::string Machine::to_json(TimePoint now) const {
     add_wall("released", d.released);
     add_wall("last_confirmation", d.last_confirmation);
     add_wall("prestop_called", d.prestop_called);
-    j += u + "},\"consumers_confirmed_ms\":{";
+    add_wall("budget_end", d.budget_end);
+    j += u + "},\"budget_from_api\":" + (d.budget_from_api ? "true" : "false") +
+         ",\"consumers_confirmed_ms\":{";
     std::string c;
     for (const auto& [name, at] : d.consumers_confirmed)
       c += (c.empty() ? "" : ",") + model::json_string(name) + ":" + ms_since(d.start, at);

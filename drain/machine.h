@@ -50,6 +50,15 @@ struct Options {
   milliseconds conntrack_unavailable_wait{2000};
   ReleaseAfter default_release_after = ReleaseAfter::kDrained;
   size_t history = 64;  // finished drains kept for /debug/state
+  // The API's clock: a pod's deletionTimestamp is when its grace period runs out (the API
+  // server sets it to the deletion's time plus the grace period), whichever agent sees it and
+  // whenever (a restarted agent too). The budget ends a margin before it, clamped: never past
+  // the grace period from now (a timestamp further ahead is a skewed clock), and never less
+  // than api_floor (one already past: an agent restarted late, or a clock ahead).
+  std::function<std::chrono::system_clock::time_point()> wall_clock = [] {
+    return std::chrono::system_clock::now();
+  };
+  milliseconds api_floor{1000};
 };
 
 struct PeerState {
@@ -72,6 +81,7 @@ struct Drain {
   uint64_t revision = 0;
   TimePoint removal_deadline{};
   TimePoint budget_end{};
+  bool budget_from_api = false;  // budget_end from the pod's deletionTimestamp
   std::optional<TimePoint> stop_accepting, removed, drained, released;
   std::map<std::string, TimePoint> consumers_confirmed;
   std::map<std::string, PeerState> peers;  // by node name
@@ -96,6 +106,8 @@ struct Counters {
   uint64_t conntrack_unavailable = 0;
   uint64_t no_endpoints = 0;
   uint64_t never_terminating = 0;
+  // deletionTimestamps clamped: further ahead than the grace period, or already past.
+  uint64_t deletion_clamped = 0;
   uint64_t not_terminating_in_api = 0;
   uint64_t released = 0;
 };
@@ -160,7 +172,7 @@ class Machine {
   };
   const model::Pod* pod_for(const model::IpAddr& ip) const;
   Drain& ensure(const model::IpAddr& ip, TimePoint now, bool* created);
-  void set_budget(Drain& d, TimePoint now) const;
+  void set_budget(Drain& d, TimePoint now);
   std::vector<model::IpAddr> pod_endpoints(const model::Pod& pod) const;
   bool local_removed(Drain& d, const Inputs& in);
   bool peers_done(Drain& d, TimePoint now);

@@ -49,8 +49,8 @@ class Coordinator::PeerServer::Service final
       auto names = peer_certificate_names(*ctx->auth_context());
       if (std::find(names.begin(), names.end(), req->from_node()) == names.end())
         return {grpc::StatusCode::PERMISSION_DENIED,
-                "the caller's certificate does not name node \"" +
-                    req->from_node().substr(0, 64) + "\""};
+                "the caller's certificate does not name node \"" + req->from_node().substr(0, 64) +
+                    "\""};
     }
     auto ip = model::IpAddr::parse(req->address());
     if (!ip)
@@ -141,8 +141,8 @@ void Coordinator::peer_worker() {
     // The peer's certificate must name the node it is called as.
     if (peer_creds_.tls) args.SetSslTargetNameOverride(job.node);
     auto channel = grpc::CreateCustomChannel(
-        job.address,
-        peer_creds_.client ? peer_creds_.client : grpc::InsecureChannelCredentials(), args);
+        job.address, peer_creds_.client ? peer_creds_.client : grpc::InsecureChannelCredentials(),
+        args);
     auto stub = pb::Peer::NewStub(channel);
     bool confirmed = false;
     std::string last_error = "not asked";

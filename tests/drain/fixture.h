@@ -23,7 +23,8 @@ struct PodDef {
   std::string node = "node-a";
   bool terminating = false;
   int64_t grace = 30;
-  std::string release_after = {};  // annotation value, empty: none
+  std::string release_after = {};       // annotation value, empty: none
+  std::string deletion_timestamp = {};  // metadata.deletionTimestamp, empty: none
 };
 
 inline model::IpAddr ip(const std::string& s) {
@@ -72,6 +73,7 @@ inline model::SnapshotPtr make_snapshot(uint64_t g, const std::vector<Ep>& eps,
     pod->pod_ips = {ip(p.ip)};
     pod->terminating = p.terminating;
     pod->termination_grace_period_seconds = p.grace;
+    pod->deletion_timestamp = p.deletion_timestamp;
     if (!p.release_after.empty()) pod->annotations["endpointd.io/release-after"] = p.release_after;
     s->pods.push_back(pod);
   }

@@ -167,6 +167,43 @@ TEST_F(MachineTest, TerminatingFallbackIsBoundedByTheBudget) {
   EXPECT_TRUE(m.drains().at(ip("10.244.1.10")).removal_forced);
 }
 
+// The budget is the API's: it ends a margin before the pod's deletionTimestamp, whichever
+// agent sees it and whenever; a timestamp beyond the grace period from now (a skewed clock)
+// or already past is clamped, counted and noted.
+TEST_F(MachineTest, BudgetEndsAtTheDeletionTimestamp) {
+  // The wall clock reads 2026-11-25T12:00:00Z.
+  const auto wall = std::chrono::system_clock::from_time_t(1795608000);
+  auto budget_of = [&](const std::string& deletion, uint64_t* clamped) {
+    Options o = opts();
+    o.wall_clock = [wall] { return wall; };
+    Machine m(o);
+    auto s = make_snapshot(2, {kWeb1Terminating, kWeb3},
+                           {{"web-1", "10.244.1.10", "node-a", true, 10, {}, deletion}});
+    m.on_snapshot(s, t0);
+    *clamped = m.counters().deletion_clamped;
+    const Drain& d = m.drains().at(ip("10.244.1.10"));
+    return std::chrono::duration_cast<std::chrono::milliseconds>(d.budget_end - d.start);
+  };
+  uint64_t clamped = 0;
+  // Deleted 4 s ago with a 10 s grace: the kubelet kills at 12:00:06; margin 2 s → 4 s left.
+  EXPECT_EQ(budget_of("2026-11-25T12:00:06Z", &clamped), 4000ms);
+  EXPECT_EQ(clamped, 0u);
+  EXPECT_EQ(budget_of("2026-11-25T12:00:06.500Z", &clamped), 4500ms);
+  EXPECT_EQ(budget_of("2026-11-25T13:00:06+01:00", &clamped), 4000ms);
+  // No timestamp: the grace period from now, less the margin.
+  EXPECT_EQ(budget_of("", &clamped), 8000ms);
+  EXPECT_EQ(clamped, 0u);
+  // A minute ahead: beyond the grace period from now; clamped to it and counted.
+  EXPECT_EQ(budget_of("2026-11-25T12:01:00Z", &clamped), 8000ms);
+  EXPECT_EQ(clamped, 1u);
+  // Already past (a late start, or a clock ahead): the floor, counted.
+  EXPECT_EQ(budget_of("2026-11-25T11:59:00Z", &clamped), 1000ms);
+  EXPECT_EQ(clamped, 1u);
+  // Unreadable: ignored, the grace period from now.
+  EXPECT_EQ(budget_of("yesterday", &clamped), 8000ms);
+  EXPECT_EQ(clamped, 0u);
+}
+
 TEST_F(MachineTest, PeerDeadlinePolicies) {
   for (PeerPolicy policy : {PeerPolicy::kProceed, PeerPolicy::kWait}) {
     Options o = opts();

@@ -694,9 +694,9 @@ void FakeApiServer::handle_watch(Resource& r, const httplib::Request& req, httpl
           Resource& res_ = *w->resource;
           if (w->pending.empty() && !w->finish_after_pending) {
             // Only the events after the watch's position (the history is in rv order).
-            auto first = std::upper_bound(
-                res_.history.begin(), res_.history.end(), w->pos,
-                [](uint64_t pos, const HistoryEvent& e) { return pos < e.rv; });
+            auto first =
+                std::upper_bound(res_.history.begin(), res_.history.end(), w->pos,
+                                 [](uint64_t pos, const HistoryEvent& e) { return pos < e.rv; });
             for (auto it = first; it != res_.history.end(); ++it) {
               const HistoryEvent& ev = *it;
               w->pos = ev.rv;

@@ -4,6 +4,7 @@ every feature switched on and off, the rendered objects, the example workload's 
 wiring, and that invalid values fail naming the value.
 
 usage: chart_test.py HELM CHART_DIR [ENDPOINTD_BINARY]"""
+import base64
 import ipaddress
 import os
 import subprocess
@@ -15,6 +16,7 @@ import yaml
 
 HELM, CHART = sys.argv[1], sys.argv[2]
 ENDPOINTD = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else ""
+PEER_CERTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "peer-certs")
 failures = []
 checks = 0
 
@@ -140,7 +142,23 @@ def check_render(name, sets, namespace="endpointd"):
     check(pod.get("serviceAccountName") == sa["metadata"]["name"], f"[{name}] serviceAccountName")
     check(len(pod["containers"]) == 1, f"[{name}] one container")
     c = pod["containers"][0]
-    check(c["args"] == ["run", "--config", "/etc/endpointd/config.yaml"], f"[{name}] args {c['args']}")
+    check(c["args"][:3] == ["run", "--config", "/etc/endpointd/config.yaml"], f"[{name}] args {c['args']}")
+    # Peers: mutual TLS from the Secret (this node's pair), or plaintext only when asked for.
+    tls_dir = "/etc/endpointd-peer-tls"
+    peer_vols = [x for x in ds["spec"]["template"]["spec"]["volumes"] if x["name"] == "peer-tls"]
+    peer_mounts = [m for m in c["volumeMounts"] if m["name"] == "peer-tls"]
+    if v["drain"]["peerTLS"]["insecure"]:
+        check(c["args"][3:] == ["--drain-peer-insecure"], f"[{name}] insecure peers: args {c['args']}")
+        check(not peer_vols and not peer_mounts, f"[{name}] insecure peers mount no Secret")
+    else:
+        want_args = ["--drain-peer-ca", tls_dir + "/ca.crt",
+                     "--drain-peer-cert", tls_dir + "/$(NODE_NAME).crt",
+                     "--drain-peer-key", tls_dir + "/$(NODE_NAME).key"]
+        check(c["args"][3:] == want_args, f"[{name}] peer TLS args {c['args']}")
+        check(len(peer_vols) == 1 and peer_vols[0]["secret"]["secretName"] == v["drain"]["peerTLS"]["secretName"],
+              f"[{name}] peer Secret volume {peer_vols}")
+        check(len(peer_mounts) == 1 and peer_mounts[0]["mountPath"] == tls_dir and peer_mounts[0].get("readOnly"),
+              f"[{name}] peer Secret mount {peer_mounts}")
     env = {e["name"]: e for e in c.get("env", [])}
     check(env.get("NODE_NAME", {}).get("valueFrom") == {"fieldRef": {"fieldPath": "spec.nodeName"}},
           f"[{name}] NODE_NAME from the downward API")
@@ -281,9 +299,20 @@ def run_config_with_binary(name, objs):
         path = os.path.join(d, "config.yaml")
         open(path, "w").write(cm["data"]["config.yaml"])
         os.mkdir(os.path.join(d, "manifests"))
+        # The container's own arguments, with the peer Secret that scripts/peer-certs makes
+        # unpacked where the chart mounts it.
+        c = one(objs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+        tls_dir = os.path.join(d, "peer-tls")
+        os.mkdir(tls_dir)
+        secret = yaml.safe_load(subprocess.run([PEER_CERTS, "n1", "n2"], capture_output=True, text=True,
+                                               check=True).stdout)
+        for k, b64 in secret["data"].items():
+            open(os.path.join(tls_dir, k), "wb").write(base64.b64decode(b64))
+        extra = [a.replace("/etc/endpointd-peer-tls", tls_dir).replace("$(NODE_NAME)", "n1")
+                 for a in c["args"][3:]]
         args = [ENDPOINTD, "run", "--config", path, "--source-dir", os.path.join(d, "manifests"),
                 "--node-name", "n1", "--dataplane", "none", "--admin-listen", "127.0.0.1:0",
-                "--drain-socket", os.path.join(d, "drain.sock"), "--drain-peer-listen", "127.0.0.1:0"]
+                "--drain-socket", os.path.join(d, "drain.sock"), "--drain-peer-listen", "127.0.0.1:0"] + extra
         if "dns-listen" in yaml.safe_load(cm["data"]["config.yaml"]):
             args += ["--dns-listen", "127.0.0.1:0", "--dns-upstream", "127.0.0.1:1"]
         if "feed-listen" in yaml.safe_load(cm["data"]["config.yaml"]):
@@ -323,7 +352,7 @@ def main():
     ]
     for feature, on in (("dataplane.enabled", True), ("dns.enabled", True), ("feed.enabled", True),
                         ("metrics.serviceMonitor.enabled", True), ("exampleWorkload.enabled", True), ("privileged", True),
-                        ("watchPods", False), ("masqueradeAll", True)):
+                        ("watchPods", False), ("masqueradeAll", True), ("drain.peerTLS.insecure", True)):
         scenarios.append((f"{feature}={str(on).lower()}", [f"{feature}={str(on).lower()}"], "endpointd"))
         scenarios.append((f"{feature}={str(not on).lower()}", [f"{feature}={str(not on).lower()}"], "endpointd"))
     for name, sets, ns in scenarios:

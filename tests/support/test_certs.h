@@ -60,8 +60,7 @@ inline std::string make_node_certs(const std::string& dir, const std::vector<std
     script += "openssl req $K -keyout '" + n + ".key' -out '" + n + ".csr' -subj '/CN=" + n +
               "'\n"
               "printf 'subjectAltName=DNS:" +
-              n +
-              "\\nextendedKeyUsage=serverAuth,clientAuth\\n' > '" + n +
+              n + "\\nextendedKeyUsage=serverAuth,clientAuth\\n' > '" + n +
               ".ext'\n"
               "openssl x509 -req -in '" +
               n + ".csr' -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile '" + n +
@@ -71,8 +70,7 @@ inline std::string make_node_certs(const std::string& dir, const std::vector<std
     std::ofstream out(dir + "/make-node-certs.sh", std::ios::trunc);
     out << script;
   }
-  const std::string cmd =
-      "sh '" + dir + "/make-node-certs.sh' >'" + dir + "/openssl.log' 2>&1";
+  const std::string cmd = "sh '" + dir + "/make-node-certs.sh' >'" + dir + "/openssl.log' 2>&1";
   if (std::system(cmd.c_str()) == 0) return "";
   std::string log = slurp_file(dir + "/openssl.log");
   return log.empty() ? "openssl failed" : log;
