@@ -525,6 +525,7 @@ void Cluster::publish_view() {
          ",\"refused_renamed\":" + std::to_string(s.refused_renamed) +
          ",\"refused_limit\":" + std::to_string(s.refused_limit) +
          ",\"refused_identity\":" + std::to_string(s.refused_identity) +
+         ",\"refused_malformed\":" + std::to_string(s.refused_malformed) +
          ",\"dropped_queue\":" + std::to_string(s.dropped_queue) +
          ",\"dropped_inbox\":" + std::to_string(s.dropped_inbox) +
          ",\"dropped_no_stream\":" + std::to_string(s.dropped_no_stream) + "}}";
@@ -604,7 +605,7 @@ void Cluster::handle(Event& ev, SteadyClock::time_point now) {
     InStream* s = ev.in;
     if (!incoming_.count(s) || s->refused) return;
     if (!parsed.ok()) {
-      refuse(s, grpc::StatusCode::INVALID_ARGUMENT, parsed.error(), &Stats::refused_renamed,
+      refuse(s, grpc::StatusCode::INVALID_ARGUMENT, parsed.error(), &Stats::refused_malformed,
              "malformed");
       return;
     }

@@ -100,7 +100,8 @@ class Cluster {
     uint64_t streams_opened = 0;  // outgoing
     uint64_t streams_accepted = 0;
     uint64_t refused_unnamed = 0, refused_not_member = 0, refused_renamed = 0, refused_limit = 0;
-    uint64_t refused_identity = 0;  // the certificate names another node
+    uint64_t refused_identity = 0;   // the certificate names another node
+    uint64_t refused_malformed = 0;  // a message that is no report
     uint64_t dropped_queue = 0, dropped_inbox = 0, dropped_no_stream = 0;
     size_t incoming = 0, outgoing = 0;  // streams open now
     size_t peak_streams = 0;

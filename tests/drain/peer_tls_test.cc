@@ -1,10 +1,10 @@
 // The peer port under mutual TLS, with real coordinators on loopback addresses of their own
 // (127.1.9.x, one port): the cluster watermark crosses it; a plaintext client, a client with a
-// certificate of another CA, a client whose certificate names another node, and a certificate
-// for a node outside the Node list are each refused; 1,000 idle connections to every agent's
-// peer port do not stop an agent that joins afterwards from taking part, nor the watermark from
-// advancing. And without certificates the peer server does not start unless asked for
-// plaintext by name.
+// certificate of another CA, a client whose certificate names another node, a certificate
+// for a node outside the Node list, and a message with no report in it are each refused; 1,000 idle
+// connections to every agent's peer port do not stop an agent that joins afterwards from taking
+// part, nor the watermark from advancing. And without certificates the peer server does not start
+// unless asked for plaintext by name.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -168,6 +168,14 @@ class PeerTls : public ::testing::Test {
   // `from` and returns the stream's status.
   grpc::Status speak_as(const std::shared_ptr<grpc::ChannelCredentials>& creds,
                         const std::string& from) {
+    pb::PeerMessage m;
+    m.mutable_up()->set_from(from);
+    m.mutable_up()->set_watermark(1);
+    return send_as(creds, m);
+  }
+
+  grpc::Status send_as(const std::shared_ptr<grpc::ChannelCredentials>& creds,
+                       const pb::PeerMessage& m) {
     grpc::ChannelArguments args;
     args.SetSslTargetNameOverride("node-a");
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
@@ -176,9 +184,6 @@ class PeerTls : public ::testing::Test {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + 5s);
     auto stream = stub->Exchange(&ctx);
-    pb::PeerMessage m;
-    m.mutable_up()->set_from(from);
-    m.mutable_up()->set_watermark(1);
     stream->Write(m);
     pb::PeerMessage in;
     while (stream->Read(&in)) {
@@ -241,6 +246,14 @@ TEST_F(PeerTls, RefusesPlaintextOtherCaWrongNameAndNonMember) {
   st = speak_as(tls_as(dir_, "node-x"), "node-x");
   EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
   EXPECT_EQ(counter_reaching("node-a", "refused_not_member", 1), 1u);
+
+  // A valid peer that sends a message with no report in it (garbage that parses): refused,
+  // counted, named.
+  st = send_as(tls_as(dir_, "node-b"), pb::PeerMessage());
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("neither an up nor a down report"), std::string::npos)
+      << st.error_message();
+  EXPECT_EQ(counter_reaching("node-a", "refused_malformed", 1), 1u);
 
   // None of it moved the watermark or the membership.
   apply(2, 11);
