@@ -158,12 +158,47 @@ struct Cluster::Metrics {
   }
 };
 
+namespace {
+
+// The messages waiting on one stream, under the stream's lock: at most `limit`; when full, the
+// oldest one not yet being written goes (reports are state: a newer one supersedes it).
+struct WriteQueue {
+  explicit WriteQueue(size_t limit) : limit(limit) {}
+  size_t limit;
+  std::list<pb::PeerMessage> messages;
+  bool writing = false;
+
+  // Queues `m`. Returns the message to start writing (null: a write is already in flight) and
+  // sets *dropped when one waiting message made room.
+  const pb::PeerMessage* push(pb::PeerMessage m, bool* dropped) {
+    *dropped = false;
+    if (messages.size() >= limit) {
+      messages.erase(writing ? std::next(messages.begin()) : messages.begin());
+      *dropped = true;
+    }
+    messages.push_back(std::move(m));
+    if (writing) return nullptr;
+    writing = true;
+    return &messages.front();
+  }
+  // A write completed. Returns the next message to write, or null (writing stops) when there
+  // is none or `more` is false.
+  const pb::PeerMessage* written(bool more) {
+    messages.pop_front();
+    if (more && !messages.empty()) return &messages.front();
+    writing = false;
+    return nullptr;
+  }
+};
+
+}  // namespace
+
 // One incoming stream (a child, or any peer that reports to this agent). Its memory is freed
 // by the cluster thread after OnDone, never inside a callback.
 class Cluster::InStream final : public grpc::ServerBidiReactor<pb::PeerMessage, pb::PeerMessage> {
  public:
   InStream(Cluster* c, grpc::CallbackServerContext* ctx, size_t queue)
-      : c_(c), queue_(queue), opened_(SteadyClock::now()) {
+      : c_(c), out_(queue), opened_(SteadyClock::now()) {
     peer_ = ctx->peer();
     if (auto auth = ctx->auth_context()) cert_names = peer_certificate_names(*auth);
     StartRead(&in_);
@@ -186,13 +221,11 @@ class Cluster::InStream final : public grpc::ServerBidiReactor<pb::PeerMessage, 
 
   void OnWriteDone(bool ok) override {
     std::lock_guard lock(mu_);
-    out_.pop_front();
     if (!ok) finishing_ = true;
-    if (!out_.empty() && !finishing_) {
-      StartWrite(&out_.front());
+    if (const auto* next = out_.written(!finishing_)) {
+      StartWrite(next);
       return;
     }
-    writing_ = false;
     if (finishing_ && !finished_) {
       finished_ = true;
       Finish(status_);
@@ -211,16 +244,7 @@ class Cluster::InStream final : public grpc::ServerBidiReactor<pb::PeerMessage, 
     std::lock_guard lock(mu_);
     if (finishing_) return true;
     bool dropped = false;
-    if (out_.size() >= queue_) {
-      // The one in flight stays; the oldest waiting goes (a newer report supersedes it).
-      out_.erase(writing_ ? std::next(out_.begin()) : out_.begin());
-      dropped = true;
-    }
-    out_.push_back(std::move(m));
-    if (!writing_) {
-      writing_ = true;
-      StartWrite(&out_.front());
-    }
+    if (const auto* first = out_.push(std::move(m), &dropped)) StartWrite(first);
     return !dropped;
   }
 
@@ -229,7 +253,7 @@ class Cluster::InStream final : public grpc::ServerBidiReactor<pb::PeerMessage, 
     if (finishing_) return;
     finishing_ = true;
     status_ = std::move(st);
-    if (!writing_) {
+    if (!out_.writing) {
       finished_ = true;
       Finish(status_);
     }
@@ -243,13 +267,11 @@ class Cluster::InStream final : public grpc::ServerBidiReactor<pb::PeerMessage, 
 
  private:
   Cluster* c_;
-  size_t queue_;
+  WriteQueue out_;
   SteadyClock::time_point opened_;
   std::string peer_;
   pb::PeerMessage in_;
   std::recursive_mutex mu_;  // a write can complete inline, on the thread that started it
-  std::list<pb::PeerMessage> out_;
-  bool writing_ = false;
   bool finishing_ = false;
   bool finished_ = false;
   grpc::Status status_;
@@ -260,7 +282,7 @@ class Cluster::OutStream final : public grpc::ClientBidiReactor<pb::PeerMessage,
  public:
   OutStream(Cluster* c, std::string node, const std::string& address,
             const std::shared_ptr<grpc::ChannelCredentials>& creds, bool tls, size_t queue)
-      : node(std::move(node)), c_(c), queue_(queue) {
+      : node(std::move(node)), c_(c), out_(queue) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 4 << 20);
     // Each stream its own connection: a stream torn down takes only its own with it.
@@ -298,12 +320,10 @@ class Cluster::OutStream final : public grpc::ClientBidiReactor<pb::PeerMessage,
 
   void OnWriteDone(bool ok) override {
     std::lock_guard lock(mu_);
-    out_.pop_front();
-    if (ok && !out_.empty() && !closing_) {
-      StartWrite(&out_.front());
+    if (const auto* next = out_.written(ok && !closing_)) {
+      StartWrite(next);
       return;
     }
-    writing_ = false;
     if (!ok) closing_ = true;
     if (closing_) release();
   }
@@ -320,15 +340,7 @@ class Cluster::OutStream final : public grpc::ClientBidiReactor<pb::PeerMessage,
     std::lock_guard lock(mu_);
     if (closing_) return true;
     bool dropped = false;
-    if (out_.size() >= queue_) {
-      out_.erase(writing_ ? std::next(out_.begin()) : out_.begin());
-      dropped = true;
-    }
-    out_.push_back(std::move(m));
-    if (!writing_) {
-      writing_ = true;
-      StartWrite(&out_.front());
-    }
+    if (const auto* first = out_.push(std::move(m), &dropped)) StartWrite(first);
     last_send = SteadyClock::now();
     return !dropped;
   }
@@ -337,7 +349,7 @@ class Cluster::OutStream final : public grpc::ClientBidiReactor<pb::PeerMessage,
     {
       std::lock_guard lock(mu_);
       closing_ = true;
-      if (!writing_) release();
+      if (!out_.writing) release();
     }
     ctx_.TryCancel();
   }
@@ -349,20 +361,18 @@ class Cluster::OutStream final : public grpc::ClientBidiReactor<pb::PeerMessage,
 
  private:
   Cluster* c_;
-  size_t queue_;
+  WriteQueue out_;
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<pb::Peer::Stub> stub_;
+  std::unique_ptr<pb::Peer::Stub> stub_;  // the generated gRPC client for Peer
   grpc::ClientContext ctx_;
   pb::PeerMessage in_;
   std::recursive_mutex mu_;
-  std::list<pb::PeerMessage> out_;
-  bool writing_ = false;
   bool closing_ = false;
   bool held_ = true;
 
   // Under mu_, once closing_ and no write is in flight: lets the call end.
   void release() {
-    if (!held_ || writing_) return;
+    if (!held_ || out_.writing) return;
     held_ = false;
     RemoveHold();
   }

@@ -19,6 +19,19 @@ inline std::string slurp_file(const std::string& path) {
   return ss.str();
 }
 
+// Writes `script` to DIR/NAME and runs it with sh; empty on success, otherwise what it printed.
+inline std::string run_in(const std::string& dir, const std::string& name,
+                          const std::string& script) {
+  {
+    std::ofstream out(dir + "/" + name, std::ios::trunc);
+    out << script;
+  }
+  const std::string cmd = "sh '" + dir + "/" + name + "' >'" + dir + "/openssl.log' 2>&1";
+  if (std::system(cmd.c_str()) == 0) return "";
+  std::string log = slurp_file(dir + "/openssl.log");
+  return log.empty() ? "openssl failed" : log;
+}
+
 // Empty on success; otherwise what openssl printed.
 inline std::string make_test_certs(const std::string& dir) {
   const std::string script =
@@ -37,14 +50,7 @@ inline std::string make_test_certs(const std::string& dir) {
       "-extfile client.ext -out client.crt\n"
       "openssl base64 -A -in ca.crt -out ca.b64\n"
       "openssl base64 -A -in client.key -out client-key.b64\n";
-  {
-    std::ofstream out(dir + "/make-certs.sh", std::ios::trunc);
-    out << script;
-  }
-  const std::string cmd = "sh '" + dir + "/make-certs.sh' >'" + dir + "/openssl.log' 2>&1";
-  if (std::system(cmd.c_str()) == 0) return "";
-  std::string log = slurp_file(dir + "/openssl.log");
-  return log.empty() ? "openssl failed" : log;
+  return run_in(dir, "make-certs.sh", script);
 }
 
 // A CA (ca.crt, ca.key) and, per name, NAME.crt and NAME.key: a certificate naming node NAME
@@ -66,14 +72,7 @@ inline std::string make_node_certs(const std::string& dir, const std::vector<std
               n + ".csr' -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile '" + n +
               ".ext' -out '" + n + ".crt'\n";
   }
-  {
-    std::ofstream out(dir + "/make-node-certs.sh", std::ios::trunc);
-    out << script;
-  }
-  const std::string cmd = "sh '" + dir + "/make-node-certs.sh' >'" + dir + "/openssl.log' 2>&1";
-  if (std::system(cmd.c_str()) == 0) return "";
-  std::string log = slurp_file(dir + "/openssl.log");
-  return log.empty() ? "openssl failed" : log;
+  return run_in(dir, "make-node-certs.sh", script);
 }
 
 }  // namespace endpointd::testing
