@@ -114,6 +114,14 @@ void Aggregator::receive(const Message& m, TimePoint now) {
       if (auto it = child_since_.find(from); it != child_since_.end()) it->second = now;
       return;
     }
+    // Watermarks only grow, so a report below the last one over the same agents is a restart
+    // or a lie; either way the lower value is the one that cannot release a drain too soon.
+    if (auto prev = reports_.find(from); prev != reports_.end() &&
+                                         up->watermark < prev->second.report.watermark &&
+                                         up->covered == prev->second.report.covered) {
+      ++stats_.backwards;
+      note("backwards", from, up->watermark, up->watermark);
+    }
     // An excluded agent's report is kept only to answer it (so that it does not find this
     // agent silent); it is not counted until the root takes it back.
     reports_[from] = ChildReport{*up, now};
@@ -124,7 +132,7 @@ void Aggregator::receive(const Message& m, TimePoint now) {
     // A former parent, one by another layout, or a root probing the excluded: its watermark
     // does not count here, but a newer decision does (with the watermark made under it); and
     // it is told that this agent is not its child.
-    if (adopt(down.excluded, down.epoch)) cluster_ = down.watermark;
+    if (adopt(down.excluded, down.epoch)) cluster_ = bounded_cluster(from, down.watermark);
     leave_.insert(from);
     return;
   }
@@ -134,7 +142,20 @@ void Aggregator::receive(const Message& m, TimePoint now) {
   adopt(down.excluded, down.epoch);
   // The parent's watermark holds under the decision it was made with; one made under an older
   // decision than this agent's (the parent has not heard of the newer one yet) waits.
-  if (down.epoch == epoch_) cluster_ = down.watermark;
+  if (down.epoch == epoch_) cluster_ = bounded_cluster(from, down.watermark);
+}
+
+uint64_t Aggregator::bounded_cluster(const std::string& from, uint64_t watermark) {
+  // The root's minimum counts this agent unless it is excluded, and this agent's own watermark
+  // only grows: a cluster watermark above it is false, whoever sent it.
+  if (excluded_.count(self_) || watermark <= local_) return watermark;
+  ++stats_.clamped_ahead;
+  note("ahead", from, watermark, local_);
+  return local_;
+}
+
+void Aggregator::note(const char* kind, const std::string& from, uint64_t reported, uint64_t kept) {
+  if (anomalies_.size() < kMaxAnomalies) anomalies_.push_back({kind, from, reported, kept});
 }
 
 UpReport Aggregator::aggregate(TimePoint now) {

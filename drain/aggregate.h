@@ -29,6 +29,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -113,8 +114,22 @@ class Aggregator {
     uint64_t up_sent = 0, down_sent = 0, relayouts = 0;
     uint64_t coverage_mismatches = 0;  // root: polls whose coverage was not the tree's
     uint64_t ignored = 0;              // messages from non-members
+    // A child's report below its previous one over the same agents (a restart, or a peer that
+    // lies): taken as reported, since the lower value can only delay a confirmation.
+    uint64_t backwards = 0;
+    // A cluster watermark from a parent above this agent's own local watermark although it
+    // counts this agent (so it cannot be above it): clamped to the local watermark.
+    uint64_t clamped_ahead = 0;
   };
   const Stats& stats() const { return stats_; }
+
+  // Reports that were wrong on their face, as they were received, for the log.
+  struct Anomaly {
+    const char* kind;  // "backwards" or "ahead"
+    std::string from;
+    uint64_t reported = 0, kept = 0;
+  };
+  std::vector<Anomaly> take_anomalies() { return std::exchange(anomalies_, {}); }
 
  private:
   struct ChildReport {
@@ -125,6 +140,9 @@ class Aggregator {
   UpReport aggregate(TimePoint now);
   // Takes a newer exclusion decision; false when `epoch` is not newer than the one held.
   bool adopt(const std::vector<std::string>& excluded, uint64_t epoch);
+  // A cluster watermark from a parent, clamped to what this agent applied when it is counted.
+  uint64_t bounded_cluster(const std::string& from, uint64_t watermark);
+  void note(const char* kind, const std::string& from, uint64_t reported, uint64_t kept);
 
   std::string self_;
   AggregatorOptions opts_;
@@ -157,6 +175,8 @@ class Aggregator {
   bool layout_dirty_ = true;
   std::optional<TimePoint> last_poll_;
   Stats stats_;
+  std::vector<Anomaly> anomalies_;  // bounded: kMaxAnomalies until taken
+  static constexpr size_t kMaxAnomalies = 64;
 };
 
 }  // namespace endpointd::drain

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <list>
+#include <string_view>
 #include <variant>
 
 #include "drain/peer_tls.h"
@@ -118,6 +119,7 @@ struct Cluster::Metrics {
   prometheus::Family<prometheus::Gauge>* streams;
   prometheus::Gauge* excluded;
   prometheus::Family<prometheus::Gauge>* watermark;
+  prometheus::Family<prometheus::Counter>* anomalies;
 
   explicit Metrics(prometheus::Registry* r) {
     if (!r) {
@@ -154,6 +156,13 @@ struct Cluster::Metrics {
                      .Help(
                          "EndpointSlice position applied: local (this agent's consumers) and "
                          "cluster (every live agent's)")
+                     .Register(*r);
+    anomalies = &prometheus::BuildCounter()
+                     .Name("endpointd_drain_peer_watermark_anomalies_total")
+                     .Help(
+                         "Peer watermark reports wrong on their face, by kind: backwards (taken "
+                         "as reported) and ahead (a cluster watermark above this agent's own, "
+                         "clamped)")
                      .Register(*r);
   }
 };
@@ -538,7 +547,9 @@ void Cluster::publish_view() {
          ",\"refused_malformed\":" + std::to_string(s.refused_malformed) +
          ",\"dropped_queue\":" + std::to_string(s.dropped_queue) +
          ",\"dropped_inbox\":" + std::to_string(s.dropped_inbox) +
-         ",\"dropped_no_stream\":" + std::to_string(s.dropped_no_stream) + "}}";
+         ",\"dropped_no_stream\":" + std::to_string(s.dropped_no_stream) +
+         ",\"watermark_backwards\":" + std::to_string(s.watermark_backwards) +
+         ",\"watermark_clamped_ahead\":" + std::to_string(s.watermark_clamped_ahead) + "}}";
     view_ = std::move(v);
     json_ = std::move(j);
   }
@@ -547,6 +558,30 @@ void Cluster::publish_view() {
   metrics_->excluded->Set(static_cast<double>(agg_.excluded().size()));
   metrics_->watermark->Add({{"scope", "cluster"}})
       .Set(static_cast<double>(agg_.cluster_watermark()));
+}
+
+void Cluster::report_anomalies(SteadyClock::time_point now) {
+  for (const auto& a : agg_.take_anomalies()) {
+    bool ahead = std::string_view(a.kind) == "ahead";
+    {
+      std::lock_guard lock(view_mu_);
+      ++(ahead ? stats_.watermark_clamped_ahead : stats_.watermark_backwards);
+    }
+    metrics_->anomalies->Add({{"kind", a.kind}}).Increment();
+    auto& last = anomaly_logged_[std::string(a.kind) + "/" + a.from];
+    if (last != SteadyClock::time_point{} && now - last < std::chrono::seconds(10)) continue;
+    last = now;
+    if (ahead)
+      spdlog::warn(
+          "drain: peer {} sent a cluster watermark of {}, above this agent's own {} that it "
+          "counts: clamped to {}",
+          a.from, a.reported, a.kept, a.kept);
+    else
+      spdlog::warn(
+          "drain: peer {} reported a watermark of {}, below its previous report over the same "
+          "agents (a restart, or a false report): taken as reported",
+          a.from, a.reported);
+  }
 }
 
 void Cluster::handle(Event& ev, SteadyClock::time_point now) {
@@ -801,6 +836,7 @@ void Cluster::run() {
       metrics_->watermark->Add({{"scope", "local"}}).Set(static_cast<double>(local));
     }
     dispatch(agg_.poll(now), now);
+    report_anomalies(now);
     if (now >= next_sweep) {
       sweep(now);
       // Hello and idle deadlines are seconds long; a sweep a quarter of the shorter apart.

@@ -103,7 +103,9 @@ class Cluster {
     uint64_t refused_identity = 0;   // the certificate names another node
     uint64_t refused_malformed = 0;  // a message that is no report
     uint64_t dropped_queue = 0, dropped_inbox = 0, dropped_no_stream = 0;
-    size_t incoming = 0, outgoing = 0;  // streams open now
+    uint64_t watermark_backwards = 0;      // a peer's report went backwards: taken, logged
+    uint64_t watermark_clamped_ahead = 0;  // a parent's above this agent's own: clamped
+    size_t incoming = 0, outgoing = 0;     // streams open now
     size_t peak_streams = 0;
   };
   Stats stats() const;
@@ -119,6 +121,8 @@ class Cluster {
   void dispatch(std::vector<Aggregator::Send> sends, std::chrono::steady_clock::time_point now);
   void sweep(std::chrono::steady_clock::time_point now);
   void publish_view();
+  // Logs and counts the reports the aggregator found wrong on their face.
+  void report_anomalies(std::chrono::steady_clock::time_point now);
 
   ClusterOptions opts_;
   std::function<void()> on_change_;
@@ -150,6 +154,8 @@ class Cluster {
     std::chrono::milliseconds delay{0};
   };
   std::map<std::string, Backoff> backoff_;
+  // When a wrong report from a peer was last logged, per kind and peer (one line per 10 s).
+  std::map<std::string, std::chrono::steady_clock::time_point> anomaly_logged_;
   std::thread thread_;
 
   std::shared_ptr<const std::set<std::string>> members_view_;

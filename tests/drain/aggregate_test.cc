@@ -342,5 +342,59 @@ TEST(Aggregator, IgnoresNonMembersAndItself) {
   EXPECT_EQ(a.stats().ignored, 2u);
 }
 
+// Bad input from a peer with a valid certificate: a cluster watermark above what this agent
+// applied is clamped to its own (the root's minimum counts it), and counted; a report that
+// goes backwards is counted and taken as reported, since the lower value only delays.
+TEST(Aggregator, ClampsAClusterWatermarkAboveItsOwnAndCountsBackwardsReports) {
+  auto members = names(2);
+  Tree tree(members, 4);
+  std::string root = tree.root();
+  std::string child = members[0] == root ? members[1] : members[0];
+  auto now = TimePoint{} + 1h;
+
+  Aggregator c(child, opts(4));
+  c.set_members(members, now);
+  c.set_local(50);
+  c.poll(now);
+  DownReport d;
+  d.from = root;
+  d.watermark = 1000;  // above what the child applied: a lie, or a bug
+  c.receive(d, now);
+  EXPECT_EQ(c.cluster_watermark(), 50u);
+  EXPECT_EQ(c.stats().clamped_ahead, 1u);
+  auto a = c.take_anomalies();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_STREQ(a[0].kind, "ahead");
+  EXPECT_EQ(a[0].from, root);
+  EXPECT_EQ(a[0].reported, 1000u);
+  EXPECT_EQ(a[0].kept, 50u);
+  d.watermark = 40;  // honest: taken as it is
+  c.receive(d, now);
+  EXPECT_EQ(c.cluster_watermark(), 40u);
+  EXPECT_EQ(c.stats().clamped_ahead, 1u);
+  EXPECT_TRUE(c.take_anomalies().empty());
+
+  Aggregator r(root, opts(4));
+  r.set_members(members, now);
+  r.set_local(200);
+  r.poll(now);
+  UpReport u;
+  u.from = child;
+  u.covered.add(child);
+  u.watermark = 100;
+  r.receive(u, now);
+  r.poll(now + 1ms);
+  EXPECT_EQ(r.cluster_watermark(), 100u);
+  u.watermark = 60;  // backwards over the same agents
+  r.receive(u, now + 2ms);
+  r.poll(now + 3ms);
+  EXPECT_EQ(r.cluster_watermark(), 60u);
+  EXPECT_EQ(r.stats().backwards, 1u);
+  auto b = r.take_anomalies();
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_STREQ(b[0].kind, "backwards");
+  EXPECT_EQ(b[0].from, child);
+}
+
 }  // namespace
 }  // namespace endpointd::drain

@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
+#include <future>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -51,7 +53,7 @@ class DaemonCluster : public Scenario {
   }
 
   // The daemon exactly as scripts/demo starts it (no DNS here).
-  void start_daemon(const std::string& node) {
+  void start_daemon(const std::string& node, const std::string& log_suffix = "") {
     std::vector<std::string> argv = {bin(),
                                      "run",
                                      "--source-dir",
@@ -74,7 +76,7 @@ class DaemonCluster : public Scenario {
                                      pki_dir() + "/" + node + ".crt",
                                      "--drain-peer-key",
                                      pki_dir() + "/" + node + ".key"};
-    daemons_[node] = &cluster().node(node).spawn(argv, "endpointd-" + node + ".log");
+    daemons_[node] = &cluster().node(node).spawn(argv, "endpointd-" + node + log_suffix + ".log");
   }
   netns::Process& daemon(const std::string& node) { return *daemons_.at(node); }
   bool wait_ready(const std::string& node) {
@@ -190,6 +192,123 @@ TEST_F(DaemonDrainTest, RollingUpdateThroughEndpointdRunLosesNothingAndKeepsTheO
     int accepts = expect_no_accept_after_removal(t.pod, servers.at(t.pod), *tl);
     EXPECT_GT(accepts, 0) << t.pod << " never served";
   }
+  dc.daemon("node-a").stop();
+  dc.daemon("node-b").stop();
+}
+
+// kill -9 of the agent on the pod's node while the drain waits for the pod's connections: the
+// prestop client keeps retrying the socket, the restarted agent takes the drain up again from
+// the API's state (the endpoint already terminating, the budget from the deletionTimestamp),
+// releases it before the kubelet's deadline, and is a working peer for the next drain.
+TEST_F(DaemonDrainTest, AgentKilledMidDrainFinishesTheDrainAfterRestart) {
+  DaemonCluster dc;
+  auto servers = start_servers(dc);
+  ASSERT_EQ(dc.pki_error(), "");
+  dc.start_daemon("node-a");
+  dc.start_daemon("node-b");
+  ASSERT_TRUE(dc.wait_ready("node-a")) << dc.daemon("node-a").log();
+  ASSERT_TRUE(dc.wait_ready("node-b")) << dc.daemon("node-b").log();
+  ASSERT_TRUE(wait_routed(dc.cluster(), 3)) << dc.daemon("node-a").log();
+
+  auto& web1 = dc.pods().at("web-1");
+  Timeline before_kill;
+  int64_t killed_ms = 0, restarted_ms = 0, kubelet_deadline_ms = 0;
+  int direct_ok = 0;
+  auto kill_midway = [&](const std::string& pod) {
+    if (pod != "web-1") return terminate(dc, pod, servers.at(pod));
+    Termination t;
+    t.pod = pod;
+    // A keep-alive connection straight to the pod, so the drain surely waits in stage 3 (the
+    // clients through the ClusterIP may hold none to web-1).
+    netns::LoadOptions held;
+    held.target = web1.ip + ":8080";
+    held.keepalive = true;
+    held.duration_ms = 60000;
+    held.interval_ms = 50;
+    netns::LoadClient direct(dc.cluster().client(), held);
+    std::this_thread::sleep_for(200ms);
+    t.marked_ms = now_unix_ms();
+    // The API's deletionTimestamp: the deletion's time plus the grace period, which is when the
+    // kubelet sends SIGKILL whatever the preStop is doing.
+    kubelet_deadline_ms = t.marked_ms / 1000 * 1000 + web1.grace * 1000;
+    web1.deletion_timestamp = rfc3339(kubelet_deadline_ms);
+    web1.pod_deleting = true;
+    dc.write();
+    auto prestop = std::async(std::launch::async, [&] {
+      return dc.cluster().pod(pod).exec({DaemonCluster::bin(), "prestop", "--drain-socket",
+                                         dc.socket_of("node-a"), "--timeout", "25s"});
+    });
+    std::this_thread::sleep_for(300ms);
+    web1.deleting = true;
+    dc.write();
+    // Kill once removal is confirmed and the drain waits for the keep-alive connections.
+    for (int i = 0; i < 100; ++i) {
+      auto tl = read_timeline(dc.debug_state("node-a"), web1.ip);
+      if (tl && tl->removed > 0 && tl->prestop_called > 0 && tl->drained == 0) {
+        before_kill = *tl;
+        break;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    killed_ms = now_unix_ms();
+    dc.daemon("node-a").signal(SIGKILL);
+    dc.daemon("node-a").wait_exit(5s);
+    std::this_thread::sleep_for(500ms);
+    restarted_ms = now_unix_ms();
+    dc.start_daemon("node-a", "-restarted");
+    EXPECT_TRUE(dc.wait_ready("node-a")) << dc.daemon("node-a").log();
+    auto r = prestop.get();
+    t.prestop_returned_ms = now_unix_ms();
+    t.prestop_exit = r.exit_code;
+    t.prestop_output = r.output;
+    direct_ok = direct.stop().ok;
+    kill_and_remove(dc, servers.at(pod), t);
+    return t;
+  };
+  auto u = run_rolling_update(dc, kill_midway);
+  std::map<std::string, std::string> state = {{"node-a", dc.debug_state("node-a")},
+                                              {"node-b", dc.debug_state("node-b")}};
+
+  expect_no_failed_requests(u);
+  EXPECT_GT(u.fresh.ok, 100);
+  EXPECT_GT(u.kept.ok, 100);
+  ASSERT_GT(before_kill.removed, 0) << "the drain never reached stage 3 before the kill";
+  EXPECT_GT(direct_ok, 0) << "the keep-alive connection to web-1 never served";
+  ASSERT_EQ(u.done.size(), 2u);
+
+  const Termination& t1 = u.done[0];
+  EXPECT_EQ(t1.prestop_exit, 0) << t1.prestop_output;
+  auto tl = read_timeline(state.at("node-a"), web1.ip);
+  ASSERT_TRUE(tl) << "the restarted agent has no drain of web-1: " << state.at("node-a");
+  expect_drain_order(t1, web1, *tl);
+  // The restarted agent's drain, not the killed one's.
+  EXPECT_GE(tl->stop_accepting, restarted_ms) << tl->raw;
+  EXPECT_GT(tl->drained, 0) << tl->raw;
+  EXPECT_LE(tl->drained, tl->released) << tl->raw;
+  EXPECT_LE(tl->released, t1.prestop_returned_ms) << tl->raw;
+  // Its budget came from the API's deletionTimestamp, not a fresh grace period from the restart.
+  EXPECT_NE(tl->raw.find("\"budget_from_api\":true"), std::string::npos) << tl->raw;
+  EXPECT_LE(t1.prestop_returned_ms, kubelet_deadline_ms) << tl->raw;
+  // Nothing reached the pod after the first agent confirmed its removal.
+  int accepts = expect_no_accept_after_removal("web-1", servers.at("web-1"), before_kill);
+  EXPECT_GT(accepts, 0);
+  std::cout << "web-1: killed " << killed_ms - t1.marked_ms << " ms after termination, restarted "
+            << restarted_ms - t1.marked_ms << " ms after; released "
+            << t1.prestop_returned_ms - t1.marked_ms << " ms after termination ("
+            << kubelet_deadline_ms - t1.prestop_returned_ms
+            << " ms before the kubelet's deadline); " << tl->raw << "\n";
+
+  // The restarted agent confirms the next drain as a peer.
+  const Termination& t3 = u.done[1];
+  const auto& web3 = dc.pods().at("web-3");
+  EXPECT_EQ(t3.prestop_exit, 0) << t3.prestop_output;
+  auto tl3 = read_timeline(state.at("node-b"), web3.ip);
+  ASSERT_TRUE(tl3) << state.at("node-b");
+  expect_drain_order(t3, web3, *tl3);
+  EXPECT_GT(tl3->removed, 0) << tl3->raw;
+  EXPECT_FALSE(tl3->removal_forced) << tl3->raw;
+  EXPECT_NE(tl3->raw.find("{\"node\":\"node-a\",\"state\":\"confirmed\""), std::string::npos)
+      << "the restarted node-a did not confirm web-3's removal: " << tl3->raw;
   dc.daemon("node-a").stop();
   dc.daemon("node-b").stop();
 }

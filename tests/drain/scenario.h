@@ -10,6 +10,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -32,6 +33,16 @@ inline int64_t now_unix_ms() {
       .count();
 }
 
+// A wall-clock time in ms as the API writes a timestamp (RFC 3339, UTC, whole seconds).
+inline std::string rfc3339(int64_t unix_ms) {
+  std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
 inline std::string read_file(const std::string& path) {
   std::ifstream f(path);
   std::stringstream ss;
@@ -47,6 +58,9 @@ struct PodState {
   bool in_slice = true, in_api = true;
   std::string release_after = {};  // the endpointd.io/release-after annotation, empty: none
   int grace = 8;
+  // The deletionTimestamp the API shows once pod_deleting (RFC 3339); empty: one far in the
+  // future, which the agent clamps to the grace period from when it saw the deletion.
+  std::string deletion_timestamp = {};
 };
 
 // The demo cluster's namespaces plus the manifest directory the agents read: service web
@@ -109,7 +123,11 @@ endpoints:
       if (p.in_api) {
         pods += "- apiVersion: v1\n  kind: Pod\n  metadata: {name: " + name +
                 ", namespace: demo, uid: " + p.uid + (app_selector_ ? ", labels: {app: web}" : "") +
-                (p.pod_deleting ? ", deletionTimestamp: \"2030-01-01T00:00:00Z\"" : "") +
+                (p.pod_deleting ? ", deletionTimestamp: \"" +
+                                      (p.deletion_timestamp.empty() ? "2030-01-01T00:00:00Z"
+                                                                    : p.deletion_timestamp) +
+                                      "\""
+                                : "") +
                 (p.release_after.empty()
                      ? ""
                      : ", annotations: {endpointd.io/release-after: " + p.release_after + "}") +
@@ -235,6 +253,11 @@ inline void expect_no_failed_requests(const RollingUpdate& u) {
   std::string errs;
   for (const auto& [e, n] : u.fresh.errors) errs += e + " x" + std::to_string(n) + "; ";
   for (const auto& [e, n] : u.kept.errors) errs += e + " x" + std::to_string(n) + "; ";
+  for (const auto* r : {&u.fresh, &u.kept})
+    for (const auto& rec : r->records)
+      if (!rec.ok)
+        errs += "[" + rec.what + " at unix ms " + std::to_string(rec.time_ns / 1000000) +
+                ", worker " + std::to_string(rec.worker) + "] ";
   EXPECT_EQ(u.fresh.failed, 0) << errs;
   EXPECT_EQ(u.kept.failed, 0) << errs;
   std::cout << "new-connection requests: " << u.fresh.ok << " ok, " << u.fresh.failed
