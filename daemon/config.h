@@ -86,7 +86,7 @@ struct Config {
   uint16_t drain_peer_port = 9465;
   drain::PeerPolicy drain_peer_policy = drain::PeerPolicy::kProceed;
   std::chrono::milliseconds drain_peer_timeout{5000};
-  drain::ReleaseAfter drain_release_after = drain::ReleaseAfter::kDrained;
+  drain::ReleaseAfter drain_release_after = drain::ReleaseAfter::kRemoved;
   bool drain_watermark = true;  // --drain-peer-protocol watermark (else per-endpoint)
   size_t drain_fan_in = 32;
   std::chrono::milliseconds drain_liveness{3000};

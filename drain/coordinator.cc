@@ -24,6 +24,8 @@ struct Coordinator::Metrics {
   prometheus::Counter* never_terminating;
   prometheus::Counter* not_terminating_in_api;
   prometheus::Counter* deletion_clamped;
+  prometheus::Counter* action_failures;
+  prometheus::Counter* bad_actions;
   prometheus::Family<prometheus::Counter>* prestop;
   prometheus::Gauge* active;
 
@@ -62,6 +64,12 @@ struct Coordinator::Metrics {
         "endpointd_drain_deletion_timestamp_clamped_total",
         "Pods whose deletionTimestamp lay beyond their grace period from now (clock skew) or "
         "already past: the drain budget was clamped");
+    action_failures = counter("endpointd_drain_action_failures_total",
+                              "Drain actions that failed, hung past the budget or could not run "
+                              "(the pod released after removal)");
+    bad_actions = counter("endpointd_drain_action_invalid_total",
+                          "Drain actions (--drain-action or the endpointd.io/drain-action "
+                          "annotation) that do not parse");
     prestop = &prometheus::BuildCounter()
                    .Name("endpointd_drain_prestop_total")
                    .Help("prestop calls by outcome: released, failed, refused")
@@ -316,9 +324,10 @@ LocalRemoval Coordinator::await_local_removal(const model::IpAddr& ip, TimePoint
 }
 
 Verdict Coordinator::prestop(const model::ObjectKey& pod, const std::string& uid,
-                             const std::function<bool()>& gone) {
+                             const std::function<bool()>& gone, const std::string& action,
+                             const RunAction& run_action) {
   std::unique_lock lock(mu_);
-  uint64_t id = machine_.add_waiter(pod, uid, Clock::now());
+  uint64_t id = machine_.add_waiter(pod, uid, Clock::now(), action);
   dirty_ = true;
   cv_.notify_all();
   int64_t grace = 30;
@@ -330,6 +339,25 @@ Verdict Coordinator::prestop(const model::ObjectKey& pod, const std::string& uid
     if (auto v = machine_.verdict(id)) {
       machine_.remove_waiter(id);
       return *v;
+    }
+    TimePoint action_deadline{};
+    if (auto spec = machine_.take_due_action(id, Clock::now(), &action_deadline)) {
+      spdlog::info("drain: {} removed everywhere; its drain action runs: {}", pod.str(), *spec);
+      lock.unlock();
+      Result<std::string> r =
+          run_action ? run_action(*spec, action_deadline)
+                     : Result<std::string>(Error{
+                           "this prestop client cannot run drain actions (an older endpointd)"});
+      lock.lock();
+      if (r)
+        spdlog::info("drain: drain action of {}: {}", pod.str(), *r);
+      else
+        spdlog::warn("drain: drain action of {} failed: {}; it releases after removal", pod.str(),
+                     r.error());
+      machine_.action_finished(id, r, Clock::now());
+      dirty_ = true;
+      cv_.notify_all();
+      continue;
     }
     if (stopping_) {
       machine_.remove_waiter(id);
@@ -381,6 +409,13 @@ void Coordinator::record(const std::vector<Transition>& ts) {
         "notes in /debug/state say which",
         c.deletion_clamped - last_counters_.deletion_clamped);
   bump(metrics_->deletion_clamped, c.deletion_clamped, last_counters_.deletion_clamped);
+  bump(metrics_->action_failures, c.action_failures, last_counters_.action_failures);
+  if (c.bad_actions > last_counters_.bad_actions)
+    spdlog::warn(
+        "drain: {} drain action(s) do not parse: the drain's notes in /debug/state "
+        "say which and why",
+        c.bad_actions - last_counters_.bad_actions);
+  bump(metrics_->bad_actions, c.bad_actions, last_counters_.bad_actions);
   last_counters_ = c;
   metrics_->active->Set(static_cast<double>(machine_.drains().size()));
 }

@@ -99,10 +99,15 @@ class Coordinator {
   // Waits until local_removal(ip).removed or the deadline.
   LocalRemoval await_local_removal(const model::IpAddr& ip, TimePoint deadline) const;
 
+  // Runs a drain action in the prestop client (bounded by the deadline) and says what it gave.
+  using RunAction = std::function<Result<std::string>(const std::string& spec, TimePoint deadline)>;
   // A prestop call from a pod, identified by the caller. Blocks until a verdict, the caller
-  // hanging up (`gone` returns true) or `hard_deadline`.
+  // hanging up (`gone` returns true) or `hard_deadline`. `action`: the client's --drain-action;
+  // `run_action`: how to have the client run the drain action when it is due (empty: a client
+  // that cannot, whose pod then releases after removal).
   Verdict prestop(const model::ObjectKey& pod, const std::string& uid,
-                  const std::function<bool()>& gone);
+                  const std::function<bool()>& gone, const std::string& action = {},
+                  const RunAction& run_action = {});
 
   // The newest snapshot the coordinator has seen.
   model::SnapshotPtr snapshot() const;
@@ -168,6 +173,7 @@ struct PrestopClientOptions {
   std::string socket = "/run/endpointd/drain.sock";
   milliseconds timeout{120000};
   milliseconds retry{200};
+  std::string action;  // --drain-action: run once the pod is removed everywhere
 };
 // What `endpointd prestop` exits with and prints: 0 and the agent's reason on release; else
 // 2 (bad socket path), 3 (refused), 4 (not released), 5 (timed out) and why.

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string_view>
 
+#include "drain/action.h"
 #include "model/json.h"
 #include "model/routing.h"
 
@@ -230,10 +231,55 @@ void Machine::peer_answered(const model::IpAddr& ip, const std::string& node, bo
   }
 }
 
-uint64_t Machine::add_waiter(const model::ObjectKey& pod, const std::string& uid, TimePoint now) {
+uint64_t Machine::add_waiter(const model::ObjectKey& pod, const std::string& uid, TimePoint now,
+                             std::string action) {
   uint64_t id = next_waiter_++;
-  waiters_[id] = Waiter{pod, uid, now, std::nullopt};
+  Waiter w;
+  w.pod = pod;
+  w.uid = uid;
+  w.called = now;
+  w.client_action = std::move(action);
+  waiters_[id] = std::move(w);
   return id;
+}
+
+std::optional<std::string> Machine::take_due_action(uint64_t id, TimePoint now,
+                                                    TimePoint* deadline) {
+  auto it = waiters_.find(id);
+  if (it == waiters_.end() || it->second.action_state != Waiter::ActionState::kDue)
+    return std::nullopt;
+  Waiter& w = it->second;
+  w.action_state = Waiter::ActionState::kRunning;
+  *deadline = now + opts_.peer_timeout;
+  bool first = true;
+  for (auto& [ip, d] : drains_) {
+    if (d.pod_uid != w.uid) continue;
+    d.action_started = now;
+    if (first || d.budget_end < *deadline) *deadline = d.budget_end;
+    first = false;
+  }
+  return w.action;
+}
+
+void Machine::action_finished(uint64_t id, const Result<std::string>& outcome, TimePoint now) {
+  auto it = waiters_.find(id);
+  if (it == waiters_.end()) return;
+  Waiter& w = it->second;
+  w.action_state = Waiter::ActionState::kDone;
+  if (outcome) {
+    w.action_note = "drain action " + *outcome;
+  } else {
+    ++counters_.action_failures;
+    w.action_failed = true;
+    w.action_note = "drain action failed: " + outcome.error() +
+                    "; released after removal (SIGTERM is the application's drain)";
+  }
+  for (auto& [ip, d] : drains_) {
+    if (d.pod_uid != w.uid) continue;
+    d.action_done = now;
+    d.notes.push_back(w.action_note);
+    if (w.action_failed) d.release_after = ReleaseAfter::kRemoved;
+  }
 }
 
 void Machine::remove_waiter(uint64_t id) {
@@ -417,6 +463,24 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
       return;
     }
     ips = pod_endpoints(*pod);
+    if (!w.action_resolved) {
+      // The client's flag wins over the annotation; a spec that does not parse is no action.
+      w.action_resolved = true;
+      std::string spec = w.client_action, source = "--drain-action";
+      if (spec.empty())
+        if (auto a = pod->annotations.find(kDrainActionAnnotation); a != pod->annotations.end()) {
+          spec = a->second;
+          source = std::string("annotation ") + kDrainActionAnnotation;
+        }
+      if (!spec.empty()) {
+        if (auto parsed = parse_drain_action(spec)) {
+          w.action = spec;
+        } else {
+          ++counters_.bad_actions;
+          w.action_note = source + ": " + parsed.error() + "; no drain action";
+        }
+      }
+    }
   } else {
     for (const auto& [ip, d] : drains_)
       if (d.pod_uid == w.uid) ips.push_back(ip);
@@ -427,7 +491,7 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
         Verdict{true, "pod " + w.pod.str() + " has no endpoints: nothing to remove or drain"};
     return;
   }
-  bool all_ready = true;
+  bool all_ready = true, removed_all = true;
   std::string forced;
   for (const auto& ip : ips) {
     bool created = false;
@@ -437,6 +501,13 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
       d.pod_uid = w.uid;
     }
     if (!d.prestop_called || w.called < *d.prestop_called) d.prestop_called = w.called;
+    if (!w.action.empty() && !w.action_failed && d.action != w.action) {
+      d.action = w.action;
+      d.release_after = ReleaseAfter::kDrained;
+    }
+    if (!w.action_note.empty() && w.action.empty() &&
+        std::find(d.notes.begin(), d.notes.end(), w.action_note) == d.notes.end())
+      d.notes.push_back(w.action_note);
     if (d.stage == Stage::kWaitingTerminating) {
       if (in.now >= d.budget_end) {
         ++counters_.never_terminating;
@@ -446,15 +517,20 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
                                        "removal was not confirmed"};
         return;
       }
-      all_ready = false;
+      all_ready = removed_all = false;
       continue;
     }
     bool ready = d.stage >= Stage::kDrained ||
                  (d.stage == Stage::kRemoved && d.release_after == ReleaseAfter::kRemoved);
     if (!ready) all_ready = false;
+    if (d.stage < Stage::kRemoved) removed_all = false;
     if (d.removal_forced || d.drain_forced)
       for (const auto& n : d.notes) forced += "; " + n;
   }
+  // The drain action runs once the pod is removed everywhere, and the release waits for it.
+  using AS = Waiter::ActionState;
+  if (!w.action.empty() && w.action_state == AS::kNone && removed_all) w.action_state = AS::kDue;
+  if (!w.action.empty() && w.action_state != AS::kDone) all_ready = false;
   if (!all_ready) return;
   std::string summary;
   for (const auto& ip : ips) {
@@ -465,6 +541,7 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
                ms_since(d.start, d.removed.value_or(in.now)) + " ms" +
                (d.drained ? ", drained after " + ms_since(d.start, *d.drained) + " ms" : "");
   }
+  if (!w.action_note.empty()) summary += "; " + w.action_note;
   w.verdict = Verdict{true, "released " + w.pod.str() + " (" + summary + ")" + forced};
 }
 
@@ -542,8 +619,10 @@ std::string Machine::to_json(TimePoint now) const {
     add_wall("last_confirmation", d.last_confirmation);
     add_wall("prestop_called", d.prestop_called);
     add_wall("budget_end", d.budget_end);
+    add_wall("drain_action", d.action_started);
+    add_wall("drain_action_done", d.action_done);
     j += u + "},\"budget_from_api\":" + (d.budget_from_api ? "true" : "false") +
-         ",\"consumers_confirmed_ms\":{";
+         ",\"drain_action\":" + model::json_string(d.action) + ",\"consumers_confirmed_ms\":{";
     std::string c;
     for (const auto& [name, at] : d.consumers_confirmed)
       c += (c.empty() ? "" : ",") + model::json_string(name) + ":" + ms_since(d.start, at);

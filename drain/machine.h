@@ -48,7 +48,11 @@ struct Options {
   milliseconds terminating_wait{10000};
   // With conntrack unavailable, stage 3 waits this long (within the budget) and proceeds.
   milliseconds conntrack_unavailable_wait{2000};
-  ReleaseAfter default_release_after = ReleaseAfter::kDrained;
+  // Without a drain action the application's only cue to drain is SIGTERM, which the kubelet
+  // sends when the prestop returns: waiting for its keep-alive connections first would wait
+  // out the budget. So the default releases after removal; a drain action (the client's flag
+  // or the pod's endpointd.io/drain-action) releases after the drain that action starts.
+  ReleaseAfter default_release_after = ReleaseAfter::kRemoved;
   size_t history = 64;  // finished drains kept for /debug/state
   // The API's clock: a pod's deletionTimestamp is when its grace period runs out (the API
   // server sets it to the deletion's time plus the grace period), whichever agent sees it and
@@ -91,6 +95,8 @@ struct Drain {
   bool removal_forced = false, drain_forced = false;
   std::optional<TimePoint> last_confirmation;  // the newest confirmation stage 2/3 waited for
   std::optional<TimePoint> prestop_called;     // when the pod's prestop call arrived
+  std::string action;                          // the drain action (spec), empty: none
+  std::optional<TimePoint> action_started, action_done;
 };
 
 // What a prestop call is told.
@@ -110,6 +116,8 @@ struct Counters {
   uint64_t deletion_clamped = 0;
   uint64_t not_terminating_in_api = 0;
   uint64_t released = 0;
+  uint64_t action_failures = 0;  // drain actions that failed, hung or could not run
+  uint64_t bad_actions = 0;      // drain actions that do not parse (flag or annotation)
 };
 
 struct Transition {
@@ -134,9 +142,18 @@ class Machine {
                      const std::string& error, TimePoint now);
 
   // Registers a prestop call for a pod (identified by the server) and returns its id.
-  uint64_t add_waiter(const model::ObjectKey& pod, const std::string& uid, TimePoint now);
+  // `action`: the client's --drain-action (empty: the pod's annotation, if any).
+  uint64_t add_waiter(const model::ObjectKey& pod, const std::string& uid, TimePoint now,
+                      std::string action = {});
   void remove_waiter(uint64_t id);
   std::optional<Verdict> verdict(uint64_t id) const;
+  // The drain action the waiter's client should run now (every endpoint of the pod removed
+  // everywhere), marked as started; at most once per call. `deadline`: when the drain budget
+  // ends, which bounds the action.
+  std::optional<std::string> take_due_action(uint64_t id, TimePoint now, TimePoint* deadline);
+  // What running it gave: on an error the pod releases after removal (SIGTERM is then the
+  // application's drain), with the error in the verdict and the drain's notes.
+  void action_finished(uint64_t id, const Result<std::string>& outcome, TimePoint now);
 
   // Addresses whose live flows stage 3 needs now.
   std::vector<model::IpAddr> need_flow_counts() const;
@@ -169,6 +186,12 @@ class Machine {
     std::string uid;
     TimePoint called;
     std::optional<Verdict> verdict;
+    std::string client_action;
+    bool action_resolved = false;
+    std::string action;       // valid spec to run, empty: none
+    std::string action_note;  // why there is none (a bad spec), or what running it gave
+    enum class ActionState { kNone, kDue, kRunning, kDone } action_state = ActionState::kNone;
+    bool action_failed = false;
   };
   const model::Pod* pod_for(const model::IpAddr& ip) const;
   Drain& ensure(const model::IpAddr& ip, TimePoint now, bool* created);

@@ -1,6 +1,10 @@
 // The prestop socket and its client. The server identifies the caller by the kernel's
-// credentials and answers one line: "released <reason>", "failed <reason>" or
-// "refused <reason>". The client sends nothing: there is nothing it could say that counts.
+// credentials (nothing the client says identifies it) and answers one line: "released
+// <reason>", "failed <reason>" or "refused <reason>". The client opens with one line,
+// "prestop 2 action=<spec>" (its --drain-action, may be empty; a client that sends nothing is
+// an older one and cannot run drain actions). When the pod is removed everywhere and it has a
+// drain action, the server sends "drain <ms left> <spec>" first and the client answers "ran ok
+// <what happened>" or "ran error <why>" once it ran it.
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -14,6 +18,7 @@
 #include <cstring>
 #include <iostream>
 
+#include "drain/action.h"
 #include "drain/identify.h"
 #include "drain/servers.h"
 
@@ -30,6 +35,31 @@ void write_all(int fd, const std::string& s) {
     off += static_cast<size_t>(n);
   }
 }
+
+// One line (without its newline) from fd by `deadline`; nullopt on timeout, hang-up or a line
+// longer than `max`.
+std::optional<std::string> read_line(int fd, std::string& buffer, TimePoint deadline, size_t max) {
+  while (true) {
+    if (auto nl = buffer.find('\n'); nl != std::string::npos) {
+      std::string line = buffer.substr(0, nl);
+      buffer.erase(0, nl + 1);
+      return line;
+    }
+    if (buffer.size() > max) return std::nullopt;
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return std::nullopt;
+    pollfd p{fd, POLLIN, 0};
+    int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (r < 0 && errno != EINTR) return std::nullopt;
+    if (r <= 0) continue;
+    char buf[1024];
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) return std::nullopt;
+    buffer.append(buf, static_cast<size_t>(n));
+  }
+}
+
+constexpr size_t kMaxLine = 8192;
 
 bool peer_gone(int fd) {
   pollfd p{fd, POLLRDHUP, 0};
@@ -114,6 +144,16 @@ void Coordinator::PrestopServer::accept_loop() {
 }
 
 void Coordinator::PrestopServer::serve(int fd) {
+  // A current client opens with its hello at once; an older one sends nothing.
+  std::string buffer, action;
+  bool can_run = false;
+  if (auto hello = read_line(fd, buffer, Clock::now() + milliseconds(1000), kMaxLine)) {
+    static const std::string kHello = "prestop 2 action=";
+    if (hello->rfind(kHello, 0) == 0) {
+      can_run = true;
+      action = hello->substr(kHello.size());
+    }
+  }
   auto caller = caller_of_socket(fd);
   if (!caller) {
     spdlog::warn("drain: prestop refused: {}", caller.error());
@@ -140,7 +180,21 @@ void Coordinator::PrestopServer::serve(int fd) {
   model::ObjectKey key = pod->key;
   std::string uid = pod->uid;
   spdlog::info("drain: prestop from pod {} ({})", key.str(), caller->describe());
-  Verdict v = c_->prestop(key, uid, [fd] { return peer_gone(fd); });
+  Coordinator::RunAction run;
+  if (can_run)
+    run = [fd, &buffer](const std::string& spec, TimePoint deadline) -> Result<std::string> {
+      auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+      write_all(fd, "drain " + std::to_string(std::max<int64_t>(left, 0)) + " " + spec + "\n");
+      auto line = read_line(fd, buffer, deadline, kMaxLine);
+      if (!line)
+        return Error{
+            "the prestop client gave no answer before the drain budget ended (or hung up)"};
+      if (line->rfind("ran ok", 0) == 0) return line->size() > 7 ? line->substr(7) : "ran";
+      if (line->rfind("ran error ", 0) == 0) return Error{line->substr(10)};
+      return Error{"the prestop client answered \"" + line->substr(0, 200) + "\""};
+    };
+  Verdict v = c_->prestop(
+      key, uid, [fd] { return peer_gone(fd); }, action, run);
   count_(v.release ? "released" : "failed");
   if (v.release)
     spdlog::info("drain: prestop of {} released: {}", key.str(), v.reason);
@@ -180,6 +234,7 @@ std::optional<milliseconds> parse_duration(const std::string& s) {
 PrestopOutcome run_prestop(const PrestopClientOptions& opts) {
   auto deadline = Clock::now() + opts.timeout;
   std::string last = "not tried";
+  std::optional<std::string> action_ran;  // "ok <what>" or "error <why>" once run
   while (true) {
     int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un addr{};
@@ -190,24 +245,30 @@ PrestopOutcome run_prestop(const PrestopClientOptions& opts) {
     std::memcpy(addr.sun_path, opts.socket.c_str(), opts.socket.size());
     sockaddr* sa = static_cast<sockaddr*>(static_cast<void*>(&addr));
     if (fd >= 0 && ::connect(fd, sa, sizeof addr) == 0) {
-      std::string line;
-      char buf[512];
-      while (line.find('\n') == std::string::npos) {
-        auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-        if (left <= 0) break;
-        pollfd p{fd, POLLIN, 0};
-        int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
-        if (r < 0 && errno != EINTR) break;
-        if (r <= 0) continue;
-        ssize_t n = ::read(fd, buf, sizeof buf);
-        if (n <= 0) break;
-        line.append(buf, static_cast<size_t>(n));
-        if (line.size() > 65536) break;
+      write_all(fd, "prestop 2 action=" + opts.action + "\n");
+      std::string buffer;
+      std::optional<std::string> got;
+      while ((got = read_line(fd, buffer, deadline, kMaxLine)) && got->rfind("drain ", 0) == 0) {
+        // "drain <ms left> <spec>": the pod is removed everywhere; run its drain action once
+        // (a restarted agent asks again: the answer is the first run's).
+        if (!action_ran) {
+          auto sp = got->find(' ', 6);
+          int64_t left = sp == std::string::npos ? 0 : std::atoll(got->substr(6, sp - 6).c_str());
+          std::string spec = sp == std::string::npos ? "" : got->substr(sp + 1);
+          auto until = std::min(Clock::now() + milliseconds(left), deadline);
+          auto budget = std::max(milliseconds(1),
+                                 std::chrono::duration_cast<milliseconds>(until - Clock::now()));
+          auto parsed = parse_drain_action(spec);
+          auto r = parsed ? run_drain_action(*parsed, budget) : Result<std::string>(parsed.error());
+          action_ran = r ? "ok " + *r : "error " + r.error();
+          (r ? std::cout : std::cerr) << "endpointd prestop: drain action " << spec << ": "
+                                      << (r ? *r : r.error()) << std::endl;
+        }
+        write_all(fd, "ran " + *action_ran + "\n");
       }
       ::close(fd);
-      auto nl = line.find('\n');
-      if (nl != std::string::npos) {
-        line.resize(nl);
+      if (got) {
+        std::string line = *got;
         auto sp = line.find(' ');
         std::string word = line.substr(0, sp);
         std::string reason = sp == std::string::npos ? "" : line.substr(sp + 1);
@@ -247,6 +308,12 @@ int prestop_main(int argc, char** argv) {
     };
     if (auto v = value("--drain-socket")) {
       opts.socket = *v;
+    } else if (auto act = value("--drain-action")) {
+      // Checked here for the user at the terminal; the agent checks it again and reports it.
+      if (auto parsed = parse_drain_action(*act); !parsed)
+        std::cerr << "endpointd prestop: " << parsed.error()
+                  << " (the pod is released after removal without it)\n";
+      opts.action = *act;
     } else if (auto t = value("--timeout")) {
       auto d = parse_duration(*t);
       if (!d) {
@@ -257,7 +324,8 @@ int prestop_main(int argc, char** argv) {
     } else if (a == "prestop") {
       continue;
     } else {
-      std::cerr << "usage: endpointd prestop [--drain-socket PATH] [--timeout DURATION]\n";
+      std::cerr << "usage: endpointd prestop [--drain-socket PATH] [--timeout DURATION] "
+                   "[--drain-action exec:COMMAND|signal:NAME[:PIDFILE]|http:URL]\n";
       return 2;
     }
   }

@@ -34,7 +34,7 @@ TEST(Config, FlagsHaveTheDocumentedDefaults) {
   EXPECT_EQ(c->drain_peer_port, 9465);
   EXPECT_EQ(c->drain_peer_policy, drain::PeerPolicy::kProceed);
   EXPECT_EQ(c->drain_peer_timeout, std::chrono::milliseconds(5000));
-  EXPECT_EQ(c->drain_release_after, drain::ReleaseAfter::kDrained);
+  EXPECT_EQ(c->drain_release_after, drain::ReleaseAfter::kRemoved);
   EXPECT_EQ(c->dns_pod_records, dns::PodMode::kInsecure);
   EXPECT_EQ(c->dns_ttl, std::chrono::seconds(5));
   EXPECT_TRUE(c->watch_pods);

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <iostream>
 #include <map>
@@ -141,10 +142,13 @@ class DaemonDrainTest : public RootNetnsTest {};
 TEST_F(DaemonDrainTest, RollingUpdateThroughEndpointdRunLosesNothingAndKeepsTheOrder) {
   DaemonCluster dc;
   auto servers = start_servers(dc);
-  // web-1 releases after removal (the app closes its keep-alive connections after SIGTERM);
-  // web-3 takes the default, after the drain (its keep-alive connections never close by
-  // themselves, so the drain ends at its deadline inside the 8 s grace period).
-  dc.pods().at("web-1").release_after = "removed";
+  // web-1 takes the default: released after removal (the app closes its keep-alive connections
+  // after SIGTERM). web-3 has a drain action, SIGTERM to its server through a pidfile: once it
+  // is removed everywhere the prestop client sends it, the server closes its keep-alive
+  // connections, and the release follows when conntrack shows none left.
+  std::string pidfile = netns::scratch_dir() + "/web-3.pid";
+  std::ofstream(pidfile) << servers.at("web-3").process->pid() << "\n";
+  dc.pods().at("web-3").drain_action = "signal:TERM:" + pidfile;
   dc.write();
   ASSERT_EQ(dc.pki_error(), "");
   dc.start_daemon("node-a");
@@ -171,10 +175,18 @@ TEST_F(DaemonDrainTest, RollingUpdateThroughEndpointdRunLosesNothingAndKeepsTheO
     EXPECT_GT(tl->removed, 0) << tl->raw;
     EXPECT_GT(tl->released, 0) << tl->raw;
     EXPECT_LE(t.marked_ms - 100, tl->stop_accepting) << tl->raw;
-    if (ps.release_after != "removed") {
-      EXPECT_GT(tl->drained, 0) << tl->raw;
+    if (!ps.drain_action.empty()) {
+      // removed → the drain action → drained (conntrack empty, not the deadline) → released.
+      EXPECT_GT(tl->drain_action, 0) << tl->raw;
+      EXPECT_LE(tl->removed, tl->drain_action) << tl->raw;
+      EXPECT_LE(tl->drain_action, tl->drain_action_done) << tl->raw;
+      EXPECT_LE(tl->drain_action_done, tl->drained) << tl->raw;
+      EXPECT_FALSE(tl->drain_forced) << tl->raw;
       EXPECT_LE(tl->drained, tl->released) << tl->raw;
+      EXPECT_NE(t.prestop_output.find("drain action signal:TERM"), std::string::npos)
+          << t.prestop_output;
     } else {
+      EXPECT_EQ(tl->drain_action, 0) << tl->raw;
       EXPECT_LE(tl->removed, tl->released) << tl->raw;
     }
     // The agent's release stamp and the prestop's return, both before SIGTERM.
@@ -182,11 +194,12 @@ TEST_F(DaemonDrainTest, RollingUpdateThroughEndpointdRunLosesNothingAndKeepsTheO
     // Released against the last confirmation it waited for (the drain deadline when the
     // keep-alive connections held the drain open until it).
     int64_t latency = release_latency_ms(t, *tl);
-    std::cout << t.pod << " (" << ps.node << ", release after "
-              << (ps.release_after.empty() ? "drained" : "removed") << "): termination→release "
-              << t.prestop_returned_ms - t.marked_ms << " ms; stop-accepting→removed "
-              << tl->removed - tl->stop_accepting << " ms; prestop returned " << latency
-              << " ms after the last confirmation; " << tl->raw << "\n";
+    std::cout << t.pod << " (" << ps.node << ", "
+              << (ps.drain_action.empty() ? "release after removal" : "drain action")
+              << "): termination→release " << t.prestop_returned_ms - t.marked_ms
+              << " ms; stop-accepting→removed " << tl->removed - tl->stop_accepting
+              << " ms; prestop returned " << latency << " ms after the last confirmation; "
+              << tl->raw << "\n";
     EXPECT_GE(latency, 0) << tl->raw;
     EXPECT_LE(latency, 100) << tl->raw;
     int accepts = expect_no_accept_after_removal(t.pod, servers.at(t.pod), *tl);
@@ -211,6 +224,8 @@ TEST_F(DaemonDrainTest, AgentKilledMidDrainFinishesTheDrainAfterRestart) {
   ASSERT_TRUE(wait_routed(dc.cluster(), 3)) << dc.daemon("node-a").log();
 
   auto& web1 = dc.pods().at("web-1");
+  web1.release_after = "drained";  // so that the kill lands in stage 3
+  dc.write();
   Timeline before_kill;
   int64_t killed_ms = 0, restarted_ms = 0, kubelet_deadline_ms = 0;
   int direct_ok = 0;

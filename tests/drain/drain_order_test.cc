@@ -109,6 +109,7 @@ TEST_F(DrainOrderTest, RollingUpdateUnderLoadLosesNothingAndKeepsTheOrder) {
   auto servers = start_servers(dc);
   dc.pods().at("web-1").release_after =
       "removed";  // keep-alive clients: the app closes them itself
+  dc.pods().at("web-3").release_after = "drained";  // its keep-alive clients hold it to the end
   dc.write();
   dc.start_agent("node-a");
   dc.start_agent("node-b");

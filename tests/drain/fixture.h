@@ -25,6 +25,7 @@ struct PodDef {
   int64_t grace = 30;
   std::string release_after = {};       // annotation value, empty: none
   std::string deletion_timestamp = {};  // metadata.deletionTimestamp, empty: none
+  std::string drain_action = {};        // endpointd.io/drain-action, empty: none
 };
 
 inline model::IpAddr ip(const std::string& s) {
@@ -75,6 +76,7 @@ inline model::SnapshotPtr make_snapshot(uint64_t g, const std::vector<Ep>& eps,
     pod->termination_grace_period_seconds = p.grace;
     pod->deletion_timestamp = p.deletion_timestamp;
     if (!p.release_after.empty()) pod->annotations["endpointd.io/release-after"] = p.release_after;
+    if (!p.drain_action.empty()) pod->annotations["endpointd.io/drain-action"] = p.drain_action;
     s->pods.push_back(pod);
   }
   std::sort(s->pods.begin(), s->pods.end(),

@@ -25,6 +25,8 @@ struct MachineTest : ::testing::Test {
   Options opts() {
     Options o;
     o.node_name = "node-a";
+    // These tests walk every stage: release after stage 3 unless a test says otherwise.
+    o.default_release_after = ReleaseAfter::kDrained;
     return o;
   }
   static pipeline::AckBoard::Entry entry(const std::string& c, model::SnapshotPtr s) {
@@ -310,6 +312,105 @@ TEST_F(MachineTest, RemoteEndpointsAreNotDrainedHere) {
   auto s = make_snapshot(2, {kWeb1, {"10.244.2.10", "node-b", false, true, true, "web-3"}});
   EXPECT_TRUE(m.on_snapshot(s, t0).empty());
   EXPECT_TRUE(m.drains().empty());
+}
+
+// The default releases after removal; a drain action runs only once the pod is removed
+// everywhere, and the release then waits for conntrack to empty.
+TEST_F(MachineTest, DrainActionRunsAfterRemovalAndTheReleaseWaitsForTheDrain) {
+  Options o;
+  o.node_name = "node-a";  // the shipped default: release after removal
+  Machine m(o);
+  PodDef web1{"web-1", "10.244.1.10", "node-a", true, 30};
+  web1.drain_action = "exec:nginx -s quit";
+  // The prestop arrives while the slice still shows the endpoint ready: nothing is due.
+  auto s1 = make_snapshot(1, {kWeb1, kWeb3}, {web1});
+  m.on_snapshot(s1, t0);
+  uint64_t w = m.add_waiter({"demo", "web-1"}, "uid-web-1", t0);
+  TimePoint deadline{};
+  m.evaluate(inputs(t0 + 1ms, {entry("proxy", s1)}));
+  EXPECT_FALSE(m.take_due_action(w, t0 + 1ms, &deadline));
+  auto s2 = make_snapshot(2, {kWeb1Terminating, kWeb3}, {web1});
+  m.on_snapshot(s2, t0 + 10ms);
+  m.evaluate(inputs(t0 + 10ms, {entry("proxy", s1)}));  // not yet applied: not removed
+  EXPECT_FALSE(m.take_due_action(w, t0 + 10ms, &deadline));
+  m.peer_answered(ip("10.244.1.10"), "node-b", true, "", t0 + 20ms);
+  m.evaluate(inputs(t0 + 20ms, {entry("proxy", s2)}));
+  ASSERT_EQ(m.drains().at(ip("10.244.1.10")).stage, Stage::kRemoved);
+  EXPECT_FALSE(m.verdict(w)) << "released before its drain action ran";
+  auto due = m.take_due_action(w, t0 + 20ms, &deadline);
+  ASSERT_TRUE(due);
+  EXPECT_EQ(*due, "exec:nginx -s quit");
+  EXPECT_EQ(deadline, m.drains().at(ip("10.244.1.10")).budget_end);
+  EXPECT_FALSE(m.take_due_action(w, t0 + 20ms, &deadline)) << "due twice";
+  m.action_finished(w, Result<std::string>(std::string("`nginx -s quit` exited 0")), t0 + 30ms);
+  // The application now closes its connections: the release waits for conntrack.
+  auto in = inputs(t0 + 40ms, {entry("proxy", s2)});
+  in.flows.insert_or_assign(ip("10.244.1.10"), Result<FlowCount>(FlowCount{3, 0}));
+  m.evaluate(in);
+  EXPECT_FALSE(m.verdict(w));
+  in = inputs(t0 + 900ms, {entry("proxy", s2)});
+  in.flows.insert_or_assign(ip("10.244.1.10"), Result<FlowCount>(FlowCount{0, 0}));
+  m.evaluate(in);
+  ASSERT_TRUE(m.verdict(w));
+  EXPECT_TRUE(m.verdict(w)->release);
+  EXPECT_NE(m.verdict(w)->reason.find("nginx -s quit"), std::string::npos) << m.verdict(w)->reason;
+  const Drain& d =
+      m.drains().count(ip("10.244.1.10")) ? m.drains().at(ip("10.244.1.10")) : m.finished().back();
+  EXPECT_FALSE(d.drain_forced);
+  ASSERT_TRUE(d.action_started && d.removed && d.drained);
+  EXPECT_LE(*d.removed, *d.action_started);
+  EXPECT_LE(*d.action_done, *d.drained);
+}
+
+// A drain action that fails releases the pod after removal (SIGTERM is then its drain), with
+// the error in the verdict; one that does not parse is no action, counted and named.
+TEST_F(MachineTest, FailedOrInvalidDrainActionReleasesAfterRemovalAndSaysWhy) {
+  Options o;
+  o.node_name = "node-a";
+  Machine m(o);
+  PodDef web1{"web-1", "10.244.1.10", "node-a", true, 30};
+  web1.drain_action = "signal:QUIT";
+  auto s = make_snapshot(2, {kWeb1Terminating, kWeb3}, {web1});
+  m.on_snapshot(s, t0);
+  // The client's flag wins over the annotation.
+  uint64_t w = m.add_waiter({"demo", "web-1"}, "uid-web-1", t0, "exec:/no/such/binary");
+  m.peer_answered(ip("10.244.1.10"), "node-b", true, "", t0);
+  m.evaluate(inputs(t0 + 5ms, {entry("proxy", s)}));
+  TimePoint deadline{};
+  auto due = m.take_due_action(w, t0 + 5ms, &deadline);
+  ASSERT_TRUE(due);
+  EXPECT_EQ(*due, "exec:/no/such/binary");
+  m.action_finished(w, Result<std::string>(Error{"cannot run `/no/such/binary`: No such file"}),
+                    t0 + 6ms);
+  auto in = inputs(t0 + 7ms, {entry("proxy", s)});
+  in.flows.insert_or_assign(ip("10.244.1.10"), Result<FlowCount>(FlowCount{3, 0}));
+  m.evaluate(in);
+  ASSERT_TRUE(m.verdict(w));
+  EXPECT_TRUE(m.verdict(w)->release);
+  EXPECT_NE(m.verdict(w)->reason.find("drain action failed: cannot run `/no/such/binary`"),
+            std::string::npos)
+      << m.verdict(w)->reason;
+  EXPECT_EQ(m.counters().action_failures, 1u);
+
+  Machine m2(o);
+  PodDef bad{"web-1", "10.244.1.10", "node-a", true, 30};
+  bad.drain_action = "signal:BOGUS";
+  auto s2 = make_snapshot(2, {kWeb1Terminating, kWeb3}, {bad});
+  m2.on_snapshot(s2, t0);
+  uint64_t w2 = m2.add_waiter({"demo", "web-1"}, "uid-web-1", t0);
+  m2.peer_answered(ip("10.244.1.10"), "node-b", true, "", t0);
+  m2.evaluate(inputs(t0 + 5ms, {entry("proxy", s2)}));
+  EXPECT_FALSE(m2.take_due_action(w2, t0 + 5ms, &deadline));
+  ASSERT_TRUE(m2.verdict(w2));
+  EXPECT_TRUE(m2.verdict(w2)->release);
+  EXPECT_EQ(m2.counters().bad_actions, 1u);
+  const Drain& d = m2.drains().count(ip("10.244.1.10")) ? m2.drains().at(ip("10.244.1.10"))
+                                                        : m2.finished().back();
+  ASSERT_FALSE(d.notes.empty());
+  EXPECT_NE(d.notes.back().find("annotation endpointd.io/drain-action: drain action "
+                                "\"signal:BOGUS\": unknown signal \"BOGUS\""),
+            std::string::npos)
+      << d.notes.back();
 }
 
 }  // namespace

@@ -61,6 +61,7 @@ struct PodState {
   // The deletionTimestamp the API shows once pod_deleting (RFC 3339); empty: one far in the
   // future, which the agent clamps to the grace period from when it saw the deletion.
   std::string deletion_timestamp = {};
+  std::string drain_action = {};  // the endpointd.io/drain-action annotation, empty: none
 };
 
 // The demo cluster's namespaces plus the manifest directory the agents read: service web
@@ -128,10 +129,7 @@ endpoints:
                                                                     : p.deletion_timestamp) +
                                       "\""
                                 : "") +
-                (p.release_after.empty()
-                     ? ""
-                     : ", annotations: {endpointd.io/release-after: " + p.release_after + "}") +
-                "}\n  spec: {nodeName: " + p.node +
+                annotations(p) + "}\n  spec: {nodeName: " + p.node +
                 ", terminationGracePeriodSeconds: " + std::to_string(p.grace) +
                 "}\n  status: {phase: Running, podIP: " + p.ip + ", podIPs: [{ip: " + p.ip +
                 "}]}\n";
@@ -143,6 +141,14 @@ endpoints:
   }
 
  private:
+  static std::string annotations(const PodState& p) {
+    std::string a;
+    if (!p.release_after.empty()) a += "endpointd.io/release-after: " + p.release_after;
+    if (!p.drain_action.empty())
+      a += std::string(a.empty() ? "" : ", ") + "endpointd.io/drain-action: \"" + p.drain_action +
+           "\"";
+    return a.empty() ? "" : ", annotations: {" + a + "}";
+  }
   void replace(const std::string& name, const std::string& text) {
     std::string tmp = dir_ + "/." + name + ".tmp";
     std::ofstream(tmp) << text;
@@ -268,6 +274,7 @@ inline void expect_no_failed_requests(const RollingUpdate& u) {
 struct Timeline {
   int64_t stop_accepting = 0, removed = 0, drained = 0, released = 0, last_confirmation = 0;
   int64_t prestop_called = 0;  // when the prestop call reached the agent (0: none)
+  int64_t drain_action = 0, drain_action_done = 0;  // when the drain action ran (0: none)
   bool removal_forced = false, drain_forced = false;
   std::string raw;  // the drain's JSON
 };
@@ -299,18 +306,25 @@ inline std::optional<Timeline> find_timeline(const std::string& drains, const st
   t.released = field("released");
   t.last_confirmation = field("last_confirmation");
   t.prestop_called = field("prestop_called");
+  t.drain_action = field("drain_action");
+  t.drain_action_done = field("drain_action_done");
   t.removal_forced = std::regex_search(d, std::regex("\"removal_forced\":\\s*true"));
   t.drain_forced = std::regex_search(d, std::regex("\"drain_forced\":\\s*true"));
   return t;
 }
 
-// The order every drain keeps: stop accepting, removed everywhere, drained (unless the pod
-// releases after removal), and the process exits only after the preStop returned.
+// The order every drain keeps: stop accepting, removed everywhere, the drain action if it has
+// one, drained (unless the pod releases after removal), and the process exits only after the
+// preStop returned.
 inline void expect_drain_order(const Termination& t, const PodState& ps, const Timeline& tl) {
   EXPECT_FALSE(tl.removal_forced) << tl.raw;
   EXPECT_GT(tl.stop_accepting, 0) << tl.raw;
   EXPECT_LE(tl.stop_accepting, tl.removed) << tl.raw;
-  if (ps.release_after != "removed") {
+  if (tl.drain_action > 0) {
+    EXPECT_LE(tl.removed, tl.drain_action) << tl.raw;
+  }
+  if (ps.release_after == "drained" || !ps.drain_action.empty() ||
+      tl.raw.find("\"release_after\":\"drained\"") != std::string::npos) {
     EXPECT_LE(tl.removed, tl.drained) << tl.raw;
   }
   EXPECT_LE(t.prestop_returned_ms, t.exited_ms);
