@@ -72,8 +72,9 @@ class Scenario {
  public:
   // app_selector: the Service selects app=web and the pods carry that label, as in
   // examples/cluster.
-  Scenario(const std::string& manifest_dir_name, bool app_selector)
-      : cluster_(netns::ClusterSpec::demo()),
+  Scenario(const std::string& manifest_dir_name, bool app_selector,
+           netns::ClusterSpec spec = netns::ClusterSpec::demo())
+      : cluster_(std::move(spec)),
         dir_(netns::scratch_dir() + "/" + manifest_dir_name),
         app_selector_(app_selector) {
     pods_["web-1"] = {"node-a", "10.244.1.10", "7a0e0000-0000-4000-8000-000000000011"};

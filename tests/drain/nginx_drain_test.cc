@@ -1,0 +1,390 @@
+// The drain with a real application and real load tools: every pod runs nginx (Debian
+// nginx-light) serving a small body, `endpointd run` on both nodes, and a rolling update of six
+// pods (three per node, one new pod ready before each old one goes, as a Deployment with
+// maxSurge 1 does) under wrk (HTTP/1.1 keep-alive) or h2load (HTTP/2, long-lived connections)
+// through the ClusterIP. The kubelet's order: the API marks the pod deleted, the preStop runs
+// `endpointd prestop` in the pod, SIGTERM only when it returned, the endpoint leaves the slice
+// when nginx exited. The drain action is nginx's graceful stop (`nginx -s quit`): from the pod's
+// annotation under wrk, from the prestop's --drain-action flag under h2load. Failed requests
+// are the load tools' own counts (non-2xx, socket errors, timeouts).
+//
+// How nginx drains, by protocol: HTTP/2 clients get a GOAWAY from nginx's graceful stop
+// (`nginx -s quit`, the drain action here, from the prestop's --drain-action). HTTP/1.1 has no
+// such message: the graceful stop closes idle keep-alive connections at once, which races a
+// client's next request on them (wrk does not retry: a read error), so a keep-alive HTTP/1.1
+// server drains cleanly only by closing each connection after a response that says
+// "Connection: close" — nginx does that when a connection reaches `keepalive_time` — with the
+// release waiting for conntrack to empty (endpointd.io/release-after: drained).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/drain/daemon_cluster.h"
+#include "tests/drain/scenario.h"
+
+namespace endpointd::drain {
+namespace {
+
+using namespace std::chrono_literals;
+using namespace testing;
+namespace fs = std::filesystem;
+
+// node-a and node-b as in the demo, each with three old pods and three new ones.
+netns::ClusterSpec rollout_spec() {
+  netns::ClusterSpec s = netns::ClusterSpec::demo();
+  for (auto& n : s.nodes) {
+    std::string net = n.name == "node-a" ? "10.244.1." : "10.244.2.";
+    std::string tag = n.name == "node-a" ? "a" : "b";
+    n.pods.clear();
+    for (int i = 1; i <= 3; ++i) {
+      n.pods.push_back({"old-" + tag + std::to_string(i), net + std::to_string(9 + i)});
+      n.pods.push_back({"new-" + tag + std::to_string(i), net + std::to_string(19 + i)});
+    }
+  }
+  return s;
+}
+
+// The order of the rolling update: old pods alternate between the nodes.
+const std::vector<std::pair<std::string, std::string>> kSteps = {
+    {"old-a1", "new-a1"}, {"old-b1", "new-b1"}, {"old-a2", "new-a2"},
+    {"old-b2", "new-b2"}, {"old-a3", "new-a3"}, {"old-b3", "new-b3"}};
+
+class NginxCluster : public DaemonCluster {
+ public:
+  // keepalive_time_ms: nginx's limit on a keep-alive connection's life (0: none).
+  explicit NginxCluster(bool http2, int keepalive_time_ms = 0)
+      : DaemonCluster("nginx-drain-manifests", rollout_spec()),
+        http2_(http2),
+        keepalive_time_ms_(keepalive_time_ms) {
+    pods().clear();
+    int n = 0;
+    for (const auto& node : cluster().spec().nodes)
+      for (const auto& p : node.pods) {
+        char uid[64];
+        std::snprintf(uid, sizeof uid, "7a0e0000-0000-4000-8000-0000000001%02d", ++n);
+        PodState ps{node.name, p.ip, uid};
+        bool fresh = p.name.rfind("new-", 0) == 0;
+        ps.in_slice = ps.in_api = !fresh;
+        pods()[p.name] = ps;
+      }
+    write();
+  }
+
+  std::string conf_of(const std::string& pod) const {
+    return netns::scratch_dir() + "/nginx-" + pod + "/nginx.conf";
+  }
+  std::string quit_action(const std::string& pod) const {
+    return "exec:nginx -c " + conf_of(pod) + " -s quit";
+  }
+
+  // nginx in the pod's namespace, in the foreground (the pod's main process).
+  netns::Process& start_nginx(const std::string& pod) {
+    std::string dir = netns::scratch_dir() + "/nginx-" + pod;
+    fs::create_directories(dir);
+    std::ofstream(conf_of(pod)) << "worker_processes 1;\n"
+                                << "pid " << dir << "/nginx.pid;\n"
+                                << "error_log " << dir << "/error.log notice;\n"
+                                << "events { worker_connections 1024; }\n"
+                                << "http {\n"
+                                << "  access_log off;\n"
+                                << "  client_body_temp_path " << dir << "/body;\n"
+                                << "  proxy_temp_path " << dir << "/proxy;\n"
+                                << "  keepalive_requests 1000000;\n"
+                                << (keepalive_time_ms_ > 0
+                                        ? "  keepalive_time " + std::to_string(keepalive_time_ms_) +
+                                              "ms;\n"
+                                        : std::string())
+                                << "  server {\n"
+                                << "    listen 8080" << (http2_ ? " http2" : "") << ";\n"
+                                << "    location / { return 200 \"" << pod << "\\n\"; }\n"
+                                << "  }\n"
+                                << "}\n";
+    auto& p = cluster().pod(pod).spawn({"nginx", "-c", conf_of(pod), "-g", "daemon off;"},
+                                       "nginx-" + pod + ".log");
+    nginx_[pod] = &p;
+    return p;
+  }
+  bool wait_listening(const std::string& pod) {
+    int rc = 1;
+    cluster().pod(pod).sh(
+        "for i in $(seq 100); do ss -ltn | grep -q ':8080 ' && exit 0; sleep 0.05; done; exit 1",
+        &rc);
+    return rc == 0;
+  }
+  netns::Process& nginx(const std::string& pod) { return *nginx_.at(pod); }
+  bool http2() const { return http2_; }
+
+ private:
+  bool http2_;
+  int keepalive_time_ms_;
+  std::map<std::string, netns::Process*> nginx_;
+};
+
+struct LoadReport {
+  int64_t ok = 0, failed = 0;
+  std::string summary;  // the tool's lines that count
+  std::string raw;
+};
+
+int64_t number_after(const std::string& text, const std::string& pattern) {
+  std::smatch m;
+  if (std::regex_search(text, m, std::regex(pattern))) return std::stoll(m[1]);
+  return 0;
+}
+
+// wrk prints "Socket errors: connect A, read B, write C, timeout D" and "Non-2xx or 3xx
+// responses: N" only when they are not zero.
+LoadReport read_wrk(const std::string& out) {
+  LoadReport r;
+  r.raw = out;
+  int64_t total = number_after(out, R"((\d+) requests in)");
+  int64_t sock = number_after(out, R"(connect (\d+))") + number_after(out, R"(read (\d+))") +
+                 number_after(out, R"(write (\d+))") + number_after(out, R"(timeout (\d+))");
+  int64_t non2xx = number_after(out, R"(Non-2xx or 3xx responses: (\d+))");
+  r.failed = sock + non2xx;
+  r.ok = total - non2xx;
+  std::smatch m;
+  r.summary = std::to_string(total) + " requests, " + std::to_string(non2xx) + " non-2xx";
+  if (std::regex_search(out, m, std::regex(R"(Socket errors:[^\n]*)"))) r.summary += "; " + m.str();
+  return r;
+}
+
+// h2load, once per round: "requests: T total, S started, D done, OK succeeded, F failed, E
+// errored, X timeout" and "status codes: a 2xx, b 3xx, c 4xx, d 5xx"; summed over the rounds.
+LoadReport read_h2load(const std::string& out) {
+  LoadReport r;
+  r.raw = out;
+  auto sum = [&](const std::string& pattern) {
+    int64_t total = 0;
+    std::regex re(pattern);
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
+         ++it)
+      total += std::stoll((*it)[1]);
+    return total;
+  };
+  int64_t rounds = 0;
+  for (size_t at = out.find("requests: "); at != std::string::npos;
+       at = out.find("requests: ", at + 1))
+    ++rounds;
+  r.ok = sum(R"((\d+) succeeded)");
+  int64_t failed = sum(R"((\d+) failed)"), errored = sum(R"((\d+) errored)"),
+          timeout = sum(R"((\d+) timeout)"), c4 = sum(R"((\d+) 4xx)"), c5 = sum(R"((\d+) 5xx)");
+  r.failed = failed + errored + timeout + c4 + c5;
+  r.summary = std::to_string(rounds) + " h2load rounds: " + std::to_string(r.ok) + " succeeded, " +
+              std::to_string(failed) + " failed, " + std::to_string(errored) + " errored, " +
+              std::to_string(timeout) + " timeout, " + std::to_string(c4 + c5) + " 4xx/5xx";
+  return r;
+}
+
+struct Rollout {
+  std::vector<Termination> done;
+  std::map<std::string, Timeline> timelines;
+  LoadReport load;
+  int64_t duration_ms = 0;
+};
+
+// How the old pods end.
+enum class Mode {
+  kQuitFlag,             // the prestop's --drain-action runs `nginx -s quit`
+  kDrained,              // endpointd.io/release-after: drained (nginx closes by keepalive_time)
+  kSigtermAfterRemoval,  // release after removal, no drain action: nginx's fast stop
+  kNoPrestop,            // no preStop hook: SIGTERM at once
+};
+
+Rollout finish(NginxCluster& nc, Rollout& r, const std::string& out);
+
+// The rolling update under the load tool.
+Rollout roll(NginxCluster& nc, Mode mode, int load_seconds) {
+  for (const auto& [name, ps] : nc.pods()) {
+    nc.start_nginx(name);
+    EXPECT_TRUE(nc.wait_listening(name)) << name << " nginx did not listen";
+  }
+  if (mode == Mode::kDrained)
+    for (const auto& [old_pod, fresh] : kSteps) nc.pods().at(old_pod).release_after = "drained";
+  nc.write();
+  nc.start_daemon("node-a");
+  nc.start_daemon("node-b");
+  EXPECT_TRUE(nc.wait_ready("node-a")) << nc.daemon("node-a").log();
+  EXPECT_TRUE(nc.wait_ready("node-b")) << nc.daemon("node-b").log();
+  std::this_thread::sleep_for(500ms);
+
+  std::string url = "http://10.96.0.10:80/";
+  // h2load does not reconnect a client whose connection got a GOAWAY: it runs in 2 s rounds
+  // for the whole time, each round connecting anew (the reports are summed).
+  std::string h2 = "end=$(($(date +%s)+" + std::to_string(load_seconds) +
+                   ")); while [ $(date +%s) -lt $end ]; do h2load -c 8 -m 4 -t 1 --rps 100 -D 2 " +
+                   url + "; done";
+  std::vector<std::string> load =
+      nc.http2() ? std::vector<std::string>{"sh", "-c", h2}
+                 : std::vector<std::string>{
+                       "wrk",       "-t", "1", "-c", "8", "-d", std::to_string(load_seconds) + "s",
+                       "--timeout", "3s", url};
+  auto& tool = nc.cluster().client().spawn(load, nc.http2() ? "h2load.log" : "wrk.log");
+  std::this_thread::sleep_for(1s);
+
+  Rollout r;
+  int64_t t0 = now_unix_ms();
+  for (const auto& [old_pod, fresh] : kSteps) {
+    // The new pod is ready first.
+    auto& np = nc.pods().at(fresh);
+    np.in_api = np.in_slice = true;
+    nc.write();
+    std::this_thread::sleep_for(400ms);
+    // Then the old one terminates, the kubelet's way.
+    auto& ps = nc.pods().at(old_pod);
+    Termination t;
+    t.pod = old_pod;
+    ps.pod_deleting = true;
+    nc.write();
+    t.marked_ms = now_unix_ms();
+    std::thread slice([&] {
+      std::this_thread::sleep_for(300ms);
+      ps.deleting = true;
+      nc.write();
+    });
+    std::vector<std::string> prestop = {DaemonCluster::bin(),  "prestop",   "--drain-socket",
+                                        nc.socket_of(ps.node), "--timeout", "25s"};
+    if (mode == Mode::kQuitFlag) {
+      prestop.push_back("--drain-action");
+      prestop.push_back(nc.quit_action(old_pod));
+    }
+    if (mode != Mode::kNoPrestop) {
+      auto res = nc.cluster().pod(old_pod).exec(prestop);
+      t.prestop_exit = res.exit_code;
+      t.prestop_output = res.output;
+    } else {
+      t.prestop_exit = 0;
+    }
+    t.prestop_returned_ms = now_unix_ms();
+    slice.join();
+    nc.nginx(old_pod).signal(SIGTERM);
+    nc.nginx(old_pod).wait_exit(20s);
+    t.exited_ms = now_unix_ms();
+    ps.in_slice = ps.in_api = false;
+    nc.write();
+    r.done.push_back(t);
+  }
+  r.duration_ms = now_unix_ms() - t0;
+  tool.wait_exit(std::chrono::seconds(load_seconds + 20));
+  return finish(nc, r, tool.log());
+}
+
+Rollout finish(NginxCluster& nc, Rollout& r, const std::string& out) {
+  r.load = nc.http2() ? read_h2load(out) : read_wrk(out);
+  for (const char* node : {"node-a", "node-b"}) {
+    std::string state = nc.debug_state(node);
+    auto drains = state.find("\"drains\"");
+    for (const auto& [old_pod, fresh] : kSteps) {
+      const auto& ps = nc.pods().at(old_pod);
+      if (ps.node != node || drains == std::string::npos) continue;
+      if (auto tl = find_timeline(state.substr(drains), ps.ip)) r.timelines[old_pod] = *tl;
+    }
+  }
+  nc.daemon("node-a").stop();
+  nc.daemon("node-b").stop();
+  return r;
+}
+
+int64_t median(std::vector<int64_t> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Every drain in order, with its drain action between removal and the drain, none at a
+// deadline, and termination → release within 1 s plus nginx's own drain time (median).
+void expect_clean_rollout(NginxCluster& nc, const Rollout& r, int load_seconds, Mode mode) {
+  EXPECT_LT(r.duration_ms + 1000, load_seconds * 1000) << "the rollout outlasted the load";
+  EXPECT_EQ(r.load.failed, 0) << r.load.raw;
+  EXPECT_GT(r.load.ok, 100) << r.load.raw;
+  ASSERT_EQ(r.done.size(), kSteps.size());
+  std::vector<int64_t> release, app_drain;
+  for (const auto& t : r.done) {
+    const auto& ps = nc.pods().at(t.pod);
+    EXPECT_EQ(t.prestop_exit, 0) << t.pod << ": " << t.prestop_output;
+    auto it = r.timelines.find(t.pod);
+    ASSERT_NE(it, r.timelines.end()) << t.pod << " has no drain in " << ps.node << "'s state";
+    const Timeline& tl = it->second;
+    expect_drain_order(t, ps, tl);
+    if (mode == Mode::kQuitFlag) {
+      EXPECT_GT(tl.drain_action, 0) << tl.raw;
+      EXPECT_LE(tl.removed, tl.drain_action) << tl.raw;
+      EXPECT_LE(tl.drain_action, tl.drained) << tl.raw;
+      EXPECT_NE(t.prestop_output.find("drain action exec:nginx"), std::string::npos)
+          << t.prestop_output;
+    }
+    EXPECT_GT(tl.drained, 0) << tl.raw;
+    EXPECT_FALSE(tl.drain_forced) << "waited out the deadline: " << tl.raw;
+    EXPECT_LE(tl.released, t.prestop_returned_ms) << tl.raw;
+    release.push_back(t.prestop_returned_ms - t.marked_ms);
+    // nginx's own drain time: from the drain action, or from removal when it closes its
+    // connections by itself (keepalive_time).
+    int64_t from = mode == Mode::kQuitFlag ? tl.drain_action : tl.removed;
+    app_drain.push_back(tl.drained - from);
+    std::cout << t.pod << " (" << ps.node << "): termination→release "
+              << t.prestop_returned_ms - t.marked_ms << " ms; stop-accepting→removed "
+              << tl.removed - tl.stop_accepting << " ms; nginx drained in " << app_drain.back()
+              << " ms\n";
+  }
+  std::cout << (nc.http2() ? "h2load: " : "wrk: ") << r.load.summary << "; " << r.load.failed
+            << " failed; rollout " << r.duration_ms << " ms; median termination→release "
+            << median(release) << " ms, median nginx drain " << median(app_drain) << " ms\n";
+  EXPECT_LE(median(release), 1000 + median(app_drain));
+}
+
+class NginxDrainTest : public RootNetnsTest {
+ protected:
+  void SetUp() override {
+    RootNetnsTest::SetUp();
+    if (IsSkipped()) return;
+    for (const char* tool : {"nginx", "wrk", "h2load"})
+      if (std::system((std::string("command -v ") + tool + " >/dev/null").c_str()) != 0)
+        GTEST_FAIL() << tool << " is not installed (scripts/setup installs it)";
+  }
+};
+
+// HTTP/1.1 keep-alive: nginx closes each connection after a response with "Connection: close"
+// once it is 1 s old; the release waits for conntrack to empty.
+TEST_F(NginxDrainTest, RollingUpdateUnderWrkLosesNothingAndReleasesAfterNginxDrained) {
+  NginxCluster nc(false, 1000);
+  ASSERT_EQ(nc.pki_error(), "");
+  const int load_seconds = 16;
+  auto r = roll(nc, Mode::kDrained, load_seconds);
+  expect_clean_rollout(nc, r, load_seconds, Mode::kDrained);
+}
+
+// HTTP/2: the drain action (nginx's graceful stop, from --drain-action) sends GOAWAY.
+TEST_F(NginxDrainTest, RollingUpdateUnderH2loadLosesNothingAndReleasesAfterNginxDrained) {
+  NginxCluster nc(true);
+  ASSERT_EQ(nc.pki_error(), "");
+  const int load_seconds = 16;
+  auto r = roll(nc, Mode::kQuitFlag, load_seconds);
+  expect_clean_rollout(nc, r, load_seconds, Mode::kQuitFlag);
+}
+
+// The measure can fail: without a preStop, and with nginx sent SIGTERM (its fast stop) as soon
+// as the removal was confirmed, the same rollout loses requests, and the test says how many.
+TEST_F(NginxDrainTest, WithoutAPrestopOrWithSigtermAfterRemovalWrkSeesFailures) {
+  for (Mode mode : {Mode::kNoPrestop, Mode::kSigtermAfterRemoval}) {
+    NginxCluster nc(false, 1000);
+    ASSERT_EQ(nc.pki_error(), "");
+    auto r = roll(nc, mode, 14);
+    std::cout << (mode == Mode::kNoPrestop ? "no preStop" : "SIGTERM after removal") << ": wrk "
+              << r.load.summary << "; " << r.load.failed << " failed\n";
+    EXPECT_GT(r.load.failed, 0) << r.load.raw;
+    EXPECT_GT(r.load.ok, 100) << r.load.raw;
+  }
+}
+
+}  // namespace
+}  // namespace endpointd::drain
