@@ -65,9 +65,15 @@ class DaemonCluster : public Scenario {
                                      pki_dir() + "/" + node + ".crt",
                                      "--drain-peer-key",
                                      pki_dir() + "/" + node + ".key"};
+    if (auto it = extra_args_.find(node); it != extra_args_.end())
+      argv.insert(argv.end(), it->second.begin(), it->second.end());
     daemons_[node] = &cluster().node(node).spawn(argv, "endpointd-" + node + log_suffix + ".log");
   }
   netns::Process& daemon(const std::string& node) { return *daemons_.at(node); }
+  // More flags for one node's daemon (the next start_daemon takes them).
+  void set_extra_args(const std::string& node, std::vector<std::string> args) {
+    extra_args_[node] = std::move(args);
+  }
   bool wait_ready(const std::string& node) {
     for (int i = 0; i < 200; ++i) {
       if (cluster().node(node).exec({"curl", "-fs", "--max-time", "1", kAdmin + "/readyz"}).ok())
@@ -87,6 +93,7 @@ class DaemonCluster : public Scenario {
 
  private:
   std::map<std::string, netns::Process*> daemons_;
+  std::map<std::string, std::vector<std::string>> extra_args_;
   std::string pki_error_;
 };
 
