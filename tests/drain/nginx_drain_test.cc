@@ -493,15 +493,23 @@ TEST_F(NginxDrainTest, WithoutAPrestopOrWithSigtermAfterRemovalWrkSeesFailures) 
 // bench/drain/nginx: every mode under wrk and h2load, one JSON line each ("BENCH {...}"), for
 // bench/results/drain.md. Runs only with ENDPOINTD_DRAIN_BENCH=1.
 TEST_F(NginxDrainTest, Bench) {
-  if (!std::getenv("ENDPOINTD_DRAIN_BENCH")) GTEST_SKIP() << "ENDPOINTD_DRAIN_BENCH=1 runs it";
+  const char* which = std::getenv("ENDPOINTD_DRAIN_BENCH");
+  if (!which) GTEST_SKIP() << "ENDPOINTD_DRAIN_BENCH=direct|ingress|all runs it";
+  std::vector<std::pair<Mode, bool>> runs;  // (mode, through HAProxy)
+  if (std::string(which) != "ingress")
+    for (Mode m : {Mode::kQuitFlag, Mode::kDrained, Mode::kSigtermAfterRemoval, Mode::kOldDefault,
+                   Mode::kSleep, Mode::kNoPrestop})
+      runs.emplace_back(m, false);
+  if (std::string(which) != "direct")
+    for (Mode m : {Mode::kQuitFlag, Mode::kSigtermAfterRemoval, Mode::kNoPrestop})
+      runs.emplace_back(m, true);
   for (bool h2 : {false, true}) {
-    for (Mode mode : {Mode::kQuitFlag, Mode::kDrained, Mode::kSigtermAfterRemoval,
-                      Mode::kOldDefault, Mode::kSleep, Mode::kNoPrestop}) {
+    for (auto [mode, ingress] : runs) {
       NginxCluster nc(h2, mode == Mode::kDrained ? 1000 : 0);
       ASSERT_EQ(nc.pki_error(), "");
       int per_pod = mode == Mode::kSleep ? 16 : mode == Mode::kOldDefault ? 8 : 2;
       int load_seconds = 6 + 6 * per_pod;
-      auto r = roll(nc, mode, load_seconds);
+      auto r = roll(nc, mode, load_seconds, ingress);
       std::string release, forced = "0";
       int deadline_hits = 0;
       for (const auto& t : r.done) {
@@ -510,12 +518,12 @@ TEST_F(NginxDrainTest, Bench) {
         if (auto it = r.timelines.find(t.pod); it != r.timelines.end() && it->second.drain_forced)
           ++deadline_hits;
       }
-      std::cout << "BENCH {\"tool\":\"" << (h2 ? "h2load" : "wrk") << "\",\"mode\":\""
-                << name_of(mode) << "\",\"release_ms\":[" << release
-                << "],\"failed\":" << r.load.failed << ",\"ok\":" << r.load.ok
-                << ",\"deadline_hits\":" << deadline_hits << ",\"rollout_ms\":" << r.duration_ms
-                << ",\"load_s\":" << load_seconds << ",\"summary\":\"" << r.load.summary << "\"}"
-                << std::endl;
+      std::cout << "BENCH {\"tool\":\"" << (h2 ? "h2load" : "wrk") << "\",\"path\":\""
+                << (ingress ? "HAProxy" : "ClusterIP") << "\",\"mode\":\"" << name_of(mode)
+                << "\",\"release_ms\":[" << release << "],\"failed\":" << r.load.failed
+                << ",\"ok\":" << r.load.ok << ",\"deadline_hits\":" << deadline_hits
+                << ",\"rollout_ms\":" << r.duration_ms << ",\"load_s\":" << load_seconds
+                << ",\"summary\":\"" << r.load.summary << "\"}" << std::endl;
     }
   }
 }
