@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <map>
 #include <regex>
@@ -474,6 +475,76 @@ TEST_F(NginxDrainTest, RollingUpdateThroughHaproxyUnderWrkAndH2loadLosesNothing)
       }
     }
   }
+}
+
+// The adapter's acknowledgement gates the drain: with HAProxy stopped (SIGSTOP: its runtime
+// socket accepts nothing) the pod's removal is not confirmed — node-a's /debug/state shows the
+// drain in stop-accepting with the proxy confirmed and the feed not — and the prestop is held;
+// HAProxy continued, the adapter applies and acknowledges, and the prestop returns. (At the end
+// of the budget the removal deadline policy would release it instead: MachineTest covers that.)
+TEST_F(NginxDrainTest, HaproxyThatDoesNotAnswerHoldsTheReleaseUntilItDoes) {
+  NginxCluster nc(false);
+  ASSERT_EQ(nc.pki_error(), "");
+  nc.set_ingress();
+  for (const auto& [name, ps] : nc.pods()) {
+    nc.start_nginx(name);
+    ASSERT_TRUE(nc.wait_listening(name)) << name;
+  }
+  auto& old_pod = nc.pods().at("old-a1");
+  old_pod.grace = 20;
+  nc.write();
+  nc.set_extra_args("node-a", {"--feed-listen", "192.168.77.2:18000"});
+  nc.start_daemon("node-a");
+  nc.start_daemon("node-b");
+  ASSERT_TRUE(nc.wait_ready("node-a")) << nc.daemon("node-a").log();
+  ASSERT_TRUE(nc.wait_ready("node-b")) << nc.daemon("node-b").log();
+  Ingress in = start_ingress(nc, false);
+  int rc = 1;
+  nc.cluster().client().sh(
+      "for i in $(seq 200); do curl -fs -o /dev/null --max-time 1 http://127.0.0.1:8000/ && exit "
+      "0; sleep 0.05; done; exit 1",
+      &rc);
+  ASSERT_EQ(rc, 0) << in.adapter->log();
+
+  in.haproxy->signal(SIGSTOP);
+  old_pod.pod_deleting = true;
+  old_pod.deleting = true;
+  old_pod.drain_action = nc.quit_action("old-a1");
+  nc.write();
+  int64_t marked = now_unix_ms();
+  auto prestop = std::async(std::launch::async, [&] {
+    return nc.cluster().pod("old-a1").exec({DaemonCluster::bin(), "prestop", "--drain-socket",
+                                            nc.socket_of("node-a"), "--timeout", "30s"});
+  });
+  std::this_thread::sleep_for(3s);
+  std::string held = nc.debug_state("node-a");
+  auto drains = held.find("\"drains\"");
+  ASSERT_NE(drains, std::string::npos) << held;
+  auto tl = find_timeline(held.substr(drains), old_pod.ip);
+  bool still_waiting = prestop.wait_for(0s) != std::future_status::ready;
+  int64_t resumed = now_unix_ms();
+  in.haproxy->signal(SIGCONT);
+  auto r = prestop.get();
+  int64_t returned = now_unix_ms();
+  ASSERT_TRUE(tl) << held;
+  EXPECT_TRUE(still_waiting) << "released while HAProxy could not have applied the removal: "
+                             << r.output;
+  EXPECT_NE(tl->raw.find("\"stage\":\"stop-accepting\""), std::string::npos) << tl->raw;
+  EXPECT_NE(tl->raw.find("\"proxy\":"), std::string::npos) << tl->raw;
+  EXPECT_EQ(tl->raw.find("\"feed\":"), std::string::npos) << tl->raw;
+  EXPECT_EQ(tl->removed, 0) << tl->raw;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::string after = nc.debug_state("node-a");
+  auto done = find_timeline(after.substr(after.find("\"drains\"")), old_pod.ip);
+  ASSERT_TRUE(done) << after;
+  EXPECT_NE(done->raw.find("\"feed\":"), std::string::npos) << done->raw;
+  EXPECT_GE(done->removed, resumed) << done->raw;
+  EXPECT_FALSE(done->removal_forced) << done->raw;
+  std::cout << "held " << resumed - marked << " ms while HAProxy was stopped; released "
+            << returned - resumed << " ms after it was continued\n";
+  nc.nginx("old-a1").signal(SIGTERM);
+  nc.daemon("node-a").stop();
+  nc.daemon("node-b").stop();
 }
 
 // The measure can fail: without a preStop, and with nginx sent SIGTERM (its fast stop) as soon
