@@ -108,6 +108,10 @@ Result<uint16_t> Coordinator::PeerServer::start(const std::string& listen,
   // Reports are small; a peer that sends more is not a peer.
   b.SetMaxReceiveMessageSize(4 << 20);
   b.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 32);
+  // A connection that has not finished its TLS handshake within 5 s is closed (gRPC's default
+  // holds it for 120 s): a neighbour opening connections and saying nothing costs a socket for
+  // seconds, not minutes.
+  b.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 5000);
   grpc::ResourceQuota quota("endpointd-drain-peer");
   quota.SetMaxThreads(64);
   b.SetResourceQuota(quota);

@@ -131,6 +131,9 @@ Status FeedSink::start() {
                        static_cast<int>(im.opts.min_client_ping_interval.count()));
   b.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                        static_cast<int>(im.opts.max_streams_per_connection));
+  // A connection that has not finished its handshake (TLS, or HTTP/2's preface) within 10 s is
+  // closed, not held for gRPC's default 120 s.
+  b.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10000);
   im.server = b.BuildAndStart();
   if (!im.server || im.port == 0) {
     im.server.reset();

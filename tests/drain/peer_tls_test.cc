@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -287,6 +288,29 @@ TEST_F(PeerTls, ThousandIdleConnectionsDoNotStopAJoiningPeer) {
   EXPECT_TRUE(wait_cluster(11, 10s)) << agents_["node-a"]->coordinator->cluster_json();
   std::string j = agents_["node-c"]->coordinator->cluster_json();
   EXPECT_NE(j.find("\"excluded\":[]"), std::string::npos) << j;
+  // And the agents close them once the handshake deadline (5 s) passed without a ClientHello.
+  std::vector<pollfd> fds;
+  for (int fd : idle_) fds.push_back({fd, POLLIN, 0});
+  size_t closed = 0;
+  auto until = std::chrono::steady_clock::now() + 12s;
+  while (closed < fds.size() && std::chrono::steady_clock::now() < until) {
+    poll(fds.data(), fds.size(), 500);
+    closed = 0;
+    for (auto& p : fds) {
+      if (p.fd < 0) {
+        ++closed;
+        continue;
+      }
+      if (!(p.revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char c;
+      ssize_t n = recv(p.fd, &c, 1, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        p.fd = -1;  // closed by the agent (EOF or reset)
+        ++closed;
+      }
+    }
+  }
+  EXPECT_EQ(closed, fds.size()) << "idle connections still open after the handshake deadline";
 }
 
 TEST(PeerTlsConfig, NoCertificatesNoPeerServerUnlessInsecureByName) {
