@@ -403,18 +403,17 @@ void Coordinator::record(const std::vector<Transition>& ts) {
   bump(metrics_->never_terminating, c.never_terminating, last_counters_.never_terminating);
   bump(metrics_->not_terminating_in_api, c.not_terminating_in_api,
        last_counters_.not_terminating_in_api);
-  if (c.deletion_clamped > last_counters_.deletion_clamped)
-    spdlog::warn(
-        "drain: {} pod deletionTimestamp(s) clamped (clock skew, or seen late): the drain's "
-        "notes in /debug/state say which",
-        c.deletion_clamped - last_counters_.deletion_clamped);
+  // Counts whose cases the drains' notes in /debug/state name: one warning per new batch.
+  auto warn_new = [](uint64_t now, uint64_t before, const char* what) {
+    if (now > before)
+      spdlog::warn("drain: {} {}: the drain's notes in /debug/state say which and why",
+                   now - before, what);
+  };
+  warn_new(c.deletion_clamped, last_counters_.deletion_clamped,
+           "pod deletionTimestamp(s) clamped (clock skew, or seen late)");
   bump(metrics_->deletion_clamped, c.deletion_clamped, last_counters_.deletion_clamped);
   bump(metrics_->action_failures, c.action_failures, last_counters_.action_failures);
-  if (c.bad_actions > last_counters_.bad_actions)
-    spdlog::warn(
-        "drain: {} drain action(s) do not parse: the drain's notes in /debug/state "
-        "say which and why",
-        c.bad_actions - last_counters_.bad_actions);
+  warn_new(c.bad_actions, last_counters_.bad_actions, "drain action(s) that do not parse");
   bump(metrics_->bad_actions, c.bad_actions, last_counters_.bad_actions);
   last_counters_ = c;
   metrics_->active->Set(static_cast<double>(machine_.drains().size()));

@@ -70,6 +70,15 @@ class DaemonCluster : public Scenario {
     daemons_[node] = &cluster().node(node).spawn(argv, "endpointd-" + node + log_suffix + ".log");
   }
   netns::Process& daemon(const std::string& node) { return *daemons_.at(node); }
+  // Both nodes' daemons started and ready (the failure names which, with its log).
+  ::testing::AssertionResult start_both() {
+    start_daemon("node-a");
+    start_daemon("node-b");
+    for (const char* node : {"node-a", "node-b"})
+      if (!wait_ready(node))
+        return ::testing::AssertionFailure() << node << " not ready: " << daemon(node).log();
+    return ::testing::AssertionSuccess();
+  }
   // More flags for one node's daemon (the next start_daemon takes them).
   void set_extra_args(const std::string& node, std::vector<std::string> args) {
     extra_args_[node] = std::move(args);

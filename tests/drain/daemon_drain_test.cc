@@ -74,10 +74,7 @@ TEST_F(DaemonDrainTest, RollingUpdateThroughEndpointdRunLosesNothingAndKeepsTheO
   dc.pods().at("web-3").drain_action = "signal:TERM:" + pidfile;
   dc.write();
   ASSERT_EQ(dc.pki_error(), "");
-  dc.start_daemon("node-a");
-  dc.start_daemon("node-b");
-  ASSERT_TRUE(dc.wait_ready("node-a")) << dc.daemon("node-a").log();
-  ASSERT_TRUE(dc.wait_ready("node-b")) << dc.daemon("node-b").log();
+  ASSERT_TRUE(dc.start_both());
   ASSERT_TRUE(wait_routed(dc.cluster(), 3)) << dc.daemon("node-a").log();
 
   auto u = run_rolling_update(
@@ -140,10 +137,7 @@ TEST_F(DaemonDrainTest, AgentKilledMidDrainFinishesTheDrainAfterRestart) {
   DaemonCluster dc;
   auto servers = start_servers(dc);
   ASSERT_EQ(dc.pki_error(), "");
-  dc.start_daemon("node-a");
-  dc.start_daemon("node-b");
-  ASSERT_TRUE(dc.wait_ready("node-a")) << dc.daemon("node-a").log();
-  ASSERT_TRUE(dc.wait_ready("node-b")) << dc.daemon("node-b").log();
+  ASSERT_TRUE(dc.start_both());
   ASSERT_TRUE(wait_routed(dc.cluster(), 3)) << dc.daemon("node-a").log();
 
   auto& web1 = dc.pods().at("web-1");

@@ -282,10 +282,7 @@ Rollout roll(NginxCluster& nc, Mode mode, int load_seconds, bool ingress = false
   }
   nc.write();
   if (ingress) nc.set_extra_args("node-a", {"--feed-listen", "192.168.77.2:18000"});
-  nc.start_daemon("node-a");
-  nc.start_daemon("node-b");
-  EXPECT_TRUE(nc.wait_ready("node-a")) << nc.daemon("node-a").log();
-  EXPECT_TRUE(nc.wait_ready("node-b")) << nc.daemon("node-b").log();
+  EXPECT_TRUE(nc.start_both());
   std::this_thread::sleep_for(500ms);
 
   std::string url = "http://10.96.0.10:80/";
@@ -436,25 +433,26 @@ class NginxDrainTest : public RootNetnsTest {
   }
 };
 
-// HTTP/1.1 keep-alive: nginx closes each connection after a response with "Connection: close"
-// once it is 1 s old; the release waits for conntrack to empty.
-TEST_F(NginxDrainTest, RollingUpdateUnderWrkLosesNothingAndReleasesAfterNginxDrained) {
-  NginxCluster nc(false, 1000);
+// nginx ends each connection by itself once it is 1 s old (keepalive_time) and the release
+// waits for conntrack to empty; no drain action.
+void keepalive_time_rollout(bool http2) {
+  NginxCluster nc(http2, 1000);
   ASSERT_EQ(nc.pki_error(), "");
   const int load_seconds = 16;
   auto r = roll(nc, Mode::kDrained, load_seconds);
   expect_clean_rollout(nc, r, load_seconds, Mode::kDrained);
 }
 
+// HTTP/1.1 keep-alive: nginx answers "Connection: close" and closes.
+TEST_F(NginxDrainTest, RollingUpdateUnderWrkLosesNothingAndReleasesAfterNginxDrained) {
+  keepalive_time_rollout(false);
+}
+
 // HTTP/2 the same way: at keepalive_time nginx ends a connection with GOAWAY once its streams
 // are done. (The drain action `nginx -s quit` is faster but races streams a client sent before
 // the GOAWAY reached it, which h2load does not retry: bench/results/drain.md counts them.)
 TEST_F(NginxDrainTest, RollingUpdateUnderH2loadLosesNothingAndReleasesAfterNginxDrained) {
-  NginxCluster nc(true, 1000);
-  ASSERT_EQ(nc.pki_error(), "");
-  const int load_seconds = 16;
-  auto r = roll(nc, Mode::kDrained, load_seconds);
-  expect_clean_rollout(nc, r, load_seconds, Mode::kDrained);
+  keepalive_time_rollout(true);
 }
 
 // Through HAProxy fed by endpointd-haproxy: the drain action is nginx's graceful stop, and
@@ -494,10 +492,7 @@ TEST_F(NginxDrainTest, HaproxyThatDoesNotAnswerHoldsTheReleaseUntilItDoes) {
   old_pod.grace = 20;
   nc.write();
   nc.set_extra_args("node-a", {"--feed-listen", "192.168.77.2:18000"});
-  nc.start_daemon("node-a");
-  nc.start_daemon("node-b");
-  ASSERT_TRUE(nc.wait_ready("node-a")) << nc.daemon("node-a").log();
-  ASSERT_TRUE(nc.wait_ready("node-b")) << nc.daemon("node-b").log();
+  ASSERT_TRUE(nc.start_both());
   Ingress in = start_ingress(nc, false);
   int rc = 1;
   nc.cluster().client().sh(
