@@ -175,7 +175,7 @@ def check_render(name, sets, namespace="endpointd"):
         check(sc.get("readOnlyRootFilesystem") is True, f"[{name}] readOnlyRootFilesystem")
         caps = sc.get("capabilities", {})
         check(caps.get("drop") == ["ALL"], f"[{name}] capabilities.drop {caps.get('drop')}")
-        want_caps = {"NET_ADMIN", "NET_RAW"}
+        want_caps = {"NET_ADMIN"}
         if v["dns"]["enabled"] and dns_port < 1024:
             want_caps.add("NET_BIND_SERVICE")
         check(set(caps.get("add", [])) == want_caps and len(caps.get("add", [])) == len(want_caps),
@@ -211,11 +211,11 @@ def check_render(name, sets, namespace="endpointd"):
     ports = {p["name"]: p for p in c["ports"]}
     check(ports.get("admin", {}).get("containerPort") == aport, f"[{name}] admin containerPort")
 
-    # RBAC: get/list/watch on exactly services, nodes, pods and endpointslices.
+    # RBAC: list/watch on exactly services, nodes, pods and endpointslices.
     role = one(objs, "ClusterRole")
     granted = set()
     for rule in role["rules"]:
-        check(sorted(rule.get("verbs", [])) == ["get", "list", "watch"], f"[{name}] verbs {rule.get('verbs')}")
+        check(sorted(rule.get("verbs", [])) == ["list", "watch"], f"[{name}] verbs {rule.get('verbs')}")
         check(set(rule) <= {"apiGroups", "resources", "verbs"}, f"[{name}] rule has {sorted(rule)}")
         for g in rule.get("apiGroups", []):
             for r in rule.get("resources", []):
