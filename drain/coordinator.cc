@@ -72,7 +72,9 @@ struct Coordinator::Metrics {
                           "annotation) that do not parse");
     prestop = &prometheus::BuildCounter()
                    .Name("endpointd_drain_prestop_total")
-                   .Help("prestop calls by outcome: released, failed, refused")
+                   .Help(
+                       "prestop calls by outcome: released, failed, refused, limited (too many in "
+                       "progress, from the caller or in all)")
                    .Register(*r);
     active = &prometheus::BuildGauge()
                   .Name("endpointd_drain_active")

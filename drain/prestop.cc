@@ -104,12 +104,13 @@ void Coordinator::PrestopServer::stop() {
     [[maybe_unused]] auto n = ::write(stop_fd_, &one, sizeof one);
   }
   if (accept_.joinable()) accept_.join();
-  std::vector<std::thread> workers;
+  std::map<uint64_t, std::thread> workers;
   {
     std::lock_guard lock(mu_);
     workers.swap(workers_);
+    finished_.clear();
   }
-  for (auto& t : workers) t.join();
+  for (auto& [id, t] : workers) t.join();
   if (listen_fd_ >= 0) ::close(listen_fd_);
   if (stop_fd_ >= 0) ::close(stop_fd_);
   listen_fd_ = stop_fd_ = -1;
@@ -127,23 +128,60 @@ void Coordinator::PrestopServer::accept_loop() {
     if (fds[1].revents) return;
     if (!(fds[0].revents & POLLIN)) continue;
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    reap();
     if (fd < 0) continue;
     if (active_.load() >= max_connections_) {
+      count_("limited");
       write_all(fd, "failed the agent has too many prestop calls in progress; retry\n");
       ::close(fd);
       continue;
     }
-    ++active_;
+    // Who it is comes from the kernel at once; one pod (or one process outside any pod) may
+    // hold at most kPerCaller calls, so that it cannot use up the other pods' share.
+    Result<Caller> caller = caller_of_socket(fd);
+    std::string key = !caller                      ? std::string()
+                      : !caller->pod_uid.empty()   ? "pod " + caller->pod_uid
+                      : !caller->addresses.empty() ? "netns of " + caller->addresses.front().str()
+                                                   : "pid " + std::to_string(caller->pid);
     std::lock_guard lock(mu_);
-    workers_.emplace_back([this, fd] {
-      serve(fd);
+    if (!key.empty() && per_caller_[key] >= kPerCaller) {
+      count_("limited");
+      spdlog::warn("drain: prestop refused: {} has {} calls in progress already", key, kPerCaller);
+      write_all(fd, "failed " + key + " has " + std::to_string(kPerCaller) +
+                        " prestop calls in progress already; retry\n");
       ::close(fd);
-      --active_;
-    });
+      continue;
+    }
+    if (!key.empty()) ++per_caller_[key];
+    ++active_;
+    uint64_t id = next_worker_++;
+    workers_.emplace(id, std::thread([this, fd, id, key, caller = std::move(caller)]() mutable {
+                       serve(fd, std::move(caller));
+                       ::close(fd);
+                       std::lock_guard lock(mu_);
+                       if (!key.empty() && --per_caller_[key] == 0) per_caller_.erase(key);
+                       finished_.push_back(id);
+                       --active_;
+                     }));
   }
 }
 
-void Coordinator::PrestopServer::serve(int fd) {
+void Coordinator::PrestopServer::reap() {
+  std::vector<std::thread> done;
+  {
+    std::lock_guard lock(mu_);
+    for (uint64_t id : finished_) {
+      auto it = workers_.find(id);
+      if (it == workers_.end()) continue;
+      done.push_back(std::move(it->second));
+      workers_.erase(it);
+    }
+    finished_.clear();
+  }
+  for (auto& t : done) t.join();
+}
+
+void Coordinator::PrestopServer::serve(int fd, Result<Caller> caller) {
   // A current client opens with its hello at once; an older one sends nothing.
   std::string buffer, action;
   bool can_run = false;
@@ -154,16 +192,20 @@ void Coordinator::PrestopServer::serve(int fd) {
       action = hello->substr(kHello.size());
     }
   }
-  auto caller = caller_of_socket(fd);
   if (!caller) {
     spdlog::warn("drain: prestop refused: {}", caller.error());
     count_("refused");
     write_all(fd, "refused " + caller.error() + "\n");
     return;
   }
-  // The agent may have just started: give the first pod list a moment to arrive.
-  auto snap = c_->wait_snapshot([](const model::Snapshot& s) { return s.synced; },
-                                Clock::now() + std::chrono::seconds(5));
+  // The agent may have just started: give the first pod list a moment to arrive (and stop
+  // waiting for a caller that left).
+  model::SnapshotPtr snap;
+  for (auto until = Clock::now() + std::chrono::seconds(5); !snap && Clock::now() < until;) {
+    snap = c_->wait_snapshot([](const model::Snapshot& s) { return s.synced; },
+                             std::min(until, Clock::now() + milliseconds(100)));
+    if (!snap && peer_gone(fd)) return;
+  }
   if (!snap) {
     count_("failed");
     write_all(fd, "failed the agent has no synced cluster state yet; retry\n");

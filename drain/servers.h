@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "drain/coordinator.h"
+#include "drain/identify.h"
 #include "model/result.h"
 
 namespace grpc {
@@ -45,7 +47,9 @@ class Coordinator::PrestopServer {
 
  private:
   void accept_loop();
-  void serve(int fd);
+  void serve(int fd, Result<Caller> caller);
+  // Joins the workers that finished (a finished thread keeps its stack until joined).
+  void reap();
 
   Coordinator* c_;
   std::string node_;
@@ -58,7 +62,12 @@ class Coordinator::PrestopServer {
   std::atomic<size_t> active_{0};
   std::thread accept_;
   std::mutex mu_;
-  std::vector<std::thread> workers_;
+  std::map<uint64_t, std::thread> workers_;
+  std::vector<uint64_t> finished_;            // workers done, not yet joined
+  std::map<std::string, size_t> per_caller_;  // calls in progress per pod (or process)
+  // A pod with several containers makes one call per container's hook.
+  static constexpr size_t kPerCaller = 16;
+  uint64_t next_worker_ = 0;
 };
 
 }  // namespace endpointd::drain
