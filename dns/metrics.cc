@@ -109,6 +109,14 @@ Metrics::Metrics(prometheus::Registry* r) {
            .Help("TCP connections closed at once because the connection limit was reached")
            .Register(*r)
            .Add({});
+  tcp_slow_dropped_ =
+      &prometheus::BuildCounter()
+           .Name("endpointd_dns_tcp_slow_readers_dropped_total")
+           .Help(
+               "TCP connections closed because their unread answers passed the per-connection "
+               "limit (a client that sends queries and does not read the answers)")
+           .Register(*r)
+           .Add({});
 }
 
 void Metrics::flush(LocalCounts& l) {
@@ -142,6 +150,10 @@ void Metrics::cache_eviction() {
 void Metrics::programming(double s) {
   if (programming_) programming_->Observe(s);
 }
+void Metrics::tcp_slow_dropped() {
+  if (tcp_slow_dropped_) tcp_slow_dropped_->Increment();
+}
+
 void Metrics::tcp_rejected() {
   if (tcp_rejected_) tcp_rejected_->Increment();
 }

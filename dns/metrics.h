@@ -41,6 +41,7 @@ class Metrics {
   void cache_eviction();
   void programming(double seconds);
   void tcp_rejected();
+  void tcp_slow_dropped();
   prometheus::Histogram* forward_latency = nullptr;
 
  private:
@@ -53,6 +54,7 @@ class Metrics {
   prometheus::Counter* forward_shed_ = nullptr;
   prometheus::Histogram* programming_ = nullptr;
   prometheus::Counter* tcp_rejected_ = nullptr;
+  prometheus::Counter* tcp_slow_dropped_ = nullptr;
 };
 
 }  // namespace endpointd::dns

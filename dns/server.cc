@@ -363,6 +363,15 @@ bool Server::TcpServer::flush(uint64_t id, Conn& c) {
     }
     c.out.erase(c.out.begin(), c.out.begin() + n);
   }
+  if (c.out.size() > s_->opts_.tcp_max_pending_bytes) {
+    // Its answers pile up unread: a client that never reads is dropped, not buffered.
+    uint64_t n = ++s_->tcp_slow_dropped_;
+    if (s_->metrics_) s_->metrics_->tcp_slow_dropped();
+    if ((n & (n - 1)) == 0)
+      spdlog::warn("dns: tcp client dropped with {} bytes of answers unread (limit {}): {} so far",
+                   c.out.size(), s_->opts_.tcp_max_pending_bytes, n);
+    return false;
+  }
   bool want = !c.out.empty();
   if (want != c.want_out) {
     epoll_event e{};
@@ -384,7 +393,9 @@ bool Server::TcpServer::read_conn(uint64_t id, Conn& c) {
       return false;
     }
     c.in.insert(c.in.end(), buf, buf + n);
-    if (c.in.size() > 4 * 65537) return false;  // a client that never reads its answers
+    // Enough to work on: the rest waits in the socket (epoll says so again); a client that
+    // sends faster than it reads is caught by the cap on unread answers (flush).
+    if (c.in.size() >= 4 * 65537) break;
   }
   c.last = Clock::now();
   ZonePtr zone = s_->zones_->load();

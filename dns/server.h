@@ -41,6 +41,9 @@ struct ServerOptions {
   int workers = 1;
   size_t tcp_max_connections = 256;
   std::chrono::milliseconds tcp_idle_timeout{10000};
+  // Answers waiting for a TCP client to read them, per connection: a client past it does not
+  // read and is dropped (counted).
+  size_t tcp_max_pending_bytes = 256 * 1024;
   // Clients allowed to use forwarding; others get REFUSED for names outside the zone.
   std::vector<model::IpPrefix> forward_allow;
 };
@@ -60,6 +63,7 @@ class Server {
 
   uint64_t dropped() const { return dropped_.load(); }
   uint64_t tcp_rejected() const { return tcp_rejected_.load(); }
+  uint64_t tcp_slow_dropped() const { return tcp_slow_dropped_.load(); }
 
  private:
   class Worker;
@@ -72,7 +76,7 @@ class Server {
   int stop_fd_ = -1;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<TcpServer> tcp_;
-  std::atomic<uint64_t> dropped_{0}, tcp_rejected_{0};
+  std::atomic<uint64_t> dropped_{0}, tcp_rejected_{0}, tcp_slow_dropped_{0};
   bool running_ = false;
 };
 

@@ -313,6 +313,43 @@ TEST_F(ServerTest, TcpGarbageClosesTheConnection) {
   close(fd);
 }
 
+// A client that sends queries and never reads the answers: the server drops it once its unread
+// answers pass the per-connection limit, counts it, and keeps answering others.
+TEST_F(ServerTest, TcpClientThatNeverReadsIsDropped) {
+  sync();
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int small = 4096;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in a = loopback(port_);
+  ASSERT_EQ(connect(fd, as_sa(&a), sizeof a), 0);
+  auto q = query("web.default.svc.cluster.local", type::kA, 0, 7);
+  std::vector<uint8_t> batch;
+  for (int i = 0; i < 1000; ++i) {
+    batch.push_back(static_cast<uint8_t>(q.size() >> 8));
+    batch.push_back(static_cast<uint8_t>(q.size()));
+    batch.insert(batch.end(), q.begin(), q.end());
+  }
+  bool closed = false;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  size_t sent = 0;
+  while (!closed && std::chrono::steady_clock::now() < until) {
+    ssize_t n = send(fd, batch.data(), batch.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) closed = true;
+    if (n > 0) sent += static_cast<size_t>(n);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // The server stopped reading (its answers are stuck) or dropped us: look for the close.
+      pollfd p{fd, POLLIN | POLLRDHUP, 0};
+      if (poll(&p, 1, 100) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) closed = true;
+    }
+  }
+  close(fd);
+  EXPECT_TRUE(closed) << "still open after sending " << sent << " bytes of queries";
+  EXPECT_GE(sink_->server()->tcp_slow_dropped(), 1u);
+  // Others are still answered.
+  auto rs = tcp_ask(port_, {query("web.default.svc.cluster.local", type::kA, 0, 8)});
+  ASSERT_EQ(rs.size(), 1u);
+}
+
 TEST_F(ServerTest, GarbageNeverAmplified) {
   sync();
   uint64_t before = sink_->server()->dropped();
