@@ -174,14 +174,27 @@ struct PrestopClientOptions {
   milliseconds timeout{120000};
   milliseconds retry{200};
   std::string action;  // --drain-action: run once the pod is removed everywhere
+  // --allow-writable-socket-dir: skip verify_drain_socket's directory check (development
+  // machines and tests, where the socket lives in a directory the caller can write).
+  bool allow_writable_dir = false;
 };
 // What `endpointd prestop` exits with and prints: 0 and the agent's reason on release; else
-// 2 (bad socket path), 3 (refused), 4 (not released), 5 (timed out) and why.
+// 2 (bad socket path), 3 (refused), 4 (not released), 5 (timed out), 6 (the socket is not
+// verifiably the agent's; see verify_drain_socket) and why.
 struct PrestopOutcome {
   int exit_code = 0;
   std::string message;
 };
 PrestopOutcome run_prestop(const PrestopClientOptions& opts);
+// Whether the socket at `path` can only be the agent's: it is a socket (not a link), and its
+// directory is owned by root or by the socket's owner, writable by neither group nor others,
+// and not writable by this process (the pod mounts it read-only). A pod that could write the
+// directory could have put its own socket there, and an impostor would "release" every pod at
+// once. `allow_writable_dir` skips the last check only. The error names what was wrong.
+Status verify_drain_socket(const std::string& path, bool allow_writable_dir);
+// After connecting: the server's credentials (SO_PEERCRED) must be those of the socket
+// file's owner — the process that bound it, not one that merely connected a proxy to it.
+Status verify_drain_server(int fd, const std::string& path);
 // "500ms", "30s", "2m", "1h", or plain seconds.
 std::optional<milliseconds> parse_duration(const std::string& s);
 

@@ -92,6 +92,16 @@ Status Coordinator::PrestopServer::start(const std::string& path) {
     return Error{"drain socket " + path + ": " + std::strerror(errno)};
   // Any pod's user may connect; who it is comes from the kernel, not from file permissions.
   ::chmod(path.c_str(), 0666);
+  // The directory is what keeps a pod from putting its own socket here; prestop clients
+  // refuse a socket in a directory others may write (verify_drain_socket).
+  auto slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  struct stat d {};
+  if (::stat(dir.c_str(), &d) == 0 && (d.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    spdlog::warn(
+        "drain socket directory {} is writable by group or others: prestop clients will "
+        "refuse the socket (chmod go-w {})",
+        dir, dir);
   path_ = path;
   accept_ = std::thread([this] { accept_loop(); });
   return {};
@@ -132,6 +142,10 @@ void Coordinator::PrestopServer::accept_loop() {
     if (fd < 0) continue;
     if (active_.load() >= max_connections_) {
       count_("limited");
+      if (uint64_t n = ++limited_; (n & (n - 1)) == 0)
+        spdlog::warn(
+            "drain: prestop refused: {} calls in progress on this node ({} refused so far)",
+            max_connections_, n);
       write_all(fd, "failed the agent has too many prestop calls in progress; retry\n");
       ::close(fd);
       continue;
@@ -146,7 +160,12 @@ void Coordinator::PrestopServer::accept_loop() {
     std::lock_guard lock(mu_);
     if (!key.empty() && per_caller_[key] >= kPerCaller) {
       count_("limited");
-      spdlog::warn("drain: prestop refused: {} has {} calls in progress already", key, kPerCaller);
+      // Logged at the 1st, 2nd, 4th, 8th... refusal: a caller opening thousands of
+      // connections must not fill the node's log.
+      if (uint64_t n = ++limited_; (n & (n - 1)) == 0)
+        spdlog::warn(
+            "drain: prestop refused: {} has {} calls in progress already ({} refused so far)", key,
+            kPerCaller, n);
       write_all(fd, "failed " + key + " has " + std::to_string(kPerCaller) +
                         " prestop calls in progress already; retry\n");
       ::close(fd);
@@ -273,6 +292,43 @@ std::optional<milliseconds> parse_duration(const std::string& s) {
   return milliseconds(static_cast<int64_t>(ms));
 }
 
+Status verify_drain_socket(const std::string& path, bool allow_writable_dir) {
+  struct stat sock {};
+  if (::lstat(path.c_str(), &sock) != 0)
+    return Error{"cannot reach the agent at " + path + ": " + std::strerror(errno)};
+  if (!S_ISSOCK(sock.st_mode)) return Error{path + " is not a socket (a link or a file?)"};
+  auto slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  struct stat d {};
+  if (::lstat(dir.c_str(), &d) != 0 || !S_ISDIR(d.st_mode))
+    return Error{"the drain socket's directory " + dir + " is not a directory"};
+  if (d.st_uid != 0 && d.st_uid != sock.st_uid)
+    return Error{"the drain socket's directory " + dir + " is owned by uid " +
+                 std::to_string(d.st_uid) + ", not by root or the socket's owner"};
+  if ((d.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    return Error{"the drain socket's directory " + dir +
+                 " is writable by group or others: anyone could replace the socket"};
+  if (!allow_writable_dir && ::access(dir.c_str(), W_OK) == 0)
+    return Error{"the drain socket's directory " + dir +
+                 " is writable by this pod: mount it read-only (readOnly: true), or a process "
+                 "in a pod could replace the agent's socket with its own"};
+  return {};
+}
+
+Status verify_drain_server(int fd, const std::string& path) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+    return Error{std::string("drain socket credentials: ") + std::strerror(errno)};
+  struct stat sock {};
+  if (::stat(path.c_str(), &sock) != 0)
+    return Error{"drain socket " + path + ": " + std::strerror(errno)};
+  if (cred.uid != sock.st_uid)
+    return Error{"the server on " + path + " runs as uid " + std::to_string(cred.uid) +
+                 ", but the socket belongs to uid " + std::to_string(sock.st_uid)};
+  return {};
+}
+
 PrestopOutcome run_prestop(const PrestopClientOptions& opts) {
   auto deadline = Clock::now() + opts.timeout;
   std::string last = "not tried";
@@ -286,7 +342,19 @@ PrestopOutcome run_prestop(const PrestopClientOptions& opts) {
     }
     std::memcpy(addr.sun_path, opts.socket.c_str(), opts.socket.size());
     sockaddr* sa = static_cast<sockaddr*>(static_cast<void*>(&addr));
-    if (fd >= 0 && ::connect(fd, sa, sizeof addr) == 0) {
+    // A socket that is not verifiably the agent's is refused outright (never retried: it
+    // will not become trustworthy, and waiting would only delay the pod's shutdown).
+    // A missing socket is retried below, as an agent that is restarting.
+    Status trusted = verify_drain_socket(opts.socket, opts.allow_writable_dir);
+    if (!trusted && ::access(opts.socket.c_str(), F_OK) == 0) {
+      if (fd >= 0) ::close(fd);
+      return {6, "untrusted drain socket: " + trusted.error()};
+    }
+    if (fd >= 0 && trusted && ::connect(fd, sa, sizeof addr) == 0) {
+      if (Status server = verify_drain_server(fd, opts.socket); !server) {
+        ::close(fd);
+        return {6, "untrusted drain socket: " + server.error()};
+      }
       write_all(fd, "prestop 2 action=" + opts.action + "\n");
       std::string buffer;
       std::optional<std::string> got;
@@ -325,11 +393,16 @@ PrestopOutcome run_prestop(const PrestopClientOptions& opts) {
           return {4, "not released: " + reason};
         }
         last = reason;
+      } else if (Clock::now() >= deadline) {
+        last =
+            "no answer within the timeout" + (last == "not tried" ? "" : "; before that: " + last);
       } else {
         last = "the agent closed the connection without an answer";
       }
     } else {
-      last = std::string("cannot reach the agent at ") + opts.socket + ": " + std::strerror(errno);
+      last = !trusted ? trusted.error()
+                      : std::string("cannot reach the agent at ") + opts.socket + ": " +
+                            std::strerror(errno);
       if (fd >= 0) ::close(fd);
     }
     if (Clock::now() + opts.retry >= deadline) {
@@ -356,6 +429,8 @@ int prestop_main(int argc, char** argv) {
         std::cerr << "endpointd prestop: " << parsed.error()
                   << " (the pod is released after removal without it)\n";
       opts.action = *act;
+    } else if (a == "--allow-writable-socket-dir") {
+      opts.allow_writable_dir = true;
     } else if (auto t = value("--timeout")) {
       auto d = parse_duration(*t);
       if (!d) {
@@ -367,7 +442,8 @@ int prestop_main(int argc, char** argv) {
       continue;
     } else {
       std::cerr << "usage: endpointd prestop [--drain-socket PATH] [--timeout DURATION] "
-                   "[--drain-action exec:COMMAND|signal:NAME[:PIDFILE]|http:URL]\n";
+                   "[--allow-writable-socket-dir] [--drain-action "
+                   "exec:COMMAND|signal:NAME[:PIDFILE]|http:URL]\n";
       return 2;
     }
   }

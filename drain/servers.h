@@ -65,6 +65,7 @@ class Coordinator::PrestopServer {
   std::map<uint64_t, std::thread> workers_;
   std::vector<uint64_t> finished_;            // workers done, not yet joined
   std::map<std::string, size_t> per_caller_;  // calls in progress per pod (or process)
+  uint64_t limited_ = 0;  // calls refused for a limit (accept thread only), for the log's pacing
   // A pod with several containers makes one call per container's hook.
   static constexpr size_t kPerCaller = 16;
   uint64_t next_worker_ = 0;

@@ -50,8 +50,8 @@ Termination terminate(DaemonCluster& dc, const std::string& pod, netns::Server& 
     ps.deleting = true;
     dc.write();
   });
-  auto r = dc.cluster().pod(pod).exec({DaemonCluster::bin(), "prestop", "--drain-socket",
-                                       dc.socket_of(ps.node), "--timeout", "25s"});
+  auto r = dc.cluster().pod(pod).exec(
+      prestop_command(DaemonCluster::bin(), dc.socket_of(ps.node), {"--timeout", "25s"}));
   t.prestop_returned_ms = now_unix_ms();
   slice.join();
   t.prestop_exit = r.exit_code;
@@ -167,8 +167,8 @@ TEST_F(DaemonDrainTest, AgentKilledMidDrainFinishesTheDrainAfterRestart) {
     web1.pod_deleting = true;
     dc.write();
     auto prestop = std::async(std::launch::async, [&] {
-      return dc.cluster().pod(pod).exec({DaemonCluster::bin(), "prestop", "--drain-socket",
-                                         dc.socket_of("node-a"), "--timeout", "25s"});
+      return dc.cluster().pod(pod).exec(
+          prestop_command(DaemonCluster::bin(), dc.socket_of("node-a"), {"--timeout", "25s"}));
     });
     std::this_thread::sleep_for(300ms);
     web1.deleting = true;

@@ -90,8 +90,8 @@ Termination terminate(DrainCluster& dc, const std::string& pod, netns::Server& s
   ps.deleting = true;
   dc.write();
   if (use_prestop) {
-    auto r = dc.cluster().pod(pod).exec({DrainCluster::agent_path(), "prestop", "--drain-socket",
-                                         dc.socket_of(ps.node), "--timeout", "30s"});
+    auto r = dc.cluster().pod(pod).exec(
+        prestop_command(DrainCluster::agent_path(), dc.socket_of(ps.node), {"--timeout", "30s"}));
     t.prestop_exit = r.exit_code;
     t.prestop_output = r.output;
   } else {
@@ -174,16 +174,14 @@ TEST_F(DrainOrderTest, PeerDownIsCountedByPolicyAndStrangersAreRefused) {
   // A caller in the node's own namespace is not a pod.
   for (int i = 0; i < 50 && !fs::exists(dc.socket_of("node-a")); ++i)
     std::this_thread::sleep_for(50ms);
-  auto stranger =
-      dc.cluster().node("node-a").exec({DrainCluster::agent_path(), "prestop", "--drain-socket",
-                                        dc.socket_of("node-a"), "--timeout", "5s"});
+  auto stranger = dc.cluster().node("node-a").exec(
+      prestop_command(DrainCluster::agent_path(), dc.socket_of("node-a"), {"--timeout", "5s"}));
   EXPECT_EQ(stranger.exit_code, 3) << stranger.output;
   EXPECT_NE(stranger.output.find("is not a pod on node node-a"), std::string::npos)
       << stranger.output;
   // A pod of another node is refused too.
-  auto other =
-      dc.cluster().pod("web-3").exec({DrainCluster::agent_path(), "prestop", "--drain-socket",
-                                      dc.socket_of("node-a"), "--timeout", "5s"});
+  auto other = dc.cluster().pod("web-3").exec(
+      prestop_command(DrainCluster::agent_path(), dc.socket_of("node-a"), {"--timeout", "5s"}));
   EXPECT_EQ(other.exit_code, 3) << other.output;
 
   auto t0 = std::chrono::steady_clock::now();

@@ -331,8 +331,8 @@ Rollout roll(NginxCluster& nc, Mode mode, int load_seconds, bool ingress = false
       ps.deleting = true;
       nc.write();
     });
-    std::vector<std::string> prestop = {DaemonCluster::bin(),  "prestop",   "--drain-socket",
-                                        nc.socket_of(ps.node), "--timeout", "25s"};
+    std::vector<std::string> prestop =
+        prestop_command(DaemonCluster::bin(), nc.socket_of(ps.node), {"--timeout", "25s"});
     if (mode == Mode::kQuitFlag) {
       prestop.push_back("--drain-action");
       prestop.push_back(nc.quit_action(old_pod));
@@ -508,8 +508,8 @@ TEST_F(NginxDrainTest, HaproxyThatDoesNotAnswerHoldsTheReleaseUntilItDoes) {
   nc.write();
   int64_t marked = now_unix_ms();
   auto prestop = std::async(std::launch::async, [&] {
-    return nc.cluster().pod("old-a1").exec({DaemonCluster::bin(), "prestop", "--drain-socket",
-                                            nc.socket_of("node-a"), "--timeout", "30s"});
+    return nc.cluster().pod("old-a1").exec(
+        prestop_command(DaemonCluster::bin(), nc.socket_of("node-a"), {"--timeout", "30s"}));
   });
   std::this_thread::sleep_for(3s);
   std::string held = nc.debug_state("node-a");

@@ -27,6 +27,25 @@
 
 namespace endpointd::drain::testing {
 
+// How a pod runs `endpointd prestop BIN SOCKET ARGS...`: with the socket's directory mounted
+// read-only, as the chart mounts it, so the client's check that the socket is the agent's
+// (verify_drain_socket) runs as in a cluster. The bind mount is made in the mount namespace
+// `ip netns exec` gives each command, and goes with it.
+inline std::vector<std::string> prestop_command(const std::string& bin, const std::string& socket,
+                                                const std::vector<std::string>& args) {
+  std::string dir = std::filesystem::path(socket).parent_path().string();
+  std::vector<std::string> argv = {"sh",
+                                   "-c",
+                                   "mount --bind -o ro \"$0\" \"$0\" && exec \"$@\"",
+                                   dir,
+                                   bin,
+                                   "prestop",
+                                   "--drain-socket",
+                                   socket};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
 inline int64_t now_unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())

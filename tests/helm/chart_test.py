@@ -284,6 +284,9 @@ def check_workload(name, dep, ds, cfg):
                    if x.get("hostPath", {}).get("path") == os.path.dirname(cfg["drain-socket"])]
     check(sv is not None and ds_sock_vol and vols[sv].get("hostPath", {}).get("path") == ds_sock_vol[0]["hostPath"]["path"],
           f"[{name}] the app does not mount the agent's socket host directory")
+    ro = [m for m in app["volumeMounts"] if m["mountPath"] == os.path.dirname(sock)]
+    check(ro and ro[0].get("readOnly") is True,
+          f"[{name}] the app mounts the socket directory writable: a pod could replace the socket")
 
 
 def run_config_with_binary(name, objs):

@@ -43,6 +43,7 @@ for _ in $(seq 50); do
 done
 [[ $table == *10.96.0.10* ]] || fail "no nftables rules"
 # The drain socket answers (a caller that is no pod is refused, by name).
-out=$(ip netns exec "$ns" "$bin" prestop --drain-socket "$work/drain.sock" --timeout 5s 2>&1) && fail "released a non-pod: $out"
+out=$(ip netns exec "$ns" sh -c 'mount --bind -o ro "$0" "$0" && exec "$@"' "$work" \
+  "$bin" prestop --drain-socket "$work/drain.sock" --timeout 5s 2>&1) && fail "released a non-pod: $out"
 echo "$out" | grep -q refused || fail "prestop from outside a pod: $out"
 echo "least privilege: ok (CapEff $eff)"
