@@ -1,15 +1,13 @@
-// Admin endpoints on cpp-httplib; metrics in Prometheus text format from prometheus-cpp.
+// The health and admin listeners on httpd/; metrics in Prometheus text format from
+// prometheus-cpp.
 #include "daemon/admin.h"
 
-#include <httplib.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <fstream>
-
-#include "model/hostport.h"
 
 namespace endpointd::daemon {
 
@@ -30,34 +28,70 @@ std::string process_metrics() {
   return buf;
 }
 
-void probe(httplib::Response& res, const std::function<Probe()>& fn) {
+httpd::Response probe(const std::function<Probe()>& fn) {
   Probe p = fn ? fn() : Probe{};
-  res.status = p.ok ? 200 : 503;
-  res.set_content(p.detail.empty() ? (p.ok ? "ok\n" : "not ok\n") : p.detail + "\n", "text/plain");
+  httpd::Response r;
+  r.status = p.ok ? 200 : 503;
+  r.body = p.detail.empty() ? (p.ok ? "ok\n" : "not ok\n") : p.detail + "\n";
+  return r;
 }
+
+// A writer that stops once the client left.
+class WriterOut {
+ public:
+  explicit WriterOut(httpd::Writer& w) : w_(w) {}
+  bool operator()(std::string_view piece) { return w_.write(piece); }
+
+ private:
+  httpd::Writer& w_;
+};
 
 }  // namespace
 
-AdminServer::AdminServer(Handlers h, prometheus::Registry* registry)
-    : handlers_(std::move(h)), registry_(registry), server_(std::make_unique<httplib::Server>()) {
-  server_->Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
-    probe(res, handlers_.healthz);
-  });
-  server_->Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
-    probe(res, handlers_.readyz);
-  });
-  server_->Get("/livez", [this](const httplib::Request&, httplib::Response& res) {
-    probe(res, handlers_.livez);
-  });
-  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    std::string body;
-    if (registry_) body = prometheus::TextSerializer().Serialize(registry_->Collect());
-    body += process_metrics();
-    res.set_content(body, "text/plain; version=0.0.4");
-  });
-  server_->Get("/debug/state", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(handlers_.debug_state ? handlers_.debug_state() : "{}", "application/json");
-  });
+AdminServer::AdminServer(Role role, Handlers h, prometheus::Registry* registry, std::string token,
+                         httpd::Limits limits)
+    : role_(role),
+      handlers_(std::move(h)),
+      registry_(registry),
+      server_(limits, role == Role::kHealth ? "health" : "admin") {
+  server_.get("/healthz", [this](const httpd::Request&) { return probe(handlers_.healthz); });
+  server_.get("/readyz", [this](const httpd::Request&) { return probe(handlers_.readyz); });
+  server_.get("/livez", [this](const httpd::Request&) { return probe(handlers_.livez); });
+  if (role_ == Role::kHealth) return;
+  server_.set_bearer_token(std::move(token));
+  server_.get_slow(
+      "/metrics",
+      [this](const httpd::Request&) {
+        if (handlers_.before_scrape) handlers_.before_scrape();
+        httpd::Response r;
+        if (registry_) r.body = prometheus::TextSerializer().Serialize(registry_->Collect());
+        r.body += process_metrics();
+        r.content_type = "text/plain; version=0.0.4";
+        return r;
+      },
+      httpd::Access::token);
+  // The state is streamed as it is made, one request at a time (the server's one worker).
+  server_.get_stream(
+      "/debug/state", "application/json",
+      [this](const httpd::Request& req, httpd::Writer& w) {
+        auto q = parse_state_query(req.param("section"), req.param("service"));
+        WriterOut out(w);
+        if (!q) return;  // answered 400 by the check below
+        if (handlers_.debug_state)
+          handlers_.debug_state(*q, [&out](std::string_view piece) { return out(piece); });
+        else
+          out("{}");
+      },
+      httpd::Access::token,
+      [](const httpd::Request& req) {
+        auto q = parse_state_query(req.param("section"), req.param("service"));
+        httpd::Response r;
+        if (!q) {
+          r.status = 400;
+          r.body = q.error() + "\n";
+        }
+        return r;
+      });
 }
 
 AdminServer::~AdminServer() {
@@ -65,22 +99,26 @@ AdminServer::~AdminServer() {
 }
 
 Status AdminServer::start(const model::HostPort& listen) {
-  std::string host = listen.host.empty() ? "0.0.0.0" : listen.host;
-  int port = listen.port;
-  if (port == 0) {
-    port_ = server_->bind_to_any_port(host.c_str());
-  } else {
-    port_ = server_->bind_to_port(host.c_str(), port) ? port : -1;
-  }
-  if (port_ < 0) return Error{"admin server cannot bind " + listen.str()};
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
-  spdlog::info("admin server on {}:{}", host, port_);
+  if (auto st = server_.start(listen); !st)
+    return Error{std::string(name()) + " server: " + st.error()};
+  port_ = server_.port();
+  spdlog::info("{} server on {}:{}", name(), listen.host.empty() ? "0.0.0.0" : listen.host, port_);
   return {};
 }
 
 void AdminServer::stop() {
-  if (server_) server_->stop();
-  if (thread_.joinable()) thread_.join();
+  server_.stop();
+}
+
+Result<std::string> read_token_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Error{"admin token file " + path + ": cannot be read"};
+  std::string line;
+  std::getline(in, line);
+  auto b = line.find_first_not_of(" \t\r");
+  auto e = line.find_last_not_of(" \t\r");
+  if (b == std::string::npos) return Error{"admin token file " + path + ": holds no token"};
+  return line.substr(b, e - b + 1);
 }
 
 }  // namespace endpointd::daemon

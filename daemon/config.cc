@@ -274,7 +274,13 @@ Result<std::map<std::string, Given>> own_file_settings(const YAML::Node& root) {
 // A KubeProxyConfiguration's mapped keys, as the flags they stand for; `notes` gets the report.
 Result<std::map<std::string, Given>> kubeproxy_settings(const YAML::Node& root,
                                                         std::vector<ConfigNote>& notes) {
-  auto conv = convert_kubeproxy_configuration(root);
+  Result<KubeProxyConversion> conv = Error{""};
+  try {
+    conv = convert_kubeproxy_configuration(root);
+  } catch (const YAML::Exception& e) {
+    // A shape the conversion did not expect; every known one is checked, this is the backstop.
+    return Error{std::string(kKubeProxyKind) + ": " + e.msg};
+  }
   if (!conv) return Error{conv.error()};
   std::map<std::string, Given> out;
   for (const auto& s : conv->settings)
@@ -356,6 +362,12 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
   cfg.node_name = d.text("node-name", cfg.node_name);
   cfg.watch_pods = d.boolean("watch-pods", cfg.watch_pods);
   cfg.watch_timeout = std::chrono::seconds(d.integer("watch-timeout", 10, 3600, 300));
+  cfg.watch_stall_timeout = std::chrono::seconds(
+      d.integer("watch-stall-timeout", 0, 3600, cfg.watch_stall_timeout.count()));
+  if (cfg.watch_stall_timeout.count() > 0 && cfg.watch_stall_timeout.count() < 10)
+    d.fail_last(std::to_string(cfg.watch_stall_timeout.count()),
+                "is below 10 s: quiet watches would be re-established over and over (0 turns "
+                "the check off)");
   cfg.list_page_size = static_cast<size_t>(d.integer("list-page-size", 1, 10000, 500));
 
   cfg.dataplane = d.choice("dataplane", kDataplanes, cfg.dataplane);
@@ -375,7 +387,14 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
   cfg.dns_forward_allow = d.cidrs("dns-forward-allow");
 
   cfg.feed_listen = d.listen("feed-listen", Host::kRequired, cfg.feed_listen);
+  cfg.feed_tls_cert = d.text("feed-tls-cert", cfg.feed_tls_cert);
+  cfg.feed_tls_key = d.text("feed-tls-key", cfg.feed_tls_key);
+  cfg.feed_client_ca = d.text("feed-client-ca", cfg.feed_client_ca);
+  cfg.feed_stale_after = std::chrono::milliseconds(
+      d.integer("feed-stale-after-ms", 0, 600000, cfg.feed_stale_after.count()));
+  cfg.health_listen = d.listen("health-listen", Host::kAny, cfg.health_listen);
   cfg.admin_listen = d.listen("admin-listen", Host::kAny, cfg.admin_listen);
+  cfg.admin_token_file = d.text("admin-token-file", cfg.admin_token_file);
 
   cfg.drain_socket = d.text("drain-socket", cfg.drain_socket);
   cfg.drain_peer_listen = d.listen("drain-peer-listen", Host::kRequired, cfg.drain_peer_listen);
@@ -401,6 +420,12 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
   cfg.log_level = d.choice("log-level", kLogLevels, cfg.log_level);
 
   if (auto st = d.finish(); !st) return Error{st.error()};
+  if (cfg.feed_tls_cert.empty() != cfg.feed_tls_key.empty())
+    return Error{"--feed-tls-cert and --feed-tls-key go together: give both or neither"};
+  if (!cfg.feed_client_ca.empty() && cfg.feed_tls_cert.empty())
+    return Error{
+        "--feed-client-ca needs --feed-tls-cert and --feed-tls-key (clients are "
+        "verified over TLS only)"};
   if (!cfg.source_dir.empty() && !cfg.kubeconfig.empty())
     return Error{"--source-dir and --kubeconfig are exclusive: choose one source of cluster state"};
   return cfg;
@@ -439,8 +464,23 @@ void add_run_flags(CLI::App& app) {
   add(app, "dns-zone", "Cluster DNS zone", def.dns_zone);
   add(app, "dns-upstream", "Upstream DNS servers IP[:PORT],... (default: /etc/resolv.conf)");
   add(app, "feed-listen", "ADDR:PORT for the gRPC feed and xDS (empty: off)");
-  add(app, "admin-listen", "ADDR:PORT for /healthz, /readyz, /livez, /metrics, /debug/state",
+  add(app, "feed-tls-cert", "PEM certificate of the feed server (with --feed-tls-key: TLS)");
+  add(app, "feed-tls-key", "PEM private key of --feed-tls-cert");
+  add(app, "feed-client-ca",
+      "PEM CA bundle: feed subscribers must present a certificate it signed (mutual TLS)");
+  add(app, "feed-stale-after-ms",
+      "A subscriber that leaves a response unacknowledged this long no longer holds drains "
+      "(counted, logged; it counts again once it acknowledges); 0: never",
+      std::to_string(def.feed_stale_after.count()));
+  add(app, "health-listen",
+      "ADDR:PORT for /healthz, /readyz, /livez only, for probes and load balancers (empty: off)",
+      show(def.health_listen));
+  add(app, "admin-listen",
+      "ADDR:PORT for /metrics and /debug/state (and the probes); keep it on loopback, or set "
+      "--admin-token-file when widening it (empty: off)",
       show(def.admin_listen));
+  add(app, "admin-token-file",
+      "File holding a bearer token that /metrics and /debug/state then require");
   add(app, "drain-socket", "Unix socket that pods' prestop calls reach", def.drain_socket);
   add(app, "drain-peer-listen",
       "ADDR:PORT where peer agents ask this one to confirm removals (empty: off)",
@@ -494,6 +534,9 @@ void add_run_flags(CLI::App& app) {
       def.watch_pods ? "true" : "false");
   add(app, "watch-timeout", "Seconds a watch request stays open before it is renewed (10..3600)",
       std::to_string(def.watch_timeout.count()));
+  add(app, "watch-stall-timeout",
+      "Seconds without a byte on a watch before it is re-established (0: off; else 10..3600)",
+      std::to_string(def.watch_stall_timeout.count()));
   add(app, "list-page-size", "Objects per list page (1..10000)",
       std::to_string(def.list_page_size));
   add(app, "log-format", "text or json", std::string(to_string(def.log_format)));

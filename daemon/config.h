@@ -57,6 +57,10 @@ struct Config {
   std::string node_name;  // resolve_defaults: $NODE_NAME, else the host name
   bool watch_pods = true;
   std::chrono::seconds watch_timeout{300};
+  // A watch with no byte (event or bookmark) for this long is re-established; 0: off. Above
+  // the API server's bookmark period (~1 min) so that quiet watches are not churned; a dead
+  // peer is found sooner by TCP keepalive (watcher/kube_client.h).
+  std::chrono::seconds watch_stall_timeout{75};
   size_t list_page_size = 500;
 
   // Dataplane.
@@ -75,9 +79,21 @@ struct Config {
   std::chrono::seconds dns_ttl{5};
   std::vector<model::IpPrefix> dns_forward_allow;
 
-  // Feed and admin server.
+  // Feed. TLS when a certificate and its key are given; with a client CA, every subscriber
+  // must present a certificate it signed.
   std::optional<model::HostPort> feed_listen;
-  std::optional<model::HostPort> admin_listen = model::HostPort{"127.0.0.1", 10256};
+  std::string feed_tls_cert, feed_tls_key, feed_client_ca;
+  // A subscriber with a response unacknowledged this long is stale: it no longer holds drains
+  // (feed/hub.h); 0: never.
+  std::chrono::milliseconds feed_stale_after{5000};
+
+  // Health and admin servers, as kube-proxy splits them: the probes on the node's addresses
+  // (kube-proxy's healthz port), /metrics and /debug/state on loopback (kube-proxy's metrics
+  // port) unless widened, then optionally behind a bearer token. The admin server answers
+  // the probes too.
+  std::optional<model::HostPort> health_listen = model::HostPort{"0.0.0.0", 10256};
+  std::optional<model::HostPort> admin_listen = model::HostPort{"127.0.0.1", 10249};
+  std::string admin_token_file;  // read at start: "Authorization: Bearer <token>" required
 
   // Drain.
   std::string drain_socket = "/run/endpointd/drain.sock";

@@ -2,10 +2,12 @@
 // then the source, so that nothing a source says is lost.
 #include "daemon/daemon.h"
 
+#include <prometheus/counter.h>
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
+#include <map>
 
 #include "daemon/admin.h"
 #include "daemon/conntrack_flows.h"
@@ -28,6 +30,10 @@ struct Daemon::Impl {
   std::unique_ptr<pipeline::UpdateLoop> loop;
   std::unique_ptr<watcher::Source> source;
   std::unique_ptr<AdminServer> admin;
+  std::unique_ptr<AdminServer> health;
+  // The listeners' drops, as counters (brought up to date before each scrape).
+  prometheus::Family<prometheus::Counter>* listener_drops = nullptr;
+  std::map<std::pair<std::string, std::string>, uint64_t> listener_drops_seen;
   std::unique_ptr<proxy::Dataplane> dataplane;
   std::unique_ptr<dns::DnsSink> dns_sink;
   std::unique_ptr<feed::FeedSink> feed_sink;
@@ -57,7 +63,7 @@ struct Daemon::Impl {
     return {true, "ok"};
   }
 
-  std::string debug_state() {
+  void debug_state(const StateQuery& q, const std::function<bool(std::string_view)>& out) {
     DebugState st;
     st.snapshot = loop->current();
     st.node_name = cfg.node_name;
@@ -67,7 +73,37 @@ struct Daemon::Impl {
       st.drains_json = drain->drains_json();
       st.drain_cluster_json = drain->cluster_json();
     }
-    return to_json(st);
+    write_json(st, q, out);
+  }
+
+  // endpointd_http_connections_dropped_total{server,reason}: what each listener refused or
+  // cut off (connection caps, slow or oversized requests, stalled readers, busy, no token).
+  void count_listener_drops() {
+    if (!listener_drops)
+      listener_drops = &prometheus::BuildCounter()
+                            .Name("endpointd_http_connections_dropped_total")
+                            .Help(
+                                "Requests or connections the health and admin servers "
+                                "refused or cut off, by reason")
+                            .Register(*registry);
+    for (AdminServer* s : {health.get(), admin.get()}) {
+      if (!s) continue;
+      httpd::Stats st = s->stats();
+      for (auto [reason, n] :
+           {std::pair<const char*, uint64_t>{"connection_cap", st.rejected_connection_cap},
+            {"peer_cap", st.rejected_peer_cap},
+            {"header_timeout", st.header_timeouts},
+            {"write_timeout", st.write_timeouts},
+            {"oversized", st.oversized_requests},
+            {"bad_request", st.bad_requests},
+            {"busy", st.busy},
+            {"unauthorized", st.unauthorized}}) {
+        uint64_t& seen = listener_drops_seen[{s->name(), reason}];
+        auto& c = listener_drops->Add({{"server", s->name()}, {"reason", reason}});
+        if (n > seen) c.Increment(static_cast<double>(n - seen));
+        seen = n;
+      }
+    }
   }
 };
 
@@ -81,6 +117,10 @@ Daemon::~Daemon() {
 
 int Daemon::admin_port() const {
   return impl_->admin ? impl_->admin->port() : -1;
+}
+
+int Daemon::health_port() const {
+  return impl_->health ? impl_->health->port() : -1;
 }
 
 Status Daemon::start() {
@@ -109,10 +149,31 @@ Status Daemon::start() {
   h.healthz = [&m] { return m.healthz(); };
   h.livez = [] { return Probe{true, "ok"}; };
   h.readyz = [&m] { return m.readyz(); };
-  h.debug_state = [&m] { return m.debug_state(); };
-  m.admin = std::make_unique<AdminServer>(std::move(h), m.registry.get());
+  h.debug_state = [&m](const StateQuery& q, const std::function<bool(std::string_view)>& out) {
+    m.debug_state(q, out);
+  };
+  h.before_scrape = [&m] { m.count_listener_drops(); };
   if (m.cfg.admin_listen) {
+    std::string token;
+    if (!m.cfg.admin_token_file.empty()) {
+      auto t = read_token_file(m.cfg.admin_token_file);
+      if (!t) return Error{t.error()};
+      token = std::move(*t);
+    } else if (!m.cfg.admin_listen->loopback()) {
+      spdlog::warn(
+          "admin server on {} beyond loopback without --admin-token-file: /metrics and "
+          "/debug/state (pod names, UIDs, addresses) are open to anyone who can reach it",
+          m.cfg.admin_listen->str());
+    }
+    m.admin = std::make_unique<AdminServer>(AdminServer::Role::kAdmin, h, m.registry.get(), token);
     if (auto st = m.admin->start(*m.cfg.admin_listen); !st) return st;
+  }
+  // The probes on their own listener, unless it is the admin server's address.
+  bool same = m.cfg.admin_listen && m.cfg.health_listen && m.cfg.health_listen->port != 0 &&
+              *m.cfg.health_listen == *m.cfg.admin_listen;
+  if (m.cfg.health_listen && !same) {
+    m.health = std::make_unique<AdminServer>(AdminServer::Role::kHealth, h, nullptr);
+    if (auto st = m.health->start(*m.cfg.health_listen); !st) return st;
   }
 
   auto post = [loop = m.loop.get()](model::Event ev) { loop->post(std::move(ev)); };
@@ -130,6 +191,7 @@ void Daemon::stop() {
   // The dataplane is left as it is: traffic keeps flowing while the agent restarts.
   if (m.source) m.source->stop();
   if (m.admin) m.admin->stop();
+  if (m.health) m.health->stop();
   if (m.loop) m.loop->stop();
   if (m.drain) m.drain->stop();
   if (m.dns_sink) m.dns_sink->stop();
@@ -195,6 +257,16 @@ Status Daemon::Impl::start_feed() {
   feed::FeedOptions o;
   o.listen = cfg.feed_listen->str();
   o.zone = cfg.dns_zone;
+  o.tls_cert_file = cfg.feed_tls_cert;
+  o.tls_key_file = cfg.feed_tls_key;
+  o.tls_client_ca_file = cfg.feed_client_ca;
+  o.stale_after = cfg.feed_stale_after;
+  if (o.tls_cert_file.empty() && !cfg.feed_listen->loopback()) {
+    spdlog::warn(
+        "feed on {} beyond loopback in plaintext: set --feed-tls-cert, --feed-tls-key "
+        "and --feed-client-ca so that only your proxies subscribe",
+        o.listen);
+  }
   feed_sink = std::make_unique<feed::FeedSink>(o, &board, registry.get());
   if (auto st = feed_sink->start(); !st) return prefixed("feed", st.error());
   loop->add_sink(feed_sink.get());

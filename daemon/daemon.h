@@ -18,7 +18,8 @@ class Daemon {
 
   Status start();
   void stop();
-  int admin_port() const;
+  int admin_port() const;   // -1 when off
+  int health_port() const;  // -1 when off
 
  private:
   struct Impl;

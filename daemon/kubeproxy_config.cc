@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "model/hostport.h"
 
@@ -13,6 +14,8 @@ namespace {
 
 constexpr const char* kHealthzDefault = "0.0.0.0:10256";
 constexpr uint16_t kHealthzPort = 10256;
+constexpr const char* kMetricsDefault = "127.0.0.1:10249";
+constexpr uint16_t kMetricsPort = 10249;
 
 std::string trim(std::string s) {
   auto b = s.find_first_not_of(" \t");
@@ -22,6 +25,12 @@ std::string trim(std::string s) {
 
 std::string scalar(const YAML::Node& n) {
   return n && n.IsScalar() ? trim(n.as<std::string>()) : std::string();
+}
+
+// n[key] when n is a map; otherwise no node (yaml-cpp throws on indexing a scalar, and a
+// file may hold `logging: x` where a section belongs).
+YAML::Node child(const YAML::Node& n, const std::string& key) {
+  return n && n.IsMap() ? n[key] : YAML::Node();
 }
 
 std::string show(const YAML::Node& n) {
@@ -63,9 +72,6 @@ std::string reason_for(const std::string& key) {
       {"oomScoreAdj", "set by the pod's QoS class (requests equal to limits) instead"},
       {"portRange", "only used by kube-proxy's removed userspace mode"},
       {"featureGates", "endpointd has no kube-proxy feature gates"},
-      {"metricsBindAddress",
-       "endpointd serves /metrics on its one admin server (healthzBindAddress, --admin-listen); "
-       "move scrapes of kube-proxy's :10249 there"},
       {"nftables.syncPeriod",
        "endpointd applies each change as it arrives, in one netlink batch; no periodic sync"},
       {"nftables.minSyncPeriod", "endpointd coalesces changes by itself; no minimum sync period"},
@@ -90,7 +96,7 @@ void leaves(const YAML::Node& n, const std::string& prefix,
             std::vector<std::pair<std::string, YAML::Node>>& out) {
   if (n.IsMap() && n.size() > 0) {
     for (const auto& kv : n) {
-      std::string k = kv.first.as<std::string>();
+      std::string k = kv.first.IsScalar() ? kv.first.as<std::string>() : show(kv.first);
       leaves(kv.second, prefix.empty() ? k : prefix + "." + k, out);
     }
     return;
@@ -98,10 +104,12 @@ void leaves(const YAML::Node& n, const std::string& prefix,
   out.emplace_back(prefix, n);
 }
 
-// healthzBindAddress: "IP:PORT", "IP" (kube-proxy's port then), or "" (kube-proxy's default).
-Result<model::HostPort> healthz_address(const std::string& v) {
-  auto hp = model::parse_host_port(v.empty() ? kHealthzDefault : v, kHealthzPort);
-  if (!hp) return Error{std::string(kKubeProxyKind) + " key healthzBindAddress: " + hp.error()};
+// healthzBindAddress / metricsBindAddress: "IP:PORT", "IP" (kube-proxy's port then), or ""
+// (kube-proxy's default).
+Result<model::HostPort> bind_address(const std::string& key, const std::string& v, const char* def,
+                                     uint16_t port) {
+  auto hp = model::parse_host_port(v.empty() ? def : v, port);
+  if (!hp) return Error{std::string(kKubeProxyKind) + " key " + key + ": " + hp.error()};
   return hp;
 }
 
@@ -204,31 +212,28 @@ Result<KubeProxyConversion> convert_kubeproxy_configuration(const YAML::Node& ro
       used.insert(key);
       std::string k = key;
       auto dot = k.find('.');
-      YAML::Node n =
-          dot == std::string::npos
-              ? root[k]
-              : (root[k.substr(0, dot)] ? root[k.substr(0, dot)][k.substr(dot + 1)] : YAML::Node());
+      YAML::Node n = dot == std::string::npos
+                         ? root[k]
+                         : child(child(root, k.substr(0, dot)), k.substr(dot + 1));
       if (scalar(n) == "true") from += (from.empty() ? "" : ", ") + k;
     }
     if (!from.empty()) set("masquerade-all", {"true"}, from);
   }
 
-  // healthzBindAddress → the admin server (health, metrics, state), kube-proxy's port 10256.
-  used.insert("healthzBindAddress");
-  {
-    std::string v = scalar(root["healthzBindAddress"]);
-    auto addr = healthz_address(v);
+  // healthzBindAddress → the health server (probes), metricsBindAddress → the admin server
+  // (/metrics, /debug/state): kube-proxy's ports 10256 and 10249. Port 0 turns either off,
+  // as in kube-proxy.
+  for (auto [key, flag, def, port] :
+       {std::tuple{"healthzBindAddress", "health-listen", kHealthzDefault, kHealthzPort},
+        std::tuple{"metricsBindAddress", "admin-listen", kMetricsDefault, kMetricsPort}}) {
+    used.insert(key);
+    std::string v = scalar(root[key]);
+    auto addr = bind_address(key, v, def, port);
     if (!addr) return Error{addr.error()};
-    if (addr->port == 0) {
-      ignore("healthzBindAddress", root["healthzBindAddress"],
-             "port 0 turns kube-proxy's health server off; endpointd keeps its admin server "
-             "(--admin-listen default)");
-    } else {
-      set("admin-listen", {addr->str()},
-          v.empty() ? "healthzBindAddress (empty: kube-proxy's default " +
-                          std::string(kHealthzDefault) + ")"
-                    : "healthzBindAddress");
-    }
+    std::string from = v.empty() ? std::string(key) + " (empty: kube-proxy's default " + def + ")"
+                                 : std::string(key);
+    set(flag, {addr->port == 0 ? std::string() : addr->str()},
+        addr->port == 0 ? from + " (port 0: off)" : from);
   }
 
   used.insert("hostnameOverride");
@@ -237,17 +242,17 @@ Result<KubeProxyConversion> convert_kubeproxy_configuration(const YAML::Node& ro
 
   used.insert("clientConnection.kubeconfig");
   if (root["clientConnection"]) {
-    if (std::string k = scalar(root["clientConnection"]["kubeconfig"]); !k.empty())
+    if (std::string k = scalar(child(root["clientConnection"], "kubeconfig")); !k.empty())
       set("kubeconfig", {k}, "clientConnection.kubeconfig");
   }
 
   used.insert("logging.format");
   if (root["logging"]) {
-    std::string f = scalar(root["logging"]["format"]);
+    std::string f = scalar(child(root["logging"], "format"));
     if (f == "text" || f == "json") {
       set("log-format", {f}, "logging.format");
     } else if (!f.empty()) {
-      ignore("logging.format", root["logging"]["format"], "endpointd logs text or json");
+      ignore("logging.format", child(root["logging"], "format"), "endpointd logs text or json");
     }
   }
 

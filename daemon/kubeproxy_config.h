@@ -7,14 +7,13 @@
 //   detectLocalMode ClusterCIDR or ""   (local traffic is detected by --cluster-cidr)
 //   nodePortAddresses                   --nodeport-addresses (CIDRs; "primary" is ignored)
 //   masqueradeAll, iptables.masqueradeAll, nftables.masqueradeAll   --masquerade-all
-//   healthzBindAddress                  --admin-listen (default kube-proxy's 0.0.0.0:10256)
+//   healthzBindAddress                  --health-listen (default kube-proxy's 0.0.0.0:10256)
+//   metricsBindAddress                  --admin-listen (default kube-proxy's 127.0.0.1:10249)
 //   hostnameOverride                    --node-name
 //   clientConnection.kubeconfig         --kubeconfig
 //   logging.format text|json            --log-format
-// endpointd has one admin server: /healthz, /livez, /readyz, /metrics and /debug/state on
-// healthzBindAddress's address, kube-proxy's health port 10256. kube-proxy serves /metrics on
-// a second address (metricsBindAddress, default 127.0.0.1:10249); endpointd does not, so a
-// metricsBindAddress is reported as ignored and scrapes of :10249 must move to :10256.
+// As in kube-proxy, the probes (/healthz, /livez, /readyz) are on healthzBindAddress and
+// /metrics on metricsBindAddress (with endpointd's /debug/state); port 0 turns either off.
 // `mode` must be nftables or empty (endpointd always programs its own nftables tables);
 // another mode is reported. Every other key whose value is not empty, zero or false —
 // conntrack sysctls, sync periods, iptables/ipvs/winkernel settings, bindAddress, ... — is

@@ -38,6 +38,7 @@ Result<std::unique_ptr<watcher::Source>> make_source(const Config& cfg, watcher:
   kc.watch_pods = cfg.watch_pods && !cfg.node_name.empty();
   kc.page_size = cfg.list_page_size;
   kc.watch_timeout = cfg.watch_timeout;
+  kc.watch_stall_timeout = cfg.watch_stall_timeout;
   return watcher::make_kube_source(std::move(*cluster), kc, std::move(post), *registry);
 }
 

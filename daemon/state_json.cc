@@ -138,8 +138,56 @@ void service(Json& j, const model::ServiceState& st) {
 
 }  // namespace
 
-std::string to_json(const DebugState& st) {
+StateQuery summary_query() {
+  return StateQuery{{"sinks", "drains", "drainCluster", "sourceErrors"}, ""};
+}
+
+Result<StateQuery> parse_state_query(std::string_view section, std::string_view service) {
+  if (section.empty() && service.empty()) return summary_query();
+  StateQuery q;
+  size_t start = 0;
+  while (start <= section.size() && !section.empty()) {
+    size_t comma = section.find(',', start);
+    std::string_view s =
+        section.substr(start, comma == std::string_view::npos ? section.npos : comma - start);
+    if (s == "all") {
+      for (const char* k : kSections) q.sections.insert(k);
+    } else if (!s.empty()) {
+      bool known = false;
+      for (const char* k : kSections) known = known || s == k;
+      if (!known) {
+        std::string names = "all";
+        for (const char* k : kSections) names += std::string(", ") + k;
+        return Error{"unknown section \"" + std::string(s) + "\" (one of " + names + ")"};
+      }
+      q.sections.insert(std::string(s));
+    }
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  if (!service.empty()) {
+    auto slash = service.find('/');
+    if (slash == 0 || slash == service.npos || slash + 1 == service.size() ||
+        service.find('/', slash + 1) != service.npos)
+      return Error{"service \"" + std::string(service) + "\" is not namespace/name"};
+    q.service = std::string(service);
+    q.sections.insert("services");
+  }
+  return q;
+}
+
+void write_json(const DebugState& st, const StateQuery& q,
+                const std::function<bool(std::string_view)>& out) {
+  constexpr size_t kPiece = 64 * 1024;
   Json j;
+  bool open = true;
+  // Hands a piece to the reader once it is big enough (or at the end).
+  auto flush = [&](bool last) {
+    if (!open || (!last && j.out.size() < kPiece)) return;
+    open = out(j.out);
+    j.out.clear();
+  };
+  auto want = [&](const char* s) { return q.sections.count(s) > 0; };
   j.open('{');
   const auto& snap = *st.snapshot;
   j.key("generation");
@@ -147,44 +195,87 @@ std::string to_json(const DebugState& st) {
   j.key("synced");
   j.boolean(snap.synced);
   j.kv("node", st.node_name);
+  size_t endpoints = 0;
+  for (const auto& s : snap.services) endpoints += s->endpoints.size();
+  j.key("counts");
+  j.open('{');
   j.key("services");
-  j.open('[');
-  for (const auto& s : snap.services) service(j, *s);
-  j.close(']');
+  j.num(snap.services.size());
+  j.key("endpoints");
+  j.num(endpoints);
   j.key("nodes");
-  j.open('[');
-  for (const auto& n : snap.nodes) j.str(n->name);
-  j.close(']');
-  j.key("sinks");
-  j.open('[');
-  auto now = pipeline::AckBoard::Clock::now();
-  for (const auto& e : st.sinks) {
-    j.open('{');
-    j.kv("name", e.consumer);
-    j.key("appliedGeneration");
-    j.num(e.generation());
-    if (e.snapshot) {
-      j.key("appliedSecondsAgo");
-      j.num_d(std::chrono::duration<double>(now - e.applied_at).count());
-    }
-    j.close('}');
-  }
-  j.close(']');
-  j.key("drains");
-  j.raw(st.drains_json);
-  j.key("drainCluster");
-  j.raw(st.drain_cluster_json);
-  j.key("sourceErrors");
-  j.open('[');
-  for (const auto& e : st.source_errors) {
-    j.open('{');
-    j.kv("where", e.where);
-    j.kv("reason", e.reason);
-    j.close('}');
-  }
-  j.close(']');
+  j.num(snap.nodes.size());
   j.close('}');
-  return std::move(j.out);
+  if (want("services")) {
+    j.key("services");
+    j.open('[');
+    for (const auto& s : snap.services) {
+      if (!open) return;
+      if (!q.service.empty() && s->service.key.ns + "/" + s->service.key.name != q.service)
+        continue;
+      service(j, *s);
+      flush(false);
+    }
+    j.close(']');
+  }
+  if (want("nodes")) {
+    j.key("nodes");
+    j.open('[');
+    for (const auto& n : snap.nodes) {
+      j.str(n->name);
+      flush(false);
+    }
+    j.close(']');
+  }
+  if (want("sinks")) {
+    j.key("sinks");
+    j.open('[');
+    auto now = pipeline::AckBoard::Clock::now();
+    for (const auto& e : st.sinks) {
+      j.open('{');
+      j.kv("name", e.consumer);
+      j.key("appliedGeneration");
+      j.num(e.generation());
+      if (e.snapshot) {
+        j.key("appliedSecondsAgo");
+        j.num_d(std::chrono::duration<double>(now - e.applied_at).count());
+      }
+      j.close('}');
+    }
+    j.close(']');
+  }
+  if (want("drains")) {
+    j.key("drains");
+    j.raw(st.drains_json);
+  }
+  if (want("drainCluster")) {
+    j.key("drainCluster");
+    j.raw(st.drain_cluster_json);
+  }
+  if (want("sourceErrors")) {
+    j.key("sourceErrors");
+    j.open('[');
+    for (const auto& e : st.source_errors) {
+      j.open('{');
+      j.kv("where", e.where);
+      j.kv("reason", e.reason);
+      j.close('}');
+    }
+    j.close(']');
+  }
+  j.close('}');
+  flush(true);
+}
+
+std::string to_json(const DebugState& st) {
+  StateQuery all;
+  for (const char* k : kSections) all.sections.insert(k);
+  std::string s;
+  write_json(st, all, [&](std::string_view piece) {
+    s += piece;
+    return true;
+  });
+  return s;
 }
 
 }  // namespace endpointd::daemon

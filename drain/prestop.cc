@@ -14,6 +14,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <iostream>
@@ -289,6 +290,8 @@ std::optional<milliseconds> parse_duration(const std::string& s) {
     ms = v * 3600000;
   else
     return std::nullopt;
+  // A year at most: beyond it the number is a typo, and past int64 the cast is undefined.
+  if (!(ms <= 365.0 * 24 * 3600 * 1000)) return std::nullopt;
   return milliseconds(static_cast<int64_t>(ms));
 }
 
@@ -363,7 +366,11 @@ PrestopOutcome run_prestop(const PrestopClientOptions& opts) {
         // (a restarted agent asks again: the answer is the first run's).
         if (!action_ran) {
           auto sp = got->find(' ', 6);
-          int64_t left = sp == std::string::npos ? 0 : std::atoll(got->substr(6, sp - 6).c_str());
+          // The server's number, clamped to this client's own timeout (a bad one is 0).
+          int64_t left = sp == std::string::npos
+                             ? 0
+                             : std::strtoll(got->substr(6, sp - 6).c_str(), nullptr, 10);
+          left = std::clamp<int64_t>(left, 0, opts.timeout.count());
           std::string spec = sp == std::string::npos ? "" : got->substr(sp + 1);
           auto until = std::min(Clock::now() + milliseconds(left), deadline);
           auto budget = std::max(milliseconds(1),

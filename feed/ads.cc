@@ -271,7 +271,7 @@ class AdsStream final : public FeedStream {
       if (ts->basis == newest_ && !ts->dirty && ts->force.empty()) continue;
       Resources want = desired(*ts, *newest_);
       if (send_locked(*ts, std::move(want))) {
-        if (ts->type == XdsType::kEndpoint) acks_.sent(newest_);
+        if (ts->type == XdsType::kEndpoint) acks_.sent(newest_, sc_.hub->now());
         return acks_moved;
       }
       ts->basis = newest_;

@@ -1,14 +1,24 @@
 // The feed hub: subscriber registry, ack arithmetic and the feed's applied(g).
 #include "feed/hub.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <unordered_set>
+
+#include "feed/metrics.h"
 
 namespace endpointd::feed {
 
-void AckTracker::sent(model::SnapshotPtr snap) {
+void AckTracker::sent(model::SnapshotPtr snap, Clock::time_point now) {
   const uint64_t v = snap->generation;
-  in_flight_.push_back({v, std::move(snap)});
-  if (in_flight_.size() > kMaxInFlight) in_flight_.pop_front();
+  in_flight_.push_back({v, std::move(snap), now});
+  if (in_flight_.size() > kMaxInFlight) {
+    // Forgotten, not acknowledged: the client has been waited on since then.
+    const Clock::time_point oldest = in_flight_.front().sent_at;
+    in_flight_.pop_front();
+    in_flight_.front().sent_at = oldest;
+  }
 }
 
 void AckTracker::unchanged(const model::SnapshotPtr& snap) {
@@ -30,6 +40,14 @@ bool AckTracker::ack(uint64_t version) {
   return true;
 }
 
+Hub::Hub(HubOptions opts, AppliedFn applied)
+    : max_subscribers_(opts.max_subscribers),
+      applied_fn_(std::move(applied)),
+      stale_after_(opts.stale_after),
+      clock_(std::move(opts.clock)),
+      metrics_(opts.metrics),
+      fanout_(opts.fanout_threads) {}
+
 void Hub::publish(model::SnapshotPtr snap) {
   if (!snap->synced) return;  // subscribers see nothing until the first full sync
   model::SnapshotPtr moved;
@@ -41,7 +59,7 @@ void Hub::publish(model::SnapshotPtr snap) {
     std::lock_guard acks(acks_mu_);
     acks_current_ = snap;
     // A change a subscriber does not see moved its ack at once.
-    for (auto& [s, recorded] : recorded_) refresh_locked(s, recorded);
+    for (auto& [s, e] : recorded_) refresh_locked(s, e);
     moved = recompute_locked();
   }
   report(moved);
@@ -72,9 +90,11 @@ void Hub::remove(Subscriber* s) {
     std::lock_guard acks(acks_mu_);
     auto rec = recorded_.find(s);
     if (rec != recorded_.end()) {
-      if (rec->second) {
-        auto at = acked_.find(rec->second->generation);
-        if (at != acked_.end() && --at->second.count == 0) acked_.erase(at);
+      if (rec->second.stale) {
+        --stale_count_;
+        if (metrics_) metrics_->stale_left();
+      } else {
+        count_locked(rec->second.recorded, -1);
       }
       recorded_.erase(rec);
     }
@@ -90,25 +110,94 @@ void Hub::acks_changed(Subscriber* s) {
     auto it = recorded_.find(s);
     if (it != recorded_.end()) {
       refresh_locked(s, it->second);
+      // An ack may be the one that brings a stale subscriber back.
+      if (it->second.stale && stale_after_.count() > 0) update_stale_locked(s, it->second, now());
       moved = recompute_locked();
     }
   }
   report(moved);
 }
 
-void Hub::refresh_locked(Subscriber* s, model::SnapshotPtr& recorded) {
+void Hub::count_locked(const model::SnapshotPtr& snap, int by) {
+  if (!snap) return;
+  if (by > 0) {
+    AckedAt& at = acked_[snap->generation];
+    if (at.count++ == 0) at.snap = snap;
+    return;
+  }
+  auto at = acked_.find(snap->generation);
+  if (at != acked_.end() && --at->second.count == 0) acked_.erase(at);
+}
+
+void Hub::refresh_locked(Subscriber* s, Entry& e) {
   model::SnapshotPtr now = s->acked();
-  if (now == recorded) return;
-  if (now && recorded && now->generation == recorded->generation) return;
-  if (recorded) {
-    auto at = acked_.find(recorded->generation);
-    if (at != acked_.end() && --at->second.count == 0) acked_.erase(at);
+  if (now == e.recorded) return;
+  if (now && e.recorded && now->generation == e.recorded->generation) return;
+  if (!e.stale) {
+    count_locked(e.recorded, -1);
+    count_locked(now, +1);
   }
-  if (now) {
-    AckedAt& at = acked_[now->generation];
-    if (at.count++ == 0) at.snap = now;
+  e.recorded = std::move(now);
+}
+
+std::optional<Clock::time_point> Hub::update_stale_locked(Subscriber* s, Entry& e,
+                                                          Clock::time_point now) {
+  const auto since = s->outstanding_since();
+  const bool overdue = since && now - *since >= stale_after_;
+  if (overdue == e.stale) {
+    if (!e.stale && since) return *since + stale_after_;
+    return std::nullopt;
   }
-  recorded = std::move(now);
+  // Identity for the log line; under acks_mu_, as the subscriber may go away once it is left.
+  const SubscriberInfo i = s->info();
+  if (overdue) {
+    count_locked(e.recorded, -1);
+    e.stale = true;
+    ++stale_count_;
+    if (metrics_) metrics_->stale_entered();
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - *since);
+    spdlog::warn(
+        "feed: subscriber {} ({} stream, client '{}', peer {}) has left a response "
+        "unacknowledged for {} ms (sent version {}, acknowledged {}); stale: the feed's applied "
+        "generation no longer waits for it, so drains proceed while it may still route to "
+        "removed endpoints",
+        i.id, i.api, i.client, i.peer, waited.count(), i.sent_version, i.acked_version);
+  } else {
+    e.stale = false;
+    count_locked(e.recorded, +1);
+    --stale_count_;
+    if (metrics_) metrics_->stale_left();
+    spdlog::info(
+        "feed: subscriber {} ({} stream, client '{}', peer {}) acknowledged version {}; no "
+        "longer stale, it counts toward the feed's applied generation again",
+        i.id, i.api, i.client, i.peer, i.acked_version);
+  }
+  return std::nullopt;
+}
+
+std::optional<Clock::time_point> Hub::check_stale() {
+  if (stale_after_.count() <= 0) return std::nullopt;
+  model::SnapshotPtr moved;
+  std::optional<Clock::time_point> next;
+  {
+    std::lock_guard acks(acks_mu_);
+    const Clock::time_point t = now();
+    for (auto& [s, e] : recorded_) {
+      // A stale subscriber's ack may have moved without acks_changed (a snapshot it does
+      // not see); keep what it reports current before it counts again.
+      refresh_locked(s, e);
+      auto due = update_stale_locked(s, e, t);
+      if (due && (!next || *due < *next)) next = due;
+    }
+    moved = recompute_locked();
+  }
+  report(moved);
+  return next;
+}
+
+size_t Hub::stale_subscribers() const {
+  std::lock_guard lock(acks_mu_);
+  return stale_count_;
 }
 
 model::SnapshotPtr Hub::recompute_locked() {
@@ -143,9 +232,19 @@ size_t Hub::subscribers() const {
 }
 
 std::vector<SubscriberInfo> Hub::infos() const {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(mu_);  // keeps every subscriber alive
+  std::unordered_set<const Subscriber*> stale;
+  {
+    // Only the flags under acks_mu_: acks do not wait while every row is built.
+    std::lock_guard acks(acks_mu_);
+    for (const auto& [s, e] : recorded_)
+      if (e.stale) stale.insert(s);
+  }
   std::vector<SubscriberInfo> out;
-  for (Subscriber* s : subscribers_) out.push_back(s->info());
+  for (Subscriber* s : subscribers_) {
+    out.push_back(s->info());
+    out.back().stale = stale.count(s) > 0;
+  }
   return out;
 }
 

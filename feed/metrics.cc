@@ -62,6 +62,18 @@ Metrics::Metrics(prometheus::Registry* r) {
                   .Help("The newest generation every live feed subscriber acknowledged")
                   .Register(*r)
                   .Add({});
+  stale_total_ = &prometheus::BuildCounter()
+                      .Name("endpointd_feed_stale_subscribers_total")
+                      .Help(
+                          "Feed subscribers that turned stale (a response unacknowledged for "
+                          "stale_after) and stopped holding back the applied generation")
+                      .Register(*r)
+                      .Add({});
+  stale_now_ = &prometheus::BuildGauge()
+                    .Name("endpointd_feed_subscribers_stale")
+                    .Help("Feed subscribers stale now: connected, but not waited for")
+                    .Register(*r)
+                    .Add({});
 }
 
 void Metrics::stream_opened(Api a) {
@@ -92,6 +104,16 @@ void Metrics::rejected(Reject r) {
 void Metrics::applied(uint64_t g) {
   if (applied_) applied_->Set(static_cast<double>(g));
 }
+void Metrics::stale_entered() {
+  bump(stale_total_count_);
+  stale_now_count_.fetch_add(1, std::memory_order_relaxed);
+  if (stale_total_) stale_total_->Increment();
+  if (stale_now_) stale_now_->Increment();
+}
+void Metrics::stale_left() {
+  stale_now_count_.fetch_sub(1, std::memory_order_relaxed);
+  if (stale_now_) stale_now_->Decrement();
+}
 uint64_t Metrics::count(Reject r) const {
   return read(reject_counts_[static_cast<int>(r)]);
 }
@@ -100,6 +122,12 @@ uint64_t Metrics::nacks() const {
 }
 uint64_t Metrics::coalesced_count() const {
   return read(coalesced_count_);
+}
+uint64_t Metrics::stale_total() const {
+  return read(stale_total_count_);
+}
+int64_t Metrics::stale_now() const {
+  return stale_now_count_.load(std::memory_order_relaxed);
 }
 
 }  // namespace endpointd::feed

@@ -37,10 +37,16 @@ class Metrics {
   void coalesced();
   void rejected(Reject r);
   void applied(uint64_t generation);
+  // A subscriber turned stale (excluded from applied(g)); one that was stale caught up or
+  // went away.
+  void stale_entered();
+  void stale_left();
 
   uint64_t count(Reject r) const;  // for tests
   uint64_t nacks() const;
   uint64_t coalesced_count() const;
+  uint64_t stale_total() const;  // transitions to stale
+  int64_t stale_now() const;     // subscribers stale now
 
  private:
   static constexpr int kApis = 3;
@@ -52,10 +58,14 @@ class Metrics {
   prometheus::Counter* rejected_[kRejects] = {};
   prometheus::Counter* coalesced_ = nullptr;
   prometheus::Gauge* applied_ = nullptr;
+  prometheus::Counter* stale_total_ = nullptr;
+  prometheus::Gauge* stale_now_ = nullptr;
   // Plain counts too, so tests read them without a registry.
   std::atomic<uint64_t> reject_counts_[kRejects] = {};
   std::atomic<uint64_t> nack_count_{0};
   std::atomic<uint64_t> coalesced_count_{0};
+  std::atomic<uint64_t> stale_total_count_{0};
+  std::atomic<int64_t> stale_now_count_{0};
 };
 
 }  // namespace endpointd::feed

@@ -7,9 +7,12 @@
 
 #include <cerrno>
 #include <charconv>
+#include <condition_variable>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "feed/feed.h"
 #include "feed/metrics.h"
@@ -53,17 +56,57 @@ struct FeedSink::Impl {
   std::unique_ptr<grpc::Server> server;
   int port = 0;
 
+  // The stale timer: staleness is a matter of time passing, so it is checked even when no ack
+  // or snapshot arrives.
+  std::thread stale_timer;
+  std::mutex stale_mu;
+  std::condition_variable stale_cv;
+  bool stale_stop = false;
+
   Impl(FeedOptions o, pipeline::AckBoard* b, prometheus::Registry* r)
       : opts(std::move(o)),
         board(b),
         metrics(r),
-        hub(
-            opts.max_streams,
+        hub(HubOptions{.max_subscribers = opts.max_streams,
+                       .fanout_threads = opts.fanout_threads,
+                       .stale_after = opts.stale_after,
+                       .clock = {},
+                       .metrics = &metrics},
             [this](const model::SnapshotPtr& snap) {
               metrics.applied(snap->generation);
               if (board) board->applied("feed", snap);
-            },
-            opts.fanout_threads) {}
+            }) {}
+
+  // Wakes when the next subscriber would turn stale, and at least every stale_after: one that
+  // starts waiting after a check turns stale no sooner than stale_after after it.
+  void run_stale_timer() {
+    std::unique_lock lock(stale_mu);
+    while (!stale_stop) {
+      lock.unlock();
+      auto next = hub.check_stale();
+      lock.lock();
+      auto wake = Clock::now() + opts.stale_after;
+      if (next && *next < wake) wake = *next;
+      stale_cv.wait_until(lock, wake, [&] { return stale_stop; });
+    }
+  }
+  void start_stale_timer() {
+    if (opts.stale_after.count() <= 0 || stale_timer.joinable()) return;
+    {
+      std::lock_guard lock(stale_mu);
+      stale_stop = false;
+    }
+    stale_timer = std::thread([this] { run_stale_timer(); });
+  }
+  void stop_stale_timer() {
+    if (!stale_timer.joinable()) return;
+    {
+      std::lock_guard lock(stale_mu);
+      stale_stop = true;
+    }
+    stale_cv.notify_all();
+    stale_timer.join();
+  }
 };
 
 FeedSink::FeedSink(FeedOptions opts, pipeline::AckBoard* board, prometheus::Registry* registry)
@@ -142,12 +185,14 @@ Status FeedSink::start() {
   if (auto* health = im.server->GetHealthCheckService()) {
     health->SetServingStatus(true);
   }
+  im.start_stale_timer();
   spdlog::info("feed: serving UpstreamFeed and xDS on {} (port {})", addr, im.port);
   return {};
 }
 
 void FeedSink::stop() {
   auto& im = *impl_;
+  im.stop_stale_timer();
   if (!im.server) return;
   if (auto* health = im.server->GetHealthCheckService()) health->Shutdown();
   // Open streams are cancelled at the deadline; their reactors finish and unregister.
@@ -171,6 +216,10 @@ std::vector<SubscriberInfo> FeedSink::subscribers() const {
 uint64_t FeedSink::applied_generation() const {
   auto a = impl_->hub.applied();
   return a ? a->generation : 0;
+}
+
+size_t FeedSink::stale_subscribers() const {
+  return impl_->hub.stale_subscribers();
 }
 
 }  // namespace endpointd::feed

@@ -49,6 +49,11 @@ model::SnapshotPtr FeedStream::acked() const {
   return acks_.acked();
 }
 
+std::optional<Clock::time_point> FeedStream::outstanding_since() const {
+  std::lock_guard lock(mu_);
+  return acks_.outstanding_since();
+}
+
 void FeedStream::OnReadDone(bool ok) {
   if (!ok) {  // the client half-closed or went away
     std::lock_guard lock(mu_);

@@ -23,6 +23,7 @@ class FeedStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBu
 
   void notify(const model::SnapshotPtr& snap) final;
   model::SnapshotPtr acked() const final;
+  std::optional<Clock::time_point> outstanding_since() const final;
   void OnReadDone(bool ok) final;
   void OnWriteDone(bool ok) final;
   void OnDone() final;

@@ -168,7 +168,7 @@ class WatchStream final : public FeedStream {
     }
     start_write_locked(bytes);
     basis_ = newest_;
-    acks_.sent(newest_);
+    acks_.sent(newest_, sc_.hub->now());
     return false;
   }
 

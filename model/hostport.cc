@@ -12,6 +12,12 @@ std::string HostPort::str() const {
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
+bool HostPort::loopback() const {
+  if (host == "localhost") return true;
+  auto ip = IpAddr::parse(host);
+  return ip && ip->is_loopback();
+}
+
 Result<HostPort> parse_host_port(std::string_view s, std::optional<uint16_t> default_port) {
   auto bad = [&] {
     return Error{"\"" + std::string(s) + "\" is not " +

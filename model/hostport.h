@@ -15,6 +15,9 @@ struct HostPort {
   uint16_t port = 0;
   // "host:port", with brackets around an IPv6 host.
   std::string str() const;
+  // Whether only this host can reach it: a loopback address or "localhost".
+  bool loopback() const;
+  friend bool operator==(const HostPort&, const HostPort&) = default;
 };
 
 // Parses "ADDR:PORT", "[V6]:PORT", ":PORT" and "localhost:PORT". With a default port, a bare

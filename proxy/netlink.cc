@@ -117,18 +117,20 @@ Result<std::vector<std::string>> NetlinkBackend::list_names(uint16_t msg_type, I
   } ctx{msg_type, {}};
   auto cb = [](const nlmsghdr* m, void* data) -> int {
     auto* c = static_cast<Ctx*>(data);
+    // A message without a table or a name attribute parses too: skip it, never dereference.
+    auto take = [c](const char* table, const char* name) {
+      if (table && name && std::strcmp(table, kTableName) == 0) c->names.emplace_back(name);
+    };
     if (c->type == NFT_MSG_GETCHAIN) {
       nftnl::ChainPtr ch(nftnl_chain_alloc());
-      if (nftnl_chain_nlmsg_parse(m, ch.get()) == 0 &&
-          std::strcmp(nftnl_chain_get_str(ch.get(), NFTNL_CHAIN_TABLE), kTableName) == 0) {
-        c->names.emplace_back(nftnl_chain_get_str(ch.get(), NFTNL_CHAIN_NAME));
-      }
+      if (nftnl_chain_nlmsg_parse(m, ch.get()) == 0)
+        take(nftnl_chain_get_str(ch.get(), NFTNL_CHAIN_TABLE),
+             nftnl_chain_get_str(ch.get(), NFTNL_CHAIN_NAME));
     } else {
       nftnl::SetPtr s(nftnl_set_alloc());
-      if (nftnl_set_nlmsg_parse(m, s.get()) == 0 &&
-          std::strcmp(nftnl_set_get_str(s.get(), NFTNL_SET_TABLE), kTableName) == 0) {
-        c->names.emplace_back(nftnl_set_get_str(s.get(), NFTNL_SET_NAME));
-      }
+      if (nftnl_set_nlmsg_parse(m, s.get()) == 0)
+        take(nftnl_set_get_str(s.get(), NFTNL_SET_TABLE),
+             nftnl_set_get_str(s.get(), NFTNL_SET_NAME));
     }
     return MNL_CB_OK;
   };

@@ -189,9 +189,11 @@ Result<ClusterConfig> parse_kubeconfig(const YAML::Node& root, const std::string
       {cfg.client_key_file, u_path + ".client-key"},
       {cfg.token_file, u_path + ".tokenFile"}};
   for (const auto& [file, field] : files) {
-    if (!file.empty() && !fs::exists(file)) {
-      return Error{where + ": " + field + " file " + file + " does not exist"};
-    }
+    if (file.empty()) continue;
+    std::error_code ec;  // a name too long, a loop of links: an error, not an exception
+    bool exists = fs::exists(file, ec);
+    if (ec) return Error{where + ": " + field + " file " + file + ": " + ec.message()};
+    if (!exists) return Error{where + ": " + field + " file " + file + " does not exist"};
   }
   return cfg;
 }

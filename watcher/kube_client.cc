@@ -4,17 +4,22 @@
 #include "watcher/kube_client.h"
 
 #include <curl/curl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/registry.h>
 #include <simdjson.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -101,7 +106,36 @@ std::string reason_for_status(long status) {
   return "http_" + std::to_string(status);
 }
 
+bool set_int_option(int fd, int level, int name, int64_t value) {
+  const int v = static_cast<int>(std::clamp<int64_t>(value, 0, INT32_MAX));
+  return setsockopt(fd, level, name, &v, sizeof v) == 0;
+}
+
+// curl calls this for every socket it opens, before it connects.
+int on_sockopt(void* clientp, curl_socket_t fd, curlsocktype purpose) {
+  if (purpose == CURLSOCKTYPE_IPCXN &&
+      !tune_api_socket(fd, *static_cast<const KubeClientConfig*>(clientp))) {
+    spdlog::debug("kube: could not set keepalive options on the API connection: {}",
+                  std::strerror(errno));
+  }
+  return CURL_SOCKOPT_OK;
+}
+
 }  // namespace
+
+bool tune_api_socket(int fd, const KubeClientConfig& config) {
+  bool ok = set_int_option(fd, SOL_SOCKET, SO_KEEPALIVE, 1);
+  ok &= set_int_option(fd, IPPROTO_TCP, TCP_KEEPIDLE, config.tcp_keepalive_idle.count());
+  ok &= set_int_option(fd, IPPROTO_TCP, TCP_KEEPINTVL, config.tcp_keepalive_interval.count());
+  ok &= set_int_option(fd, IPPROTO_TCP, TCP_KEEPCNT, config.tcp_keepalive_count);
+  const auto bound = std::chrono::duration_cast<milliseconds>(keepalive_dead_peer_bound(config));
+  ok &= set_int_option(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, bound.count());
+  return ok;
+}
+
+seconds keepalive_dead_peer_bound(const KubeClientConfig& config) {
+  return config.tcp_keepalive_idle + config.tcp_keepalive_interval * config.tcp_keepalive_count;
+}
 
 uint64_t KindStats::reconnects_total() const {
   uint64_t n = 0;
@@ -153,7 +187,12 @@ struct KubeClient::Shared {
         bookmarks(prometheus::BuildCounter()
                       .Name("endpointd_watch_bookmarks_total")
                       .Help("Watch bookmarks received")
-                      .Register(registry)) {
+                      .Register(registry)),
+        stalls(prometheus::BuildCounter()
+                   .Name("endpointd_watch_stalls_total")
+                   .Help("Watches abandoned because nothing arrived on them for the stall "
+                         "timeout; each is re-established from its last resourceVersion")
+                   .Register(registry)) {
     user_agent = config.user_agent.empty() ? std::string("endpointd/") + ENDPOINTD_VERSION
                                            : config.user_agent;
     while (!cluster.server.empty() && cluster.server.back() == '/') cluster.server.pop_back();
@@ -169,6 +208,7 @@ struct KubeClient::Shared {
   prometheus::Family<prometheus::Counter>& reconnects;
   prometheus::Family<prometheus::Counter>& decode_errors;
   prometheus::Family<prometheus::Counter>& bookmarks;
+  prometheus::Family<prometheus::Counter>& stalls;
 
   std::atomic<bool> stop{false};
   std::mutex sleep_mu;
@@ -198,7 +238,8 @@ class KubeClient::Watcher {
         error_events_(shared_->events.Add({{"kind", kind_name_}, {"type", "ERROR"}})),
         relists_(shared_->relists.Add({{"kind", kind_name_}})),
         decode_errors_(shared_->decode_errors.Add({{"kind", kind_name_}})),
-        bookmarks_(shared_->bookmarks.Add({{"kind", kind_name_}})) {
+        bookmarks_(shared_->bookmarks.Add({{"kind", kind_name_}})),
+        stalls_(shared_->stalls.Add({{"kind", kind_name_}})) {
     const auto& c = shared_->cluster;
     ca_data_ = c.ca_data;
     cert_data_ = c.client_cert_data;
@@ -239,11 +280,22 @@ class KubeClient::Watcher {
     bool body_truncated = false;
     long status = 0;
     std::optional<seconds> retry_after;
-    // Set when the write callback ended the transfer on purpose.
-    enum class Abort : uint8_t { kNone, kStop, kExpired, kErrorEvent, kBadStream, kTooLarge };
+    // Set when the write callback (or, for kStalled, perform()) ended the transfer on purpose.
+    enum class Abort : uint8_t {
+      kNone,
+      kStop,
+      kExpired,
+      kErrorEvent,
+      kBadStream,
+      kTooLarge,
+      kStalled
+    };
     Abort abort = Abort::kNone;
     ApiStatus error_status;  // of an ERROR event
     uint64_t events = 0;     // events and bookmarks handled on this watch
+    // 0: none. Otherwise the transfer ends (kStalled) once nothing arrived for this long.
+    milliseconds stall_timeout{0};
+    Clock::time_point last_byte;  // the request's start, then the newest header or body bytes
   };
 
   struct Outcome {
@@ -253,6 +305,7 @@ class KubeClient::Watcher {
 
   static size_t on_header(char* data, size_t size, size_t n, void* user) {
     auto* t = static_cast<Transfer*>(user);
+    t->last_byte = Clock::now();
     std::string_view line(data, size * n);
     if (line.starts_with("HTTP/")) {
       t->retry_after.reset();
@@ -280,6 +333,7 @@ class KubeClient::Watcher {
 
   static size_t on_body(char* data, size_t size, size_t n, void* user) {
     auto* t = static_cast<Transfer*>(user);
+    t->last_byte = Clock::now();
     const size_t len = size * n;
     Watcher* w = t->self;
     if (w->shared_->stop.load()) {
@@ -325,7 +379,19 @@ class KubeClient::Watcher {
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
                      static_cast<long>(shared_->config.connect_timeout.count()));
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
+    // on_sockopt sets the same and TCP_KEEPCNT and TCP_USER_TIMEOUT, which curl has no
+    // options for; both orders of the two leave the same values.
+    const auto& cfg = shared_->config;
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPIDLE, static_cast<long>(cfg.tcp_keepalive_idle.count()));
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPINTVL,
+                     static_cast<long>(cfg.tcp_keepalive_interval.count()));
+    curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, &on_sockopt);
+    curl_easy_setopt(e, CURLOPT_SOCKOPTDATA, &cfg);
+    if (fresh_connection_) {
+      curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
+      fresh_connection_ = false;
+    }
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Watcher::on_body);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, &t);
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &Watcher::on_header);
@@ -370,6 +436,7 @@ class KubeClient::Watcher {
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers.get());
 
     t.self = this;
+    t.last_byte = Clock::now();
     line_buffer_.clear();
 
     Outcome out;
@@ -398,10 +465,26 @@ class KubeClient::Watcher {
         out.curl = CURLE_ABORTED_BY_CALLBACK;
         break;
       }
-      // Sleeps until the socket is ready, curl's own next timeout, or stop()'s wakeup: an idle
-      // watch costs no wakeups of its own (200 agents on one machine woke 6,000 times a second
-      // at the former 100 ms).
-      curl_multi_poll(multi_.get(), nullptr, 0, 5000, nullptr);
+      int wait_ms = 5000;
+      if (t.stall_timeout.count() > 0) {
+        // Checked after curl_multi_perform, so bytes that arrived in time always count.
+        const auto silent = Clock::now() - t.last_byte;
+        if (silent >= t.stall_timeout) {
+          t.abort = Transfer::Abort::kStalled;
+          out.curl = CURLE_OPERATION_TIMEDOUT;
+          // Neither this connection nor another one in the cache is trusted again: over
+          // HTTP/2 an abandoned stream would otherwise leave its connection up for reuse.
+          curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
+          fresh_connection_ = true;
+          break;
+        }
+        const auto left = std::chrono::ceil<milliseconds>(t.stall_timeout - silent).count();
+        wait_ms = static_cast<int>(std::min<int64_t>(wait_ms, left));
+      }
+      // Sleeps until the socket is ready, curl's own next timeout, the stall deadline or
+      // stop()'s wakeup: an idle watch costs no wakeups of its own (200 agents on one machine
+      // woke 6,000 times a second at the former 100 ms).
+      curl_multi_poll(multi_.get(), nullptr, 0, wait_ms, nullptr);
     }
     curl_multi_remove_handle(multi_.get(), e);
     if (t.status == 0) curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &t.status);
@@ -537,6 +620,7 @@ class KubeClient::Watcher {
                       "&timeoutSeconds=" + std::to_string(timeout_s) + selectors_;
     Transfer t;
     t.streaming = true;
+    t.stall_timeout = cfg.watch_stall_timeout;
     auto started = Clock::now();
     // The server ends the watch after timeoutSeconds; give it some slack before curl does.
     Outcome out = perform(url, t, seconds(timeout_s + 30), force_token);
@@ -552,6 +636,20 @@ class KubeClient::Watcher {
     }
     r.progress = t.events > 0 || (t.status == 200 && Clock::now() - started >= seconds(1));
     switch (t.abort) {
+      case Transfer::Abort::kStalled:
+        // Abandoning the transfer closes its connection; the next watch opens a new one.
+        spdlog::warn(
+            "kube {}: watch stalled: nothing received for {} ms, resuming from "
+            "resourceVersion {} on a new connection",
+            kind_name_, cfg.watch_stall_timeout.count(), resource_version_);
+        stalls_.Increment();
+        {
+          std::lock_guard lock(stats_mu_);
+          stats_.stalls++;
+        }
+        r.end = WatchEnd::kFailed;
+        r.reason = "stalled";
+        return r;
       case Transfer::Abort::kExpired:
         spdlog::info("kube {}: watch from resourceVersion {} expired ({}), relisting", kind_name_,
                      resource_version_, t.error_status.message);
@@ -778,6 +876,7 @@ class KubeClient::Watcher {
   std::string base_url_;
   std::string selectors_;
   std::string resource_version_;
+  bool fresh_connection_ = false;  // the next request opens a new connection
 
   prometheus::Counter& added_;
   prometheus::Counter& modified_;
@@ -786,6 +885,7 @@ class KubeClient::Watcher {
   prometheus::Counter& relists_;
   prometheus::Counter& decode_errors_;
   prometheus::Counter& bookmarks_;
+  prometheus::Counter& stalls_;
 
   mutable std::mutex stats_mu_;
   KindStats stats_;

@@ -49,6 +49,31 @@ struct KubeClientConfig {
   std::chrono::milliseconds connect_timeout{10000};
   std::chrono::milliseconds list_timeout{120000};  // one list page
 
+  // A dead API connection (peer gone, no RST) is found two ways.
+  //
+  // The kernel: keepalive probes after tcp_keepalive_idle of silence, every
+  // tcp_keepalive_interval, tcp_keepalive_count unanswered ones and the connection fails
+  // (TCP_USER_TIMEOUT is set to the same sum, so a request written into a dead path fails as
+  // soon). The peer's kernel answers the probes whatever the watch carries, so this costs a
+  // healthy quiet watch nothing; it is what client-go's HTTP/2 health check does with PING
+  // frames (ReadIdleTimeout 30 s + PingTimeout 15 s = 45 s). Defaults: 15 + 3 x 5 = 30 s.
+  std::chrono::seconds tcp_keepalive_idle{15};
+  std::chrono::seconds tcp_keepalive_interval{5};
+  int tcp_keepalive_count = 3;
+  // The watch: a stream on which no byte arrives (no event, no bookmark, not even the
+  // response headers) for this long is abandoned and re-established from the last
+  // resourceVersion, counted as a stall (endpointd_watch_stalls_total). It catches what the
+  // kernel cannot: a peer that still acknowledges TCP but sends nothing (a wedged server or a
+  // proxy whose upstream died). It must stay above the longest silence of a healthy watch:
+  // kube-apiserver's watch cache sends a quiet watch a bookmark roughly once a minute
+  // (defaultBookmarkFrequency = 1 min, in one-second buckets, popped on a 1-1.25 s tick), so
+  // the gap is at most about 63 s; 75 s leaves room for one late bookmark without churning
+  // quiet clusters. (It sends one only once its resourceVersion has moved past the watch's;
+  // where etcd progress notifications are rare a quiet kind can go longer, and its watch is
+  // then renewed every 75 s, cheaply, from the watch cache.) 0: off (the watch then ends only
+  // at timeoutSeconds + 30 s).
+  std::chrono::milliseconds watch_stall_timeout{75000};
+
   uint64_t seed = 0;  // 0: random
 
   std::string user_agent;  // empty: endpointd/<version>
@@ -67,6 +92,7 @@ struct KindStats {
   uint64_t list_pages = 0;
   uint64_t decode_errors = 0;
   uint64_t watches = 0;                        // watch requests answered 200
+  uint64_t stalls = 0;                         // watches abandoned for silence
   std::map<std::string, uint64_t> reconnects;  // by reason
   std::string resource_version;                // the watch position
   bool synced = false;                         // a complete list was posted
@@ -109,5 +135,12 @@ class KubeClient {
 
 // The API path of a kind's collection ("/api/v1/services", ...).
 std::string_view collection_path(model::ObjectKind kind);
+
+// Sets keepalive (SO_KEEPALIVE, TCP_KEEPIDLE, TCP_KEEPINTVL, TCP_KEEPCNT) and TCP_USER_TIMEOUT
+// on a TCP socket as `config` says; every API connection gets this before it connects. False
+// when the kernel refused one of them.
+bool tune_api_socket(int fd, const KubeClientConfig& config);
+// How long a dead peer can go unnoticed by the kernel: idle + interval x count.
+std::chrono::seconds keepalive_dead_peer_bound(const KubeClientConfig& config);
 
 }  // namespace endpointd::watcher

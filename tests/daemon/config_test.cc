@@ -28,7 +28,8 @@ TEST(Config, FlagsHaveTheDocumentedDefaults) {
   EXPECT_EQ(c->dns_zone, "cluster.local");
   EXPECT_FALSE(c->dns_listen);
   EXPECT_FALSE(c->feed_listen);
-  EXPECT_EQ(str(c->admin_listen), "127.0.0.1:10256");
+  EXPECT_EQ(str(c->admin_listen), "127.0.0.1:10249");
+  EXPECT_EQ(str(c->health_listen), "0.0.0.0:10256");
   EXPECT_EQ(c->drain_socket, "/run/endpointd/drain.sock");
   EXPECT_EQ(str(c->drain_peer_listen), "0.0.0.0:9465");
   EXPECT_EQ(c->drain_peer_port, 9465);
@@ -128,6 +129,23 @@ TEST(Config, EveryFlagDecodesToItsTypedValue) {
   EXPECT_EQ(c->list_page_size, 10000u);
   EXPECT_EQ(c->log_format, LogFormat::kJson);
   EXPECT_EQ(c->log_level, LogLevel::kDebug);
+}
+
+TEST(Config, ProbesAndAdminListenLikeKubeProxysUnlessMoved) {
+  auto c = run_args({});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->health_listen->str(), "0.0.0.0:10256");
+  EXPECT_EQ(c->admin_listen->str(), "127.0.0.1:10249");  // loopback: /metrics, /debug/state
+  EXPECT_TRUE(c->admin_token_file.empty());
+  c = run_args({"--health-listen", "", "--admin-listen", "0.0.0.0:10249", "--admin-token-file",
+                "/etc/endpointd/token", "--feed-tls-cert", "a.crt", "--feed-tls-key", "a.key",
+                "--feed-client-ca", "ca.crt"});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_FALSE(c->health_listen);
+  EXPECT_EQ(c->admin_token_file, "/etc/endpointd/token");
+  EXPECT_EQ(c->feed_tls_cert, "a.crt");
+  EXPECT_EQ(c->feed_tls_key, "a.key");
+  EXPECT_EQ(c->feed_client_ca, "ca.crt");
 }
 
 TEST(Config, EmptyListenersAreOffAndAGivenPeerPortWins) {
@@ -249,6 +267,10 @@ TEST(Config, BadInputsGiveOneErrorNamingTheKeyAndValue) {
        {{"watch-timeout", {"5"}}},
        nullptr,
        R"(--watch-timeout: "5" is not a whole number in 10..3600)"},
+      {"watch stall timeout",
+       {{"watch-stall-timeout", {"5"}}},
+       nullptr,
+       R"(--watch-stall-timeout: "5" is below 10 s: quiet watches would be re-established over and over (0 turns the check off))"},
       {"page size",
        {{"list-page-size", {"-1"}}},
        nullptr,
@@ -261,6 +283,19 @@ TEST(Config, BadInputsGiveOneErrorNamingTheKeyAndValue) {
        {{"admin-listen", {"localhost"}}},
        nullptr,
        R"(--admin-listen: "localhost" is not ADDR:PORT or [IPv6]:PORT)"},
+      {"health listen",
+       {{"health-listen", {"10256"}}},
+       nullptr,
+       R"(--health-listen: "10256" is not ADDR:PORT or [IPv6]:PORT)"},
+      {"feed tls half",
+       {{"feed-tls-cert", {"/etc/feed.crt"}}},
+       nullptr,
+       "--feed-tls-cert and --feed-tls-key go together: give both or neither"},
+      {"feed client ca without tls",
+       {{"feed-client-ca", {"/etc/ca.crt"}}},
+       nullptr,
+       "--feed-client-ca needs --feed-tls-cert and --feed-tls-key (clients are verified over "
+       "TLS only)"},
       {"dns listen host",
        {{"dns-listen", {"localhost:53"}}},
        nullptr,

@@ -50,6 +50,7 @@ class DaemonApiTest : public ::testing::Test {
     Config cfg;
     cfg.kubeconfig = kubeconfig_;
     cfg.admin_listen = model::HostPort{"127.0.0.1", 0};
+    cfg.health_listen = std::nullopt;
     cfg.node_name = "node-a";
     cfg.dataplane = Dataplane::kNone;
     cfg.drain_socket = kubeconfig_ + ".sock";
@@ -66,7 +67,7 @@ class DaemonApiTest : public ::testing::Test {
   }
   // demo/<name>'s endpoint count in /debug/state; -1 when absent.
   int endpoints(const char* name) {
-    auto r = http_->Get("/debug/state");
+    auto r = http_->Get("/debug/state?section=services,sourceErrors");
     if (!r || r->status != 200) return -1;
     simdjson::dom::parser p;
     simdjson::dom::element root = p.parse(r->body);

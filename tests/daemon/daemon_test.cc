@@ -6,6 +6,12 @@
 #include <httplib.h>
 #include <simdjson.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -43,6 +49,8 @@ class DaemonTest : public ::testing::Test {
     Config cfg;
     cfg.source_dir = dir_;
     cfg.admin_listen = model::HostPort{"127.0.0.1", 0};
+    cfg.health_listen = model::HostPort{"127.0.0.1", 0};
+    cfg.admin_token_file = token_file_;
     cfg.node_name = "node-a";
     cfg.dataplane = Dataplane::kNone;
     cfg.drain_socket = (dir_ / "drain.sock").string();
@@ -51,6 +59,7 @@ class DaemonTest : public ::testing::Test {
     auto st = d_->start();
     ASSERT_TRUE(st) << st.error();
     http_ = std::make_unique<httplib::Client>("127.0.0.1", d_->admin_port());
+    if (!token_.empty()) http_->set_bearer_token_auth(token_);
   }
   void TearDown() override {
     d_.reset();
@@ -58,7 +67,7 @@ class DaemonTest : public ::testing::Test {
   }
   // The endpoint count of demo/web in /debug/state, -1 when absent.
   int web_endpoints(std::string* errors_json = nullptr) {
-    auto r = http_->Get("/debug/state");
+    auto r = http_->Get("/debug/state?section=services,sourceErrors");
     if (!r || r->status != 200) return -1;
     simdjson::dom::parser p;
     simdjson::dom::element root = p.parse(r->body);
@@ -81,6 +90,7 @@ class DaemonTest : public ::testing::Test {
   }
 
   fs::path dir_;
+  std::string token_file_, token_;  // set by a subclass before SetUp
   std::unique_ptr<Daemon> d_;
   std::unique_ptr<httplib::Client> http_;
 };
@@ -97,6 +107,99 @@ TEST_F(DaemonTest, ProbesAndMetrics) {
   EXPECT_NE(m->body.find("endpointd_snapshot_generation"), std::string::npos);
   EXPECT_NE(m->body.find("endpointd_event_to_snapshot_seconds_bucket"), std::string::npos);
   EXPECT_NE(m->body.find("process_resident_memory_bytes"), std::string::npos);
+}
+
+TEST_F(DaemonTest, HealthListenerServesOnlyTheProbes) {
+  ASSERT_EQ(wait_endpoints(2, 5s), 2);
+  ASSERT_GT(d_->health_port(), 0);
+  httplib::Client health("127.0.0.1", d_->health_port());
+  EXPECT_EQ(health.Get("/livez")->status, 200);
+  EXPECT_EQ(health.Get("/readyz")->status, 200);
+  EXPECT_EQ(health.Get("/healthz")->status, 200);
+  EXPECT_EQ(health.Get("/metrics")->status, 404);
+  EXPECT_EQ(health.Get("/debug/state")->status, 404);
+}
+
+TEST_F(DaemonTest, DebugStateIsASummaryUnlessAskedForMore) {
+  ASSERT_EQ(wait_endpoints(2, 5s), 2);
+  simdjson::dom::parser p;
+  auto summary = http_->Get("/debug/state");
+  ASSERT_TRUE(summary && summary->status == 200);
+  simdjson::dom::element root = p.parse(summary->body);
+  EXPECT_EQ(uint64_t(root["counts"]["services"]), 1u);
+  EXPECT_EQ(uint64_t(root["counts"]["endpoints"]), 2u);
+  EXPECT_TRUE(root["services"].error()) << "the summary lists services: " << summary->body;
+  EXPECT_FALSE(root["sinks"].error());
+  EXPECT_FALSE(root["drains"].error());
+
+  auto one = http_->Get("/debug/state?service=demo/web");
+  ASSERT_TRUE(one && one->status == 200);
+  root = p.parse(one->body);
+  ASSERT_EQ(root["services"].get_array().size(), 1u);
+  EXPECT_TRUE(root["sinks"].error());  // only what was asked for
+  auto none = http_->Get("/debug/state?service=demo/nope");
+  root = p.parse(none->body);
+  EXPECT_EQ(root["services"].get_array().size(), 0u);
+
+  auto all = http_->Get("/debug/state?section=all");
+  root = p.parse(all->body);
+  EXPECT_EQ(root["services"].get_array().size(), 1u);
+  EXPECT_EQ(root["nodes"].get_array().size(), 1u);
+
+  auto bad = http_->Get("/debug/state?section=secrets");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("unknown section \"secrets\""), std::string::npos) << bad->body;
+}
+
+// The attack on the liveness probe: connections that never send a request, and slowloris
+// connections that send a request head a byte at a time, on the probes' listener. The probes
+// still answer at once, and the agent's thread count does not follow the connections.
+TEST_F(DaemonTest, IdleAndSlowClientsDoNotDelayTheProbes) {
+  ASSERT_EQ(wait_endpoints(2, 5s), 2);
+  auto threads = [] {
+    size_t n = 0;
+    for ([[maybe_unused]] auto& e : fs::directory_iterator("/proc/self/task")) ++n;
+    return n;
+  };
+  size_t threads_before = threads();
+  auto dial = [&] {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(d_->health_port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd);
+      return -1;
+    }
+    return fd;
+  };
+  std::vector<int> idle, slow;
+  for (int i = 0; i < 200; ++i) idle.push_back(dial());  // the per-address cap is 256
+  for (int i = 0; i < 50; ++i) {
+    slow.push_back(dial());
+    [[maybe_unused]] auto n =
+        ::send(slow.back(), "GET /livez HTTP/1.1\r\nHost: x", 29, MSG_NOSIGNAL);
+  }
+  double worst_ms = 0;
+  httplib::Client health("127.0.0.1", d_->health_port());
+  for (int round = 0; round < 5; ++round) {
+    for (int fd : slow) [[maybe_unused]] auto n = ::send(fd, "x", 1, MSG_NOSIGNAL);
+    auto t0 = Clock::now();
+    auto r = health.Get("/livez");
+    double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    worst_ms = std::max(worst_ms, ms);
+    ASSERT_TRUE(r) << "round " << round;
+    EXPECT_EQ(r->status, 200);
+    std::this_thread::sleep_for(200ms);
+  }
+  size_t threads_during = threads();
+  for (int fd : idle) ::close(fd);
+  for (int fd : slow) ::close(fd);
+  RecordProperty("livez_worst_ms", std::to_string(worst_ms));
+  EXPECT_LT(worst_ms, 1000.0);
+  EXPECT_LE(threads_during, threads_before + 2) << "threads followed the connections";
 }
 
 TEST_F(DaemonTest, EditedManifestReflectedWithin100ms) {
@@ -121,6 +224,41 @@ TEST_F(DaemonTest, BrokenManifestKeepsLastGoodStateAndSaysWhy) {
   }
   EXPECT_NE(errors.find("web.yaml"), std::string::npos) << errors;
   EXPECT_NE(errors.find("YAML"), std::string::npos) << errors;
+}
+
+// With --admin-token-file, /metrics and /debug/state need the token; the probes do not.
+class DaemonTokenTest : public DaemonTest {
+ protected:
+  void SetUp() override {
+    token_file_ = "/tmp/endpointd-token-" + std::to_string(::getpid());
+    token_ = "s3cret-token";
+    std::ofstream(token_file_) << token_ << "\n";
+    DaemonTest::SetUp();
+  }
+  void TearDown() override {
+    DaemonTest::TearDown();
+    fs::remove(token_file_);
+  }
+};
+
+TEST_F(DaemonTokenTest, MetricsAndStateNeedTheTokenProbesDoNot) {
+  ASSERT_EQ(wait_endpoints(2, 5s), 2);  // with the token
+  httplib::Client anon("127.0.0.1", d_->admin_port());
+  EXPECT_EQ(anon.Get("/metrics")->status, 401);
+  EXPECT_EQ(anon.Get("/debug/state")->status, 401);
+  EXPECT_EQ(anon.Get("/livez")->status, 200);
+  httplib::Client wrong("127.0.0.1", d_->admin_port());
+  wrong.set_bearer_token_auth("s3cret-tokem");
+  EXPECT_EQ(wrong.Get("/metrics")->status, 401);
+  auto m = http_->Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  // The refusals are counted.
+  EXPECT_NE(
+      m->body.find(
+          "endpointd_http_connections_dropped_total{reason=\"unauthorized\",server=\"admin\"} 3"),
+      std::string::npos)
+      << m->body.substr(0, 400);
 }
 
 }  // namespace

@@ -350,6 +350,57 @@ TEST_F(ServerTest, TcpClientThatNeverReadsIsDropped) {
   ASSERT_EQ(rs.size(), 1u);
 }
 
+// Twenty clients flooding queries and reading nothing: each is dropped at its 256 KiB of
+// unread answers, so the server's memory stays bounded (at most tcp_max_connections x 256 KiB
+// of answers in all), and others are still answered.
+TEST_F(ServerTest, TwentyClientsThatNeverReadLeaveMemoryBounded) {
+  sync();
+  auto rss_mib = [] {
+    FILE* f = std::fopen("/proc/self/statm", "r");
+    long pages = 0, resident = 0;
+    if (f) {
+      if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+      std::fclose(f);
+    }
+    return resident * sysconf(_SC_PAGESIZE) / (1 << 20);
+  };
+  long before = rss_mib();
+  uint64_t dropped_before = sink_->server()->tcp_slow_dropped();
+  auto q = query("web.default.svc.cluster.local", type::kA, 0, 7);
+  std::vector<uint8_t> batch;
+  for (int i = 0; i < 1000; ++i) {
+    batch.push_back(static_cast<uint8_t>(q.size() >> 8));
+    batch.push_back(static_cast<uint8_t>(q.size()));
+    batch.insert(batch.end(), q.begin(), q.end());
+  }
+  std::vector<int> fds;
+  for (int c = 0; c < 20; ++c) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    sockaddr_in a = loopback(port_);
+    ASSERT_EQ(connect(fd, as_sa(&a), sizeof a), 0);
+    fds.push_back(fd);
+  }
+  long peak = before;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (sink_->server()->tcp_slow_dropped() < dropped_before + 20 &&
+         std::chrono::steady_clock::now() < until) {
+    for (int fd : fds)
+      [[maybe_unused]] auto n = send(fd, batch.data(), batch.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    peak = std::max(peak, rss_mib());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int fd : fds) close(fd);
+  std::printf(
+      "20 TCP clients that never read: RSS %ld -> peak %ld MiB, %llu dropped\n", before, peak,
+      static_cast<unsigned long long>(sink_->server()->tcp_slow_dropped() - dropped_before));
+  EXPECT_EQ(sink_->server()->tcp_slow_dropped(), dropped_before + 20);
+  EXPECT_LE(peak - before, 64) << "RSS grew from " << before << " to " << peak << " MiB";
+  auto rs = tcp_ask(port_, {query("web.default.svc.cluster.local", type::kA, 0, 8)});
+  ASSERT_EQ(rs.size(), 1u);
+}
+
 TEST_F(ServerTest, GarbageNeverAmplified) {
   sync();
   uint64_t before = sink_->server()->dropped();

@@ -17,7 +17,7 @@
 
 namespace endpointd::drain::testing {
 
-inline const std::string kAdmin = "http://127.0.0.1:10256";
+inline const std::string kAdmin = "http://127.0.0.1:10249";
 
 // The scenario with `endpointd run` on both nodes; the manifest directory is a copy of
 // examples/cluster whose web.yaml and pods.yaml the test rewrites.
@@ -54,7 +54,7 @@ class DaemonCluster : public Scenario {
                                      "--cluster-cidr",
                                      "10.244.0.0/16",
                                      "--admin-listen",
-                                     "127.0.0.1:10256",
+                                     "127.0.0.1:10249",
                                      "--drain-socket",
                                      socket_of(node),
                                      "--drain-peer-timeout-ms",

@@ -65,6 +65,10 @@ TEST(Identify, ParsesDurations) {
   EXPECT_EQ(parse_duration("2m"), std::chrono::milliseconds(120000));
   EXPECT_EQ(parse_duration("7"), std::chrono::milliseconds(7000));
   EXPECT_FALSE(parse_duration("soon"));
+  // Found by fuzz_drain_action: past int64 milliseconds the conversion was undefined.
+  EXPECT_FALSE(parse_duration("99999999999999999999999"));
+  EXPECT_FALSE(parse_duration("400d"));
+  EXPECT_EQ(parse_duration("8760h"), std::chrono::milliseconds(8760LL * 3600 * 1000));
 }
 
 }  // namespace

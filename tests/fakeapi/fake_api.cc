@@ -194,6 +194,7 @@ struct FakeApiServer::Watch {
   std::chrono::steady_clock::time_point next_periodic_bookmark;
   std::deque<std::string> pending;
   bool finish_after_pending = false;
+  std::optional<size_t> lines_before_silence;  // set: goes silent after this many lines
 
   bool selected(const Stored& s) const {
     return matches(labels, s.labels) && matches(fields, s.fields);
@@ -467,6 +468,11 @@ void FakeApiServer::send_raw_watch_line(std::string_view resource, std::string l
   cv_.notify_all();
 }
 
+void FakeApiServer::silence_next_watch(size_t events) {
+  std::lock_guard lock(mu_);
+  silence_next_watch_ = events;
+}
+
 void FakeApiServer::compact() {
   std::lock_guard lock(mu_);
   for (auto& [_, r] : resources_) {
@@ -507,12 +513,18 @@ size_t FakeApiServer::open_watches() const {
   return open_watches_;
 }
 
+size_t FakeApiServer::silent_watches() const {
+  std::lock_guard lock(mu_);
+  return silent_watches_;
+}
+
 void FakeApiServer::handle(const httplib::Request& req, httplib::Response& res) {
   std::unique_lock lock(mu_);
   RecordedRequest rec;
   rec.method = req.method;
   rec.path = req.path;
   rec.at = std::chrono::steady_clock::now();
+  rec.remote_port = req.remote_port;
   for (const auto& [k, v] : req.params) rec.params.emplace(k, v);
   for (const auto& [k, v] : req.headers) {
     std::string lower = k;
@@ -649,6 +661,8 @@ void FakeApiServer::handle_watch(Resource& r, const httplib::Request& req, httpl
   w->close_epoch = close_epoch_;
   w->bookmark_epoch = bookmark_epoch_;
   w->raw_seq = r.raw_seq;
+  w->lines_before_silence = silence_next_watch_;
+  silence_next_watch_.reset();
 
   const std::string rv_param = req.get_param_value("resourceVersion");
   if (expire_next_watch_) {
@@ -691,6 +705,13 @@ void FakeApiServer::handle_watch(Resource& r, const httplib::Request& req, httpl
         std::unique_lock lock(mu_);
         while (true) {
           if (stopping_ || w->close_epoch != close_epoch_) return false;
+          if (w->lines_before_silence && *w->lines_before_silence == 0) {
+            // Silent: write nothing, keep the connection, until closed or stopped.
+            ++silent_watches_;
+            cv_.wait(lock, [&] { return stopping_ || w->close_epoch != close_epoch_; });
+            --silent_watches_;
+            return false;
+          }
           Resource& res_ = *w->resource;
           if (w->pending.empty() && !w->finish_after_pending) {
             // Only the events after the watch's position (the history is in rv order).
@@ -744,6 +765,7 @@ void FakeApiServer::handle_watch(Resource& r, const httplib::Request& req, httpl
             }
             ++events_sent_;
             lock.lock();
+            if (w->lines_before_silence) --*w->lines_before_silence;
             if (close_after_events_) {
               if (*close_after_events_ <= 1) {
                 close_after_events_.reset();

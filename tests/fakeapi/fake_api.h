@@ -51,6 +51,7 @@ struct RecordedRequest {
   std::multimap<std::string, std::string> params;
   std::map<std::string, std::string> headers;  // names lower-cased
   std::chrono::steady_clock::time_point at;
+  int remote_port = 0;  // the client's side of the connection
 
   std::string param(const std::string& name) const;  // "" when absent
   bool has_param(const std::string& name) const;
@@ -103,6 +104,11 @@ class FakeApiServer {
   void set_write_split(size_t pieces, std::chrono::milliseconds delay);
   // Writes `line` (plus a newline) as is to the open watches of `resource`.
   void send_raw_watch_line(std::string_view resource, std::string line);
+  // The next watch request is answered 200 with its headers and at most `events` event lines,
+  // then nothing more: no events, no bookmarks, no end, and the connection stays open (a
+  // wedged server, or a peer that is gone without a reset). Held until close_watches() or the
+  // server stops, whether or not the client hung up.
+  void silence_next_watch(size_t events = 0);
   // Forgets all watch history: every watch from an older resourceVersion gets 410.
   void compact();
   // Continue tokens handed out so far are answered with 410.
@@ -117,6 +123,8 @@ class FakeApiServer {
   // --- what happened -----------------------------------------------------------------
   std::vector<RecordedRequest> requests() const;
   size_t open_watches() const;
+  // Watches being held silent now (see silence_next_watch).
+  size_t silent_watches() const;
   size_t watch_events_sent() const { return events_sent_.load(); }
 
  private:
@@ -161,6 +169,8 @@ class FakeApiServer {
   uint64_t bookmark_epoch_ = 0;
   std::optional<size_t> close_after_events_;
   bool cut_next_event_ = false;
+  std::optional<size_t> silence_next_watch_;
+  size_t silent_watches_ = 0;
   size_t split_pieces_ = 1;
   std::chrono::milliseconds split_delay_{0};
   bool expire_next_continue_ = false;

@@ -669,7 +669,8 @@ class HaproxyAdapterE2E : public ::testing::Test {
               "--admin-listen",      "127.0.0.1:" + std::to_string(admin_port_),
               "--feed-listen",       "127.0.0.1:" + std::to_string(feed_port_),
               "--drain-socket",      (dir_ / "drain.sock").string(),
-              "--drain-peer-listen", ""};
+              "--drain-peer-listen", "",
+              "--health-listen",     ""};
     o.log_path = (dir_ / "endpointd.log").string();
     daemon_ = std::make_unique<netns::Process>(o);
     ASSERT_TRUE(eventually([&] {

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/ usr / bin / env python3
 """Checks the endpointd Helm chart: helm lint, helm template with the default values and with
 every feature switched on and off, the rendered objects, the example workload's prestop
 wiring, and that invalid values fail naming the value.
@@ -53,6 +53,7 @@ API = {
     "DaemonSet": "apps/v1",
     "Deployment": "apps/v1",
     "ServiceMonitor": "monitoring.coreos.com/v1",
+    "NetworkPolicy": "networking.k8s.io/v1",
 }
 
 
@@ -64,6 +65,10 @@ def one(objs, kind, name=None):
 def hostport(s):
     host, _, port = s.rpartition(":")
     return host.strip("[]"), int(port)
+
+
+def loopback(host):
+    return host.startswith("127.") or host in ("::1", "localhost")
 
 
 def values_of(sets):
@@ -91,8 +96,7 @@ def check_render(name, sets, namespace="endpointd"):
         return None
     v = values_of(sets)
     dns_port = hostport(v["dns"]["listen"])[1]
-
-    # Kinds and apiVersions.
+#Kinds and apiVersions.
     kinds = sorted(o["kind"] for o in objs)
     want = ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount"]
     if v["kubeDNS"]["enabled"]:
@@ -101,13 +105,15 @@ def check_render(name, sets, namespace="endpointd"):
         want += ["Service", "ServiceMonitor"]
     if v["exampleWorkload"]["enabled"]:
         want.append("Deployment")
+    if v["networkPolicy"]["enabled"]:
+        want.append("NetworkPolicy")
     check(kinds == sorted(want), f"[{name}] kinds {kinds}, want {sorted(want)}")
     for o in objs:
         check(o["apiVersion"] == API.get(o["kind"]), f"[{name}] {o['kind']} has apiVersion {o['apiVersion']}")
         if o["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
             check(o["metadata"].get("namespace") == namespace, f"[{name}] {o['kind']} not in namespace {namespace}")
 
-    # The config file.
+#The config file.
     cm = one(objs, "ConfigMap")
     cfg = yaml.safe_load(cm["data"]["config.yaml"])
     check(cfg["dataplane"] == ("nftables" if v["dataplane"]["enabled"] else "none"), f"[{name}] dataplane {cfg['dataplane']}")
@@ -116,6 +122,23 @@ def check_render(name, sets, namespace="endpointd"):
         check(cfg["dns-listen"] == v["dns"]["listen"], f"[{name}] dns-listen {cfg.get('dns-listen')}")
     check(("feed-listen" in cfg) == v["feed"]["enabled"], f"[{name}] feed-listen present iff feed.enabled")
     check(cfg["admin-listen"] == v["admin"]["listen"], f"[{name}] admin-listen {cfg['admin-listen']}")
+    check(cfg["health-listen"] == v["health"]["listen"], f"[{name}] health-listen {cfg['health-listen']}")
+    check(cfg["watch-stall-timeout"] == v["watchStallTimeoutSeconds"],
+          f"[{name}] watch-stall-timeout {cfg.get('watch-stall-timeout')}")
+    token = v["admin"]["tokenSecret"]
+    want_token = f"/etc/endpointd-admin-token/{token['key']}" if token["name"] else None
+    check(cfg.get("admin-token-file") == want_token,
+          f"[{name}] admin-token-file {cfg.get('admin-token-file')}, want {want_token}")
+    ftls = v["feed"]["tls"]
+    feed_tls = v["feed"]["enabled"] and bool(ftls["secretName"])
+    want_feed = {}
+    if feed_tls:
+        want_feed = {"feed-tls-cert": "/etc/endpointd-feed-tls/tls.crt",
+                     "feed-tls-key": "/etc/endpointd-feed-tls/tls.key"}
+        if ftls["clientCA"]:
+            want_feed["feed-client-ca"] = "/etc/endpointd-feed-tls/ca.crt"
+    got_feed = {k: x for k, x in cfg.items() if k.startswith("feed-") and k != "feed-listen"}
+    check(got_feed == want_feed, f"[{name}] feed TLS settings {got_feed}, want {want_feed}")
     sock = v["drain"]["socketDir"].rstrip("/") + "/" + v["drain"]["socketName"]
     check(cfg["drain-socket"] == sock, f"[{name}] drain-socket {cfg['drain-socket']}, want {sock}")
     check(cfg["drain-peer-policy"] == v["drain"]["peerPolicy"], f"[{name}] drain-peer-policy")
@@ -125,7 +148,7 @@ def check_render(name, sets, namespace="endpointd"):
     check(cfg["watch-pods"] == v["watchPods"], f"[{name}] watch-pods")
     check(cfg.get("cluster-cidr", []) == v["clusterCIDR"], f"[{name}] cluster-cidr {cfg.get('cluster-cidr')}")
 
-    # The DaemonSet.
+#The DaemonSet.
     ds = one(objs, "DaemonSet")
     spec = ds["spec"]
     pod = spec["template"]["spec"]
@@ -143,7 +166,7 @@ def check_render(name, sets, namespace="endpointd"):
     check(len(pod["containers"]) == 1, f"[{name}] one container")
     c = pod["containers"][0]
     check(c["args"][:3] == ["run", "--config", "/etc/endpointd/config.yaml"], f"[{name}] args {c['args']}")
-    # Peers: mutual TLS from the Secret (this node's pair), or plaintext only when asked for.
+#Peers : mutual TLS from the Secret(this node's pair), or plaintext only when asked for.
     tls_dir = "/etc/endpointd-peer-tls"
     peer_vols = [x for x in ds["spec"]["template"]["spec"]["volumes"] if x["name"] == "peer-tls"]
     peer_mounts = [m for m in c["volumeMounts"] if m["name"] == "peer-tls"]
@@ -180,8 +203,10 @@ def check_render(name, sets, namespace="endpointd"):
             want_caps.add("NET_BIND_SERVICE")
         check(set(caps.get("add", [])) == want_caps and len(caps.get("add", [])) == len(want_caps),
               f"[{name}] capabilities.add {caps.get('add')}, want {sorted(want_caps)}")
+#No rendered object asks for NET_RAW(endpointd opens no raw or packet socket).
+    check("NET_RAW" not in yaml.safe_dump_all(objs), f"[{name}] NET_RAW in the rendered objects")
 
-    # Mounts and volumes: the config, the drain socket's host directory, /lib/modules read-only.
+#Mounts and volumes : the config, the drain socket's host directory, /lib/modules read-only.
     vols = {x["name"]: x for x in pod["volumes"]}
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     cfg_mount = mounts.get("/etc/endpointd")
@@ -197,21 +222,56 @@ def check_render(name, sets, namespace="endpointd"):
           f"[{name}] /lib/modules not mounted read-only from the host")
     host_paths = sorted(x["hostPath"]["path"] for x in pod["volumes"] if "hostPath" in x)
     check(host_paths == sorted([sdir, "/lib/modules"]), f"[{name}] host paths {host_paths}")
+#The admin token and the feed's TLS files: from their Secrets, read-only, only when asked for.
+    tm = mounts.get("/etc/endpointd-admin-token")
+    if token["name"]:
+        tv = vols.get(tm["name"], {}).get("secret", {}) if tm else {
+}
+        check(tm and tm.get("readOnly") is True and tv.get("secretName") == token["name"]
+              and [i["key"] for i in tv.get("items", [])] == [token["key"]]
+              and [i["path"] for i in tv.get("items", [])] == [token["key"]],
+              f"[{name}] admin token Secret mount {tm} {tv}")
+    else:
+        check(tm is None, f"[{name}] admin token mounted without admin.tokenSecret.name")
+    fm = mounts.get("/etc/endpointd-feed-tls")
+    if feed_tls:
+        fv = vols.get(fm["name"], {}).get("secret", {}) if fm else {}
+        check(fm and fm.get("readOnly") is True and fv.get("secretName") == ftls["secretName"],
+              f"[{name}] feed TLS Secret mount {fm} {fv}")
+    else:
+        check(fm is None, f"[{name}] feed TLS mounted without feed.enabled and feed.tls.secretName")
+    secret_vols = sorted(x["secret"]["secretName"] for x in pod["volumes"] if "secret" in x)
+    want_secrets = ([] if v["drain"]["peerTLS"]["insecure"] else [v["drain"]["peerTLS"]["secretName"]]) \
+        + ([token["name"]] if token["name"] else []) + ([ftls["secretName"]] if feed_tls else [])
+    check(secret_vols == sorted(want_secrets), f"[{name}] Secret volumes {secret_vols}, want {sorted(want_secrets)}")
 
-    # Probes on the admin port, at real admin paths.
-    ahost, aport = hostport(cfg["admin-listen"])
+#Probes on the health port(the admin port when health is off), at real paths.
+    probe_listen = cfg["health-listen"] or cfg["admin-listen"]
+    phost, pport = hostport(probe_listen)
     for probe, path in (("livenessProbe", "/livez"), ("readinessProbe", "/readyz")):
         g = c.get(probe, {}).get("httpGet", {})
         check(g.get("path") == path, f"[{name}] {probe} path {g.get('path')}, want {path}")
-        check(g.get("port") == aport, f"[{name}] {probe} port {g.get('port')}, want {aport}")
-        if ahost.startswith("127.") or ahost in ("::1", "localhost"):
-            check(g.get("host") == "127.0.0.1", f"[{name}] {probe} of a loopback admin address has host {g.get('host')}")
-        elif ahost in ("", "0.0.0.0", "::"):
+        check(g.get("port") == pport, f"[{name}] {probe} port {g.get('port')}, want {pport} ({probe_listen})")
+        if loopback(phost):
+            check(g.get("host") == "127.0.0.1", f"[{name}] {probe} of a loopback address has host {g.get('host')}")
+        elif phost in ("", "0.0.0.0", "::"):
             check("host" not in g, f"[{name}] {probe} sets host {g.get('host')}")
+        else:
+            check(g.get("host") == phost, f"[{name}] {probe} host {g.get('host')}, want {phost}")
     ports = {p["name"]: p for p in c["ports"]}
-    check(ports.get("admin", {}).get("containerPort") == aport, f"[{name}] admin containerPort")
+    if cfg["health-listen"]:
+        check(ports.get("health", {}).get("containerPort") == hostport(cfg["health-listen"])[1],
+              f"[{name}] health containerPort {ports.get('health')}")
+    else:
+        check("health" not in ports, f"[{name}] health containerPort with health-listen off")
+    aport = hostport(cfg["admin-listen"])[1] if cfg["admin-listen"] else None
+    if cfg["admin-listen"] and not loopback(hostport(cfg["admin-listen"])[0]):
+        check(ports.get("admin", {}).get("containerPort") == aport,
+              f"[{name}] admin containerPort {ports.get('admin')}")
+    else:
+        check("admin" not in ports, f"[{name}] admin containerPort for a loopback or disabled admin listener")
 
-    # RBAC: list/watch on exactly services, nodes, pods and endpointslices.
+#RBAC : list / watch on exactly services, nodes, pods and endpointslices.
     role = one(objs, "ClusterRole")
     granted = set()
     for rule in role["rules"]:
@@ -247,11 +307,49 @@ def check_render(name, sets, namespace="endpointd"):
             check(sm_obj["spec"]["selector"]["matchLabels"].items() <= msvc["metadata"]["labels"].items(),
                   f"[{name}] ServiceMonitor does not select the metrics Service")
             check(msvc["spec"]["ports"][0]["port"] == aport, f"[{name}] metrics port")
-            check(sm_obj["spec"]["endpoints"][0]["port"] == "admin" and sm_obj["spec"]["endpoints"][0]["path"] == "/metrics",
-                  f"[{name}] ServiceMonitor endpoint")
+            ep = sm_obj["spec"]["endpoints"][0]
+            check(ep["port"] == "admin" and ep["path"] == "/metrics", f"[{name}] ServiceMonitor endpoint")
+            want_bearer = {"name": token["name"], "key": token["key"]} if token["name"] else None
+            check(ep.get("bearerTokenSecret") == want_bearer,
+                  f"[{name}] ServiceMonitor bearerTokenSecret {ep.get('bearerTokenSecret')}, want {want_bearer}")
+            check(ports.get("admin") is not None, f"[{name}] ServiceMonitor scrapes a port the pod does not declare")
+    if v["networkPolicy"]["enabled"]:
+        check_network_policy(name, one(objs, "NetworkPolicy"), v, cfg, pod_labels, ds)
     if v["exampleWorkload"]["enabled"]:
         check_workload(name, one(objs, "Deployment"), ds, cfg)
     return objs
+
+
+def check_network_policy(name, np, v, cfg, pod_labels, ds):
+    """Ingress only, to the agent pods: which port is open to whom."""
+    check(np is not None, f"[{name}] no NetworkPolicy")
+    if np is None:
+        return
+    spec = np["spec"]
+    check(spec["podSelector"]["matchLabels"] == ds["spec"]["selector"]["matchLabels"],
+          f"[{name}] NetworkPolicy podSelector {spec['podSelector']}")
+    check(spec["policyTypes"] == ["Ingress"], f"[{name}] NetworkPolicy policyTypes {spec['policyTypes']}")
+    rules = {}
+    for rule in spec["ingress"]:
+        for p in rule["ports"]:
+            rules.setdefault((p["port"], p["protocol"]), []).append(rule.get("from"))
+    nodes = [{
+  "ipBlock" : {
+    "cidr" : c
+  }} for c in v["networkPolicy"]["nodeCIDRs"]]
+    want = {}
+    if cfg["health-listen"]:
+        want[(hostport(cfg["health-listen"])[1], "TCP")] = [None]  # from anywhere
+    want[(v["drain"]["peerPort"], "TCP")] = [nodes]
+    if v["feed"]["enabled"]:
+        want[(hostport(cfg["feed-listen"])[1], "TCP")] = [[v["networkPolicy"]["feedClients"]]]
+    if v["dns"]["enabled"]:
+        dp = hostport(cfg["dns-listen"])[1]
+        want[(dp, "UDP")] = want[(dp, "TCP")] = [[{"namespaceSelector": {}}] + nodes]
+    admin_clients = v["networkPolicy"]["adminClients"]
+    if cfg["admin-listen"] and not loopback(hostport(cfg["admin-listen"])[0]) and admin_clients:
+        want[(hostport(cfg["admin-listen"])[1], "TCP")] = [admin_clients]
+    check(rules == want, f"[{name}] NetworkPolicy ingress {rules}, want {want}")
 
 
 def check_workload(name, dep, ds, cfg):
@@ -270,7 +368,7 @@ def check_workload(name, dep, ds, cfg):
     vol = app_mounts.get(bin_dir)
     check(vol is not None and "emptyDir" in vols.get(vol, {}), f"[{name}] {bin_dir} is not a shared emptyDir in the app")
     check(init_mounts.get(vol) is not None, f"[{name}] the init container does not mount {vol}")
-    # The init container copies the image's prestop bundle (endpointd + lib/) into that volume.
+#The init container copies the image's prestop bundle (endpointd + lib/) into that volume.
     icmd = init.get("command", [])
     check(icmd[:2] == ["cp", "-a"] and icmd[-1].rstrip("/") == init_mounts.get(vol, "").rstrip("/")
           and os.path.basename(binary) == "endpointd",
@@ -300,10 +398,9 @@ def run_config_with_binary(name, objs):
     cm = one(objs, "ConfigMap")
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "config.yaml")
-        open(path, "w").write(cm["data"]["config.yaml"])
         os.mkdir(os.path.join(d, "manifests"))
-        # The container's own arguments, with the peer Secret that scripts/peer-certs makes
-        # unpacked where the chart mounts it.
+#The container's own arguments, with the peer Secret that scripts/peer-certs makes
+#unpacked where the chart mounts it.
         c = one(objs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
         tls_dir = os.path.join(d, "peer-tls")
         os.mkdir(tls_dir)
@@ -311,10 +408,25 @@ def run_config_with_binary(name, objs):
                                                check=True).stdout)
         for k, b64 in secret["data"].items():
             open(os.path.join(tls_dir, k), "wb").write(base64.b64decode(b64))
+#The admin token and the feed's Secret (a pair of the same CA as its tls.crt/tls.key),
+#where the config file names them.
+        token_dir, feed_dir = os.path.join(d, "admin-token"), os.path.join(d, "feed-tls")
+        os.mkdir(token_dir)
+        os.mkdir(feed_dir)
+        cfg_text = cm["data"]["config.yaml"]
+        tf = yaml.safe_load(cfg_text).get("admin-token-file")
+        if tf:
+            open(os.path.join(token_dir, os.path.basename(tf)), "w").write("s3cret-token\n")
+        for src, dst in (("ca.crt", "ca.crt"), ("n1.crt", "tls.crt"), ("n1.key", "tls.key")):
+            open(os.path.join(feed_dir, dst), "wb").write(open(os.path.join(tls_dir, src), "rb").read())
+        cfg_text = cfg_text.replace("/etc/endpointd-admin-token", token_dir)
+        cfg_text = cfg_text.replace("/etc/endpointd-feed-tls", feed_dir)
+        open(path, "w").write(cfg_text)
         extra = [a.replace("/etc/endpointd-peer-tls", tls_dir).replace("$(NODE_NAME)", "n1")
                  for a in c["args"][3:]]
         args = [ENDPOINTD, "run", "--config", path, "--source-dir", os.path.join(d, "manifests"),
                 "--node-name", "n1", "--dataplane", "none", "--admin-listen", "127.0.0.1:0",
+                "--health-listen", "127.0.0.1:0",
                 "--drain-socket", os.path.join(d, "drain.sock"), "--drain-peer-listen", "127.0.0.1:0"] + extra
         if "dns-listen" in yaml.safe_load(cm["data"]["config.yaml"]):
             args += ["--dns-listen", "127.0.0.1:0", "--dns-upstream", "127.0.0.1:1"]
@@ -334,6 +446,9 @@ def main():
     check(r.returncode == 0, f"helm lint: {r.stdout}{r.stderr}")
     r = helm("lint", CHART, "--namespace", "kube-system", "--set", "dns.enabled=true", "--set", "kubeDNS.enabled=true",
              "--set", "kubeDNS.clusterIP=10.96.0.10", "--set", "feed.enabled=true",
+             "--set", "feed.tls.secretName=feed-tls", "--set", "admin.listen=0.0.0.0:10249",
+             "--set", "admin.tokenSecret.name=admin-token", "--set", "networkPolicy.enabled=true",
+             "--set", "networkPolicy.nodeCIDRs={192.168.0.0/16}",
              "--set", "metrics.serviceMonitor.enabled=true", "--set", "exampleWorkload.enabled=true")
     check(r.returncode == 0, f"helm lint (all on): {r.stdout}{r.stderr}")
 
@@ -341,29 +456,63 @@ def main():
               "feed.enabled=true", "metrics.serviceMonitor.enabled=true", "exampleWorkload.enabled=true",
               "clusterCIDR={10.244.0.0/16,fd00:10:244::/56}", "nodePortAddresses={192.168.0.0/16}",
               "masqueradeAll=true", "watchPods=true", "log.format=json", "drain.peerPolicy=wait",
-              "drain.peerTimeoutMs=2000", "drain.releaseAfter=removed"]
+              "drain.peerTimeoutMs=2000", "drain.releaseAfter=removed",
+              "admin.listen=0.0.0.0:10249", "admin.tokenSecret.name=endpointd-admin", "admin.tokenSecret.key=bearer",
+              "feed.tls.secretName=endpointd-feed-tls", "networkPolicy.enabled=true",
+              "networkPolicy.nodeCIDRs={192.168.0.0/16,fd00:1::/64}", "watchStallTimeoutSeconds=30"]
     all_off = ["dataplane.enabled=false", "dns.enabled=false", "kubeDNS.enabled=false", "feed.enabled=false",
-               "metrics.serviceMonitor.enabled=false", "exampleWorkload.enabled=false", "watchPods=false"]
+               "metrics.serviceMonitor.enabled=false", "exampleWorkload.enabled=false", "watchPods=false",
+               "networkPolicy.enabled=false", "watchStallTimeoutSeconds=0"]
     scenarios = [
         ("defaults", [], "endpointd"),
         ("all-on", all_on, "kube-system"),
         ("all-off", all_off, "endpointd"),
         ("privileged", ["privileged=true"], "endpointd"),
-        ("loopback-admin", ["admin.listen=127.0.0.1:10256", "exampleWorkload.enabled=true"], "endpointd"),
+        ("loopback-admin", ["admin.listen=127.0.0.1:10250", "exampleWorkload.enabled=true"], "endpointd"),
+        ("loopback-health", ["health.listen=127.0.0.1:10256"], "endpointd"),
+        ("node-health", ["health.listen=10.1.2.3:10256"], "endpointd"),
+        ("health-off", ["health.listen="], "endpointd"),
+        ("health-off-admin-wide", ["health.listen=", "admin.listen=0.0.0.0:10249"], "endpointd"),
+        ("admin-off", ["admin.listen="], "endpointd"),
+        ("admin-wide", ["admin.listen=0.0.0.0:10249"], "endpointd"),
+        ("admin-token", ["admin.tokenSecret.name=adm"], "endpointd"),
+        ("servicemonitor", ["metrics.serviceMonitor.enabled=true", "admin.listen=0.0.0.0:10249"], "endpointd"),
+        ("servicemonitor-token", ["metrics.serviceMonitor.enabled=true", "admin.listen=0.0.0.0:10249",
+                                  "admin.tokenSecret.name=adm", "admin.tokenSecret.key=t.txt"], "endpointd"),
+        ("feed-tls", ["feed.enabled=true", "feed.tls.secretName=ftls"], "endpointd"),
+        ("feed-tls-no-client-ca", ["feed.enabled=true", "feed.tls.secretName=ftls", "feed.tls.clientCA=false"],
+         "endpointd"),
+        ("feed-tls-feed-off", ["feed.enabled=false", "feed.tls.secretName=ftls"], "endpointd"),
+        ("networkpolicy", ["networkPolicy.enabled=true", "networkPolicy.nodeCIDRs={10.0.0.0/8}"], "endpointd"),
+        ("networkpolicy-all", ["networkPolicy.enabled=true", "networkPolicy.nodeCIDRs={10.0.0.0/8}",
+                               "feed.enabled=true", "dns.enabled=true", "dns.listen=0.0.0.0:5353"], "endpointd"),
+        ("networkpolicy-health-off", ["networkPolicy.enabled=true", "networkPolicy.nodeCIDRs={10.0.0.0/8}",
+                                      "health.listen="], "endpointd"),
         ("other-socket", ["drain.socketDir=/var/run/edp", "drain.socketName=d.sock", "exampleWorkload.enabled=true",
                           "dns.enabled=true", "dns.listen=169.254.20.10:5353"], "endpointd"),
     ]
     for feature, on in (("dataplane.enabled", True), ("dns.enabled", True), ("feed.enabled", True),
-                        ("metrics.serviceMonitor.enabled", True), ("exampleWorkload.enabled", True), ("privileged", True),
+                        ("exampleWorkload.enabled", True), ("privileged", True),
                         ("watchPods", False), ("masqueradeAll", True), ("drain.peerTLS.insecure", True)):
         scenarios.append((f"{feature}={str(on).lower()}", [f"{feature}={str(on).lower()}"], "endpointd"))
         scenarios.append((f"{feature}={str(not on).lower()}", [f"{feature}={str(not on).lower()}"], "endpointd"))
     for name, sets, ns in scenarios:
         objs = check_render(name, sets, ns)
-        if objs and name in ("defaults", "all-on", "all-off"):
+        if objs and name in ("defaults", "all-on", "all-off", "health-off", "feed-tls-no-client-ca"):
             run_config_with_binary(name, objs)
 
-    # The static example matches the chart's defaults.
+#Defaults : probes on the health port, the admin server on loopback, no NET_RAW.
+    objs = render("defaults", [])
+    cfg = yaml.safe_load(one(objs, "ConfigMap")["data"]["config.yaml"])
+    check(cfg["health-listen"] == "0.0.0.0:10256", f"default health-listen {cfg['health-listen']}")
+    check(loopback(hostport(cfg["admin-listen"])[0]), f"default admin-listen {cfg['admin-listen']} is not loopback")
+    c = one(objs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+    check(c["readinessProbe"]["httpGet"]["port"] == 10256 and c["livenessProbe"]["httpGet"]["port"] == 10256,
+          "default probes are not on the health port 10256")
+    check("NET_RAW" not in yaml.safe_dump_all(objs), "default render grants NET_RAW")
+    check(not any(o["kind"] == "NetworkPolicy" for o in objs), "NetworkPolicy rendered by default")
+
+#The static example matches the chart's defaults.
     default_objs = render("defaults", [])
     ex = yaml.safe_load(open(os.path.join(CHART, "examples", "workload.yaml")))
     check(ex["kind"] == "Deployment" and ex["apiVersion"] == "apps/v1", "examples/workload.yaml kind")
@@ -371,7 +520,7 @@ def main():
     cfg = yaml.safe_load(one(default_objs, "ConfigMap")["data"]["config.yaml"])
     check_workload("examples/workload.yaml", ex, ds, cfg)
 
-    # Invalid values fail, naming the value.
+#Invalid values fail, naming the value.
     bad = [
         (["clusterCIDR={10.0.0.0/33}"], "clusterCIDR"),
         (["nodePortAddresses={not-a-cidr}"], "nodePortAddresses"),
@@ -385,7 +534,22 @@ def main():
         (["dns.enabled=true", "kubeDNS.enabled=true", "kubeDNS.clusterIP=10.96.0.300"], "/kubeDNS/clusterIP"),
         (["kubeDNS.enabled=true", "kubeDNS.clusterIP=10.96.0.10"], "/dns/enabled"),
         (["log.format=xml"], "/log/format"),
-        (["metrics.serviceMonitor.enabled=true", "admin.listen=127.0.0.1:10256"], "admin.listen"),
+        (["metrics.serviceMonitor.enabled=true", "admin.listen=127.0.0.1:10249"], "admin.listen"),
+        (["metrics.serviceMonitor.enabled=true"], "admin.listen"),
+        (["metrics.serviceMonitor.enabled=true", "admin.listen="], "admin.listen"),
+        (["health.listen=0.0.0.0:70000"], "/health/listen"),
+        (["health.listen=", "admin.listen="], "health.listen"),
+        (["admin.listen=0.0.0.0:10256"], "health.listen"),
+        (["admin.tokenSecret.key=a/b"], "/admin/tokenSecret/key"),
+        (["admin.tokenSecret.name=Not_A_Name"], "/admin/tokenSecret/name"),
+        (["feed.tls.secretName=Not_A_Name"], "/feed/tls/secretName"),
+        (["watchStallTimeoutSeconds=-1"], "/watchStallTimeoutSeconds"),
+        (["watchStallTimeoutSeconds=5"], "/watchStallTimeoutSeconds"),
+        (["watchStallTimeoutSeconds=3601"], "/watchStallTimeoutSeconds"),
+        (["networkPolicy.enabled=true"], "/networkPolicy/nodeCIDRs"),
+        (["networkPolicy.enabled=true", "networkPolicy.nodeCIDRs={10.0.0.0/33}"], "nodeCIDRs"),
+        (["networkPolicy.enabled=true", "networkPolicy.nodeCIDRs={10.0.0.0/8}", "feed.enabled=true",
+          "networkPolicy.feedClients=null"], "networkPolicy.feedClients"),
         (["unknownValue=1"], "unknownValue"),
     ]
     for sets, named in bad:

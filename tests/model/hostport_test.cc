@@ -44,6 +44,17 @@ TEST(HostPort, RejectsWithAnErrorNamingTheValue) {
   EXPECT_FALSE(parse_host_port("nope", 53));
 }
 
+TEST(HostPort, LoopbackIsOnlyWhatThisHostAloneCanReach) {
+  EXPECT_TRUE(parse_host_port("127.0.0.1:1")->loopback());
+  EXPECT_TRUE(parse_host_port("127.1.2.3:1")->loopback());
+  EXPECT_TRUE(parse_host_port("[::1]:1")->loopback());
+  EXPECT_TRUE(parse_host_port("localhost:1")->loopback());
+  EXPECT_FALSE(parse_host_port(":1")->loopback());  // every address
+  EXPECT_FALSE(parse_host_port("0.0.0.0:1")->loopback());
+  EXPECT_FALSE(parse_host_port("[::]:1")->loopback());
+  EXPECT_FALSE(parse_host_port("10.0.0.1:1")->loopback());
+}
+
 TEST(HostPort, PrintsIPv6InBrackets) {
   EXPECT_EQ((HostPort{"::1", 80}.str()), "[::1]:80");
   EXPECT_EQ((HostPort{"10.0.0.1", 80}.str()), "10.0.0.1:80");

@@ -21,15 +21,15 @@ cp -r "$root/examples/cluster" "$work/manifests"
 caps=${ENDPOINTD_TEST_CAPS-+net_admin}  # what the chart adds (a test of the test: set it empty)
 ip netns exec "$ns" setpriv --bounding-set "-all${caps:+,$caps}" -- "$bin" run \
   --source-dir "$work/manifests" --dataplane nftables --node-name node-a \
-  --cluster-cidr 10.244.0.0/16 --admin-listen 127.0.0.1:10256 \
+  --cluster-cidr 10.244.0.0/16 --admin-listen 127.0.0.1:10249 \
   --drain-socket "$work/drain.sock" --drain-peer-listen "" >"$work/log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do
-  ip netns exec "$ns" curl -fs --max-time 1 http://127.0.0.1:10256/readyz >/dev/null 2>&1 && break
+  ip netns exec "$ns" curl -fs --max-time 1 http://127.0.0.1:10249/readyz >/dev/null 2>&1 && break
   sleep 0.1
 done
 fail() { echo "least privilege: $*"; cat "$work/log"; exit 1; }
-ip netns exec "$ns" curl -fs --max-time 1 http://127.0.0.1:10256/readyz >/dev/null || fail "not ready"
+ip netns exec "$ns" curl -fs --max-time 1 http://127.0.0.1:10249/readyz >/dev/null || fail "not ready"
 # Its effective capabilities: CAP_NET_ADMIN (bit 12) and nothing else.
 eff=$(awk '/^CapEff/ {print $2}' "/proc/$pid/status")
 [ "$((16#$eff))" -eq $((1 << 12)) ] || fail "CapEff $eff, want only CAP_NET_ADMIN (0x1000)"

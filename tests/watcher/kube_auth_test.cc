@@ -90,7 +90,7 @@ TEST(Kubeconfig, ReadsCurrentContextAndResolvesRelativePaths) {
 
 struct BadCase {
   const char* name;
-  const char* yaml;
+  std::string yaml;
   const char* must_mention;
 };
 
@@ -139,6 +139,13 @@ TEST(Kubeconfig, ErrorsNameTheField) {
        "cluster: {server: 'https://x', insecure-skip-tls-verify: maybe}\n",
        "insecure-skip-tls-verify"},
       {"not yaml", "{{{", "invalid YAML"},
+      // Found by fuzz_kubeconfig: a path the file system refuses (a name over 255 bytes) is an
+      // error naming the field, not an exception out of from_kubeconfig.
+      {"unusable CA path",
+       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  "
+       "cluster: {server: 'https://x', certificate-authority: /" +
+           std::string(300, 'a') + "}\n",
+       "certificate-authority file"},
   };
   TempDir dir;
   for (const auto& c : cases) {

@@ -42,3 +42,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "endpointd.drainSocket" -}}
 {{- printf "%s/%s" (trimSuffix "/" .Values.drain.socketDir) .Values.drain.socketName -}}
 {{- end -}}
+
+{{/* "true" when the host of an ADDR:PORT is a loopback address, else empty. */}}
+{{- define "endpointd.loopback" -}}
+{{- $h := include "endpointd.host" . -}}
+{{- if or (hasPrefix "127." $h) (eq $h "::1") (eq $h "localhost") -}}true{{- end -}}
+{{- end -}}
