@@ -3,6 +3,7 @@
 // generation.
 #include "proxy/netlink.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <libmnl/libmnl.h>
 #include <libnftnl/chain.h>
@@ -97,6 +98,102 @@ Result<BatchStats> NetlinkBackend::send(const Batch& b) {
   return BatchStats{b.what.size(), b.bytes.size()};
 }
 
+namespace {
+
+// Every message's length fits in what is left of the buffer. libmnl's own check compares the
+// length as a signed int, so a length above 2^31 passes it and the loop walks out of the
+// buffer (found by fuzz_netlink); the kernel never sends one, but nothing here assumes that.
+bool well_formed(const void* buf, size_t len) {
+  const auto* p = static_cast<const unsigned char*>(buf);
+  while (len >= sizeof(nlmsghdr)) {
+    nlmsghdr h;
+    std::memcpy(&h, p, sizeof h);
+    if (h.nlmsg_len < sizeof(nlmsghdr) || h.nlmsg_len > len) return false;
+    size_t step = std::min<size_t>(NLMSG_ALIGN(h.nlmsg_len), len);
+    p += step;
+    len -= step;
+  }
+  return true;
+}
+
+}  // namespace
+
+// The attributes of one nf_tables message that endpointd reads, each taken only if it has the
+// type's shape (a NUL-terminated string, a 32-bit number). Read with libmnl alone: libnftnl's
+// parsers exit() the process on an attribute of an unexpected shape ("kernel ABI is broken",
+// found by fuzz_netlink), which an agent must not do whatever a reply holds.
+namespace {
+
+struct NftAttrs {
+  const char* str[4] = {};  // by attribute type 1..3 (table, name)
+  std::optional<uint32_t> u32_1;
+};
+
+NftAttrs nft_attrs(const nlmsghdr* m) {
+  NftAttrs out;
+  mnl_attr_parse(
+      m, sizeof(nfgenmsg),
+      [](const nlattr* a, void* data) -> int {
+        auto* o = static_cast<NftAttrs*>(data);
+        uint16_t type = mnl_attr_get_type(a);
+        if (type >= 1 && type <= 3 && mnl_attr_validate(a, MNL_TYPE_NUL_STRING) == 0)
+          o->str[type] = mnl_attr_get_str(a);
+        if (type == 1 && mnl_attr_validate(a, MNL_TYPE_U32) == 0)
+          o->u32_1 = ntohl(mnl_attr_get_u32(a));
+        return MNL_CB_OK;
+      },
+      &out);
+  return out;
+}
+
+// Whether m is the nf_tables message `msg` (NFT_MSG_NEW...).
+bool is_nft(const nlmsghdr* m, uint16_t msg) {
+  return (m->nlmsg_type >> 8) == NFNL_SUBSYS_NFTABLES && (m->nlmsg_type & 0xff) == msg;
+}
+
+}  // namespace
+
+int parse_dump_names(const void* buf, size_t len, uint32_t seq, uint32_t portid, uint16_t msg_type,
+                     std::vector<std::string>& names) {
+  if (!well_formed(buf, len)) {
+    errno = EBADMSG;
+    return MNL_CB_ERROR;
+  }
+  struct Ctx {
+    uint16_t type;
+    std::vector<std::string>* names;
+  } ctx{msg_type, &names};
+  auto cb = [](const nlmsghdr* m, void* data) -> int {
+    auto* c = static_cast<Ctx*>(data);
+    bool chain = c->type == NFT_MSG_GETCHAIN;
+    uint16_t want = chain ? NFT_MSG_NEWCHAIN : NFT_MSG_NEWSET;
+    if (!is_nft(m, want)) return MNL_CB_OK;
+    NftAttrs a = nft_attrs(m);
+    // NFTA_{CHAIN,SET}_TABLE is 1; the name is NFTA_CHAIN_NAME (3) or NFTA_SET_NAME (2).
+    const char* table = a.str[NFTA_CHAIN_TABLE];
+    const char* name = a.str[chain ? int{NFTA_CHAIN_NAME} : int{NFTA_SET_NAME}];
+    // A message without a table or a name is skipped, never dereferenced.
+    if (table && name && std::strcmp(table, kTableName) == 0) c->names->emplace_back(name);
+    return MNL_CB_OK;
+  };
+  return mnl_cb_run(buf, len, seq, portid, cb, &ctx);
+}
+
+int parse_generation(const void* buf, size_t len, uint32_t seq, uint32_t portid,
+                     std::optional<uint32_t>& id) {
+  if (!well_formed(buf, len)) {
+    errno = EBADMSG;
+    return MNL_CB_ERROR;
+  }
+  auto cb = [](const nlmsghdr* m, void* data) -> int {
+    if (!is_nft(m, NFT_MSG_NEWGEN)) return MNL_CB_OK;
+    auto* out = static_cast<std::optional<uint32_t>*>(data);
+    if (auto v = nft_attrs(m).u32_1) *out = *v;  // NFTA_GEN_ID
+    return MNL_CB_OK;
+  };
+  return mnl_cb_run(buf, len, seq, portid, cb, &id);
+}
+
 Result<std::vector<std::string>> NetlinkBackend::list_names(uint16_t msg_type, IpFamily f) {
   std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
   uint32_t seq = seq_++;
@@ -111,40 +208,19 @@ Result<std::vector<std::string>> NetlinkBackend::list_names(uint16_t msg_type, I
   if (mnl_socket_sendto(sock_->nl.get(), nlh, nlh->nlmsg_len) < 0) {
     return Error{std::string("netlink send: ") + std::strerror(errno)};
   }
-  struct Ctx {
-    uint16_t type;
-    std::vector<std::string> names;
-  } ctx{msg_type, {}};
-  auto cb = [](const nlmsghdr* m, void* data) -> int {
-    auto* c = static_cast<Ctx*>(data);
-    // A message without a table or a name attribute parses too: skip it, never dereference.
-    auto take = [c](const char* table, const char* name) {
-      if (table && name && std::strcmp(table, kTableName) == 0) c->names.emplace_back(name);
-    };
-    if (c->type == NFT_MSG_GETCHAIN) {
-      nftnl::ChainPtr ch(nftnl_chain_alloc());
-      if (nftnl_chain_nlmsg_parse(m, ch.get()) == 0)
-        take(nftnl_chain_get_str(ch.get(), NFTNL_CHAIN_TABLE),
-             nftnl_chain_get_str(ch.get(), NFTNL_CHAIN_NAME));
-    } else {
-      nftnl::SetPtr s(nftnl_set_alloc());
-      if (nftnl_set_nlmsg_parse(m, s.get()) == 0)
-        take(nftnl_set_get_str(s.get(), NFTNL_SET_TABLE),
-             nftnl_set_get_str(s.get(), NFTNL_SET_NAME));
-    }
-    return MNL_CB_OK;
-  };
+  std::vector<std::string> names;
   for (;;) {
     ssize_t n = mnl_socket_recvfrom(sock_->nl.get(), buf.data(), buf.size());
     if (n < 0) return Error{std::string("netlink receive: ") + std::strerror(errno)};
-    int ret = mnl_cb_run(buf.data(), static_cast<size_t>(n), seq, sock_->portid, cb, &ctx);
+    int ret =
+        parse_dump_names(buf.data(), static_cast<size_t>(n), seq, sock_->portid, msg_type, names);
     if (ret < 0) {
       if (errno == ENOENT) return std::vector<std::string>{};  // no table yet
       return Error{std::string("netlink dump: ") + std::strerror(errno)};
     }
     if (ret == MNL_CB_STOP) break;
   }
-  return std::move(ctx.names);
+  return names;
 }
 
 Result<uint32_t> NetlinkBackend::ruleset_generation() {
@@ -154,28 +230,16 @@ Result<uint32_t> NetlinkBackend::ruleset_generation() {
   if (mnl_socket_sendto(sock_->nl.get(), nlh, nlh->nlmsg_len) < 0) {
     return Error{std::string("netlink send: ") + std::strerror(errno)};
   }
-  struct Ctx {
-    bool found = false;
-    uint32_t id = 0;
-  } ctx;
-  auto cb = [](const nlmsghdr* m, void* data) -> int {
-    auto* c = static_cast<Ctx*>(data);
-    nftnl::GenPtr g(nftnl_gen_alloc());
-    if (g && nftnl_gen_nlmsg_parse(m, g.get()) == 0 && nftnl_gen_is_set(g.get(), NFTNL_GEN_ID)) {
-      c->found = true;
-      c->id = nftnl_gen_get_u32(g.get(), NFTNL_GEN_ID);
-    }
-    return MNL_CB_OK;
-  };
+  std::optional<uint32_t> id;
   for (;;) {
     ssize_t n = mnl_socket_recvfrom(sock_->nl.get(), buf.data(), buf.size());
     if (n < 0) return Error{std::string("netlink receive: ") + std::strerror(errno)};
-    int ret = mnl_cb_run(buf.data(), static_cast<size_t>(n), seq, sock_->portid, cb, &ctx);
+    int ret = parse_generation(buf.data(), static_cast<size_t>(n), seq, sock_->portid, id);
     if (ret < 0) return Error{std::string("netlink getgen: ") + std::strerror(errno)};
     if (ret == MNL_CB_STOP) break;
   }
-  if (!ctx.found) return Error{"netlink getgen: no generation in the answer"};
-  return ctx.id;
+  if (!id) return Error{"netlink getgen: no generation in the answer"};
+  return *id;
 }
 
 void NetlinkBackend::set_quiet_full_sync(std::function<bool(bool)> listen,

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,18 @@
 #include "proxy/nft_encode.h"
 
 namespace endpointd::proxy {
+
+// The parts of the kernel's replies endpointd reads, as pure functions of the bytes (fuzzed by
+// tests/fuzz/fuzz_netlink.cc). Each runs libmnl's message loop over one received buffer and
+// returns its result: MNL_CB_OK (more to come), MNL_CB_STOP (done), or -1 with errno set.
+// A seq or portid of 0 is not checked.
+//   parse_dump_names: the names of endpointd's table's chains (msg_type NFT_MSG_GETCHAIN) or
+//                     sets (NFT_MSG_GETSET), appended to `names`.
+//   parse_generation: the ruleset generation (NFT_MSG_GETGEN), into `id`.
+int parse_dump_names(const void* buf, size_t len, uint32_t seq, uint32_t portid, uint16_t msg_type,
+                     std::vector<std::string>& names);
+int parse_generation(const void* buf, size_t len, uint32_t seq, uint32_t portid,
+                     std::optional<uint32_t>& id);
 
 class NetlinkBackend : public Backend {
  public:

@@ -51,7 +51,6 @@ uint32_t daddr_off(IpFamily f) {
 
 // ---- set definitions: key/data types as nft computes them, user data as nft writes it ----
 
-constexpr uint32_t kTypeVerdict = 1;
 constexpr uint32_t kTypeInteger = 4;
 constexpr uint32_t kTypeIpv4 = 7;
 constexpr uint32_t kTypeIpv6 = 8;
