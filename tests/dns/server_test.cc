@@ -313,6 +313,18 @@ TEST_F(ServerTest, TcpGarbageClosesTheConnection) {
   close(fd);
 }
 
+// `n` copies of one TCP query, length-prefixed, as a client pipelining them sends them.
+std::vector<uint8_t> pipelined_queries(int n) {
+  auto q = query("web.default.svc.cluster.local", type::kA, 0, 7);
+  std::vector<uint8_t> batch;
+  for (int i = 0; i < n; ++i) {
+    batch.push_back(static_cast<uint8_t>(q.size() >> 8));
+    batch.push_back(static_cast<uint8_t>(q.size()));
+    batch.insert(batch.end(), q.begin(), q.end());
+  }
+  return batch;
+}
+
 // A client that sends queries and never reads the answers: the server drops it once its unread
 // answers pass the per-connection limit, counts it, and keeps answering others.
 TEST_F(ServerTest, TcpClientThatNeverReadsIsDropped) {
@@ -322,13 +334,7 @@ TEST_F(ServerTest, TcpClientThatNeverReadsIsDropped) {
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
   sockaddr_in a = loopback(port_);
   ASSERT_EQ(connect(fd, as_sa(&a), sizeof a), 0);
-  auto q = query("web.default.svc.cluster.local", type::kA, 0, 7);
-  std::vector<uint8_t> batch;
-  for (int i = 0; i < 1000; ++i) {
-    batch.push_back(static_cast<uint8_t>(q.size() >> 8));
-    batch.push_back(static_cast<uint8_t>(q.size()));
-    batch.insert(batch.end(), q.begin(), q.end());
-  }
+  std::vector<uint8_t> batch = pipelined_queries(1000);
   bool closed = false;
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   size_t sent = 0;
@@ -366,13 +372,7 @@ TEST_F(ServerTest, TwentyClientsThatNeverReadLeaveMemoryBounded) {
   };
   long before = rss_mib();
   uint64_t dropped_before = sink_->server()->tcp_slow_dropped();
-  auto q = query("web.default.svc.cluster.local", type::kA, 0, 7);
-  std::vector<uint8_t> batch;
-  for (int i = 0; i < 1000; ++i) {
-    batch.push_back(static_cast<uint8_t>(q.size() >> 8));
-    batch.push_back(static_cast<uint8_t>(q.size()));
-    batch.insert(batch.end(), q.begin(), q.end());
-  }
+  std::vector<uint8_t> batch = pipelined_queries(1000);
   std::vector<int> fds;
   for (int c = 0; c < 20; ++c) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
