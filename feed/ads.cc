@@ -53,6 +53,12 @@ std::string version_hash(const google::protobuf::Any& a) {
   return buf;
 }
 
+// Per stream: type URLs (endpointd serves four; a few unknown ones get empty answers) and
+// subscribed names per type (a cluster's service ports, with room to spare). Past either the
+// stream ends with RESOURCE_EXHAUSTED, counted as rejected{reason="stream_limit"}.
+constexpr size_t kMaxTypesPerStream = 8;
+constexpr size_t kMaxNamesPerType = 100000;
+
 template <bool kDelta>
 class AdsStream final : public FeedStream {
   using Request = std::conditional_t<kDelta, disc::DeltaDiscoveryRequest, disc::DiscoveryRequest>;
@@ -106,6 +112,27 @@ class AdsStream final : public FeedStream {
       sc_.metrics->rejected(Reject::kUnknownType);
       finish_locked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                  "endpointd feed: an ADS request must carry a type_url"));
+      return false;
+    }
+    // What one stream may hold: a few type URLs (four are endpointd's) and a bounded number of
+    // subscribed names per type, so that one client cannot grow the agent without bound.
+    std::string why;
+    if (!types_.count(in_.type_url()) && types_.size() >= kMaxTypesPerStream)
+      why = "more than " + std::to_string(kMaxTypesPerStream) + " type URLs on one stream";
+    size_t asked = 0;
+    if constexpr (kDelta) {
+      auto it = types_.find(in_.type_url());
+      asked = (it == types_.end() ? 0 : it->second.names.size()) +
+              static_cast<size_t>(in_.resource_names_subscribe_size());
+    } else {
+      asked = static_cast<size_t>(in_.resource_names_size());
+    }
+    if (asked > kMaxNamesPerType)
+      why = "more than " + std::to_string(kMaxNamesPerType) + " resource names of one type";
+    if (!why.empty()) {
+      sc_.metrics->rejected(Reject::kStreamLimit);
+      spdlog::warn("feed: {} (node {}) closed: {}", peer_, node_id_, why);
+      finish_locked(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "endpointd feed: " + why));
       return false;
     }
     if (in_.has_node() && node_id_.empty()) {
@@ -203,10 +230,16 @@ class AdsStream final : public FeedStream {
   void check_name(const TypeState& ts, const std::string& n) {
     if (ts.type != XdsType::kUnknown && !parse_resource_name(ts.type, n, sc_.zone)) {
       sc_.metrics->rejected(Reject::kBadResourceName);
-      spdlog::info("feed: {} subscribed to {} {}, which is no endpointd resource name", peer_,
-                   short_name(ts.type), n);
+      // Logged at the 1st, 2nd, 4th... per stream: a client subscribing to thousands of
+      // unknown names must not fill the log.
+      if (uint64_t k = ++bad_names_; (k & (k - 1)) == 0)
+        spdlog::info(
+            "feed: {} subscribed to {} {}, which is no endpointd resource name ({} so "
+            "far on this stream)",
+            peer_, short_name(ts.type), n, k);
     }
   }
+  uint64_t bad_names_ = 0;
 
   void add(Resources& out, const TypeState& ts, const std::string& name, const ServicePortName& spn,
            model::ServiceStatePtr src) {

@@ -11,7 +11,7 @@ namespace {
 const char* kApiNames[] = {"watch", "ads", "delta_ads"};
 const char* kRejectNames[] = {"too_many_streams", "invalid_subscribe", "invalid_ack",
                               "unknown_type",     "stale_nonce",       "bad_resource_name",
-                              "malformed"};
+                              "malformed",        "stream_limit"};
 int idx(Metrics::Api a) {
   return static_cast<int>(a);
 }

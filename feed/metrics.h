@@ -27,6 +27,7 @@ class Metrics {
     kStaleNonce,
     kBadResourceName,
     kMalformed,
+    kStreamLimit,  // a stream past its cap on type URLs or subscribed names
   };
 
   void stream_opened(Api a);
@@ -50,7 +51,7 @@ class Metrics {
 
  private:
   static constexpr int kApis = 3;
-  static constexpr int kRejects = 7;
+  static constexpr int kRejects = 8;
   prometheus::Gauge* streams_[kApis] = {};
   prometheus::Counter* updates_[kApis] = {};
   prometheus::Counter* acks_[kApis] = {};

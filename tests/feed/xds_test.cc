@@ -171,6 +171,40 @@ TEST_F(Xds, StaleNonceAndUnknownTypeAndBadNames) {
   EXPECT_TRUE(s.close().ok());
 }
 
+// One stream may not grow the agent without bound: past 8 type URLs, or 100,000 names of one
+// type, it ends with RESOURCE_EXHAUSTED (counted); another stream is untouched.
+TEST_F(Xds, AStreamPastItsLimitsEndsAloneWithResourceExhausted) {
+  start();
+  publish(snapshot(1, {service("default", "web", {{.ip = "10.0.0.1"}})}));
+  Sotw good(channel_, false);
+  ASSERT_TRUE(good.write(request(kEds, {kWeb})));
+  auto r1 = good.read();
+
+  Sotw types(channel_, false);
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(types.write(request("type.googleapis.com/example.T" + std::to_string(i), {})));
+    types.read();
+  }
+  types.write(request("type.googleapis.com/example.T8", {}));
+  grpc::Status st = types.close();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_NE(st.error_message().find("type URLs"), std::string::npos) << st.error_message();
+
+  Sotw names(channel_, false);
+  std::vector<std::string> many;
+  for (int i = 0; i <= 100000; ++i) many.push_back(std::to_string(i));
+  names.write(request(kEds, many));
+  st = names.close();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_EQ(metric("endpointd_feed_rejected_total", "stream_limit"), 2);
+
+  // The good stream acks and gets the next change.
+  ASSERT_TRUE(good.write(request(kEds, {kWeb}, &r1)));
+  publish(snapshot(2, {service("default", "web", {{.ip = "10.0.0.2"}})}));
+  EXPECT_EQ(good.read().version_info(), "2");
+  EXPECT_TRUE(good.close().ok());
+}
+
 TEST_F(Xds, MalformedBytesEndOnlyThatStreamWithInvalidArgument) {
   start();
   publish(snapshot(1, {service("default", "web", {{.ip = "10.0.0.1"}})}));
