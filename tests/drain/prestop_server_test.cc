@@ -301,7 +301,7 @@ TEST_F(PrestopServerTest, TheAgentBehindAReadOnlyMountIsTrusted) {
     }
     PrestopClientOptions o;
     o.socket = socket();
-    o.timeout = 6s;  // the agent waits 5 s for cluster state before it answers
+    o.timeout = 8s;  // the agent waits 5 s for cluster state before it answers
     PrestopOutcome r = run_prestop(o);
     out = r.message;
     return r.exit_code;
