@@ -36,16 +36,6 @@ httpd::Response probe(const std::function<Probe()>& fn) {
   return r;
 }
 
-// A writer that stops once the client left.
-class WriterOut {
- public:
-  explicit WriterOut(httpd::Writer& w) : w_(w) {}
-  bool operator()(std::string_view piece) { return w_.write(piece); }
-
- private:
-  httpd::Writer& w_;
-};
-
 }  // namespace
 
 AdminServer::AdminServer(Role role, Handlers h, prometheus::Registry* registry, std::string token,
@@ -75,10 +65,10 @@ AdminServer::AdminServer(Role role, Handlers h, prometheus::Registry* registry, 
       "/debug/state", "application/json",
       [this](const httpd::Request& req, httpd::Writer& w) {
         auto q = parse_state_query(req.param("section"), req.param("service"));
-        WriterOut out(w);
+        auto out = [&w](std::string_view piece) { return w.write(piece); };
         if (!q) return;  // answered 400 by the check below
         if (handlers_.debug_state)
-          handlers_.debug_state(*q, [&out](std::string_view piece) { return out(piece); });
+          handlers_.debug_state(*q, out);
         else
           out("{}");
       },

@@ -62,6 +62,12 @@ std::optional<std::string> read_line(int fd, std::string& buffer, TimePoint dead
 
 constexpr size_t kMaxLine = 8192;
 
+// The directory a socket path lies in ("." for a bare name).
+std::string directory_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
 bool peer_gone(int fd) {
   pollfd p{fd, POLLRDHUP, 0};
   if (::poll(&p, 1, 0) <= 0) return false;
@@ -95,8 +101,7 @@ Status Coordinator::PrestopServer::start(const std::string& path) {
   ::chmod(path.c_str(), 0666);
   // The directory is what keeps a pod from putting its own socket here; prestop clients
   // refuse a socket in a directory others may write (verify_drain_socket).
-  auto slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  std::string dir = directory_of(path);
   struct stat d {};
   if (::stat(dir.c_str(), &d) == 0 && (d.st_mode & (S_IWGRP | S_IWOTH)) != 0)
     spdlog::warn(
@@ -300,8 +305,7 @@ Status verify_drain_socket(const std::string& path, bool allow_writable_dir) {
   if (::lstat(path.c_str(), &sock) != 0)
     return Error{"cannot reach the agent at " + path + ": " + std::strerror(errno)};
   if (!S_ISSOCK(sock.st_mode)) return Error{path + " is not a socket (a link or a file?)"};
-  auto slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  std::string dir = directory_of(path);
   struct stat d {};
   if (::lstat(dir.c_str(), &d) != 0 || !S_ISDIR(d.st_mode))
     return Error{"the drain socket's directory " + dir + " is not a directory"};

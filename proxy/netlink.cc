@@ -116,14 +116,10 @@ bool well_formed(const void* buf, size_t len) {
   return true;
 }
 
-}  // namespace
-
 // The attributes of one nf_tables message that endpointd reads, each taken only if it has the
 // type's shape (a NUL-terminated string, a 32-bit number). Read with libmnl alone: libnftnl's
 // parsers exit() the process on an attribute of an unexpected shape ("kernel ABI is broken",
 // found by fuzz_netlink), which an agent must not do whatever a reply holds.
-namespace {
-
 struct NftAttrs {
   const char* str[4] = {};  // by attribute type 1..3 (table, name)
   std::optional<uint32_t> u32_1;
