@@ -32,6 +32,12 @@ httpd::Response probe(const std::function<Probe()>& fn) {
   Probe p = fn ? fn() : Probe{};
   httpd::Response r;
   r.status = p.ok ? 200 : 503;
+  if (!p.json.empty()) {
+    r.content_type = "application/json";
+    r.headers.emplace_back("X-Content-Type-Options", "nosniff");
+    r.body = p.json;
+    return r;
+  }
   r.body = p.detail.empty() ? (p.ok ? "ok\n" : "not ok\n") : p.detail + "\n";
   return r;
 }

@@ -27,6 +27,8 @@ namespace endpointd::daemon {
 struct Probe {
   bool ok = true;
   std::string detail;  // the body: why it is not ok, or "ok"
+  // When set, the body instead, as application/json (kube-proxy's /healthz and /livez).
+  std::string json;
 };
 
 class AdminServer {

@@ -369,6 +369,8 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
                 "is below 10 s: quiet watches would be re-established over and over (0 turns "
                 "the check off)");
   cfg.list_page_size = static_cast<size_t>(d.integer("list-page-size", 1, 10000, 500));
+  cfg.livez_timeout =
+      std::chrono::seconds(d.integer("livez-timeout", 1, 3600, cfg.livez_timeout.count()));
 
   cfg.dataplane = d.choice("dataplane", kDataplanes, cfg.dataplane);
   cfg.cluster_cidr = d.cidrs("cluster-cidr");
@@ -537,6 +539,10 @@ void add_run_flags(CLI::App& app) {
   add(app, "watch-stall-timeout",
       "Seconds without a byte on a watch before it is re-established (0: off; else 10..3600)",
       std::to_string(def.watch_stall_timeout.count()));
+  add(app, "livez-timeout",
+      "Seconds an update may wait unapplied (update loop, a sink, the kernel) before /livez "
+      "fails (1..3600)",
+      std::to_string(def.livez_timeout.count()));
   add(app, "list-page-size", "Objects per list page (1..10000)",
       std::to_string(def.list_page_size));
   add(app, "log-format", "text or json", std::string(to_string(def.log_format)));

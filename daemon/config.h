@@ -62,6 +62,10 @@ struct Config {
   // peer is found sooner by TCP keepalive (watcher/kube_client.h).
   std::chrono::seconds watch_stall_timeout{75};
   size_t list_page_size = 500;
+  // /livez fails once an update has waited this long unapplied (in the update loop, in a sink,
+  // or queued for the kernel): the agent is stuck and the kubelet should restart it.
+  // kube-proxy's bound is twice its sync period (60 s by default).
+  std::chrono::seconds livez_timeout{60};
 
   // Dataplane.
   Dataplane dataplane = Dataplane::kNftables;

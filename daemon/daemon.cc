@@ -6,11 +6,13 @@
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <filesystem>
 #include <map>
 
 #include "daemon/admin.h"
 #include "daemon/conntrack_flows.h"
+#include "daemon/health.h"
 #include "daemon/sources.h"
 #include "daemon/state_json.h"
 #include "dns/sink.h"
@@ -47,20 +49,66 @@ struct Daemon::Impl {
   Status start_feed();
   Status start_drain();
 
+  // kube-proxy's probe counters, by HTTP code.
+  prometheus::Family<prometheus::Counter>* healthz_total = nullptr;
+  prometheus::Family<prometheus::Counter>* livez_total = nullptr;
+
+  // When the newest snapshot was published (steady clock, as a count), for a daemon without
+  // consumers.
+  std::atomic<int64_t> last_published{0};
+
+  // When the dataplane (without one: any consumer; without any: the update loop) last applied
+  // an update, on the wall clock; zero before the first.
+  std::chrono::system_clock::time_point last_updated() const {
+    pipeline::AckBoard::Clock::time_point newest{};
+    auto entries = board.entries();
+    for (const auto& e : entries)
+      if (!dataplane || e.consumer == "proxy") newest = std::max(newest, e.applied_at);
+    if (entries.empty())
+      newest = pipeline::AckBoard::Clock::time_point(
+          pipeline::AckBoard::Clock::duration(last_published.load()));
+    if (newest == pipeline::AckBoard::Clock::time_point{}) return {};
+    return std::chrono::system_clock::now() -
+           std::chrono::duration_cast<std::chrono::system_clock::duration>(
+               pipeline::AckBoard::Clock::now() - newest);
+  }
+
+  HealthInputs health_inputs() {
+    HealthInputs in;
+    in.now = std::chrono::system_clock::now();
+    in.last_updated = last_updated();
+    in.dataplane_behind = dataplane && !dataplane->healthy();
+    in.livez_timeout = cfg.livez_timeout;
+    return in;
+  }
+
   Probe healthz() {
-    if (dataplane && !dataplane->healthy())
-      return {false, "the nftables dataplane has an update queued that was not applied in time"};
-    return {true, "ok"};
+    HealthInputs in = health_inputs();
+    auto snap = loop->current();
+    in.node = snap->find_node(cfg.node_name);
+    Probe p = healthz_probe(in);
+    healthz_total->Add({{"code", p.ok ? "200" : "503"}}).Increment();
+    return p;
+  }
+
+  Probe livez() {
+    HealthInputs in = health_inputs();
+    auto w = loop->longest_wait(std::chrono::steady_clock::now());
+    in.waiting_in = w.where;
+    in.waited = w.age;
+    Probe p = livez_probe(in);
+    livez_total->Add({{"code", p.ok ? "200" : "503"}}).Increment();
+    return p;
   }
 
   Probe readyz() {
     auto snap = loop->current();
     if (!snap->synced)
-      return {false, "not synced: the first full list of cluster state has not arrived"};
+      return {false, "not synced: the first full list of cluster state has not arrived", ""};
     for (const auto& e : board.entries())
       if (!e.snapshot || !e.snapshot->synced)
-        return {false, "sink " + e.consumer + " has not applied the first synced state"};
-    return {true, "ok"};
+        return {false, "sink " + e.consumer + " has not applied the first synced state", ""};
+    return {true, "ok", ""};
   }
 
   void debug_state(const StateQuery& q, const std::function<bool(std::string_view)>& out) {
@@ -139,15 +187,24 @@ Status Daemon::start() {
     if (auto st = m.start_feed(); !st) return st;
   }
   if (auto st = m.start_drain(); !st) return st;
-  m.loop->on_publish([](const model::SnapshotPtr& s) {
+  m.loop->on_publish([&m](const model::SnapshotPtr& s) {
+    m.last_published = pipeline::AckBoard::Clock::now().time_since_epoch().count();
     spdlog::debug("published generation {} ({} services, synced={})", s->generation,
                   s->services.size(), s->synced);
   });
   m.loop->start();
 
+  m.healthz_total = &prometheus::BuildCounter()
+                         .Name("kubeproxy_proxy_healthz_total")
+                         .Help("/healthz answers, by HTTP code")
+                         .Register(*m.registry);
+  m.livez_total = &prometheus::BuildCounter()
+                       .Name("kubeproxy_proxy_livez_total")
+                       .Help("/livez answers, by HTTP code")
+                       .Register(*m.registry);
   AdminServer::Handlers h;
   h.healthz = [&m] { return m.healthz(); };
-  h.livez = [] { return Probe{true, "ok"}; };
+  h.livez = [&m] { return m.livez(); };
   h.readyz = [&m] { return m.readyz(); };
   h.debug_state = [&m](const StateQuery& q, const std::function<bool(std::string_view)>& out) {
     m.debug_state(q, out);

@@ -11,6 +11,7 @@
 #include "drain/action.h"
 #include "model/json.h"
 #include "model/routing.h"
+#include "model/time.h"
 
 namespace endpointd::drain {
 
@@ -46,47 +47,6 @@ bool in_any_service(const model::Snapshot& s, const model::IpAddr& ip) {
   return false;
 }
 
-// "2006-01-02T15:04:05Z" (what the API writes; fractions and offsets accepted).
-std::optional<std::chrono::system_clock::time_point> parse_rfc3339(const std::string& s) {
-  std::tm tm{};
-  int consumed = 0;
-  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &consumed) != 6)
-    return std::nullopt;
-  if (tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 ||
-      tm.tm_min > 59 || tm.tm_sec > 60)
-    return std::nullopt;
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  std::string_view rest = std::string_view(s).substr(static_cast<size_t>(consumed));
-  double frac = 0;
-  if (!rest.empty() && rest.front() == '.') {
-    size_t n = 1;
-    double scale = 0.1;
-    while (n < rest.size() && rest[n] >= '0' && rest[n] <= '9') {
-      frac += (rest[n] - '0') * scale;
-      scale /= 10;
-      ++n;
-    }
-    rest.remove_prefix(n);
-  }
-  int offset_s = 0;
-  if (rest == "Z" || rest == "z") {
-  } else if (rest.size() == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':') {
-    int h = 0, m = 0;
-    if (std::sscanf(std::string(rest.substr(1)).c_str(), "%2d:%2d", &h, &m) != 2)
-      return std::nullopt;
-    offset_s = (rest[0] == '+' ? 1 : -1) * (h * 3600 + m * 60);
-  } else {
-    return std::nullopt;
-  }
-  time_t t = timegm(&tm);
-  if (t == static_cast<time_t>(-1)) return std::nullopt;
-  return std::chrono::system_clock::from_time_t(t - offset_s) +
-         std::chrono::duration_cast<std::chrono::system_clock::duration>(
-             std::chrono::duration<double>(frac));
-}
-
 std::string ms_since(TimePoint from, TimePoint t) {
   return std::to_string(std::chrono::duration_cast<milliseconds>(t - from).count());
 }
@@ -111,7 +71,7 @@ void Machine::set_budget(Drain& d, TimePoint now) {
   d.start = now;
   d.budget_end = now + budget;
   if (p && !p->deletion_timestamp.empty()) {
-    if (auto at = parse_rfc3339(p->deletion_timestamp)) {
+    if (auto at = model::parse_rfc3339(p->deletion_timestamp)) {
       auto left = std::chrono::duration_cast<milliseconds>(*at - opts_.wall_clock()) - margin;
       if (left > budget) {
         // Further ahead than the grace period: the API's clock and this node's disagree.

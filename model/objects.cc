@@ -64,8 +64,8 @@ bool EndpointSlice::equal_content(const EndpointSlice& o) const {
 }
 
 bool Node::equal_content(const Node& o) const {
-  return std::tie(name, addresses, labels, zone, pod_cidrs) ==
-         std::tie(o.name, o.addresses, o.labels, o.zone, o.pod_cidrs);
+  return std::tie(name, addresses, labels, zone, pod_cidrs, deleting, taint_keys) ==
+         std::tie(o.name, o.addresses, o.labels, o.zone, o.pod_cidrs, o.deleting, o.taint_keys);
 }
 
 std::vector<IpAddr> Node::internal_ips() const {
@@ -81,6 +81,13 @@ std::vector<IpAddr> Node::internal_ips() const {
     out.push_back(*ip);
   }
   return out;
+}
+
+bool Node::eligible() const {
+  if (deleting) return false;
+  for (const auto& k : taint_keys)
+    if (k == "ToBeDeletedByClusterAutoscaler") return false;
+  return true;
 }
 
 bool Pod::equal_content(const Pod& o) const {

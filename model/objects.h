@@ -2,6 +2,7 @@
 // the watcher decodes into these, the Store keeps them, snapshots are built from them.
 #pragma once
 
+#include <chrono>
 #include <compare>
 #include <cstdint>
 #include <map>
@@ -118,6 +119,9 @@ struct EndpointSlice {
   std::vector<EndpointPort> ports;
   std::vector<Endpoint> endpoints;
   std::string service_proxy_name;
+  // endpoints.kubernetes.io/last-change-trigger-time: when the change this slice carries was
+  // triggered (a pod or service update); zero when absent. Not content: equal_content ignores it.
+  std::chrono::system_clock::time_point trigger_time{};
 
   ServiceKey service_key() const { return {key.ns, service_name}; }
   bool equal_content(const EndpointSlice& o) const;
@@ -136,7 +140,12 @@ struct Node {
   std::map<std::string, std::string> labels;
   std::string zone;  // topology.kubernetes.io/zone
   std::vector<IpPrefix> pod_cidrs;
+  bool deleting = false;                // metadata.deletionTimestamp set
+  std::vector<std::string> taint_keys;  // spec.taints[].key
   bool equal_content(const Node& o) const;
+  // Whether load balancers should keep sending to this node (kube-proxy's "node eligible",
+  // KEP-3836): not when it is being deleted or the cluster autoscaler marked it for deletion.
+  bool eligible() const;
   // The first InternalIP of each family, the address peers reach this node's agent at.
   std::vector<IpAddr> internal_ips() const;
 };

@@ -44,6 +44,7 @@ ServiceState build_service_state(const Service& svc,
   ServiceState st;
   st.service = svc;
   if (svc.type == ServiceType::kExternalName) return st;  // no endpoints by definition
+  for (const auto* s : slices) st.trigger_time = std::max(st.trigger_time, s->trigger_time);
 
   size_t total = 0;
   for (const auto* s : slices) total += s->endpoints.size();

@@ -37,6 +37,9 @@ struct ServiceState {
   Service service;
   // Sorted by address, one entry per address (the non-terminating copy preferred).
   std::vector<MergedEndpoint> endpoints;
+  // The newest last-change-trigger-time among its EndpointSlices (zero: none carried one):
+  // where kube-proxy's network programming duration starts.
+  std::chrono::system_clock::time_point trigger_time{};
   const ServiceKey& key() const { return service.key; }
   const MergedEndpoint* find(const IpAddr& a) const;
 };

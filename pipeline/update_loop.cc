@@ -37,7 +37,9 @@ class UpdateLoop::SinkRunner {
   void offer(model::SnapshotPtr snap, const DeltaPtr& delta) {
     {
       std::lock_guard lock(mu_);
+      if (!pending_ && waiting_since_ == Clock::time_point{}) waiting_since_ = Clock::now();
       latest_ = std::move(snap);
+      offered_at_ = Clock::now();
       pending_ =
           pending_ ? std::make_shared<const model::Delta>(model::merge(*pending_, *delta)) : delta;
     }
@@ -58,14 +60,28 @@ class UpdateLoop::SinkRunner {
         pending_.reset();
       }
       sink_->apply(next, *delta);
+      std::lock_guard lock(mu_);
+      // Still waiting if another snapshot came meanwhile: from when that one was offered.
+      waiting_since_ = pending_ ? offered_at_ : Clock::time_point{};
     }
   }
 
+ public:
+  // Since when this sink has had a snapshot it has not finished applying (zero: none).
+  Clock::time_point waiting_since() const {
+    std::lock_guard lock(mu_);
+    return waiting_since_;
+  }
+  std::string name() const { return sink_->name(); }
+
+ private:
   Sink* sink_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   model::SnapshotPtr latest_;
   DeltaPtr pending_;  // from the snapshot the sink last took to latest_; null when taken
+  Clock::time_point waiting_since_{};  // oldest offer not yet applied
+  Clock::time_point offered_at_{};     // the newest offer
   bool stopping_ = false;
   std::thread thread_;
 };
@@ -157,9 +173,25 @@ void UpdateLoop::stop() {
 void UpdateLoop::post(model::Event ev) {
   {
     std::lock_guard lock(mu_);
+    if (waiting_since_ == Clock::time_point{}) waiting_since_ = Clock::now();
     queue_.push_back(std::move(ev));
   }
   cv_.notify_one();
+}
+
+UpdateLoop::Wait UpdateLoop::longest_wait(Clock::time_point now) const {
+  Wait w;
+  auto consider = [&](const std::string& where, Clock::time_point since) {
+    if (since == Clock::time_point{} || now - since <= w.age) return;
+    w.where = where;
+    w.age = now - since;
+  };
+  {
+    std::lock_guard lock(mu_);
+    consider("update loop", waiting_since_);
+  }
+  for (const auto& s : sinks_) consider(s->name(), s->waiting_since());
+  return w;
 }
 
 model::SnapshotPtr UpdateLoop::current() const {
@@ -215,6 +247,11 @@ void UpdateLoop::run() {
       // The one diff of this generation, handed to every sink.
       auto delta = std::make_shared<const model::Delta>(model::diff(prev.get(), *next));
       publish(std::move(next), delta, oldest);
+    }
+    {
+      std::lock_guard lock(mu_);
+      // Events that arrived while this batch was built wait from now on, at the latest.
+      waiting_since_ = queue_.empty() ? Clock::time_point{} : Clock::now();
     }
 #if defined(__GLIBC__)
     // After a full list (start, relist, a manifest directory re-read) the decode buffers are

@@ -57,6 +57,15 @@ class UpdateLoop {
 
   uint64_t events_applied() const { return events_applied_.load(); }
 
+  // The longest any update has been waiting now: an event in the loop's queue or being built
+  // into a snapshot ("update loop"), or a snapshot offered to a sink that has not finished
+  // applying it (the sink's name). A zero age: nothing waits. What /livez bounds.
+  struct Wait {
+    std::string where;
+    std::chrono::steady_clock::duration age{};
+  };
+  Wait longest_wait(std::chrono::steady_clock::time_point now) const;
+
  private:
   class SinkRunner;
   using DeltaPtr = std::shared_ptr<const model::Delta>;
@@ -74,6 +83,8 @@ class UpdateLoop {
   mutable std::condition_variable cv_;         // queue_ not empty / stopping
   mutable std::condition_variable published_;  // current_ changed
   std::deque<model::Event> queue_;
+  // Since when the loop has had work it has not published: the first event queued while idle.
+  std::chrono::steady_clock::time_point waiting_since_{};
   model::SnapshotPtr current_;
   bool stopping_ = false;
   std::thread thread_;

@@ -8,6 +8,8 @@
 #include <charconv>
 #include <initializer_list>
 
+#include "model/time.h"
+
 namespace endpointd::watcher {
 
 using model::ObjectKind;
@@ -345,6 +347,10 @@ model::EndpointSlice decode_slice(const dom::element& obj, Reader& r) {
   s.resource_version = meta.resource_version;
   s.service_name = label(meta, "kubernetes.io/service-name");
   s.service_proxy_name = label(meta, std::string(kProxyNameLabel));
+  // A trigger time that does not parse is left out: it only feeds a latency metric.
+  if (auto it = meta.annotations.find("endpoints.kubernetes.io/last-change-trigger-time");
+      it != meta.annotations.end())
+    if (auto t = model::parse_rfc3339(it->second)) s.trigger_time = *t;
   std::string at = Reader::str(obj, "addressType", "");
   if (at == "IPv4")
     s.address_type = model::AddressType::kIPv4;
@@ -430,7 +436,12 @@ model::Node decode_node(const dom::element& obj, Reader&) {
   n.resource_version = meta.resource_version;
   n.labels = meta.labels;
   n.zone = label(meta, "topology.kubernetes.io/zone");
+  n.deleting = !meta.deletion_timestamp.empty();
   if (auto spec = Reader::field(obj, "spec")) {
+    for (const auto& t : Reader::array(*spec, "taints", "spec")) {
+      std::string key = Reader::str(t, "key", "spec.taints");
+      if (!key.empty()) n.taint_keys.push_back(std::move(key));
+    }
     std::vector<std::string> cidrs;
     for (const auto& c : Reader::array(*spec, "podCIDRs", "spec")) {
       std::string_view v;

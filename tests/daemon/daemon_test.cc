@@ -120,6 +120,61 @@ TEST_F(DaemonTest, HealthListenerServesOnlyTheProbes) {
   EXPECT_EQ(health.Get("/debug/state")->status, 404);
 }
 
+// KEP-3836: a node being deleted, or marked for deletion by the cluster autoscaler, fails
+// /healthz (load balancers drain it) but not /livez; kube-proxy's JSON body either way.
+TEST_F(DaemonTest, HealthzFailsForANodeMarkedForDeletionAndRecovers) {
+  ASSERT_EQ(wait_endpoints(2, 5s), 2);
+  httplib::Client health("127.0.0.1", d_->health_port());
+  auto deadline = Clock::now() + 5s;
+  while (health.Get("/readyz")->status != 200 && Clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);  // polling an HTTP endpoint: nothing to await
+  auto ok = health.Get("/healthz");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(ok->get_header_value("Content-Type"), "application/json");
+  simdjson::dom::parser p;
+  simdjson::dom::element body = p.parse(ok->body);
+  EXPECT_TRUE(body["nodeEligible"].get_bool().value());
+  EXPECT_NE(std::string_view(body["lastUpdated"].get_string()), "0001-01-01 00:00:00 +0000 UTC");
+  EXPECT_NE(std::string_view(body["currentTime"].get_string()).find(" +0000 UTC"),
+            std::string_view::npos);
+
+  auto wait_status = [&](const char* path, int want) {
+    auto deadline = Clock::now() + 5s;
+    int got = -1;
+    while (Clock::now() < deadline) {
+      auto r = health.Get(path);
+      got = r ? r->status : -1;
+      if (got == want) return got;
+      std::this_thread::sleep_for(5ms);  // polling an HTTP endpoint: nothing to await
+    }
+    return got;
+  };
+  std::ofstream(dir_ / "nodes.yaml")
+      << "kind: Node\nmetadata: {name: node-a}\n"
+         "spec: {taints: [{key: ToBeDeletedByClusterAutoscaler, value: '1700000000', "
+         "effect: NoSchedule}]}\n";
+  ASSERT_EQ(wait_status("/healthz", 503), 503);
+  auto bad = health.Get("/healthz");
+  ASSERT_TRUE(bad);
+  simdjson::dom::element b2 = p.parse(bad->body);
+  EXPECT_FALSE(b2["nodeEligible"].get_bool().value());
+  EXPECT_NE(std::string_view(b2["reason"].get_string()).find("ToBeDeletedByClusterAutoscaler"),
+            std::string_view::npos);
+  EXPECT_EQ(health.Get("/livez")->status, 200);  // the agent itself is fine
+
+  std::ofstream(dir_ / "nodes.yaml") << "kind: Node\nmetadata: {name: node-a}\n";
+  ASSERT_EQ(wait_status("/healthz", 200), 200);
+  std::ofstream(dir_ / "nodes.yaml")
+      << "kind: Node\nmetadata: {name: node-a, deletionTimestamp: '2026-01-01T00:00:00Z'}\n";
+  ASSERT_EQ(wait_status("/healthz", 503), 503);
+  auto m = http_->Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("kubeproxy_proxy_healthz_total{code=\"503\"}"), std::string::npos);
+  EXPECT_NE(m->body.find("kubeproxy_proxy_healthz_total{code=\"200\"}"), std::string::npos);
+  EXPECT_NE(m->body.find("kubeproxy_proxy_livez_total{code=\"200\"}"), std::string::npos);
+}
+
 TEST_F(DaemonTest, DebugStateIsASummaryUnlessAskedForMore) {
   ASSERT_EQ(wait_endpoints(2, 5s), 2);
   simdjson::dom::parser p;

@@ -7,6 +7,7 @@
 
 #include <condition_variable>
 #include <future>
+#include <thread>
 
 #include "pipeline/ack_board.h"
 
@@ -117,6 +118,43 @@ TEST(UpdateLoop, SlowSinkGetsOneCoalescedDelta) {
   ASSERT_EQ(deltas.size(), 3u);
   EXPECT_EQ(deltas[2].added.size(), 3u);
   EXPECT_EQ(deltas[2].to_generation, last->generation);
+  loop.stop();
+}
+
+// What /livez bounds: a sink stuck in apply() shows as the longest wait, named, and growing;
+// once it finishes, nothing waits.
+TEST(UpdateLoop, LongestWaitNamesAStuckSinkAndClearsWhenItFinishes) {
+  AckBoard board;
+  RecordingSink sink(&board);
+  UpdateLoop loop({{ObjectKind::kService}, nullptr});
+  loop.add_sink(&sink);
+  loop.start();
+  loop.post(up(svc("first")));
+  auto s1 = loop.wait_for([](const model::Snapshot& s) { return s.find({"ns", "first"}); }, 5s);
+  ASSERT_TRUE(s1);
+  ASSERT_TRUE(board.wait_all(s1->generation, std::chrono::steady_clock::now() + 5s));
+  EXPECT_EQ(loop.longest_wait(std::chrono::steady_clock::now()).age.count(), 0);
+
+  sink.close_gate();
+  loop.post(up(svc("b")));
+  ASSERT_TRUE(sink.wait_entered(2));
+  std::this_thread::sleep_for(150ms);  // the stuck time being measured
+  auto w = loop.longest_wait(std::chrono::steady_clock::now());
+  EXPECT_EQ(w.where, "recording");
+  EXPECT_GE(w.age, 150ms);
+  // A second offer while stuck does not restart the clock.
+  loop.post(up(svc("c")));
+  ASSERT_TRUE(loop.wait_for([](const model::Snapshot& s) { return s.find({"ns", "c"}); }, 5s));
+  EXPECT_GE(loop.longest_wait(std::chrono::steady_clock::now()).age, 150ms);
+
+  sink.open_gate();
+  ASSERT_TRUE(board.wait_all(loop.current()->generation, std::chrono::steady_clock::now() + 5s));
+  // applied() is reported inside apply(); the runner clears its wait just after it returns.
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (loop.longest_wait(std::chrono::steady_clock::now()).age.count() != 0 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(loop.longest_wait(std::chrono::steady_clock::now()).age.count(), 0);
   loop.stop();
 }
 

@@ -84,6 +84,26 @@ TEST(Decode, EndpointSliceConditionsDefaultAsKubernetesSays) {
   EXPECT_EQ(s.endpoints[1].hint_nodes, std::vector<std::string>{"n1"});
   ASSERT_TRUE(s.endpoints[1].target_ref);
   EXPECT_EQ(s.endpoints[1].target_ref->uid, "p2");
+  EXPECT_EQ(s.trigger_time, std::chrono::system_clock::time_point{});  // no annotation
+}
+
+TEST(Decode, EndpointSliceTriggerTime) {
+  auto d = decode_json(R"({"kind":"EndpointSlice","metadata":{"name":"web-1","namespace":"a",
+      "labels":{"kubernetes.io/service-name":"web"},
+      "annotations":{"endpoints.kubernetes.io/last-change-trigger-time":"2026-11-25T21:00:00Z"}},
+      "addressType":"IPv4","endpoints":[]})");
+  ASSERT_TRUE(d) << d.error();
+  EXPECT_EQ(
+      std::chrono::system_clock::to_time_t(std::get<model::EndpointSlice>(d->object).trigger_time),
+      1795640400);
+  // A trigger time that does not parse only loses the metric's start.
+  auto bad = decode_json(R"({"kind":"EndpointSlice","metadata":{"name":"web-1","namespace":"a",
+      "labels":{"kubernetes.io/service-name":"web"},
+      "annotations":{"endpoints.kubernetes.io/last-change-trigger-time":"soon"}},
+      "addressType":"IPv4","endpoints":[]})");
+  ASSERT_TRUE(bad) << bad.error();
+  EXPECT_EQ(std::get<model::EndpointSlice>(bad->object).trigger_time,
+            std::chrono::system_clock::time_point{});
 }
 
 TEST(Decode, NodeAndPod) {
@@ -96,6 +116,18 @@ TEST(Decode, NodeAndPod) {
   EXPECT_EQ(node.zone, "z");
   ASSERT_EQ(node.internal_ips().size(), 1u);
   EXPECT_EQ(node.pod_cidrs[0].str(), "10.244.1.0/24");
+  EXPECT_FALSE(node.deleting);
+  EXPECT_TRUE(node.eligible());
+  auto marked = decode_json(R"({"kind":"Node","metadata":{"name":"n2"},
+      "spec":{"taints":[{"key":"ToBeDeletedByClusterAutoscaler","value":"1","effect":"NoSchedule"}]}})");
+  ASSERT_TRUE(marked) << marked.error();
+  EXPECT_EQ(std::get<model::Node>(marked->object).taint_keys,
+            std::vector<std::string>{"ToBeDeletedByClusterAutoscaler"});
+  EXPECT_FALSE(std::get<model::Node>(marked->object).eligible());
+  auto going = decode_json(
+      R"({"kind":"Node","metadata":{"name":"n3","deletionTimestamp":"2026-01-01T00:00:00Z"}})");
+  ASSERT_TRUE(going) << going.error();
+  EXPECT_TRUE(std::get<model::Node>(going->object).deleting);
   auto p = decode_json(R"({"kind":"Pod","metadata":{"name":"web-1","namespace":"a","uid":"u",
       "deletionTimestamp":"2026-01-01T00:00:00Z","annotations":{"k":"v"}},
       "spec":{"nodeName":"n1","terminationGracePeriodSeconds":45},

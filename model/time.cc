@@ -1,0 +1,70 @@
+#include "model/time.h"
+
+#include <cstdio>
+#include <ctime>
+#include <string_view>
+
+namespace endpointd::model {
+
+// "2006-01-02T15:04:05Z" (what the API writes; fractions and offsets accepted).
+std::optional<std::chrono::system_clock::time_point> parse_rfc3339(const std::string& s) {
+  std::tm tm{};
+  int consumed = 0;
+  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &consumed) != 6)
+    return std::nullopt;
+  if (tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 ||
+      tm.tm_min > 59 || tm.tm_sec > 60)
+    return std::nullopt;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  std::string_view rest = std::string_view(s).substr(static_cast<size_t>(consumed));
+  double frac = 0;
+  if (!rest.empty() && rest.front() == '.') {
+    size_t n = 1;
+    double scale = 0.1;
+    while (n < rest.size() && rest[n] >= '0' && rest[n] <= '9') {
+      frac += (rest[n] - '0') * scale;
+      scale /= 10;
+      ++n;
+    }
+    rest.remove_prefix(n);
+  }
+  int offset_s = 0;
+  if (rest == "Z" || rest == "z") {
+  } else if (rest.size() == 6 && (rest[0] == '+' || rest[0] == '-') && rest[3] == ':') {
+    int h = 0, m = 0;
+    if (std::sscanf(std::string(rest.substr(1)).c_str(), "%2d:%2d", &h, &m) != 2)
+      return std::nullopt;
+    offset_s = (rest[0] == '+' ? 1 : -1) * (h * 3600 + m * 60);
+  } else {
+    return std::nullopt;
+  }
+  time_t t = timegm(&tm);
+  if (t == static_cast<time_t>(-1)) return std::nullopt;
+  return std::chrono::system_clock::from_time_t(t - offset_s) +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(
+             std::chrono::duration<double>(frac));
+}
+
+std::string go_time_string(std::chrono::system_clock::time_point t) {
+  auto secs = std::chrono::floor<std::chrono::seconds>(t);
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t - secs).count();
+  time_t tt = std::chrono::system_clock::to_time_t(secs);
+  std::tm tm{};
+  gmtime_r(&tt, &tm);
+  char head[32];
+  std::strftime(head, sizeof(head), "%Y-%m-%d %H:%M:%S", &tm);
+  std::string out = head;
+  if (ns != 0) {
+    // Go prints the fraction with trailing zeros trimmed.
+    char frac[16];
+    std::snprintf(frac, sizeof(frac), ".%09lld", static_cast<long long>(ns));
+    std::string f = frac;
+    while (f.back() == '0') f.pop_back();
+    out += f;
+  }
+  return out + " +0000 UTC";
+}
+
+}  // namespace endpointd::model
