@@ -68,7 +68,7 @@ std::string reason_for(const std::string& key) {
       {"bindAddressHardFail", "endpointd's listeners have their own flags"},
       {"configSyncPeriod", "endpointd watches without a periodic resync"},
       {"enableProfiling", "endpointd serves no profiling endpoints"},
-      {"showHiddenMetricsForPorts", "endpointd has no hidden metrics"},
+      {"showHiddenMetricsForVersion", "endpointd has no hidden metrics"},
       {"oomScoreAdj", "set by the pod's QoS class (requests equal to limits) instead"},
       {"portRange", "only used by kube-proxy's removed userspace mode"},
       {"featureGates", "endpointd has no kube-proxy feature gates"},
@@ -90,6 +90,39 @@ std::string reason_for(const std::string& key) {
     return "endpointd's API client has no rate limit or content type to set";
   if (head == "logging") return "use --log-level for endpointd's verbosity";
   return "not used by endpointd";
+}
+
+// Every field of KubeProxyConfiguration v1alpha1 (Kubernetes 1.31-1.34), as dotted paths; a
+// map field's own name too, for when it is written empty. featureGates and logging.options
+// hold free-form keys.
+bool known_key(const std::string& key) {
+  static const std::set<std::string> fields = {
+      "apiVersion", "kind", "featureGates", "bindAddress", "healthzBindAddress",
+      "metricsBindAddress", "bindAddressHardFail", "enableProfiling", "showHiddenMetricsForVersion",
+      "mode", "detectLocalMode", "clusterCIDR", "nodePortAddresses", "oomScoreAdj",
+      "configSyncPeriod", "portRange", "hostnameOverride", "syncPeriod", "minSyncPeriod",
+      // clientConnection
+      "clientConnection", "clientConnection.kubeconfig", "clientConnection.acceptContentTypes",
+      "clientConnection.contentType", "clientConnection.qps", "clientConnection.burst",
+      // modes
+      "iptables", "iptables.masqueradeAll", "iptables.masqueradeBit", "iptables.localhostNodePorts",
+      "iptables.syncPeriod", "iptables.minSyncPeriod", "ipvs", "ipvs.syncPeriod",
+      "ipvs.minSyncPeriod", "ipvs.scheduler", "ipvs.excludeCIDRs", "ipvs.strictARP",
+      "ipvs.tcpTimeout", "ipvs.tcpFinTimeout", "ipvs.udpTimeout", "nftables",
+      "nftables.masqueradeAll", "nftables.masqueradeBit", "nftables.syncPeriod",
+      "nftables.minSyncPeriod", "winkernel", "winkernel.networkName", "winkernel.sourceVip",
+      "winkernel.enableDSR", "winkernel.rootHnsEndpointName", "winkernel.forwardHealthCheckVip",
+      // detect-local
+      "detectLocal", "detectLocal.bridgeInterface", "detectLocal.interfaceNamePrefix",
+      // conntrack
+      "conntrack", "conntrack.maxPerCore", "conntrack.min", "conntrack.tcpEstablishedTimeout",
+      "conntrack.tcpCloseWaitTimeout", "conntrack.tcpBeLiberal", "conntrack.udpTimeout",
+      "conntrack.udpStreamTimeout",
+      // logging
+      "logging", "logging.format", "logging.flushFrequency", "logging.verbosity", "logging.vmodule",
+      "logging.options"};
+  if (fields.count(key)) return true;
+  return key.rfind("featureGates.", 0) == 0 || key.rfind("logging.options.", 0) == 0;
 }
 
 void leaves(const YAML::Node& n, const std::string& prefix,
@@ -264,9 +297,15 @@ Result<KubeProxyConversion> convert_kubeproxy_configuration(const YAML::Node& ro
                m + " rules kube-proxy left with `kube-proxy --cleanup` before starting endpointd");
   }
 
-  // Everything else: reported when it holds something other than the default.
+  // Everything else: reported when it holds something other than the default. A key that is
+  // no field of the kind at all is a typo, refused as kube-proxy's strict decoding does.
   std::vector<std::pair<std::string, YAML::Node>> all;
   leaves(root, "", all);
+  for (const auto& [key, n] : all) {
+    if (!known_key(key))
+      return Error{std::string(kKubeProxyKind) + " key " + key + ": not a field of " +
+                   kKubeProxyApiVersion + " " + kKubeProxyKind + " (misspelled?)"};
+  }
   for (const auto& [key, n] : all) {
     if (used.count(key) || is_zero(n)) continue;
     out.ignored.push_back({key, show(n), reason_for(key)});

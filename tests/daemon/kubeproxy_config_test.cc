@@ -74,7 +74,7 @@ nodePortAddresses:
 - primary
 oomScoreAdj: null
 portRange: ""
-showHiddenMetricsForPorts: ""
+showHiddenMetricsForVersion: ""
 winkernel:
   enableDSR: false
   forwardHealthCheckVip: false
@@ -237,6 +237,29 @@ TEST(KubeProxyConfig, RunSubcommandAppliesAPlainConfigFileAndRejectsUnknownKeys)
 // Found by fuzz_config: a section that is a scalar, or a key that is not one, was an exception
 // out of the conversion (std::terminate in `endpointd run --config`). Now the scalar sections
 // are sections without the keys endpointd reads, and odd keys are reported by their YAML form.
+// kube-proxy decodes its file strictly: a key that is no field of the kind is an error that
+// names it, not a warning, so that a typo never silently changes nothing.
+TEST(KubeProxyConfig, MisspelledKeyIsAnErrorNamingIt) {
+  for (auto [body, key] :
+       {std::pair{"masqueradeAl: true\n", "masqueradeAl"},
+        {"nftables:\n  masqueradAll: true\n", "nftables.masqueradAll"},
+        {"conntrack:\n  maxPerCor: 1\n", "conntrack.maxPerCor"},
+        {"detectLocal: {bridgeInterfaces: br0}\n", "detectLocal.bridgeInterfaces"}}) {
+    auto c = convert_kubeproxy_configuration(
+        YAML::Load(std::string("apiVersion: kubeproxy.config.k8s.io/v1alpha1\n"
+                               "kind: KubeProxyConfiguration\n") +
+                   body));
+    ASSERT_FALSE(c) << body;
+    EXPECT_EQ(c.error(), std::string("KubeProxyConfiguration key ") + key +
+                             ": not a field of kubeproxy.config.k8s.io/v1alpha1 "
+                             "KubeProxyConfiguration (misspelled?)");
+  }
+  // Free-form maps stay free.
+  EXPECT_TRUE(convert_kubeproxy_configuration(
+      YAML::Load("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
+                 "featureGates: {AnyGate: true}\nlogging: {options: {json: {x: 1}}}\n")));
+}
+
 TEST(KubeProxyConfig, OddShapesAreReadNotThrown) {
   for (const char* body : {"iptables: x\n", "nftables: 3\n", "clientConnection: y\n",
                            "logging: x\n", "[a, b]: 1\n", "conntrack: {[a]: 1}\n"}) {
