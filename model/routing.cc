@@ -64,9 +64,12 @@ std::vector<size_t> select_routed(const Service& svc, std::span<const MergedEndp
     }
   }
   if (ready.empty()) return fallback;
-  if (scope != Scope::kCluster || !prefers_close(svc)) return ready;
-  // Topology hints apply only when every ready endpoint carries them (as kube-proxy does): a
-  // half-hinted slice is being rewritten by its controller.
+  if (scope != Scope::kCluster) return ready;
+  // Topology hints are decided from the hints alone, as kube-proxy does (the EndpointSlice
+  // controller writes them only for services that ask, by trafficDistribution or the
+  // topology-mode annotation): node hints first, then zone hints, each only when every ready
+  // endpoint carries them (a half-hinted slice is being rewritten by its controller) and one
+  // is for this node or zone.
   auto narrowed = [&](bool by_node) {
     std::vector<size_t> near;
     std::string_view here = by_node ? node.name : node.zone;
@@ -78,9 +81,7 @@ std::vector<size_t> select_routed(const Service& svc, std::span<const MergedEndp
     }
     return near;
   };
-  if (prefers_same_node(svc)) {
-    if (auto near = narrowed(true); !near.empty()) return near;
-  }
+  if (auto near = narrowed(true); !near.empty()) return near;
   if (auto near = narrowed(false); !near.empty()) return near;
   return ready;
 }

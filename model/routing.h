@@ -54,9 +54,9 @@ std::optional<uint16_t> backend_port(const MergedEndpoint& e, const ServicePort&
 // ascending order:
 //  - the kReady ones; none ready: the kFallback ones;
 //  - kNodeLocal keeps only endpoints whose node name is `node`'s;
-//  - kCluster with ready endpoints and a close-preferring service keeps those hinted for
-//    this node (PreferSameNode, when every ready endpoint has node hints), else those hinted
-//    for this zone (when every ready endpoint has zone hints), else all of them.
+//  - kCluster with ready endpoints keeps those hinted for this node (when every ready
+//    endpoint has node hints), else those hinted for this zone (when every ready endpoint has
+//    zone hints), else all of them: decided from the hints alone, as kube-proxy does.
 std::vector<size_t> select_routed(const Service& svc, std::span<const MergedEndpoint* const> eps,
                                   Scope scope, const RoutingNode& node);
 

@@ -154,10 +154,12 @@ TEST(SelectRouted, TopologyHintsNarrowTheReadySetOnlyWhenComplete) {
   auto partial =
       state({{"10.0.0.1", kReady, "node-a", {"zone-a"}}, {"10.0.0.2", kReady, "node-b"}}, close);
   EXPECT_EQ(picked(partial, Scope::kCluster, {"node-a", "zone-a"}).size(), 2u);
-  // Without PreferClose the hints are not used.
+  // The hints decide, not the service's field (kube-proxy's topologyModeFromHints): hinted
+  // slices of a service that no longer asks are still followed until the controller drops
+  // their hints.
   auto plain = state(
       {{"10.0.0.1", kReady, "node-a", {"zone-a"}}, {"10.0.0.2", kReady, "node-b", {"zone-b"}}});
-  EXPECT_EQ(picked(plain, Scope::kCluster, {"node-a", "zone-a"}).size(), 2u);
+  EXPECT_EQ(picked(plain, Scope::kCluster, {"node-a", "zone-a"}), Addrs{"10.0.0.1"});
   // Hints never pick a fallback over a ready endpoint.
   auto mixed = state({{"10.0.0.1", kTerminatingServing, "node-a", {"zone-a"}},
                       {"10.0.0.2", kReady, "node-b", {"zone-b"}}},

@@ -348,12 +348,16 @@ TEST_P(ZoneHints, SameZoneOnlyThenOtherZoneWhenNoneLeft) {
     EXPECT_EQ(keys(seen), want) << phase << ": " << show(seen);
   };
 
-  // A service that does not ask for topology ignores the hints: endpointd's rule (routing.h).
-  // kube-proxy decides from the hints alone (pkg/proxy/topology.go), so this phase is where
-  // the two differ; only slices written by something other than the EndpointSlice
-  // controller, or a slice not yet rewritten after the service stopped asking, tell them apart.
+  // The hints decide, as in kube-proxy (topologyModeFromHints): a service that no longer asks
+  // follows the hints its slices still carry, until the controller drops them.
   tables.program({testing::state(web, {a2, a3, b4, b5})});
-  expect_only({"10.244.1.2", "10.244.1.3", "10.244.1.4", "10.244.1.5"}, "no distribution");
+  expect_only({"10.244.1.2", "10.244.1.3"}, "hints without a distribution");
+  auto unhinted = [](model::MergedEndpoint e) {
+    e.hint_zones = {};
+    return e;
+  };
+  tables.program({testing::state(web, {unhinted(a2), unhinted(a3), unhinted(b4), unhinted(b5)})});
+  expect_only({"10.244.1.2", "10.244.1.3", "10.244.1.4", "10.244.1.5"}, "no hints");
 
   // Asked: only the same-zone two, both of them.
   tables.program({testing::state(close, {a2, a3, b4, b5})});
