@@ -13,6 +13,7 @@
 
 #include "daemon/kubeproxy_config.h"
 #include "dns/message.h"
+#include "model/time.h"
 
 namespace endpointd::daemon {
 
@@ -376,6 +377,26 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
   cfg.cluster_cidr = d.cidrs("cluster-cidr");
   cfg.nodeport_addresses = d.cidrs("nodeport-addresses");
   cfg.masquerade_all = d.boolean("masquerade-all", cfg.masquerade_all);
+  // kube-proxy's --conntrack-* flags; each only when given.
+  auto count = [&](const char* name, std::optional<uint32_t>& out) {
+    if (d.given(name)) out = static_cast<uint32_t>(d.integer(name, 0, 1 << 30, 0));
+  };
+  count("conntrack-max-per-core", cfg.conntrack.max_per_core);
+  count("conntrack-min", cfg.conntrack.min);
+  auto duration = [&](const char* name, std::optional<std::chrono::seconds>& out) {
+    auto v = d.one(name);
+    if (!v) return;
+    auto t = model::parse_go_duration(*v);
+    if (!t || t->count() > 30 * 86400)
+      d.fail_last(*v, "is not a duration of at most 720h (e.g. 24h0m0s, 1h, 300s, or seconds)");
+    else
+      out = *t;
+  };
+  duration("conntrack-tcp-timeout-established", cfg.conntrack.tcp_established_timeout);
+  duration("conntrack-tcp-timeout-close-wait", cfg.conntrack.tcp_close_wait_timeout);
+  duration("conntrack-udp-timeout", cfg.conntrack.udp_timeout);
+  duration("conntrack-udp-timeout-stream", cfg.conntrack.udp_stream_timeout);
+  cfg.conntrack.tcp_be_liberal = d.boolean("conntrack-tcp-be-liberal", false);
   cfg.cleanup = d.boolean("cleanup", cfg.cleanup);
 
   cfg.dns_listen = d.listen("dns-listen", Host::kIp, cfg.dns_listen);
@@ -539,6 +560,20 @@ void add_run_flags(CLI::App& app) {
   add(app, "watch-stall-timeout",
       "Seconds without a byte on a watch before it is re-established (0: off; else 10..3600)",
       std::to_string(def.watch_stall_timeout.count()));
+  add(app, "conntrack-max-per-core",
+      "Set nf_conntrack_max to this times the CPUs (at least --conntrack-min), as kube-proxy "
+      "does (default: leave the node's)");
+  add(app, "conntrack-min", "The least nf_conntrack_max --conntrack-max-per-core sets");
+  add(app, "conntrack-tcp-timeout-established",
+      "Set nf_conntrack_tcp_timeout_established (e.g. 24h0m0s; default: leave the node's)");
+  add(app, "conntrack-tcp-timeout-close-wait",
+      "Set nf_conntrack_tcp_timeout_close_wait (e.g. 1h0m0s; default: leave the node's)");
+  app.add_flag("--conntrack-tcp-be-liberal")
+      ->description(
+          "Set nf_conntrack_tcp_be_liberal=1 (out-of-window TCP packets are not marked invalid)");
+  add(app, "conntrack-udp-timeout", "Set nf_conntrack_udp_timeout (default: leave the node's)");
+  add(app, "conntrack-udp-timeout-stream",
+      "Set nf_conntrack_udp_timeout_stream (default: leave the node's)");
   add(app, "livez-timeout",
       "Seconds an update may wait unapplied (update loop, a sink, the kernel) before /livez "
       "fails (1..3600)",

@@ -17,6 +17,7 @@
 #include "model/hostport.h"
 #include "model/ip.h"
 #include "model/result.h"
+#include "proxy/conntrack_sysctl.h"
 
 namespace CLI {
 class App;
@@ -72,6 +73,9 @@ struct Config {
   std::vector<model::IpPrefix> cluster_cidr;
   std::vector<model::IpPrefix> nodeport_addresses;
   bool masquerade_all = false;
+  // nf_conntrack sysctls written at start as kube-proxy writes them (--conntrack-*); unset:
+  // left as the node has them.
+  proxy::ConntrackSysctls conntrack;
   bool cleanup = false;
 
   // DNS.

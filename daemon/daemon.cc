@@ -21,6 +21,7 @@
 #include "pipeline/ack_board.h"
 #include "pipeline/update_loop.h"
 #include "proxy/conntrack.h"
+#include "proxy/conntrack_sysctl.h"
 #include "proxy/dataplane.h"
 
 namespace endpointd::daemon {
@@ -173,6 +174,13 @@ int Daemon::health_port() const {
 
 Status Daemon::start() {
   auto& m = *impl_;
+  // kube-proxy's conntrack settings, before any traffic is programmed; a setting that cannot
+  // be written stops the start (it was asked for), naming it and its file.
+  if (auto ct = proxy::apply_conntrack_sysctls(m.cfg.conntrack); !ct) {
+    return Error{"conntrack: " + ct.error()};
+  } else if (!ct->read_only_sys.empty()) {
+    spdlog::warn("conntrack: {}", ct->read_only_sys);
+  }
   pipeline::UpdateLoop::Options lo;
   lo.registry = m.registry.get();
   lo.expected_kinds = expected_kinds(m.cfg);

@@ -81,9 +81,6 @@ std::string reason_for(const std::string& key) {
   };
   if (auto it = exact.find(key); it != exact.end()) return it->second;
   std::string head = key.substr(0, key.find('.'));
-  if (head == "conntrack")
-    return "endpointd sets no nf_conntrack sysctls (it has no flag for them); set "
-           "net.netfilter.nf_conntrack_* on the node if kube-proxy did it for you";
   if (head == "iptables" || head == "ipvs" || head == "winkernel")
     return "a setting of kube-proxy's " + head + " mode; endpointd programs nftables";
   if (head == "clientConnection")
@@ -287,6 +284,39 @@ Result<KubeProxyConversion> convert_kubeproxy_configuration(const YAML::Node& ro
     } else if (!f.empty()) {
       ignore("logging.format", child(root["logging"], "format"), "endpointd logs text or json");
     }
+  }
+
+  // conntrack: each value given becomes its --conntrack-* flag. kube-proxy fills a null with
+  // its own default (maxPerCore 32768, min 131072, tcpEstablishedTimeout 24h, tcpCloseWait 1h)
+  // and writes it; endpointd writes only what is set, and says so once.
+  if (auto ct = root["conntrack"]; ct && ct.IsMap()) {
+    bool defaulted = false;
+    for (auto [key, flag] : {std::pair{"maxPerCore", "conntrack-max-per-core"},
+                             {"min", "conntrack-min"},
+                             {"tcpEstablishedTimeout", "conntrack-tcp-timeout-established"},
+                             {"tcpCloseWaitTimeout", "conntrack-tcp-timeout-close-wait"},
+                             {"tcpBeLiberal", "conntrack-tcp-be-liberal"},
+                             {"udpTimeout", "conntrack-udp-timeout"},
+                             {"udpStreamTimeout", "conntrack-udp-timeout-stream"}}) {
+      std::string k = std::string("conntrack.") + key;
+      used.insert(k);
+      YAML::Node n = child(ct, key);
+      bool has_default = std::string_view(key) == "maxPerCore" || std::string_view(key) == "min" ||
+                         std::string_view(key) == "tcpEstablishedTimeout" ||
+                         std::string_view(key) == "tcpCloseWaitTimeout";
+      if (!n || n.IsNull()) {
+        defaulted = defaulted || has_default;
+        continue;
+      }
+      if (is_zero(n)) continue;  // 0: kube-proxy leaves the node's value too
+      set(flag, {scalar(n)}, k);
+    }
+    if (defaulted)
+      out.ignored.push_back(
+          {"conntrack", "null",
+           "kube-proxy's defaults for unset conntrack values (maxPerCore 32768, min 131072, "
+           "tcpEstablishedTimeout 24h, tcpCloseWaitTimeout 1h) are not written; endpointd sets "
+           "only the values given (--conntrack-*)"});
   }
 
   used.insert("mode");

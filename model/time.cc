@@ -1,5 +1,6 @@
 #include "model/time.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <string_view>
@@ -45,6 +46,39 @@ std::optional<std::chrono::system_clock::time_point> parse_rfc3339(const std::st
   return std::chrono::system_clock::from_time_t(t - offset_s) +
          std::chrono::duration_cast<std::chrono::system_clock::duration>(
              std::chrono::duration<double>(frac));
+}
+
+std::optional<std::chrono::seconds> parse_go_duration(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  if (s.find_first_not_of("0123456789") == std::string::npos) {
+    if (s.size() > 12) return std::nullopt;
+    return std::chrono::seconds(std::stoll(s));
+  }
+  double total = 0;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t digits = i;
+    while (i < s.size() && ((s[i] >= '0' && s[i] <= '9') || s[i] == '.')) ++i;
+    std::string num = s.substr(digits, i - digits);
+    if (num.empty() || num.size() > 15 || num == "." ||
+        std::count(num.begin(), num.end(), '.') > 1)
+      return std::nullopt;
+    double v = std::stod(num);
+    size_t unit = i;
+    while (i < s.size() && !((s[i] >= '0' && s[i] <= '9') || s[i] == '.')) ++i;
+    std::string u = s.substr(unit, i - unit);
+    double scale = u == "h"                 ? 3600
+                   : u == "m"               ? 60
+                   : u == "s"               ? 1
+                   : u == "ms"              ? 1e-3
+                   : u == "us" || u == "µs" ? 1e-6
+                   : u == "ns"              ? 1e-9
+                                            : -1;
+    if (scale < 0) return std::nullopt;
+    total += v * scale;
+  }
+  if (total > 1e12) return std::nullopt;
+  return std::chrono::seconds(static_cast<int64_t>(total));
 }
 
 std::string go_time_string(std::chrono::system_clock::time_point t) {

@@ -29,6 +29,16 @@ TEST(GoTimeString, MatchesGosTimeStringInUtc) {
   EXPECT_FALSE(model::parse_rfc3339("yesterday"));
 }
 
+TEST(GoDuration, AsKubernetesConfigurationWritesThem) {
+  EXPECT_EQ(model::parse_go_duration("24h0m0s"), std::chrono::hours(24));
+  EXPECT_EQ(model::parse_go_duration("1h30m"), std::chrono::minutes(90));
+  EXPECT_EQ(model::parse_go_duration("1.5s"), std::chrono::seconds(1));
+  EXPECT_EQ(model::parse_go_duration("300"), std::chrono::seconds(300));
+  EXPECT_EQ(model::parse_go_duration("0s"), std::chrono::seconds(0));
+  for (const char* bad : {"", "1 day", "5x", "h", "1.2.3s", "-5s", "99999999999999999h"})
+    EXPECT_FALSE(model::parse_go_duration(bad)) << bad;
+}
+
 TEST(Healthz, KubeProxysBodyWhenEligible) {
   model::Node n;
   n.name = "node-a";

@@ -112,22 +112,23 @@ TEST(KubeProxyConfig, KubeadmFileMapsWhatEndpointdHonours) {
             (std::vector<std::string>{"/var/lib/kube-proxy/kubeconfig.conf"}));
   EXPECT_EQ(c.find("node-name"), nullptr);  // hostnameOverride empty: $NODE_NAME
   EXPECT_EQ(c.find("log-format"), nullptr);
+  EXPECT_EQ(values(c, "conntrack-max-per-core"), std::vector<std::string>{"32768"});
+  EXPECT_EQ(values(c, "conntrack-min"), std::vector<std::string>{"131072"});
+  EXPECT_EQ(values(c, "conntrack-tcp-timeout-established"), std::vector<std::string>{"24h0m0s"});
+  EXPECT_EQ(values(c, "conntrack-tcp-timeout-close-wait"), std::vector<std::string>{"1h0m0s"});
+  EXPECT_EQ(c.find("conntrack-udp-timeout"), nullptr);  // 0s: the node's value stays
+  EXPECT_EQ(c.find("conntrack-tcp-be-liberal"), nullptr);
 
   // Reported as ignored: exactly the keys holding something other than kube-proxy's default.
   std::vector<std::string> ignored;
   for (const auto& i : c.ignored) ignored.push_back(i.key);
   std::sort(ignored.begin(), ignored.end());
-  EXPECT_EQ(ignored, (std::vector<std::string>{
-                         "bindAddress", "conntrack.maxPerCore", "conntrack.min",
-                         "conntrack.tcpCloseWaitTimeout", "conntrack.tcpEstablishedTimeout",
-                         "nftables.minSyncPeriod", "nftables.syncPeriod", "nodePortAddresses"}));
+  EXPECT_EQ(ignored, (std::vector<std::string>{"bindAddress", "nftables.minSyncPeriod",
+                                               "nftables.syncPeriod", "nodePortAddresses"}));
   for (const auto& i : c.ignored) {
     EXPECT_FALSE(i.reason.empty()) << i.key;
     if (i.key == "nodePortAddresses") {
       EXPECT_EQ(i.value, "primary");
-    }
-    if (i.key.rfind("conntrack.", 0) == 0) {
-      EXPECT_NE(i.reason.find("nf_conntrack"), std::string::npos);
     }
   }
   EXPECT_FALSE(c.is_ignored("mode"));  // nftables is what endpointd does
@@ -137,15 +138,45 @@ TEST(KubeProxyConfig, KubeadmFileMapsWhatEndpointdHonours) {
   auto lines = c.report();
   EXPECT_EQ(lines.size(), c.settings.size() + c.ignored.size());
   EXPECT_NE(std::find(lines.begin(), lines.end(),
-                      "KubeProxyConfiguration: ignored conntrack.maxPerCore (32768): " +
-                          c.ignored[std::distance(c.ignored.begin(),
-                                                  std::find_if(c.ignored.begin(), c.ignored.end(),
-                                                               [](auto& i) {
-                                                                 return i.key ==
-                                                                        "conntrack.maxPerCore";
-                                                               }))]
-                              .reason),
+                      "KubeProxyConfiguration: conntrack.maxPerCore -> "
+                      "--conntrack-max-per-core=32768"),
             lines.end());
+}
+
+// kubeadm usually writes conntrack as nulls: kube-proxy then writes its own defaults, endpointd
+// writes nothing and says so once.
+TEST(KubeProxyConfig, NullConntrackValuesAreReportedOnceAndSetNothing) {
+  auto c = convert(
+      "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
+      "conntrack: {maxPerCore: null, min: null, tcpEstablishedTimeout: null,\n"
+      "  tcpCloseWaitTimeout: null, tcpBeLiberal: true, udpTimeout: 30s}\n");
+  EXPECT_EQ(c.find("conntrack-max-per-core"), nullptr);
+  EXPECT_EQ(values(c, "conntrack-tcp-be-liberal"), std::vector<std::string>{"true"});
+  EXPECT_EQ(values(c, "conntrack-udp-timeout"), std::vector<std::string>{"30s"});
+  ASSERT_TRUE(c.is_ignored("conntrack"));
+}
+
+TEST(KubeProxyConfig, ConntrackFlagsAsKubeProxyWritesThem) {
+  auto cfg = testing::run_args({"--conntrack-max-per-core", "1000", "--conntrack-min", "5000",
+                                "--conntrack-tcp-timeout-established", "24h0m0s",
+                                "--conntrack-tcp-timeout-close-wait", "1h",
+                                "--conntrack-udp-timeout", "30", "--conntrack-tcp-be-liberal"});
+  ASSERT_TRUE(cfg) << cfg.error();
+  EXPECT_EQ(cfg->conntrack.max_per_core, 1000u);
+  EXPECT_EQ(cfg->conntrack.min, 5000u);
+  EXPECT_EQ(cfg->conntrack.tcp_established_timeout, std::chrono::hours(24));
+  EXPECT_EQ(cfg->conntrack.tcp_close_wait_timeout, std::chrono::hours(1));
+  EXPECT_EQ(cfg->conntrack.udp_timeout, std::chrono::seconds(30));
+  EXPECT_FALSE(cfg->conntrack.udp_stream_timeout);
+  EXPECT_TRUE(cfg->conntrack.tcp_be_liberal);
+  auto none = testing::run_args({});
+  ASSERT_TRUE(none) << none.error();
+  EXPECT_FALSE(none->conntrack.max_per_core);
+  EXPECT_FALSE(none->conntrack.tcp_established_timeout);
+  auto bad = testing::run_args({"--conntrack-tcp-timeout-established", "1 day"});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().find("--conntrack-tcp-timeout-established: \"1 day\""), std::string::npos)
+      << bad.error();
 }
 
 TEST(KubeProxyConfig, OtherModesAndDetectionModesAreReported) {
