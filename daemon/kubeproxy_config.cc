@@ -64,12 +64,16 @@ bool is_zero(const YAML::Node& n) {
 std::string reason_for(const std::string& key) {
   static const std::map<std::string, std::string> exact = {
       {"bindAddress",
-       "endpointd's listeners have their own flags (--admin-listen, --dns-listen, --feed-listen)"},
+       "kube-proxy takes it as the node's primary IP; endpointd takes the node's addresses from "
+       "its Node object and the host, and its listeners have their own flags"},
       {"bindAddressHardFail", "endpointd's listeners have their own flags"},
       {"configSyncPeriod", "endpointd watches without a periodic resync"},
       {"enableProfiling", "endpointd serves no profiling endpoints"},
       {"showHiddenMetricsForVersion", "endpointd has no hidden metrics"},
-      {"oomScoreAdj", "set by the pod's QoS class (requests equal to limits) instead"},
+      {"oomScoreAdj",
+       "the chart's priority class system-node-critical makes the kubelet protect the agent "
+       "(oom_score_adj -997)"},
+      {"windowsRunAsService", "a Windows setting"},
       {"portRange", "only used by kube-proxy's removed userspace mode"},
       {"featureGates", "endpointd has no kube-proxy feature gates"},
       {"nftables.syncPeriod",
@@ -97,7 +101,7 @@ bool known_key(const std::string& key) {
       "apiVersion", "kind", "featureGates", "bindAddress", "healthzBindAddress",
       "metricsBindAddress", "bindAddressHardFail", "enableProfiling", "showHiddenMetricsForVersion",
       "mode", "detectLocalMode", "clusterCIDR", "nodePortAddresses", "oomScoreAdj",
-      "configSyncPeriod", "portRange", "hostnameOverride", "syncPeriod", "minSyncPeriod",
+      "configSyncPeriod", "portRange", "hostnameOverride", "windowsRunAsService",
       // clientConnection
       "clientConnection", "clientConnection.kubeconfig", "clientConnection.acceptContentTypes",
       "clientConnection.contentType", "clientConnection.qps", "clientConnection.burst",
@@ -235,10 +239,11 @@ Result<KubeProxyConversion> convert_kubeproxy_configuration(const YAML::Node& ro
                  "\" is not a list of CIDRs"};
   }
 
-  // masqueradeAll: top level, or under the iptables / nftables mode sections.
+  // masqueradeAll: under the nftables mode section (what kube-proxy's nftables mode reads), or
+  // the iptables one (a cluster switching from iptables mode keeps its intent).
   {
     std::string from;
-    for (const char* key : {"masqueradeAll", "iptables.masqueradeAll", "nftables.masqueradeAll"}) {
+    for (const char* key : {"iptables.masqueradeAll", "nftables.masqueradeAll"}) {
       used.insert(key);
       std::string k = key;
       auto dot = k.find('.');

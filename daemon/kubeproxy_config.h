@@ -6,19 +6,23 @@
 //   clusterCIDR                         --cluster-cidr (comma-separated list)
 //   detectLocalMode ClusterCIDR or ""   (local traffic is detected by --cluster-cidr)
 //   nodePortAddresses                   --nodeport-addresses (CIDRs; "primary" is ignored)
-//   masqueradeAll, iptables.masqueradeAll, nftables.masqueradeAll   --masquerade-all
+//   iptables.masqueradeAll, nftables.masqueradeAll   --masquerade-all
 //   healthzBindAddress                  --health-listen (default kube-proxy's 0.0.0.0:10256)
 //   metricsBindAddress                  --admin-listen (default kube-proxy's 127.0.0.1:10249)
 //   hostnameOverride                    --node-name
 //   clientConnection.kubeconfig         --kubeconfig
 //   logging.format text|json            --log-format
+//   conntrack.*                         --conntrack-* (values given; nulls, which kube-proxy
+//                                       fills with its defaults, are reported once)
 // As in kube-proxy, the probes (/healthz, /livez, /readyz) are on healthzBindAddress and
 // /metrics on metricsBindAddress (with endpointd's /debug/state); port 0 turns either off.
 // `mode` must be nftables or empty (endpointd always programs its own nftables tables);
-// another mode is reported. Every other key whose value is not empty, zero or false —
-// conntrack sysctls, sync periods, iptables/ipvs/winkernel settings, bindAddress, ... — is
-// reported as ignored, one entry per key, with the reason. kubeadm writes every field, most
-// at their zero value, and those mean "kube-proxy's default", so they are not reported.
+// another mode is reported. Every other key whose value is not empty, zero or false — sync
+// periods, iptables/ipvs/winkernel settings, bindAddress, ... — is reported as ignored, one
+// entry per key, with the reason. kubeadm writes every field, most at their zero value, and
+// those mean "kube-proxy's default", so they are not reported. A key that is no field of
+// v1alpha1 is an error naming it: kube-proxy falls back to lenient decoding and only logs it,
+// but a typo that silently changes nothing is what an operator swapping proxies must not get.
 #pragma once
 
 #include <yaml-cpp/yaml.h>

@@ -268,8 +268,8 @@ TEST(KubeProxyConfig, RunSubcommandAppliesAPlainConfigFileAndRejectsUnknownKeys)
 // Found by fuzz_config: a section that is a scalar, or a key that is not one, was an exception
 // out of the conversion (std::terminate in `endpointd run --config`). Now the scalar sections
 // are sections without the keys endpointd reads, and odd keys are reported by their YAML form.
-// kube-proxy decodes its file strictly: a key that is no field of the kind is an error that
-// names it, not a warning, so that a typo never silently changes nothing.
+// A key that is no field of the kind is an error that names it, not a warning, so that a typo
+// never silently changes nothing (kube-proxy falls back to lenient decoding and logs it).
 TEST(KubeProxyConfig, MisspelledKeyIsAnErrorNamingIt) {
   for (auto [body, key] :
        {std::pair{"masqueradeAl: true\n", "masqueradeAl"},
