@@ -276,6 +276,23 @@ void ManifestSource::rescan() {
   model::Event ev;
   {
     std::lock_guard lock(mu_);
+    // The objects whose owner may have changed: those of every file re-read or gone.
+    std::set<Key> touched;
+    auto forget = [&](const std::string& file, const FileState& st) {
+      for (const auto& [key, h] : st.objects) {
+        touched.insert(key);
+        if (auto it = definers_.find(key); it != definers_.end()) {
+          it->second.erase(file);
+          if (it->second.empty()) definers_.erase(it);
+        }
+      }
+    };
+    auto learn = [&](const std::string& file, const FileState& st) {
+      for (const auto& [key, h] : st.objects) {
+        touched.insert(key);
+        definers_[key].insert(file);
+      }
+    };
     for (const auto& entry : fs::directory_iterator(dir_, ec)) {
       const auto& path = entry.path();
       if (!is_manifest(path)) continue;
@@ -292,7 +309,9 @@ void ManifestSource::rescan() {
         st.inode = sb.st_ino;
         st.mtime_ns = mtime;
         st.size = sb.st_size;
+        forget(path.string(), st);
         load_file(path, st, false, decoded[path.string()]);
+        learn(path.string(), st);
         changed = true;
         for (const auto& e : st.errors) {
           spdlog::error("manifest {}: {}; keeping its last good objects", path.string(), e);
@@ -307,32 +326,46 @@ void ManifestSource::rescan() {
       for (auto& [file, st] : next) files_[file] = std::move(st);
       return;  // keep what we had
     }
-    if (next.size() != files_.size()) changed = true;  // a file went away
+    for (const auto& [file, st] : files_) {
+      if (next.count(file)) continue;
+      forget(file, st);  // a file went away (its entry was not moved into next)
+      changed = true;
+    }
     files_ = std::move(next);
     if (!changed) return;  // an event for a file that is not a manifest, or no real change
 
-    // Owners: the last file in name order that defines an object wins.
-    std::map<Key, std::shared_ptr<const std::string>> owners;
-    for (const auto& [file, st] : files_)
-      for (const auto& [key, h] : st.objects) {
-        auto [it, inserted] = owners.emplace(key, st.name);
-        if (!inserted) {
-          if (decoded.count(file))
-            spdlog::warn("manifest {}: {} {} is also defined in {}; using this one", file,
-                         model::to_string(key.first), key.second, *it->second);
-          it->second = st.name;
-        }
+    // Owners of the touched objects: the last file in name order that defines each.
+    std::map<Key, std::shared_ptr<const std::string>> owners;  // touched ones; null: gone
+    for (const Key& key : touched) {
+      auto d = definers_.find(key);
+      if (d == definers_.end()) {
+        owners.emplace(key, nullptr);
+        continue;
       }
+      const std::string& file = *d->second.rbegin();
+      owners.emplace(key, files_.at(file).name);
+      if (d->second.size() > 1)
+        for (const auto& other : d->second)
+          if (other != file && decoded.count(other))
+            spdlog::warn("manifest {}: {} {} is also defined in {}; using that one", other,
+                         model::to_string(key.first), key.second, file);
+    }
     auto owned_by = [&](const Key& key, const std::string& file) {
       auto it = owners.find(key);
-      return it != owners.end() && *it->second == file;
+      return it != owners.end() && it->second && *it->second == file;
     };
-    // An object whose owner is now a file that was not re-read (the file that won before
-    // dropped it): that file's version must be decoded again.
+    // An object whose owner is now a file whose version of it was not decoded in this scan
+    // (the file that won before dropped it): that file is decoded again.
     for (const auto& [key, owner] : owners) {
+      if (!owner) continue;
       const std::string& file = *owner;
       auto old = owners_.find(key);
-      if (old != owners_.end() && *old->second != file && !decoded.count(file)) {
+      if (old == owners_.end() || *old->second == file) continue;
+      auto have = decoded.find(file);
+      bool present =
+          have != decoded.end() && std::any_of(have->second.begin(), have->second.end(),
+                                               [&](const auto& kv) { return kv.first == key; });
+      if (!present) {
         Decoded again;
         load_file(file, files_[file], true, again);
         decoded[file] = std::move(again);
@@ -353,8 +386,8 @@ void ManifestSource::rescan() {
       for (auto& [file, objs] : decoded)
         for (auto& [key, obj] : objs)
           if (owned_by(key, file)) batch.upserts.push_back(std::move(obj));
-      for (const auto& [key, file] : owners_) {
-        if (owners.count(key)) continue;
+      for (const auto& [key, owner] : owners) {
+        if (owner || !owners_.count(key)) continue;
         model::Remove r;
         r.kind = key.first;
         if (key.first == ObjectKind::kNode) {
@@ -367,7 +400,12 @@ void ManifestSource::rescan() {
       }
       ev.change = std::move(batch);
     }
-    owners_ = std::move(owners);
+    for (auto& [key, owner] : owners) {
+      if (owner)
+        owners_[key] = std::move(owner);
+      else
+        owners_.erase(key);
+    }
   }
   reloads_.fetch_add(1);
   if (metrics_->reloads) metrics_->reloads->Increment();

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,6 +67,9 @@ class ManifestSource {
   // Which file each object comes from (the last file, in name order, that defines it): the
   // file's name, shared with its FileState rather than a copy per object.
   std::map<Key, std::shared_ptr<const std::string>> owners_;
+  // Every file that defines each object, in name order (the last one owns it). Kept up to
+  // date file by file, so that a change costs what the changed files hold, not the directory.
+  std::map<Key, std::set<std::string>> definers_;
   int inotify_fd_ = -1;
   int wake_fd_ = -1;
   std::thread thread_;

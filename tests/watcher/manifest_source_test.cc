@@ -125,6 +125,48 @@ TEST_F(ManifestSourceTest, EditInPlaceAndRenameArePickedUp) {
   EXPECT_EQ(col_.wait_past(n)->find({"demo", "web"}), nullptr);
 }
 
+// An object defined by two files belongs to the later one in name order; when that one drops
+// it, the earlier one's version takes over (decoded again, though that file did not change);
+// when no file defines it, it goes.
+TEST_F(ManifestSourceTest, ObjectDefinedTwiceFollowsTheLastFileThatDefinesIt) {
+  auto svc = [](const char* ip) {
+    return std::string(
+               "kind: Service\nmetadata: {name: web, namespace: demo}\nspec: {clusterIP: ") +
+           ip + ", ports: [{port: 80}]}\n";
+  };
+  auto cluster_ip = [](const model::SnapshotPtr& s) {
+    auto* st = s->find({"demo", "web"});
+    return st && !st->service.cluster_ips.empty() ? st->service.cluster_ips[0].str()
+                                                  : std::string("none");
+  };
+  write("a.yaml", svc("10.96.0.1"));
+  write("b.yaml", svc("10.96.0.2"));
+  write("c.yaml",
+        "kind: Service\nmetadata: {name: other, namespace: demo}\nspec: {ports: [{port: 80}]}\n");
+  start();
+  EXPECT_EQ(cluster_ip(col_.wait_past(0)), "10.96.0.2");
+  int n = col_.posts();
+  write(
+      "b.yaml",
+      "kind: Service\nmetadata: {name: unrelated, namespace: demo}\nspec: {ports: [{port: 80}]}\n");
+  auto s = col_.wait_past(n);
+  EXPECT_EQ(cluster_ip(s), "10.96.0.1");
+  EXPECT_NE(s->find({"demo", "unrelated"}), nullptr);
+  n = col_.posts();
+  write("b.yaml", svc("10.96.0.3"));
+  EXPECT_EQ(cluster_ip(col_.wait_past(n)), "10.96.0.3");
+  n = col_.posts();
+  fs::remove(dir_ / "b.yaml");
+  s = col_.wait_past(n);
+  EXPECT_EQ(cluster_ip(s), "10.96.0.1");
+  EXPECT_EQ(s->find({"demo", "unrelated"}), nullptr);
+  n = col_.posts();
+  fs::remove(dir_ / "a.yaml");
+  s = col_.wait_past(n);
+  EXPECT_EQ(cluster_ip(s), "none");
+  EXPECT_NE(s->find({"demo", "other"}), nullptr);
+}
+
 TEST_F(ManifestSourceTest, BrokenFileKeepsItsLastGoodObjects) {
   write("web.yaml", kWeb);
   start();
