@@ -190,6 +190,100 @@ int parse_generation(const void* buf, size_t len, uint32_t seq, uint32_t portid,
   return mnl_cb_run(buf, len, seq, portid, cb, &id);
 }
 
+int parse_set_elements(const void* buf, size_t len, uint32_t seq, uint32_t portid,
+                       std::vector<std::pair<std::string, std::string>>& elements) {
+  if (!well_formed(buf, len)) {
+    errno = EBADMSG;
+    return MNL_CB_ERROR;
+  }
+  // The bytes of NFTA_DATA_VALUE inside a nested key or data attribute.
+  static constexpr auto value_of = [](const nlattr* nest, std::string& out) {
+    mnl_attr_parse_nested(
+        nest,
+        [](const nlattr* a, void* data) -> int {
+          if (mnl_attr_get_type(a) == NFTA_DATA_VALUE) {
+            static_cast<std::string*>(data)->assign(
+                static_cast<const char*>(mnl_attr_get_payload(a)), mnl_attr_get_payload_len(a));
+          }
+          return MNL_CB_OK;
+        },
+        &out);
+  };
+  auto cb = [](const nlmsghdr* m, void* data) -> int {
+    if (!is_nft(m, NFT_MSG_NEWSETELEM)) return MNL_CB_OK;
+    mnl_attr_parse(
+        m, sizeof(nfgenmsg),
+        [](const nlattr* a, void* data) -> int {
+          if (mnl_attr_get_type(a) != NFTA_SET_ELEM_LIST_ELEMENTS) return MNL_CB_OK;
+          mnl_attr_parse_nested(
+              a,
+              [](const nlattr* el, void* data) -> int {
+                if (mnl_attr_get_type(el) != NFTA_LIST_ELEM) return MNL_CB_OK;
+                std::pair<std::string, std::string> kv;
+                mnl_attr_parse_nested(
+                    el,
+                    [](const nlattr* f, void* data) -> int {
+                      auto* kv = static_cast<std::pair<std::string, std::string>*>(data);
+                      if (mnl_attr_get_type(f) == NFTA_SET_ELEM_KEY) value_of(f, kv->first);
+                      if (mnl_attr_get_type(f) == NFTA_SET_ELEM_DATA) value_of(f, kv->second);
+                      return MNL_CB_OK;
+                    },
+                    &kv);
+                if (!kv.first.empty())
+                  static_cast<std::vector<std::pair<std::string, std::string>>*>(data)->push_back(
+                      std::move(kv));
+                return MNL_CB_OK;
+              },
+              data);
+          return MNL_CB_OK;
+        },
+        data);
+    return MNL_CB_OK;
+  };
+  return mnl_cb_run(buf, len, seq, portid, cb, &elements);
+}
+
+Status NetlinkBackend::forget_affinity(IpFamily f,
+                                       const std::function<bool(std::string_view)>& stale) {
+  std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
+  uint32_t seq = seq_++;
+  nlmsghdr* nlh = nftnl_nlmsg_build_hdr(buf.data(), NFT_MSG_GETSETELEM, nftnl::nf_family(f),
+                                        NLM_F_DUMP | NLM_F_ACK, seq);
+  nftnl::SetPtr set(nftnl_set_alloc());
+  nftnl_set_set_str(set.get(), NFTNL_SET_TABLE, kTableName);
+  nftnl_set_set_str(set.get(), NFTNL_SET_NAME, names::kAffinity);
+  nftnl_set_set_u32(set.get(), NFTNL_SET_FAMILY, nftnl::nf_family(f));
+  nftnl_set_elems_nlmsg_build_payload(nlh, set.get());
+  if (mnl_socket_sendto(sock_->nl.get(), nlh, nlh->nlmsg_len) < 0)
+    return Error{std::string("netlink send: ") + std::strerror(errno)};
+  std::vector<std::pair<std::string, std::string>> records;
+  for (;;) {
+    ssize_t n = mnl_socket_recvfrom(sock_->nl.get(), buf.data(), buf.size());
+    if (n < 0) return Error{std::string("netlink receive: ") + std::strerror(errno)};
+    int ret = parse_set_elements(buf.data(), static_cast<size_t>(n), seq, sock_->portid, records);
+    if (ret < 0) {
+      if (errno == ENOENT) return {};  // no map (yet): no records
+      return Error{std::string("netlink dump of the affinity map: ") + std::strerror(errno)};
+    }
+    if (ret == MNL_CB_STOP) break;
+  }
+  // A record is <saddr> . <vip> : <backend>.
+  size_t a = f == IpFamily::kV4 ? 4 : 16;
+  std::vector<std::string> keys;
+  std::string pair;
+  for (const auto& [key, data] : records) {
+    if (key.size() <= a) continue;
+    pair.assign(key, a, std::string::npos).append(data);
+    if (stale(pair)) keys.push_back(key);
+  }
+  if (keys.empty()) return {};
+  Batch b = build_forget_affinity_batch(f, keys, seq_);
+  seq_ += static_cast<uint32_t>(b.what.size()) + 2;
+  auto r = send(b);
+  if (!r) return Error{r.error()};
+  return {};
+}
+
 Result<std::vector<std::string>> NetlinkBackend::list_names(uint16_t msg_type, IpFamily f) {
   std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
   uint32_t seq = seq_++;
@@ -250,6 +344,26 @@ NetlinkBackend::QuietStats NetlinkBackend::quiet_stats() const {
   return quiet_stats_;
 }
 
+// After a full sync: the records whose <vip> . <backend> is in no affinity-backends-T set of
+// the table (endpoints removed while endpointd was not running, say) are deleted.
+Result<BatchStats> NetlinkBackend::forget_unrouted_affinity(const std::vector<const Table*>& tables,
+                                                            BatchStats committed) {
+  for (const Table* t : tables) {
+    std::vector<const Set*> routed;
+    for (const auto& [name, set] : t->sets) {
+      if (set.shape == SetShape::kVipBackendSet) routed.push_back(&set);
+    }
+    Status s = forget_affinity(t->family, [&](std::string_view p) {
+      for (const Set* set : routed) {
+        if (set->elements.contains(p)) return false;
+      }
+      return true;
+    });
+    if (!s) return Error{s.error()};
+  }
+  return committed;
+}
+
 Result<BatchStats> NetlinkBackend::full_sync(const std::vector<const Table*>& tables) {
   std::vector<std::string> lists[4];
   int i = 0;
@@ -280,7 +394,7 @@ Result<BatchStats> NetlinkBackend::full_sync(const std::vector<const Table*>& ta
     if (g && listen(false)) before = *g;  // else: an ordinary full sync, listened to
   }
   auto r = send(b);
-  if (!before) return r;
+  if (!before) return r ? forget_unrouted_affinity(tables, *r) : r;
   listen(true);
   auto after = ruleset_generation();
   // The batch committed: the generation moved by exactly one unless someone else committed
@@ -295,13 +409,23 @@ Result<BatchStats> NetlinkBackend::full_sync(const std::vector<const Table*>& ta
     }
   }
   if (others) foreign();
-  return r;
+  // After the generation check: this batch of endpointd's own would count as someone else's.
+  return r ? forget_unrouted_affinity(tables, *r) : r;
 }
 
 Result<BatchStats> NetlinkBackend::apply(const std::vector<TableChanges>& list) {
   Batch b = build_changes_batch(list, seq_);
   seq_ += static_cast<uint32_t>(b.what.size()) + 2;
-  return send(b);
+  auto r = send(b);
+  if (!r) return r;
+  // Committed: no new record names these pairs; delete those the map holds.
+  for (const auto& ch : list) {
+    if (ch.forget_affinity.empty()) continue;
+    std::set<std::string_view> gone(ch.forget_affinity.begin(), ch.forget_affinity.end());
+    Status s = forget_affinity(ch.family, [&](std::string_view p) { return gone.count(p) > 0; });
+    if (!s) return Error{s.error()};
+  }
+  return r;
 }
 
 Result<BatchStats> NetlinkBackend::cleanup() {

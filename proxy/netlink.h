@@ -8,6 +8,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "model/result.h"
@@ -27,6 +29,10 @@ int parse_dump_names(const void* buf, size_t len, uint32_t seq, uint32_t portid,
                      std::vector<std::string>& names);
 int parse_generation(const void* buf, size_t len, uint32_t seq, uint32_t portid,
                      std::optional<uint32_t>& id);
+//   parse_set_elements: each element's key and data (empty without) in a dump of one set's
+//                       elements (NFT_MSG_GETSETELEM), appended to `elements`.
+int parse_set_elements(const void* buf, size_t len, uint32_t seq, uint32_t portid,
+                       std::vector<std::pair<std::string, std::string>>& elements);
 
 class NetlinkBackend : public Backend {
  public:
@@ -63,6 +69,11 @@ class NetlinkBackend : public Backend {
   explicit NetlinkBackend(std::unique_ptr<Socket> s);
   Result<BatchStats> send(const Batch& b);
   Result<std::vector<std::string>> list_names(uint16_t msg_type, IpFamily f);
+  // ClientIP affinity: deletes the records of the family's affinity map whose <vip> . <backend>
+  // `stale` says is no longer routed (the map is listed: records are the packet path's).
+  Status forget_affinity(IpFamily f, const std::function<bool(std::string_view)>& stale);
+  Result<BatchStats> forget_unrouted_affinity(const std::vector<const Table*>& tables,
+                                              BatchStats committed);
   std::unique_ptr<Socket> sock_;
   uint32_t seq_ = 1;
   mutable std::mutex quiet_mu_;  // guards the four below

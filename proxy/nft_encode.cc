@@ -80,7 +80,11 @@ std::string set_udata(IpFamily f, SetShape shape, uint32_t modulus) {
     case SetShape::kAddrPair:
     case SetShape::kVipSet:
     case SetShape::kVipSrcInterval:
+    case SetShape::kVipBackendSet:
       return hex_bytes("000400000000030800040d0000000100");
+    case SetShape::kAffinity:
+      return hex_bytes(
+          "000400000000010400000000030800040d0000000100040800040d0000000100060400000000");
     case SetShape::kVipVerdictMap:
       return hex_bytes("000400000000010400000000030800040d0000000100060400000000");
     case SetShape::kBackends: {
@@ -151,6 +155,19 @@ SetDef set_def(IpFamily f, SetShape shape) {
       return {NFT_SET_MAP, concat({at, kTypeInetProto, kTypeInetService, kTypeInteger}),
               a + 12,      concat({at, kTypeInetService}),
               a + 4,       true,
+              {}};
+    case SetShape::kVipBackendSet:
+      return {0,          concat({at, kTypeInetProto, kTypeInetService, at, kTypeInetService}),
+              2 * a + 12, 0,
+              0,          false,
+              {}};
+    case SetShape::kAffinity:
+      return {NFT_SET_MAP | NFT_SET_TIMEOUT | NFT_SET_EVAL,
+              concat({at, at, kTypeInetProto, kTypeInetService}),
+              2 * a + 8,
+              concat({at, kTypeInetService}),
+              a + 4,
+              true,
               {}};
   }
   return {0, 0, 0, 0, 0, false, {}};
@@ -272,6 +289,9 @@ void add_set(Builder& b, IpFamily f, const Set& s) {
     nftnl_set_set_data(obj.get(), NFTNL_SET_DESC_CONCAT, d.concat_fields.data(),
                        static_cast<uint32_t>(d.concat_fields.size()));
   }
+  // Its records carry their own timeouts (the record rules').
+  if (s.shape == SetShape::kAffinity)
+    nftnl_set_set_u32(obj.get(), NFTNL_SET_DESC_SIZE, kAffinityMapSize);
   nftnl_set_set_u32(obj.get(), NFTNL_SET_ID, g_set_id++);
   std::string ud = set_udata(f, s.shape, s.modulus);
   nftnl_set_set_data(obj.get(), NFTNL_SET_USERDATA, ud.data(), static_cast<uint32_t>(ud.size()));
@@ -500,13 +520,39 @@ class RuleExprs {
     cmp(NFT_REG_1, NFT_CMP_EQ, 2 /* RTN_LOCAL */);
   }
   void dnat_map(const std::string& set) {
-    uint32_t a = addr_len(f_);
     lookup(reg_at(0), set, false, static_cast<int>(NFT_REG_1));
+    dnat(0);
+  }
+  // dnat to the address . port in the registers from `off`.
+  void dnat(uint32_t off) {
     auto* e = add("nat");
     nftnl_expr_set_u32(e, NFTNL_EXPR_NAT_TYPE, NFT_NAT_DNAT);
     nftnl_expr_set_u32(e, NFTNL_EXPR_NAT_FAMILY, nf_family(f_));
-    nftnl_expr_set_u32(e, NFTNL_EXPR_NAT_REG_ADDR_MIN, NFT_REG_1);
-    nftnl_expr_set_u32(e, NFTNL_EXPR_NAT_REG_PROTO_MIN, reg_at(a));
+    nftnl_expr_set_u32(e, NFTNL_EXPR_NAT_REG_ADDR_MIN, reg_at(off));
+    nftnl_expr_set_u32(e, NFTNL_EXPR_NAT_REG_PROTO_MIN, reg_at(off + addr_len(f_)));
+  }
+  // ct original <daddr> (the address before DNAT).
+  void ct_original_daddr(uint32_t dreg) {
+    auto* e = add("ct");
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, f_ == IpFamily::kV4 ? NFT_CT_DST_IP : NFT_CT_DST_IP6);
+    nftnl_expr_set_u8(e, NFTNL_EXPR_CT_DIR, IP_CT_DIR_ORIGINAL);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, dreg);
+  }
+  // ct original proto-dst (the port before DNAT).
+  void ct_original_dport(uint32_t dreg) {
+    auto* e = add("ct");
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CT_KEY, NFT_CT_PROTO_DST);
+    nftnl_expr_set_u8(e, NFTNL_EXPR_CT_DIR, IP_CT_DIR_ORIGINAL);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CT_DREG, dreg);
+  }
+  // update @set { <key at 0> timeout T : <data at data_off> }
+  void dynset(uint32_t op, const std::string& set, uint32_t data_off, uint32_t timeout_s) {
+    auto* e = add("dynset");
+    nftnl_expr_set_str(e, NFTNL_EXPR_DYNSET_SET_NAME, set.c_str());
+    nftnl_expr_set_u32(e, NFTNL_EXPR_DYNSET_OP, op);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_DYNSET_SREG_KEY, reg_at(0));
+    nftnl_expr_set_u32(e, NFTNL_EXPR_DYNSET_SREG_DATA, reg_at(data_off));
+    if (timeout_s) nftnl_expr_set_u64(e, NFTNL_EXPR_DYNSET_TIMEOUT, uint64_t{timeout_s} * 1000);
   }
 
  private:
@@ -628,21 +674,41 @@ void add_rule(Builder& b, IpFamily f, const std::string& chain, const Rule& r) {
       x.dnat_map(r.set);
       break;
     }
-    case RuleShape::kDnatSourceHash: {
-      x.vip();
-      // nft puts the hashed source after the key, at the next free 128-bit-aligned slot.
-      uint32_t src = f == IpFamily::kV4 ? NFT_REG_3 : NFT_REG32_11;
-      x.payload(NFT_PAYLOAD_NETWORK_HEADER, saddr_off(f), a, src);
-      auto* e = x.add("hash");
-      nftnl_expr_set_u32(e, NFTNL_EXPR_HASH_TYPE, NFT_HASH_JENKINS);
-      nftnl_expr_set_u32(e, NFTNL_EXPR_HASH_SREG, src);
-      nftnl_expr_set_u32(e, NFTNL_EXPR_HASH_DREG, reg_at(a + 8));
-      nftnl_expr_set_u32(e, NFTNL_EXPR_HASH_LEN, a);
-      nftnl_expr_set_u32(e, NFTNL_EXPR_HASH_MODULUS, r.modulus);
-      nftnl_expr_set_u32(e, NFTNL_EXPR_HASH_SEED, 0);
-      x.dnat_map(r.set);
+    case RuleShape::kAffinityStick:
+      // <saddr> . <vip> from register 1, as nft lays out a concatenated map key.
+      x.payload(NFT_PAYLOAD_NETWORK_HEADER, saddr_off(f), a, reg_at(0));
+      x.payload(NFT_PAYLOAD_NETWORK_HEADER, daddr_off(f), a, reg_at(a));
+      x.meta(NFT_META_L4PROTO, reg_at(2 * a));
+      x.payload(NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, reg_at(2 * a + 4));
+      x.lookup(reg_at(0), r.set, false, static_cast<int>(NFT_REG_1));
+      x.dnat(0);
+      break;
+    case RuleShape::kAffinityRecord: {
+      x.meta(NFT_META_L4PROTO, NFT_REG_1);
+      auto* c = x.add("cmp");
+      nftnl_expr_set_u32(c, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
+      nftnl_expr_set_u32(c, NFTNL_EXPR_CMP_OP, NFT_CMP_EQ);
+      nftnl_expr_set_data(c, NFTNL_EXPR_CMP_DATA, &r.l4proto, 1);
+      // After DNAT: ct original <vip> . <daddr> . th dport, a current backend of the VIP?
+      x.ct_original_daddr(reg_at(0));
+      x.meta(NFT_META_L4PROTO, reg_at(a));
+      x.ct_original_dport(reg_at(a + 4));
+      x.payload(NFT_PAYLOAD_NETWORK_HEADER, daddr_off(f), a, reg_at(a + 8));
+      x.payload(NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, reg_at(2 * a + 8));
+      x.lookup(reg_at(0), r.set, false);
+      // update @affinity { <saddr> . ct original <vip> timeout T : <daddr> . th dport }
+      x.payload(NFT_PAYLOAD_NETWORK_HEADER, saddr_off(f), a, reg_at(0));
+      x.ct_original_daddr(reg_at(a));
+      x.meta(NFT_META_L4PROTO, reg_at(2 * a));
+      x.ct_original_dport(reg_at(2 * a + 4));
+      x.payload(NFT_PAYLOAD_NETWORK_HEADER, daddr_off(f), a, reg_at(2 * a + 8));
+      x.payload(NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, reg_at(3 * a + 8));
+      x.dynset(NFT_DYNSET_OP_UPDATE, r.affinity, 2 * a + 8, r.timeout_s);
       break;
     }
+    case RuleShape::kGoto:
+      x.verdict(NFT_GOTO, r.target);
+      break;
   }
   auto* nlh = b.header(NFT_MSG_NEWRULE, f, NLM_F_CREATE | NLM_F_APPEND, "add rule to " + chain);
   nftnl_rule_nlmsg_build_payload(nlh, x.get());
@@ -666,7 +732,9 @@ void full_sync_table(Builder& b, const Table& t, const std::vector<std::string>&
   for (const auto& [_, s] : t.sets) add_set(b, f, s);
   // Everything is replaced inside one transaction: packets see the old table until commit.
   for (const auto& name : kchains) flush_chain(b, f, name);
-  for (const auto& name : ksets) flush_set(b, f, name);
+  for (const auto& name : ksets) {
+    if (name != names::kAffinity) flush_set(b, f, name);  // the packet path's records stay
+  }
   std::vector<ElementMap::View> chunk;  // one message's worth, read from the table in order
   chunk.reserve(kElementsPerMessage);
   for (const auto& [_, s] : t.sets) {
@@ -710,6 +778,7 @@ void changes(Builder& b, const TableChanges& ch, const Table* shapes_from) {
       return SetShape::kVipSet;
     }
     if (set == names::kFirewallAllow) return SetShape::kVipSrcInterval;
+    if (set.rfind("affinity-backends-", 0) == 0) return SetShape::kVipBackendSet;
     if (set.find("backends-") != std::string::npos) return SetShape::kBackends;
     return SetShape::kVipVerdictMap;
   };
@@ -743,6 +812,24 @@ Batch build_full_sync_batch(const std::vector<const Table*>& tables,
 Batch build_changes_batch(const std::vector<TableChanges>& list, uint32_t seq) {
   Builder b(seq);
   for (const auto& ch : list) changes(b, ch, nullptr);
+  return b.finish();
+}
+
+Batch build_forget_affinity_batch(IpFamily f, const std::vector<std::string>& keys, uint32_t seq) {
+  constexpr uint16_t kDestroySetElem = 30;  // NFT_MSG_DESTROYSETELEM (Linux 6.3 uapi)
+  Builder b(seq);
+  for (size_t i = 0; i < keys.size(); i += kElementsPerMessage) {
+    size_t end = std::min(keys.size(), i + kElementsPerMessage);
+    auto* nlh = b.header(kDestroySetElem, f, 0,
+                         std::string("forget affinity records of ") + family_name(f));
+    mnl_attr_put_strz(nlh, NFTA_SET_ELEM_LIST_SET, names::kAffinity);
+    mnl_attr_put_strz(nlh, NFTA_SET_ELEM_LIST_TABLE, kTableName);
+    nlattr* list = mnl_attr_nest_start(nlh, NFTA_SET_ELEM_LIST_ELEMENTS);
+    uint16_t index = 0;
+    for (size_t j = i; j < end; ++j) put_element(nlh, ++index, keys[j], 0, {});
+    mnl_attr_nest_end(nlh, list);
+    b.done(nlh);
+  }
   return b.finish();
 }
 

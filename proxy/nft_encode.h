@@ -25,6 +25,10 @@ Batch build_full_sync_batch(const std::vector<const Table*>& tables,
                             const std::vector<std::string>& existing_sets6, uint32_t seq);
 Batch build_changes_batch(const std::vector<TableChanges>& changes, uint32_t seq);
 
+// Deletes these records (keys) from the family's affinity map; one that expired meanwhile is
+// no error (NFT_MSG_DESTROYSETELEM, Linux 6.3).
+Batch build_forget_affinity_batch(IpFamily f, const std::vector<std::string>& keys, uint32_t seq);
+
 // Deletes the family's endpointd table (for --cleanup).
 Batch build_cleanup_batch(IpFamily f, uint32_t seq);
 

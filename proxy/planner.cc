@@ -43,7 +43,7 @@ Element verdict_element(std::string key, Verdict v, std::string chain = {}) {
 }
 
 Rule rule(RuleShape shape, std::string target = {}, std::string set = {}, uint32_t n = 0) {
-  return Rule{shape, std::move(target), std::move(set), n};
+  return Rule{shape, std::move(target), std::move(set), n, {}, 0};
 }
 
 Chain base_chain(std::string name, std::string type, std::string hook, int prio,
@@ -99,6 +99,25 @@ Set backends_set(bool local, uint32_t n) {
   return s;
 }
 
+Set affinity_backends_set(uint32_t timeout_s) {
+  Set s = set(names::affinity_backends(timeout_s), SetShape::kVipBackendSet);
+  s.modulus = timeout_s;
+  return s;
+}
+
+uint32_t affinity_timeout(const model::Service& svc) {
+  uint32_t t = svc.session_affinity_timeout_seconds;
+  if (t == 0) return 10800;
+  return std::min<uint32_t>(t, 86400);
+}
+
+std::map<uint32_t, Set*>& Planner::sized_sets(IpFamily f, SetKind kind) {
+  FamilyState& st = state(f);
+  if (kind == SetKind::kLocalBackends) return st.local_lb_sets;
+  if (kind == SetKind::kAffinityBackends) return st.affinity_sets;
+  return st.lb_sets;
+}
+
 // One rule per backend-map size in use: a key absent from backends-N misses the lookup, which
 // ends that rule, so each key finds the one map that has it. Changing a service's endpoint
 // count moves its elements between maps and touches no verdict, so the kernel has no jump
@@ -107,19 +126,32 @@ void Planner::rebuild_lb_chains(IpFamily f) {
   Table& t = table_mut(f);
   const FamilyState& st = state(f);
   auto& lb = t.chains[names::kLb].rules;
-  auto& hash = t.chains[names::kLbHash].rules;
   auto& local = t.chains[names::kLocalLb].rules;
   lb.clear();
-  hash.clear();
   local.clear();
   for (const auto& [n, _] : st.lb_sets) {
     lb.push_back(rule(RuleShape::kDnatRandom, {}, names::backends(n), n));
-    hash.push_back(rule(RuleShape::kDnatSourceHash, {}, names::backends(n), n));
   }
   for (const auto& [n, _] : st.local_lb_sets) {
     local.push_back(rule(RuleShape::kDnatRandom, {}, names::local_backends(n), n));
   }
   local.push_back(rule(RuleShape::kDrop));  // externalTrafficPolicy Local, none on this node
+
+  // ClientIP affinity, one rule per timeout T in use: a new connection DNATed to a current
+  // backend of an affinity VIP with timeout T records (or refreshes) its client's choice.
+  auto& record = t.chains[names::kAffinityRecord].rules;
+  record.clear();
+  for (const auto& [timeout, _] : st.affinity_sets) {
+    for (Protocol p : {Protocol::kTCP, Protocol::kUDP, Protocol::kSCTP}) {
+      record.push_back(Rule{RuleShape::kAffinityRecord,
+                            {},
+                            names::affinity_backends(timeout),
+                            0,
+                            names::kAffinity,
+                            timeout,
+                            l4proto(p)});
+    }
+  }
 }
 
 Planner::Planner(NodeContext ctx) : ctx_(std::move(ctx)), planned_(ctx_) {
@@ -159,7 +191,8 @@ void Planner::base_table(IpFamily f) {
         set(names::kNoEndpointReject, SetShape::kVipSet),
         set(names::kNoEndpointDrop, SetShape::kVipSet),
         set(names::kServiceIps, SetShape::kVipVerdictMap),
-        set(names::kServiceLb, SetShape::kVipVerdictMap)}) {
+        set(names::kServiceLb, SetShape::kVipVerdictMap),
+        set(names::kAffinity, SetShape::kAffinity)}) {
     t.sets.emplace(s.name, std::move(s));
   }
   // In SetKind's order.
@@ -193,8 +226,13 @@ void Planner::base_table(IpFamily f) {
   add(base_chain("nat-prerouting", "nat", "prerouting", -100,
                  {rule(RuleShape::kJump, "services")}));
   add(base_chain("nat-output", "nat", "output", -100, {rule(RuleShape::kJump, "services")}));
-  add(base_chain("nat-postrouting", "nat", "postrouting", 100,
-                 {rule(RuleShape::kJump, "masquerading")}));
+  // ClientIP affinity is recorded after DNAT, where the backend is in the packet: on the way
+  // out (forwarded or local clients) or in (external clients of this node's own addresses).
+  add(base_chain(
+      "nat-postrouting", "nat", "postrouting", 100,
+      {rule(RuleShape::kJump, names::kAffinityRecord), rule(RuleShape::kJump, "masquerading")}));
+  add(base_chain("nat-input", "nat", "input", 100,
+                 {rule(RuleShape::kJump, names::kAffinityRecord)}));
   add(chain("firewall-check", {rule(RuleShape::kFirewallCheck)}));
   // Plain sets rather than a verdict map: a service gaining or losing its last endpoint then
   // changes no verdict element (see rebuild_lb_chains).
@@ -206,8 +244,11 @@ void Planner::base_table(IpFamily f) {
   // a reset is queued to the socket's backlog and refuses the connect at once.
   add(chain(names::kRejectChain, {rule(RuleShape::kRejectTcpReset), rule(RuleShape::kReject)}));
   add(chain(names::kLb, {}));
-  add(chain(names::kLbHash, {}));
   add(chain(names::kLocalLb, {rule(RuleShape::kDrop)}));
+  // A client with a record goes where it went before; others are balanced (and recorded).
+  add(chain(names::kLbAffinity, {rule(RuleShape::kAffinityStick, {}, names::kAffinity),
+                                 rule(RuleShape::kGoto, names::kLb)}));
+  add(chain(names::kAffinityRecord, {}));
   add(chain(names::kMarkForMasquerade, {rule(RuleShape::kMarkForMasquerade)}));
   add(chain("masquerading", {rule(RuleShape::kHairpinMark, names::kMarkForMasquerade),
                              rule(RuleShape::kMasqReturnUnmarked), rule(RuleShape::kMasqClearMark),
@@ -301,6 +342,8 @@ void Planner::plan_service(const ServiceState& st, bool count_skips, PlannedServ
       const std::vector<Target>& internal = itp_local ? local : cluster;
 
       auto put = [&](SetKind kind, Element e) { emit(fam, SetId{kind}, std::move(e)); };
+      bool affinity = svc.session_affinity_client_ip;
+      uint32_t timeout = affinity_timeout(svc);
       auto put_backends = [&](const std::string& key, const std::vector<Target>& targets,
                               bool local_map) {
         auto n = static_cast<uint32_t>(targets.size());
@@ -312,6 +355,13 @@ void Planner::plan_service(const ServiceState& st, bool count_skips, PlannedServ
           std::string addr = addr_field(targets[i].addr);
           e.data.reserve(addr.size() + 4);
           e.data.append(addr).append(port_field(targets[i].port));
+          if (affinity && !local_map) {
+            // The VIP's current backends: a remembered one not among them is forgotten.
+            Element b;
+            b.key.reserve(key.size() + e.data.size());
+            b.key.append(key).append(e.data);
+            emit(fam, SetId{SetKind::kAffinityBackends, timeout}, std::move(b));
+          }
           emit(fam, id, std::move(e));
           if (targets[i].on_this_node) {
             Element h;
@@ -323,7 +373,7 @@ void Planner::plan_service(const ServiceState& st, bool count_skips, PlannedServ
       };
       // service-ips and service-lb depend on the service alone, never on its endpoints, so an
       // endpoint change touches no verdict element (see rebuild_lb_chains).
-      const char* lb_chain = svc.session_affinity_client_ip ? names::kLbHash : names::kLb;
+      const char* lb_chain = affinity ? names::kLbAffinity : names::kLb;
 
       // Cluster IPs.
       for (const auto& vip : svc.cluster_ips) {
@@ -418,13 +468,13 @@ TableChanges& Planner::changes_for(std::vector<TableChanges>* out, IpFamily f) {
 
 Set& Planner::set_for(IpFamily f, SetId id) {
   FamilyState& st = state(f);
-  if (id.kind != SetKind::kBackends && id.kind != SetKind::kLocalBackends)
-    return *st.fixed[static_cast<size_t>(id.kind)];
-  bool local = id.kind == SetKind::kLocalBackends;
-  auto& sets = local ? st.local_lb_sets : st.lb_sets;
+  if (!sized(id.kind)) return *st.fixed[static_cast<size_t>(id.kind)];
+  auto& sets = sized_sets(f, id.kind);
   auto it = sets.find(id.n);
   if (it != sets.end()) return *it->second;
-  Set s = backends_set(local, id.n);
+  Set s = id.kind == SetKind::kAffinityBackends
+              ? affinity_backends_set(id.n)
+              : backends_set(id.kind == SetKind::kLocalBackends, id.n);
   std::string name = s.name;
   Set& created = table_mut(f).sets.emplace(std::move(name), std::move(s)).first->second;
   sets.emplace(id.n, &created);
@@ -435,7 +485,7 @@ Status Planner::add_element(IpFamily f, SetId id, Element&& e, TableChanges* ch)
   Set& s = set_for(f, id);
   auto put = s.elements.put(e);
   if (!put) {
-    if (s.elements.empty() && (id.kind == SetKind::kBackends || id.kind == SetKind::kLocalBackends))
+    if (s.elements.empty() && sized(id.kind))
       drop_backends_set(f, id);  // created for this element alone
     return prefixed("map " + s.name, put.error());
   }
@@ -488,14 +538,12 @@ void Planner::remove_element(IpFamily f, SetId id, const Element& e, TableChange
   }
   if (ch) ch->del_elements.emplace_back(s.name, *s.elements.get(e.key));
   s.elements.erase(e.key);
-  if (!s.elements.empty() || (id.kind != SetKind::kBackends && id.kind != SetKind::kLocalBackends))
-    return;
+  if (!s.elements.empty() || !sized(id.kind)) return;
   drop_backends_set(f, id);  // no element uses this size any more
 }
 
 void Planner::drop_backends_set(IpFamily f, SetId id) {
-  FamilyState& st = state(f);
-  auto& sets = id.kind == SetKind::kLocalBackends ? st.local_lb_sets : st.lb_sets;
+  auto& sets = sized_sets(f, id.kind);
   auto it = sets.find(id.n);
   if (it == sets.end()) return;
   std::string name = it->second->name;
@@ -538,8 +586,10 @@ std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const mod
     for (const auto& [n, _] : m) out.insert(n);
     return out;
   };
-  std::set<uint32_t> before[2][2] = {{sizes_of(s4_.lb_sets), sizes_of(s4_.local_lb_sets)},
-                                     {sizes_of(s6_.lb_sets), sizes_of(s6_.local_lb_sets)}};
+  // Per family: backends-N, local-backends-N, affinity-backends-T.
+  std::set<uint32_t> before[2][3] = {
+      {sizes_of(s4_.lb_sets), sizes_of(s4_.local_lb_sets), sizes_of(s4_.affinity_sets)},
+      {sizes_of(s6_.lb_sets), sizes_of(s6_.local_lb_sets), sizes_of(s6_.affinity_sets)}};
   auto redo = [&](const model::ServiceKey& key) {
     PlannedService next{snap.find_ptr(key)};
     // Add first, then remove: an element both plans carry never leaves the table.
@@ -575,21 +625,25 @@ std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const mod
 
   for (IpFamily f : {IpFamily::kV4, IpFamily::kV6}) {
     const auto& b = before[f == IpFamily::kV4 ? 0 : 1];
-    std::set<uint32_t> after[2] = {sizes_of(state(f).lb_sets), sizes_of(state(f).local_lb_sets)};
-    if (after[0] == b[0] && after[1] == b[1]) continue;
+    const FamilyState& st = state(f);
+    std::set<uint32_t> after[3] = {sizes_of(st.lb_sets), sizes_of(st.local_lb_sets),
+                                   sizes_of(st.affinity_sets)};
+    if (after[0] == b[0] && after[1] == b[1] && after[2] == b[2]) continue;
     TableChanges& ch = changes_for(&out, f);
-    for (int local = 0; local < 2; ++local) {
-      for (uint32_t n : after[local]) {
-        if (!b[local].count(n)) ch.add_sets.push_back(backends_set(local == 1, n));
+    auto make = [](int kind, uint32_t n) {
+      return kind == 2 ? affinity_backends_set(n) : backends_set(kind == 1, n);
+    };
+    for (int kind = 0; kind < 3; ++kind) {
+      for (uint32_t n : after[kind]) {
+        if (!b[kind].count(n)) ch.add_sets.push_back(make(kind, n));
       }
-      for (uint32_t n : b[local]) {
-        if (!after[local].count(n))
-          ch.del_sets.push_back(local ? names::local_backends(n) : names::backends(n));
+      for (uint32_t n : b[kind]) {
+        if (!after[kind].count(n)) ch.del_sets.push_back(make(kind, n).name);
       }
     }
     rebuild_lb_chains(f);
     const Table& t = table(f);
-    for (const char* c : {names::kLb, names::kLbHash, names::kLocalLb})
+    for (const char* c : {names::kLb, names::kLocalLb, names::kAffinityRecord})
       ch.replace_chains.push_back(t.chains.at(c));
   }
 
@@ -597,6 +651,15 @@ std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const mod
   // is no change at all; sets created and deleted in one update cancel out.
   std::vector<TableChanges> result;
   for (auto& ch : out) {
+    // Affinity pairs that left a set and are in none now (whole sets deleted included).
+    std::set<std::string> forget;
+    for (const auto& [s, e] : ch.del_elements) {
+      if (s.rfind("affinity-backends-", 0) != 0) continue;
+      bool routed = false;
+      for (const auto& [_, set] : state(ch.family).affinity_sets)
+        routed |= set->elements.contains(e.key);
+      if (!routed) forget.insert(e.key);
+    }
     std::map<std::pair<std::string, std::string>, Element> added;
     for (auto& [s, e] : ch.add_elements) added[{s, e.key}] = e;
     std::map<std::pair<std::string, std::string>, Element> deleted;
@@ -636,6 +699,7 @@ std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const mod
     }
     n.del_sets.assign(dels.begin(), dels.end());
     n.del_chains.assign(delc.begin(), delc.end());
+    n.forget_affinity.assign(forget.begin(), forget.end());
     if (!n.empty()) result.push_back(std::move(n));
   }
   return result;

@@ -78,13 +78,14 @@ class Planner {
     kNoEndpointDrop,
     kServiceIps,
     kServiceLb,
-    kBackends,       // backends-N
-    kLocalBackends,  // local-backends-N
+    kBackends,          // backends-N
+    kAffinityBackends,  // affinity-backends-T (n is the timeout T)
+    kLocalBackends,     // local-backends-N
   };
   static constexpr size_t kFixedSets = 7;
   struct SetId {
     SetKind kind;
-    uint32_t n = 0;  // the backend maps' size
+    uint32_t n = 0;  // the backend maps' size; affinity-backends-T: T
   };
   // What the planner keeps per service: the state it was planned from (shared with the
   // snapshot), so an update plans the old state again to know which elements it put in,
@@ -99,6 +100,8 @@ class Planner {
     // The backend maps in use, by size (numeric order, for the lb chains' rules).
     std::map<uint32_t, Set*> lb_sets;
     std::map<uint32_t, Set*> local_lb_sets;
+    // ClientIP affinity: the VIPs' backends per timeout T in use (one record rule each).
+    std::map<uint32_t, Set*> affinity_sets;
     // Elements more than one service put in (the same VIP key in two services): set name and
     // key -> how many services beyond the first. Rare, so every other element is stored once,
     // in the Table.
@@ -124,8 +127,15 @@ class Planner {
   Table& table_mut(IpFamily f) { return f == IpFamily::kV4 ? v4_ : v6_; }
   FamilyState& state(IpFamily f) { return f == IpFamily::kV4 ? s4_ : s6_; }
   bool has_family(IpFamily f) const { return f == IpFamily::kV4 ? planned_.ipv4 : planned_.ipv6; }
-  // Rewrites the rules of lb, lb-hash and local-lb from the backend-map sizes in use.
+  // Rewrites the rules of lb, local-lb and affinity-record from the backend-map sizes and the
+  // affinity timeouts in use.
   void rebuild_lb_chains(IpFamily f);
+  // The sets that come and go with a size or timeout in use, and those of one kind.
+  static bool sized(SetKind k) {
+    return k == SetKind::kBackends || k == SetKind::kLocalBackends ||
+           k == SetKind::kAffinityBackends;
+  }
+  std::map<uint32_t, Set*>& sized_sets(IpFamily f, SetKind kind);
   void forget_service(const PlannedService& p);
   void remember_service(const PlannedService& p);
   TableChanges& changes_for(std::vector<TableChanges>* out, IpFamily f);
@@ -144,5 +154,10 @@ class Planner {
 
 // The map of one backend-map size (shared by the planner and tests).
 Set backends_set(bool local, uint32_t n);
+// The backends of the ClientIP affinity VIPs with one timeout (seconds).
+Set affinity_backends_set(uint32_t timeout_s);
+// A service's affinity timeout as the planner uses it: kube-proxy's range 1..86400, with 0
+// (unset) meaning the default 10800.
+uint32_t affinity_timeout(const model::Service& svc);
 
 }  // namespace endpointd::proxy

@@ -89,6 +89,12 @@ std::string element_text(IpFamily f, const Set& s, const Element& e) {
     case SetShape::kVipSrcInterval:
       out = vip_text(f, e.key) + " . " + addr_range_text(f, e.key, e.key_end, a + 8);
       break;
+    case SetShape::kVipBackendSet:
+      out = vip_text(f, e.key) + " . " + addr_text(f, e.key, a + 8) + " . " +
+            std::to_string(port_at(e.key, 2 * a + 8));
+      break;
+    case SetShape::kAffinity:  // its elements are the packet path's, never the model's
+      break;
     case SetShape::kBackends: {
       std::string addr = addr_text(f, e.data, 0);
       if (f == IpFamily::kV6) addr = "[" + addr + "]";
@@ -115,10 +121,41 @@ std::string set_type(IpFamily f, SetShape shape) {
       return "type " + addr + " . inet_proto . inet_service . " + addr;
     case SetShape::kVipVerdictMap:
       return "type " + addr + " . inet_proto . inet_service : verdict";
+    case SetShape::kVipBackendSet:
+      return "type " + addr + " . inet_proto . inet_service . " + addr + " . inet_service";
+    case SetShape::kAffinity:
+      return "type " + addr + " . " + addr + " . inet_proto . inet_service : " + addr +
+             " . inet_service";
     case SetShape::kBackends:
       return "";
   }
   return "";
+}
+
+// A duration as nft prints it: "3h", "1h30m", "45s".
+std::string timeout_text(uint32_t seconds) {
+  std::string out;
+  for (auto [unit, size] :
+       {std::pair<const char*, uint32_t>{"d", 86400}, {"h", 3600}, {"m", 60}, {"s", 1}}) {
+    if (seconds >= size) {
+      out += std::to_string(seconds / size) + unit;
+      seconds %= size;
+    }
+  }
+  return out.empty() ? "0s" : out;
+}
+
+std::string affinity_rule_text(IpFamily f, const Rule& r) {
+  std::string ip = f == IpFamily::kV4 ? "ip" : "ip6";
+  if (r.shape == RuleShape::kAffinityStick) {
+    return "dnat " + ip + " to " + ip + " saddr . " + ip +
+           " daddr . meta l4proto . th dport map @" + r.set;
+  }
+  std::string vip = "ct original " + ip + " daddr . meta l4proto . ct original proto-dst";
+  std::string backend = ip + " daddr . th dport";
+  return "meta l4proto " + proto_text(r.l4proto) + " " + vip + " . " + backend + " @" + r.set +
+         " update @" + r.affinity + " { " + ip + " saddr . " + vip + " timeout " +
+         timeout_text(r.timeout_s) + " : " + backend + " }";
 }
 
 }  // namespace
@@ -161,9 +198,11 @@ std::string render_rule(IpFamily f, const Rule& r) {
     case RuleShape::kDnatRandom:
       return "dnat " + ip + " to " + vip + " . numgen random mod " + std::to_string(r.modulus) +
              " map @" + r.set;
-    case RuleShape::kDnatSourceHash:
-      return "dnat " + ip + " to " + vip + " . jhash " + saddr + " mod " +
-             std::to_string(r.modulus) + " seed 0x0 map @" + r.set;
+    case RuleShape::kAffinityStick:
+    case RuleShape::kAffinityRecord:
+      return affinity_rule_text(f, r);
+    case RuleShape::kGoto:
+      return "goto " + r.target;
     case RuleShape::kVipInSetGoto:
       return vip + " @" + r.set + " goto " + r.target;
     case RuleShape::kVipInSetDrop:
@@ -181,7 +220,8 @@ std::string render(const Table& t) {
   std::string ip = f == IpFamily::kV4 ? "ip" : "ip6";
   std::string out = "table " + ip + " " + kTableName + " {\n";
   for (const auto& [name, s] : t.sets) {
-    bool is_map = s.shape == SetShape::kVipVerdictMap || s.shape == SetShape::kBackends;
+    bool is_map = s.shape == SetShape::kVipVerdictMap || s.shape == SetShape::kBackends ||
+                  s.shape == SetShape::kAffinity;
     out += std::string("\t") + (is_map ? "map " : "set ") + name + " {\n";
     if (s.shape == SetShape::kBackends) {
       out += "\t\ttypeof " + ip + " daddr . meta l4proto . th dport . numgen random mod " +
@@ -191,6 +231,10 @@ std::string render(const Table& t) {
     }
     if (s.shape == SetShape::kAddrInterval || s.shape == SetShape::kVipSrcInterval)
       out += "\t\tflags interval\n";
+    if (s.shape == SetShape::kAffinity) {
+      out += "\t\tsize " + std::to_string(kAffinityMapSize) + "\n";
+      out += "\t\tflags dynamic,timeout\n";
+    }
     if (!s.elements.empty()) {
       out += "\t\telements = { ";
       bool first = true;

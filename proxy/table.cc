@@ -122,6 +122,9 @@ std::string backends(uint32_t n) {
 std::string local_backends(uint32_t n) {
   return "local-backends-" + std::to_string(n);
 }
+std::string affinity_backends(uint32_t timeout_s) {
+  return "affinity-backends-" + std::to_string(timeout_s);
+}
 }  // namespace names
 
 }  // namespace endpointd::proxy

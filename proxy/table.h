@@ -22,6 +22,9 @@ using model::IpFamily;
 
 inline constexpr const char* kTableName = "endpointd";
 inline constexpr uint32_t kMasqueradeMark = 0x4000;  // kube-proxy's default masquerade bit 14
+// Clients remembered per affinity map (every service with one timeout shares it). A full map
+// records no one new: those clients are balanced without affinity until records expire.
+inline constexpr uint32_t kAffinityMapSize = 1 << 18;
 
 // Every set or map endpointd creates has one of these shapes. Keys are concatenations whose
 // fields each take 4 bytes (16 for an IPv6 address), network byte order, as nft lays them out
@@ -34,6 +37,10 @@ enum class SetShape : uint8_t {
   kVipVerdictMap,   // type <addr> . inet_proto . inet_service : verdict
   kBackends,        // typeof ip daddr . meta l4proto . th dport . numgen random mod N
                     //        : ip daddr . th dport
+  kVipBackendSet,   // type <addr> . inet_proto . inet_service . <addr> . inet_service
+                    //                                              (affinity-backends-T)
+  kAffinity,        // type <addr> . <addr> . inet_proto . inet_service : <addr> . inet_service;
+                    // flags dynamic,timeout (affinity: written by the packet path)
 };
 
 enum class Verdict : uint8_t { kNone, kGoto, kDrop };
@@ -52,7 +59,8 @@ struct Element {
 // ~290 with its heap strings, 33 MiB at 10k services x 10 endpoints).
 class ElementMap {
  public:
-  static constexpr size_t kMaxBytes = 40;  // the longest key: ip6 address . proto . port . address
+  // The longest key: ip6 address . proto . port . address . port (affinity-backends).
+  static constexpr size_t kMaxBytes = 44;
 
   // One stored element; its views are valid until the map changes. `chain` is followed by a
   // NUL (it views a std::string).
@@ -135,6 +143,8 @@ struct Set {
   std::string name;
   SetShape shape = SetShape::kVipSet;
   uint32_t modulus = 0;  // kBackends only
+  // kAffinity: filled by the packet path, so empty here, and a full sync leaves the kernel's
+  // elements alone (a client's affinity survives an endpointd restart).
   ElementMap elements;
 };
 
@@ -154,11 +164,17 @@ enum class RuleShape : uint8_t {
   kFibLocalJump,        // fib saddr type local jump <target>
   kFibLocalVmap,        // fib saddr type local <vip> vmap @<set>
   kDnatRandom,          // dnat to <vip> . numgen random mod N map @<set>
-  kDnatSourceHash,      // dnat to <vip> . jhash <saddr> mod N seed 0x0 map @<set>
-  kVipInSetGoto,        // <vip> @<set> goto <target>
-  kVipInSetDrop,        // <vip> @<set> drop
-  kRejectTcpReset,      // meta l4proto tcp reject with tcp reset
-  kDrop,                // drop
+  // ClientIP affinity. <client> is <saddr> . <vip>, and after DNAT <saddr> . ct original
+  // <vip>; <backend> is <daddr> . th dport after DNAT.
+  kAffinityStick,   // dnat to <client> map @<set>
+  kAffinityRecord,  // meta l4proto P ct original <vip> . <backend> @<set>
+                    //   update @<affinity> { <client> timeout T : <backend> }
+                    // (nft types ct original proto-dst only once it knows the protocol)
+  kGoto,            // goto <target>
+  kVipInSetGoto,    // <vip> @<set> goto <target>
+  kVipInSetDrop,    // <vip> @<set> drop
+  kRejectTcpReset,  // meta l4proto tcp reject with tcp reset
+  kDrop,            // drop
 };
 
 struct Rule {
@@ -166,6 +182,9 @@ struct Rule {
   std::string target;  // chain jumped to
   std::string set;     // set or map looked up
   uint32_t modulus = 0;
+  std::string affinity{};  // kAffinityRecord: the map it records into
+  uint32_t timeout_s = 0;  // kAffinityRecord: the record's lifetime
+  uint8_t l4proto = 0;     // kAffinityRecord: P
   friend bool operator==(const Rule&, const Rule&) = default;
 };
 
@@ -204,13 +223,18 @@ struct TableChanges {
   std::vector<std::pair<std::string, Element>> add_elements;
   std::vector<std::string> del_chains;
   std::vector<std::string> del_sets;
+  // ClientIP affinity: <vip> . <backend> pairs no longer routed. Once the batch is committed,
+  // the packet path records none of them again, and the records it kept for them are deleted
+  // (the backend lists the affinity map and deletes those records).
+  std::vector<std::string> forget_affinity;
   bool empty() const {
     return add_sets.empty() && add_chains.empty() && replace_chains.empty() &&
-           del_elements.empty() && add_elements.empty() && del_chains.empty() && del_sets.empty();
+           del_elements.empty() && add_elements.empty() && del_chains.empty() && del_sets.empty() &&
+           forget_affinity.empty();
   }
   size_t size() const {
     return add_sets.size() + add_chains.size() + replace_chains.size() + del_elements.size() +
-           add_elements.size() + del_chains.size() + del_sets.size();
+           add_elements.size() + del_chains.size() + del_sets.size() + forget_affinity.size();
   }
 };
 
@@ -234,15 +258,18 @@ inline constexpr const char* kNoEndpointDrop = "no-endpoint-drop";
 inline constexpr const char* kServiceIps = "service-ips";
 inline constexpr const char* kServiceLb = "service-lb";
 inline constexpr const char* kLb = "lb";
-inline constexpr const char* kLbHash = "lb-hash";
+inline constexpr const char* kAffinity = "affinity";
+inline constexpr const char* kLbAffinity = "lb-affinity";
+inline constexpr const char* kAffinityRecord = "affinity-record";
 inline constexpr const char* kLocalLb = "local-lb";
 inline constexpr const char* kRejectChain = "reject-chain";
 inline constexpr const char* kMarkForMasquerade = "mark-for-masquerade";
 inline constexpr const char* kSvcInternal = "svc-internal";
 inline constexpr const char* kSvcExternal = "svc-external";
 inline constexpr const char* kSvcExternalLocal = "svc-external-local";
-std::string backends(uint32_t n);        // "backends-N"
-std::string local_backends(uint32_t n);  // "local-backends-N"
+std::string backends(uint32_t n);                   // "backends-N"
+std::string local_backends(uint32_t n);             // "local-backends-N"
+std::string affinity_backends(uint32_t timeout_s);  // "affinity-backends-T"
 }  // namespace names
 
 }  // namespace endpointd::proxy

@@ -366,6 +366,55 @@ TEST_F(Encode, FullSyncOverAnOlderRulesetFlushesAndDeletesWhatIsGone) {
   EXPECT_EQ(find(ms, NFT_MSG_DELCHAIN, "services"), nullptr) << "a chain still in use is kept";
 }
 
+// ClientIP affinity (every_shape's dns, default timeout): a dynamic map the packet path
+// fills, a lookup of it before balancing, and a record rule after DNAT.
+TEST_F(Encode, AffinityMapAndRules) {
+  planner.reset(*base);
+  auto ms = decode(build_full_sync_batch(tables(), {}, {}, {}, {}, 5));
+  const Msg* map = find(ms, NFT_MSG_NEWSET, "affinity");
+  ASSERT_NE(map, nullptr);
+  EXPECT_EQ(map->set_flags, static_cast<uint32_t>(NFT_SET_MAP | NFT_SET_TIMEOUT | NFT_SET_EVAL));
+  EXPECT_EQ(map->key_type, (7u << 18) | (7u << 12) | (12u << 6) | 13u)
+      << "ipv4_addr . ipv4_addr . inet_proto . inet_service";
+  EXPECT_NE(find(ms, NFT_MSG_NEWSET, "affinity-backends-10800"), nullptr);
+  std::string stick, record;
+  for (const auto& m : ms) {
+    if (m.type != NFT_MSG_NEWRULE || m.family != NFPROTO_IPV4) continue;
+    if (m.name == "lb-affinity") stick += m.rule;
+    if (m.name == "affinity-record") record += m.rule;
+  }
+  EXPECT_NE(stick.find("[ lookup reg 1 set affinity dreg 1 ]"), std::string::npos) << stick;
+  EXPECT_NE(stick.find("goto -> lb"), std::string::npos) << stick;
+  EXPECT_NE(record.find("[ ct load dst_ip => reg 1 , dir original ]"), std::string::npos) << record;
+  EXPECT_NE(record.find("[ lookup reg 1 set affinity-backends-10800 ]"), std::string::npos)
+      << record;
+  EXPECT_NE(record.find("[ dynset update reg_key 1 set affinity sreg_data 2 timeout 10800000ms ]"),
+            std::string::npos)
+      << record;
+  // A full sync over a ruleset that has the map keeps its records (no flush of it), while the
+  // backend maps are flushed and filled again.
+  ms = decode(build_full_sync_batch(tables(), {}, {"affinity", "backends-3"}, {}, {}, 9));
+  EXPECT_EQ(find(ms, NFT_MSG_DELSETELEM, "affinity"), nullptr);
+  EXPECT_NE(find(ms, NFT_MSG_DELSETELEM, "backends-3"), nullptr);
+}
+
+// Forgetting records: one NFT_MSG_DESTROYSETELEM (no error for one that expired meanwhile)
+// per 512 keys, on the family's affinity map.
+TEST_F(Encode, ForgetAffinityRecords) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < 600; ++i) keys.push_back(std::string(15, 'k') + static_cast<char>(i % 256));
+  Batch b = build_forget_affinity_batch(IpFamily::kV4, keys, 3);
+  const auto* nlh = reinterpret_cast<const nlmsghdr*>(b.bytes.data());
+  int left = static_cast<int>(b.bytes.size());
+  std::vector<uint16_t> types;
+  for (; mnl_nlmsg_ok(nlh, left); nlh = mnl_nlmsg_next(nlh, &left))
+    types.push_back(nlh->nlmsg_type);
+  ASSERT_EQ(types.size(), 4u);  // begin, 512, 88, end
+  EXPECT_EQ(types[1], (NFNL_SUBSYS_NFTABLES << 8) | 30);
+  EXPECT_EQ(types[2], (NFNL_SUBSYS_NFTABLES << 8) | 30);
+  EXPECT_EQ(b.what.size(), 2u);
+}
+
 TEST_F(Encode, EndpointAdded) {
   planner.reset(*base);
   auto next =

@@ -50,13 +50,13 @@ TEST(ProxyElementMap, OverlongFieldsAndDataWithAKeyEndAreErrors) {
   Result<std::optional<Element>> r = std::optional<Element>();
   EXPECT_NO_THROW(r = m.put(Element{too_long, {}, {}, Verdict::kNone, {}}));
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().find("key of 41 bytes"), std::string::npos) << r.error();
+  EXPECT_NE(r.error().find("key of 45 bytes"), std::string::npos) << r.error();
   EXPECT_NO_THROW(r = m.put(Element{"k", {}, too_long, Verdict::kNone, {}}));
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().find("data of 41 bytes"), std::string::npos) << r.error();
+  EXPECT_NE(r.error().find("data of 45 bytes"), std::string::npos) << r.error();
   EXPECT_NO_THROW(r = m.put(Element{"k", too_long, {}, Verdict::kNone, {}}));
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().find("key end of 41 bytes"), std::string::npos) << r.error();
+  EXPECT_NE(r.error().find("key end of 45 bytes"), std::string::npos) << r.error();
   EXPECT_NO_THROW(r = m.put(Element{"k", "z", "d", Verdict::kNone, {}}));
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().find("both data and a key end"), std::string::npos) << r.error();
@@ -79,7 +79,7 @@ TEST(ProxyPlanner, SetsAndChainsDoNotGrowWithServices) {
   }
   p.reset(*testing::snapshot(1, v));
   const Table& t = p.table(IpFamily::kV4);
-  EXPECT_EQ(t.sets.size(), 9u);  // 8 fixed + backends-2
+  EXPECT_EQ(t.sets.size(), 10u);  // 9 fixed (affinity included) + backends-2
   EXPECT_EQ(t.sets.at("backends-2").elements.size(), 400u);
   EXPECT_EQ(t.sets.at("hairpin").elements.size(), 2u);
 }
@@ -89,7 +89,7 @@ TEST(ProxyPlanner, EveryShape) {
   p.reset(*testing::every_shape());
   const Table& t = p.table(IpFamily::kV4);
   EXPECT_NE(find(t, "no-endpoint-reject", vip("10.96.0.11", 6, 80)), std::nullopt);
-  EXPECT_EQ(find(t, "service-lb", vip("10.96.0.12", 17, 53))->chain, "lb-hash");  // affinity
+  EXPECT_EQ(find(t, "service-lb", vip("10.96.0.12", 17, 53))->chain, "lb-affinity");  // affinity
   EXPECT_NE(find(t, "backends-3", vip("10.96.0.12", 17, 53) + u32_field(2)), std::nullopt);
   EXPECT_EQ(find(t, "service-ips", vip("203.0.113.7", 6, 443))->chain, "svc-external-local");
   // NodePort with externalTrafficPolicy Local: this node's one endpoint.
@@ -166,7 +166,7 @@ TEST(ProxyPlanner, EndpointCountChangeTouchesNoVerdict) {
   for (const auto& [set, e] : ch[0].del_elements) EXPECT_EQ(e.verdict, Verdict::kNone) << set;
   // backends-3 went away: its set is deleted and the lb chains rewritten without it.
   EXPECT_EQ(ch[0].del_sets, std::vector<std::string>{"backends-3"});
-  ASSERT_EQ(ch[0].replace_chains.size(), 3u);
+  ASSERT_EQ(ch[0].replace_chains.size(), 3u);  // lb, local-lb, affinity-record
   EXPECT_EQ(ch[0].replace_chains[0].name, "lb");
   EXPECT_EQ(ch[0].replace_chains[0].rules.size(), 1u);
   // The same change again between sizes that stay in use: elements only.
@@ -185,6 +185,94 @@ TEST(ProxyPlanner, EndpointCountChangeTouchesNoVerdict) {
   Planner fresh(testing::node_context());
   fresh.reset(*s4);
   EXPECT_EQ(render(p.table(IpFamily::kV4)), render(fresh.table(IpFamily::kV4)));
+}
+
+// ClientIP affinity: the VIP's current backends in affinity-backends-T, one record rule per
+// timeout T in use; an endpoint change is element changes only, and names the pairs whose
+// records must go.
+TEST(ProxyPlanner, AffinityBackendsPerTimeoutAndForgottenPairs) {
+  Planner p(testing::node_context());
+  auto svc = testing::service("sticky", {testing::ip("10.96.0.20")}, 80);
+  svc.session_affinity_client_ip = true;
+  svc.session_affinity_timeout_seconds = 3;
+  std::vector<model::MergedEndpoint> three = {testing::endpoint("10.244.1.2", 8080),
+                                              testing::endpoint("10.244.1.3", 8080),
+                                              testing::endpoint("10.244.1.4", 8080)};
+  auto plain = testing::service("plain", {testing::ip("10.96.0.21")}, 80);
+  auto s1 = testing::snapshot(1, {testing::state(svc, three), testing::state(plain, three)});
+  p.reset(*s1);
+  const Table& t = p.table(IpFamily::kV4);
+  std::string key = vip("10.96.0.20", 6, 80);
+  auto pair = [&](const char* ep) { return key + addr_field(testing::ip(ep)) + port_field(8080); };
+  EXPECT_EQ(find(t, "service-lb", key)->chain, "lb-affinity");
+  EXPECT_EQ(find(t, "service-lb", vip("10.96.0.21", 6, 80))->chain, "lb");
+  ASSERT_EQ(t.sets.count("affinity"), 1u);
+  EXPECT_EQ(t.sets.at("affinity").shape, SetShape::kAffinity);
+  EXPECT_TRUE(t.sets.at("affinity").elements.empty()) << "the packet path fills it";
+  ASSERT_EQ(t.sets.count("affinity-backends-3"), 1u);
+  EXPECT_EQ(t.sets.at("affinity-backends-3").elements.size(), 3u) << "plain has none";
+  EXPECT_NE(find(t, "affinity-backends-3", pair("10.244.1.3")), std::nullopt);
+  const auto& stick = t.chains.at("lb-affinity").rules;
+  ASSERT_EQ(stick.size(), 2u);
+  EXPECT_EQ(stick[0].shape, RuleShape::kAffinityStick);
+  EXPECT_EQ(stick[0].set, "affinity");
+  EXPECT_EQ(stick[1].shape, RuleShape::kGoto);
+  EXPECT_EQ(stick[1].target, "lb");
+  const auto& record = t.chains.at("affinity-record").rules;
+  ASSERT_EQ(record.size(), 3u);  // per protocol: tcp, udp, sctp
+  EXPECT_EQ(record[0].shape, RuleShape::kAffinityRecord);
+  EXPECT_EQ(record[0].l4proto, 6);
+  EXPECT_EQ(record[2].l4proto, 132);
+  EXPECT_EQ(record[0].set, "affinity-backends-3");
+  EXPECT_EQ(record[0].affinity, "affinity");
+  EXPECT_EQ(record[0].timeout_s, 3u);
+  EXPECT_EQ(t.chains.at("nat-postrouting").rules.front().target, "affinity-record");
+  EXPECT_EQ(t.chains.at("nat-input").rules.front().target, "affinity-record");
+
+  // An endpoint goes: it leaves affinity-backends-3 and its pair is to be forgotten; no
+  // verdict, and no set or chain besides the backend-map size's.
+  std::vector<model::MergedEndpoint> two(three.begin(), three.begin() + 2);
+  auto s2 = testing::snapshot(2, {testing::state(svc, two), testing::state(plain, three)});
+  auto ch = p.update(*s2, model::diff(s1.get(), *s2));
+  ASSERT_EQ(ch.size(), 1u);
+  bool left = false;
+  for (const auto& [set, e] : ch[0].del_elements) {
+    EXPECT_EQ(e.verdict, Verdict::kNone) << set;
+    left |= set == "affinity-backends-3" && e.key == pair("10.244.1.4");
+  }
+  EXPECT_TRUE(left);
+  for (const auto& [set, e] : ch[0].add_elements) EXPECT_EQ(e.verdict, Verdict::kNone) << set;
+  EXPECT_EQ(ch[0].forget_affinity, std::vector<std::string>{pair("10.244.1.4")});
+  EXPECT_TRUE(ch[0].add_chains.empty());
+  EXPECT_TRUE(ch[0].del_chains.empty());
+
+  // Another timeout: its own set and record rule; the pairs move, so none is forgotten. The
+  // last service with 3 s gone, its set goes.
+  auto longer = svc;
+  longer.session_affinity_timeout_seconds = 60;
+  auto s3 = testing::snapshot(3, {testing::state(longer, two), testing::state(plain, three)});
+  ch = p.update(*s3, model::diff(s2.get(), *s3));
+  ASSERT_EQ(ch.size(), 1u);
+  ASSERT_EQ(ch[0].add_sets.size(), 1u);
+  EXPECT_EQ(ch[0].add_sets[0].name, "affinity-backends-60");
+  EXPECT_EQ(ch[0].del_sets, std::vector<std::string>{"affinity-backends-3"});
+  EXPECT_TRUE(ch[0].forget_affinity.empty());
+  ASSERT_EQ(t.chains.at("affinity-record").rules.size(), 3u);
+  EXPECT_EQ(t.chains.at("affinity-record").rules[0].timeout_s, 60u);
+  Planner fresh(testing::node_context());
+  fresh.reset(*s3);
+  EXPECT_EQ(render(p.table(IpFamily::kV4)), render(fresh.table(IpFamily::kV4)));
+
+  // Affinity switched off: every pair is forgotten (even with its whole set deleted).
+  auto off = longer;
+  off.session_affinity_client_ip = false;
+  auto s4 = testing::snapshot(4, {testing::state(off, two), testing::state(plain, three)});
+  ch = p.update(*s4, model::diff(s3.get(), *s4));
+  ASSERT_EQ(ch.size(), 1u);
+  EXPECT_EQ(ch[0].forget_affinity,
+            (std::vector<std::string>{pair("10.244.1.2"), pair("10.244.1.3")}));
+  EXPECT_EQ(ch[0].del_sets, std::vector<std::string>{"affinity-backends-60"});
+  EXPECT_TRUE(t.chains.at("affinity-record").rules.empty());
 }
 
 // Two services can put in the same element: a pod in both (its hairpin element), or the same

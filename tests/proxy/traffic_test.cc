@@ -7,10 +7,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "proxy/netlink.h"
@@ -39,9 +41,20 @@ int listen_on(const char* addr, uint16_t port) {
   return fd;
 }
 
-// Connects and reads the server's one-line answer; returns "" and sets *err on failure.
-std::string request(const char* addr, uint16_t port, int* err) {
+// Connects (from `from`, when given) and reads the server's one-line answer; returns "" and
+// sets *err on failure.
+std::string request(const char* addr, uint16_t port, int* err, const char* from = nullptr) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (from) {
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    inet_pton(AF_INET, from, &src.sin_addr);
+    if (bind(fd, static_cast<sockaddr*>(static_cast<void*>(&src)), sizeof(src)) != 0) {
+      *err = errno;
+      close(fd);
+      return {};
+    }
+  }
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(port);
@@ -157,6 +170,138 @@ TEST(ProxyTraffic, ClusterIpBalancesAndEmptyServiceRefuses) {
     // holds the socket is only a soft error, refused after the SYN's retransmit, ~1 s.)
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(300));
   });
+}
+
+// ClientIP affinity with a timeout: sticky while the client keeps connecting, free to move
+// after timeoutSeconds of silence, and never kept on an endpoint that was removed.
+TEST(ProxyTraffic, ClientIpAffinityExpiresAndNeverKeepsARemovedEndpoint) {
+  NetNs node(netns::unique_prefix() + "node"), pod(netns::unique_prefix() + "pod");
+  auto sh = [](NetNs& ns, const std::string& cmd) {
+    int st = 0;
+    std::string out = ns.sh(cmd, &st);
+    ASSERT_EQ(st, 0) << cmd << ": " << out;
+  };
+  // Eight clients on the node, each with its own source address.
+  std::vector<std::string> clients;
+  for (int i = 0; i < 8; ++i) clients.push_back("10.244.1." + std::to_string(101 + i));
+  sh(node, "ip link add veth0 type veth peer name veth1 netns " + pod.name());
+  sh(node, "ip addr add 10.244.1.1/24 dev veth0");
+  for (const auto& c : clients) sh(node, "ip addr add " + c + "/32 dev veth0");
+  sh(node, "ip link set veth0 up");
+  sh(node, "ip route add 10.96.0.0/12 dev veth0");
+  std::vector<std::string> eps = {"10.244.1.2", "10.244.1.3", "10.244.1.4"};
+  for (const auto& e : eps) sh(pod, "ip addr add " + e + "/24 dev veth1");
+  sh(pod, "ip link set veth1 up");
+  sh(pod, "ip route add default via 10.244.1.1");
+  Pods pods(pod, eps);
+
+  constexpr uint32_t kTimeout = 3;
+  auto svc = testing::service("sticky", {testing::ip("10.96.0.20")}, 80);
+  svc.session_affinity_client_ip = true;
+  svc.session_affinity_timeout_seconds = kTimeout;
+  auto endpoints = [&](const std::vector<std::string>& addrs) {
+    std::vector<model::MergedEndpoint> v;
+    for (const auto& a : addrs) v.push_back(testing::endpoint(a.c_str(), 8080));
+    return v;
+  };
+  auto s1 = testing::snapshot(1, {testing::state(svc, endpoints(eps))});
+  NodeContext ctx = testing::node_context();
+  ctx.ipv6 = false;
+  Planner p(ctx);
+  p.reset(*s1);
+  std::unique_ptr<NetlinkBackend> backend;
+  node.run([&] {
+    auto b = NetlinkBackend::open();
+    ASSERT_TRUE(b.ok()) << b.error();
+    backend = std::move(*b);
+    auto r = backend->full_sync({&p.table(IpFamily::kV4)});
+    ASSERT_TRUE(r.ok()) << r.error();
+  });
+  ASSERT_NE(backend, nullptr);
+
+  // Connects from `client` `n` times; the endpoints that answered, or "" for a failure.
+  auto connect_n = [&](const std::string& client, int n) {
+    std::map<std::string, int> seen;
+    node.run([&] {
+      for (int i = 0; i < n; ++i) {
+        int err = 0;
+        std::string who = request("10.96.0.20", 80, &err, client.c_str());
+        EXPECT_EQ(err, 0) << client << ": " << std::strerror(err);
+        ++seen[who];
+      }
+    });
+    return seen;
+  };
+  auto only = [](const std::map<std::string, int>& seen) {
+    return seen.size() == 1 ? seen.begin()->first
+                            : std::string("several: ") + std::to_string(seen.size());
+  };
+
+  // (1) Sticky: 20 connections from one client, one endpoint; every client has its own.
+  std::map<std::string, std::string> sticky;
+  for (const auto& c : clients) {
+    auto seen = connect_n(c, c == clients[0] ? 20 : 5);
+    sticky[c] = only(seen);
+    ASSERT_EQ(seen.size(), 1u) << c;
+    ASSERT_NE(std::find(eps.begin(), eps.end(), sticky[c]), eps.end()) << sticky[c];
+  }
+  // Without them the eight would all be on one endpoint only with odds of 1 in 3^7.
+  std::set<std::string> used;
+  for (const auto& [_, e] : sticky) used.insert(e);
+  EXPECT_GT(used.size(), 1u) << "a new client is balanced, not sent to one endpoint";
+  // nft lists what endpointd programmed, the packet path's records included.
+  int listed = 0;
+  std::string dump = node.sh("nft list ruleset", &listed);
+  EXPECT_EQ(listed, 0) << dump;
+  if (getenv("AFF_DUMP")) fprintf(stderr, "%s\n", dump.c_str());
+  EXPECT_NE(dump.find("update @affinity"), std::string::npos) << dump;
+  for (const auto& c : clients)
+    EXPECT_NE(dump.find(c + " . 10.96.0.20 . tcp . 80 "), std::string::npos) << c << dump;
+
+  // Each new connection restarts the client's timer: connecting every 2 s for longer than the
+  // timeout in all keeps it where it is.
+  for (int i = 0; i < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    EXPECT_EQ(only(connect_n(clients[0], 1)), sticky[clients[0]])
+        << "after " << 2 * (i + 1) << " s";
+  }
+
+  // (2) After timeoutSeconds of silence a client is balanced again: with the endpoints
+  // unchanged, eight clients that each stay where they were has odds of 1 in 3^8.
+  std::this_thread::sleep_for(std::chrono::seconds(kTimeout + 1));
+  std::map<std::string, std::string> after;
+  int moved = 0;
+  for (const auto& c : clients) {
+    auto seen = connect_n(c, 3);
+    ASSERT_EQ(seen.size(), 1u) << c << " is sticky again at once";
+    after[c] = seen.begin()->first;
+    moved += after[c] != sticky[c] ? 1 : 0;
+  }
+  EXPECT_GT(moved, 0) << "no client moved: the affinity never expired";
+
+  // (3) The endpoint clients[0] sticks to is removed: its next connections go to one of the
+  // others at once (it still listens, so a stale record would be answered by it).
+  const std::string gone = after[clients[0]];
+  std::vector<std::string> rest;
+  for (const auto& e : eps) {
+    if (e != gone) rest.push_back(e);
+  }
+  auto s2 = testing::snapshot(2, {testing::state(svc, endpoints(rest))});
+  auto changes = p.update(*s2, model::diff(s1.get(), *s2));
+  node.run([&] {
+    auto r = backend->apply(changes);
+    ASSERT_TRUE(r.ok()) << r.error();
+  });
+  for (const auto& c : clients) {
+    auto seen = connect_n(c, c == clients[0] ? 10 : 3);
+    EXPECT_EQ(seen.count(gone), 0u) << c << " still reaches the removed " << gone;
+    EXPECT_EQ(seen.count(""), 0u) << c;
+    EXPECT_EQ(seen.size(), 1u) << c << " sticks to its new endpoint";
+    if (after[c] != gone) {
+      EXPECT_EQ(only(seen), after[c]) << c << " was not on the removed endpoint and stays";
+    }
+  }
+  node.run([&] { backend.reset(); });
 }
 
 }  // namespace
