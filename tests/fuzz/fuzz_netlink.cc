@@ -1,6 +1,7 @@
 // libFuzzer target: the kernel's netlink replies as endpointd reads them — the chain and set
-// names of a dump, the ruleset generation (proxy/netlink.h). Only the kernel can answer that
-// socket, so this is robustness: whatever the bytes, no crash and no read past them.
+// names of a dump, the ruleset generation, the elements of a set (proxy/netlink.h). Only the kernel
+// can answer that socket, so this is robustness: whatever the bytes, no crash and no read past
+// them.
 #include <linux/netfilter/nf_tables.h>
 #include <cstdint>
 #include <cstring>
@@ -17,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memcpy(aligned.data(), data + 1, size - 1);
   const void* buf = aligned.data();
   size_t len = size - 1;
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
     case 0:
     case 1: {
       std::vector<std::string> names;
@@ -25,6 +26,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       endpointd::proxy::parse_dump_names(buf, len, 0, 0, type, names);
       for (const auto& n : names)
         if (n.size() > len) __builtin_trap();  // a name can only come from the bytes
+      break;
+    }
+    case 3: {
+      std::vector<std::pair<std::string, std::string>> elements;
+      endpointd::proxy::parse_set_elements(buf, len, 0, 0, elements);
+      for (const auto& [key, value] : elements)
+        if (key.size() + value.size() > len) __builtin_trap();  // only from the bytes
       break;
     }
     default: {

@@ -57,6 +57,45 @@ TEST(NetlinkParse, SetWithoutATableIsSkipped) {
   EXPECT_TRUE(names.empty());
 }
 
+// One NFT_MSG_NEWSETELEM message of `set` holding the given key/data pairs (data empty: none).
+void add_elements(std::vector<char>& buf, const char* set,
+                  const std::vector<std::pair<std::string, std::string>>& elems) {
+  std::vector<char> msg(8192);
+  nlmsghdr* nlh =
+      nftnl_nlmsg_build_hdr(msg.data(), NFT_MSG_NEWSETELEM, NFPROTO_IPV4, NLM_F_MULTI, 0);
+  nftnl::SetPtr s(nftnl_set_alloc());
+  nftnl_set_set_str(s.get(), NFTNL_SET_TABLE, "endpointd");
+  nftnl_set_set_str(s.get(), NFTNL_SET_NAME, set);
+  for (const auto& [key, data] : elems) {
+    nftnl_set_elem* e = nftnl_set_elem_alloc();
+    nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, key.data(), static_cast<uint32_t>(key.size()));
+    if (!data.empty())
+      nftnl_set_elem_set(e, NFTNL_SET_ELEM_DATA, data.data(), static_cast<uint32_t>(data.size()));
+    nftnl_set_elem_add(s.get(), e);
+  }
+  nftnl_set_elems_nlmsg_build_payload(nlh, s.get());
+  buf.insert(buf.end(), msg.data(), msg.data() + nlh->nlmsg_len);
+}
+
+TEST(NetlinkParse, SetElementsKeysAndData) {
+  std::vector<char> buf;
+  std::string k1("\x0a\x00\x00\x01\x0a\x60\x00\x0a", 8), d1("\x0a\xf4\x00\x05\x1f\x90\x00\x00", 8);
+  std::string k2("\x0a\x00\x00\x02\x0a\x60\x00\x0a", 8);
+  add_elements(buf, "affinity", {{k1, d1}});
+  add_elements(buf, "affinity", {{k2, ""}});
+  std::vector<std::pair<std::string, std::string>> got;
+  EXPECT_GE(parse_set_elements(buf.data(), buf.size(), 0, 0, got), 0);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].first, k1);
+  EXPECT_EQ(got[0].second, d1);
+  EXPECT_EQ(got[1].first, k2);
+  EXPECT_TRUE(got[1].second.empty());
+  // Cut short: nothing read past the bytes, at most the elements that fit.
+  got.clear();
+  parse_set_elements(buf.data(), buf.size() - 7, 0, 0, got);
+  EXPECT_LE(got.size(), 1u);
+}
+
 TEST(NetlinkParse, GarbageYieldsNothing) {
   // A first message whose length runs past the buffer ends the loop: nothing is read.
   std::vector<char> junk(64, '\x7f');
