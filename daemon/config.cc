@@ -198,11 +198,17 @@ class Decoder {
     return std::make_pair(std::move(*g), std::move(out));
   }
 
-  std::vector<model::IpPrefix> cidrs(const std::string& name) {
+  // `primary_ok`: the word "primary" alone stands for the node's primary IPs (an empty list).
+  std::vector<model::IpPrefix> cidrs(const std::string& name, bool primary_ok = false) {
     std::vector<model::IpPrefix> out;
     auto l = list(name);
     if (!l) return out;
+    if (primary_ok && l->second == std::vector<std::string>{"primary"}) return out;
     for (const auto& s : l->second) {
+      if (primary_ok && s == "primary") {
+        fail(l->first, s, "is allowed only alone (the node's primary IPs), not with CIDRs");
+        return {};
+      }
       auto p = model::IpPrefix::parse(s);
       if (!p) {
         fail(l->first, s, "is not a CIDR");
@@ -375,7 +381,8 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
 
   cfg.dataplane = d.choice("dataplane", kDataplanes, cfg.dataplane);
   cfg.cluster_cidr = d.cidrs("cluster-cidr");
-  cfg.nodeport_addresses = d.cidrs("nodeport-addresses");
+  // "primary" (alone): the node's primary IPs, which is also the default.
+  cfg.nodeport_addresses = d.cidrs("nodeport-addresses", true);
   cfg.masquerade_all = d.boolean("masquerade-all", cfg.masquerade_all);
   // kube-proxy's --conntrack-* flags; each only when given.
   auto count = [&](const char* name, std::optional<uint32_t>& out) {
@@ -542,7 +549,8 @@ void add_run_flags(CLI::App& app) {
       ->description(
           "Masquerade all traffic to services, not only traffic from outside the cluster");
   add(app, "nodeport-addresses",
-      "CIDRs selecting the node addresses NodePorts are served on (default: all)");
+      "CIDRs selecting the node addresses NodePorts are served on, or primary (default: the "
+      "node's primary IPs, from its Node object)");
   app.add_flag("--cleanup")
       ->description(
           "Delete endpointd's nftables tables and exit (the agent never does so on its own)");

@@ -219,17 +219,19 @@ Result<KubeProxyConversion> convert_kubeproxy_configuration(const YAML::Node& ro
                                       : ""));
   }
 
-  // nodePortAddresses: CIDRs; kube-proxy's "primary" has no endpointd equivalent.
+  // nodePortAddresses: CIDRs, or "primary" (the default of both: the node's primary IPs).
   used.insert("nodePortAddresses");
   if (auto n = root["nodePortAddresses"]; n && n.IsSequence()) {
     std::vector<std::string> v;
     for (const auto& e : n) {
       std::string c = scalar(e);
       if (c == "primary") {
-        out.ignored.push_back(
-            {"nodePortAddresses", "primary",
-             "endpointd takes CIDRs only; without one NodePorts are served on every node address"});
-        continue;
+        if (n.size() > 1)
+          out.ignored.push_back(
+              {"nodePortAddresses", "primary",
+               "\"primary\" with CIDRs: the CIDRs select the addresses (kube-proxy "
+               "takes \"primary\" only alone)"});
+        continue;  // alone: endpointd's default too
       }
       v.push_back(c);
     }

@@ -83,6 +83,18 @@ NodeContext node_context_from(const NodeContext& base, const model::Snapshot& sn
   const model::Node* n = snap.find_node(base.node_name);
   if (!n) return c;
   if (!n->zone.empty()) c.zone = n->zone;
+  c.primary_ips.clear();
+  for (const char* type : {"InternalIP", "ExternalIP"}) {
+    for (const auto& a : n->addresses) {
+      if (a.type != type) continue;
+      auto ip = model::IpAddr::parse(a.address);
+      if (!ip || ip->is_loopback() || ip->is_unspecified()) continue;
+      bool have_family =
+          std::any_of(c.primary_ips.begin(), c.primary_ips.end(),
+                      [&](const model::IpAddr& p) { return p.family() == ip->family(); });
+      if (!have_family) c.primary_ips.push_back(*ip);
+    }
+  }
   for (const auto& a : n->addresses) {
     if (a.type != "InternalIP" && a.type != "ExternalIP") continue;
     auto ip = model::IpAddr::parse(a.address);
@@ -91,6 +103,19 @@ NodeContext node_context_from(const NodeContext& base, const model::Snapshot& sn
       c.node_ips.push_back(*ip);
   }
   return c;
+}
+
+std::vector<model::IpAddr> node_port_ips(const NodeContext& ctx) {
+  std::vector<model::IpAddr> out;
+  const auto& from =
+      ctx.node_port_addresses.empty() && !ctx.primary_ips.empty() ? ctx.primary_ips : ctx.node_ips;
+  for (const auto& a : from) {
+    if (a.is_loopback() || a.is_unspecified()) continue;  // never on localhost
+    bool selected = ctx.node_port_addresses.empty();
+    for (const auto& p : ctx.node_port_addresses) selected |= p.contains(a);
+    if (selected && std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
+  }
+  return out;
 }
 
 Set backends_set(bool local, uint32_t n) {
@@ -154,7 +179,8 @@ void Planner::rebuild_lb_chains(IpFamily f) {
   }
 }
 
-Planner::Planner(NodeContext ctx) : ctx_(std::move(ctx)), planned_(ctx_) {
+Planner::Planner(NodeContext ctx)
+    : ctx_(std::move(ctx)), node_port_ips_(node_port_ips(ctx_)), planned_(ctx_) {
   v4_.family = IpFamily::kV4;
   v6_.family = IpFamily::kV6;
 }
@@ -415,13 +441,8 @@ void Planner::plan_service(const ServiceState& st, bool count_skips, PlannedServ
                         svc.type == model::ServiceType::kLoadBalancer) &&
                        sp.node_port != 0;
       if (node_port) {
-        for (const auto& a : ctx.node_ips) {
-          if (a.family() != fam || a.is_loopback() || a.is_unspecified())
-            continue;  // never on localhost
-          bool selected = ctx.node_port_addresses.empty();
-          for (const auto& p : ctx.node_port_addresses) selected |= p.contains(a);
-          if (selected) externals.push_back({a, sp.node_port, false});
-        }
+        for (const auto& a : node_port_ips_)
+          if (a.family() == fam) externals.push_back({a, sp.node_port, false});
       }
       for (const auto& ext : externals) {
         if (ext.addr.is_unspecified() || ext.addr.is_loopback()) {
@@ -554,6 +575,7 @@ void Planner::drop_backends_set(IpFamily f, SetId id) {
 void Planner::reset(const model::Snapshot& snap) {
   stats_ = {};
   planned_ = ctx_;
+  node_port_ips_ = node_port_ips(planned_);
   std::map<model::ServiceKey, PlannedService> previous = std::move(services_);
   services_.clear();
   base_table(IpFamily::kV4);

@@ -15,12 +15,15 @@ namespace endpointd::proxy {
 
 struct NodeContext {
   std::string node_name;
-  std::string zone;                            // topology.kubernetes.io/zone of this node
-  std::vector<model::IpAddr> node_ips;         // addresses NodePorts are served on (candidates)
+  std::string zone;                     // topology.kubernetes.io/zone of this node
+  std::vector<model::IpAddr> node_ips;  // the host's addresses and the Node's
+  // The node's primary IPs: per family the Node object's first InternalIP (else ExternalIP),
+  // as kube-proxy detects its node IPs. Empty until the Node object is known.
+  std::vector<model::IpAddr> primary_ips;
   std::vector<model::IpPrefix> cluster_cidrs;  // pod CIDRs: traffic from them is "local"
   bool masquerade_all = false;
-  // kube-proxy's nodePortAddresses: CIDRs that select which node IPs serve NodePorts. Empty:
-  // every address in node_ips (kube-proxy nftables' default, "primary", is the node's IPs).
+  // kube-proxy's nodePortAddresses: CIDRs that select which of node_ips serve NodePorts.
+  // Empty: the primary IPs (kube-proxy nftables' default, "primary").
   std::vector<model::IpPrefix> node_port_addresses;
   bool ipv4 = true;  // families this node has
   bool ipv6 = true;
@@ -30,6 +33,11 @@ struct NodeContext {
 // This node's context as the snapshot describes it: `base` (flags) plus this node's Node object
 // (its InternalIP/ExternalIP addresses are added to node_ips, its zone replaces base's).
 NodeContext node_context_from(const NodeContext& base, const model::Snapshot& snap);
+
+// The addresses NodePorts are served on: node_ips within node_port_addresses when given; else
+// the primary IPs; else (no Node object, e.g. a manifest directory without one) every address
+// in node_ips. Never loopback or unspecified.
+std::vector<model::IpAddr> node_port_ips(const NodeContext& ctx);
 
 // What one plan or update counted, for logs and metrics.
 struct PlanStats {
@@ -140,7 +148,8 @@ class Planner {
   void remember_service(const PlannedService& p);
   TableChanges& changes_for(std::vector<TableChanges>* out, IpFamily f);
 
-  NodeContext ctx_;      // the newest context given
+  NodeContext ctx_;                           // the newest context given
+  std::vector<model::IpAddr> node_port_ips_;  // node_port_ips(planned_)
   NodeContext planned_;  // the context the tables were planned with (from the last reset)
   Table v4_;
   Table v6_;

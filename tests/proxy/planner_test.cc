@@ -120,6 +120,57 @@ TEST(ProxyPlanner, EveryShape) {
             std::nullopt);
 }
 
+// kube-proxy's nodePortAddresses default, "primary": NodePorts on the Node object's first
+// InternalIP per family (else ExternalIP), following the Node; CIDRs select among every node
+// address; without a Node object, every address (a manifest directory without one).
+TEST(ProxyPlanner, NodePortsOnPrimaryIpsByDefaultAndOnCidrSelectedAddresses) {
+  NodeContext base = testing::node_context();
+  base.node_ips = {testing::ip("192.168.50.1"), testing::ip("10.1.0.5"), testing::ip("fd50::1")};
+  auto with_node = [&](std::vector<model::NodeAddress> addrs) {
+    auto snap = std::make_shared<model::Snapshot>(*testing::every_shape());
+    auto n = std::make_shared<model::Node>();
+    n->name = "node-a";
+    n->addresses = std::move(addrs);
+    snap->nodes = {n};
+    return snap;
+  };
+  auto served = [](const NodeContext& c) {
+    std::vector<std::string> out;
+    for (const auto& a : node_port_ips(c)) out.push_back(a.str());
+    return out;
+  };
+  // No Node object yet: every address.
+  EXPECT_EQ(served(base), (std::vector<std::string>{"192.168.50.1", "10.1.0.5", "fd50::1"}));
+  auto snap = with_node({{"Hostname", "node-a"},
+                         {"ExternalIP", "203.0.113.9"},
+                         {"InternalIP", "10.1.0.5"},
+                         {"InternalIP", "10.1.0.6"}});
+  NodeContext c = node_context_from(base, *snap);
+  EXPECT_EQ(served(c), std::vector<std::string>{"10.1.0.5"});
+  Planner p(c);
+  p.reset(*snap);
+  const Table& t = p.table(IpFamily::kV4);
+  EXPECT_NE(find(t, "local-backends-1", vip("10.1.0.5", 6, 30443) + u32_field(0)), std::nullopt);
+  EXPECT_EQ(find(t, "local-backends-1", vip("192.168.50.1", 6, 30443) + u32_field(0)),
+            std::nullopt);
+  EXPECT_EQ(find(t, "local-backends-1", vip("203.0.113.9", 6, 30443) + u32_field(0)), std::nullopt);
+  // The Node's InternalIP changes: NodePorts move with it at the next plan.
+  auto moved = with_node({{"InternalIP", "10.1.0.7"}});
+  NodeContext c2 = node_context_from(base, *moved);
+  EXPECT_EQ(served(c2), std::vector<std::string>{"10.1.0.7"});
+  p.set_context(c2);
+  p.reset(*moved);
+  EXPECT_NE(
+      find(p.table(IpFamily::kV4), "local-backends-1", vip("10.1.0.7", 6, 30443) + u32_field(0)),
+      std::nullopt);
+  // Only an ExternalIP: that one.
+  EXPECT_EQ(served(node_context_from(base, *with_node({{"ExternalIP", "203.0.113.9"}}))),
+            std::vector<std::string>{"203.0.113.9"});
+  // CIDRs: the node's addresses within them, primary or not.
+  c.node_port_addresses = {testing::prefix("192.168.0.0/16"), testing::prefix("fd50::/64")};
+  EXPECT_EQ(served(c), (std::vector<std::string>{"192.168.50.1", "fd50::1"}));
+}
+
 TEST(ProxyPlanner, OneEndpointChangeIsASmallChange) {
   Planner p(testing::node_context());
   auto s1 = testing::every_shape(1);
