@@ -50,6 +50,8 @@ struct Daemon::Impl {
   Status start_feed();
   Status start_drain();
 
+  std::chrono::system_clock::time_point started_at = std::chrono::system_clock::now();
+
   // kube-proxy's probe counters, by HTTP code.
   prometheus::Family<prometheus::Counter>* healthz_total = nullptr;
   prometheus::Family<prometheus::Counter>* livez_total = nullptr;
@@ -270,6 +272,7 @@ Status Daemon::Impl::start_proxy() {
   o.node.cluster_cidrs = cfg.cluster_cidr;
   o.node.node_port_addresses = cfg.nodeport_addresses;
   o.node.masquerade_all = cfg.masquerade_all;
+  o.process_start = started_at;  // trigger times before it are not this process's to measure
   auto dp = proxy::Dataplane::start(std::move(o), &board);
   if (!dp) return Error{dp.error()};
   dataplane = std::move(*dp);

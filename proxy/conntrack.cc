@@ -1,5 +1,5 @@
 // Conntrack over libnl-nf: one dump per call, filtered here, deletions by the entry's tuple
-// and id (so an entry that was replaced meanwhile is never hit). Plus conntrack sysctls.
+// and id (so an entry that was replaced meanwhile is never hit).
 #include "proxy/conntrack.h"
 
 #include <linux/netfilter/nf_conntrack_tcp.h>
@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <unordered_map>
 
@@ -131,13 +130,17 @@ class NetlinkConntrack final : public Conntrack {
 
   Result<size_t> delete_flows(const std::vector<FlowMatch>& matches) override {
     if (matches.empty()) return size_t{0};
+    return delete_flows_if([&](const Flow& f) {
+      return std::any_of(matches.begin(), matches.end(),
+                         [&](const FlowMatch& m) { return m.matches(f); });
+    });
+  }
+
+  Result<size_t> delete_flows_if(const std::function<bool(const Flow&)>& stale) override {
     auto sock = connect_ctnetlink();
     if (!sock) return Error{sock.error()};
     DumpContext ctx;
-    ctx.keep = [&](const Flow& f) {
-      return std::any_of(matches.begin(), matches.end(),
-                         [&](const FlowMatch& m) { return m.matches(f); });
-    };
+    ctx.keep = stale;
     auto r = dump(sock->get(), ctx);
     if (!r) return Error{r.error()};
     // Back to the default handler for the acknowledgements of the deletions.
@@ -190,26 +193,6 @@ class NetlinkConntrack final : public Conntrack {
     return counts;
   }
 };
-
-std::string sysctl_path(const std::string& root, const std::string& key) {
-  std::string p = root + "/";
-  for (char c : key) p += c == '.' ? '/' : c;
-  return p;
-}
-
-std::optional<uint64_t> read_number(const std::string& path) {
-  std::ifstream in(path);
-  uint64_t v = 0;
-  if (!(in >> v)) return std::nullopt;
-  return v;
-}
-
-bool write_value(const std::string& path, uint64_t value) {
-  std::ofstream out(path);
-  out << value;
-  out.flush();
-  return static_cast<bool>(out);
-}
 
 }  // namespace
 
@@ -291,66 +274,6 @@ void count_flow(const Flow& f, const model::IpAddr& endpoint, FlowCount& count) 
 
 std::unique_ptr<Conntrack> make_netlink_conntrack() {
   return std::make_unique<NetlinkConntrack>();
-}
-
-Result<std::vector<std::string>> apply_conntrack_sysctls(const ConntrackSysctls& s, unsigned cpus,
-                                                         const std::string& proc_sys,
-                                                         const std::string& hashsize_path) {
-  std::vector<std::string> written;
-  auto set = [&](const std::string& key, uint64_t value) -> std::optional<Error> {
-    std::string path = sysctl_path(proc_sys, key);
-    auto current = read_number(path);
-    if (current && *current == value) return std::nullopt;
-    if (!write_value(path, value)) {
-      return Error{"conntrack sysctl " + key + "=" + std::to_string(value) + ": cannot write " +
-                   path};
-    }
-    written.push_back(key + "=" + std::to_string(value));
-    return std::nullopt;
-  };
-
-  if (s.max_per_core || s.min) {
-    uint64_t max = std::max<uint64_t>(uint64_t{s.max_per_core.value_or(0)} * std::max(cpus, 1u),
-                                      s.min.value_or(0));
-    std::string path = sysctl_path(proc_sys, "net.netfilter.nf_conntrack_max");
-    auto current = read_number(path);
-    if (max > 0 && (!current || *current < max)) {
-      if (!hashsize_path.empty()) {
-        auto hashsize = read_number(hashsize_path);
-        if (hashsize && *hashsize < max / 4) {
-          if (!write_value(hashsize_path, max / 4)) {
-            return Error{"conntrack hashsize=" + std::to_string(max / 4) + ": cannot write " +
-                         hashsize_path};
-          }
-          written.push_back("hashsize=" + std::to_string(max / 4));
-        }
-      }
-      if (auto e = set("net.netfilter.nf_conntrack_max", max)) return *e;
-    }
-  }
-  if (s.tcp_timeout_established_seconds) {
-    if (auto e = set("net.netfilter.nf_conntrack_tcp_timeout_established",
-                     *s.tcp_timeout_established_seconds))
-      return *e;
-  }
-  if (s.tcp_timeout_close_wait_seconds) {
-    if (auto e = set("net.netfilter.nf_conntrack_tcp_timeout_close_wait",
-                     *s.tcp_timeout_close_wait_seconds))
-      return *e;
-  }
-  if (s.tcp_be_liberal) {
-    if (auto e = set("net.netfilter.nf_conntrack_tcp_be_liberal", *s.tcp_be_liberal ? 1 : 0))
-      return *e;
-  }
-  if (s.udp_timeout_seconds) {
-    if (auto e = set("net.netfilter.nf_conntrack_udp_timeout", *s.udp_timeout_seconds)) return *e;
-  }
-  if (s.udp_timeout_stream_seconds) {
-    if (auto e =
-            set("net.netfilter.nf_conntrack_udp_timeout_stream", *s.udp_timeout_stream_seconds))
-      return *e;
-  }
-  return written;
 }
 
 }  // namespace endpointd::proxy

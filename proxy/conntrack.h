@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,6 +65,9 @@ class Conntrack {
   // Deletes every entry matching any of `matches`, in one walk of the table. Returns how many
   // it deleted (entries that vanished meanwhile are not errors and not counted).
   virtual Result<size_t> delete_flows(const std::vector<FlowMatch>& matches) = 0;
+  // Deletes every entry `stale` selects, in one walk of the table (the sweep after a full sync,
+  // whose test is a lookup, not a list of matches). Counted as delete_flows counts.
+  virtual Result<size_t> delete_flows_if(const std::function<bool(const Flow&)>& stale) = 0;
   // The connections whose reply source is `endpoint` (any port).
   virtual Result<FlowCount> count_flows_to(const model::IpAddr& endpoint) = 0;
   // The same for several endpoints in one walk of the table (a rolling update drains many at
@@ -75,24 +79,5 @@ class Conntrack {
 // The libnl-nf implementation. Each call opens its own netlink socket in the calling thread's
 // network namespace, so one instance is safe to use from several threads.
 std::unique_ptr<Conntrack> make_netlink_conntrack();
-
-// kube-proxy's conntrack settings; only the ones set are written.
-struct ConntrackSysctls {
-  std::optional<uint32_t> max_per_core;  // nf_conntrack_max = max(max_per_core * cpus, min)
-  std::optional<uint32_t> min;
-  std::optional<uint32_t> tcp_timeout_established_seconds;
-  std::optional<uint32_t> tcp_timeout_close_wait_seconds;
-  std::optional<bool> tcp_be_liberal;
-  std::optional<uint32_t> udp_timeout_seconds;
-  std::optional<uint32_t> udp_timeout_stream_seconds;
-};
-
-// Writes the configured settings under `proc_sys` ("/proc/sys" for real), skipping values
-// already in place. nf_conntrack_max is only raised, never lowered, as kube-proxy does; when
-// raised, the hash table (`hashsize_path`, empty: leave it) is grown to max/4 if smaller.
-// Returns the "key=value" entries it wrote; an error names the first that failed.
-Result<std::vector<std::string>> apply_conntrack_sysctls(
-    const ConntrackSysctls& settings, unsigned cpus, const std::string& proc_sys = "/proc/sys",
-    const std::string& hashsize_path = "/sys/module/nf_conntrack/parameters/hashsize");
 
 }  // namespace endpointd::proxy

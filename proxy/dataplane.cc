@@ -49,6 +49,7 @@ Result<std::unique_ptr<Dataplane>> Dataplane::start(DataplaneOptions opts,
   dp->netlink_ = std::move(*be);
   ProxySink::Options po;
   po.registry = opts.registry;
+  po.process_start = opts.process_start;
   po.node = std::move(opts.node);
   if (po.node.node_ips.empty()) po.node.node_ips = host_addresses();
   dp->conntrack_ = make_netlink_conntrack();

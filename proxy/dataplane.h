@@ -4,6 +4,7 @@
 // sink() with its update loop and calls note_queued() on every publish.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -29,6 +30,9 @@ struct DataplaneOptions {
   // from the host's addresses when empty.
   NodeContext node;
   prometheus::Registry* registry = nullptr;
+  // When the agent started: EndpointSlice trigger times before it are left out of
+  // kubeproxy_network_programming_duration_seconds. Zero: when the dataplane starts.
+  std::chrono::system_clock::time_point process_start{};
 };
 
 class Dataplane {

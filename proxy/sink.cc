@@ -8,7 +8,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
+#include <unordered_map>
 
 #include "model/routing.h"
 #include "proxy/healthcheck.h"
@@ -70,11 +72,62 @@ std::vector<FlowMatch> stale_udp_flows(const model::ServiceState* before,
   return out;
 }
 
+UdpServiceIndex::UdpServiceIndex(const model::Snapshot& snap, const NodeContext& node) {
+  // The addresses the planner serves NodePorts on.
+  std::vector<model::IpAddr> node_port_ips = proxy::node_port_ips(node);
+  for (const auto& st : snap.services) {
+    const model::Service& svc = st->service;
+    if (!model::has_proxy_rules(svc)) continue;
+    for (const auto& sp : svc.ports) {
+      if (sp.protocol != model::Protocol::kUDP || sp.port == 0) continue;
+      auto targets = std::make_shared<Targets>();
+      for (const auto& e : st->endpoints) {
+        auto p = model::backend_port(e, sp);
+        if (p && usable(svc, e)) targets->push_back({e.address, *p});
+      }
+      std::sort(targets->begin(), targets->end());
+      std::shared_ptr<const Targets> shared = std::move(targets);
+      for (const auto* list : {&svc.cluster_ips, &svc.external_ips, &svc.load_balancer_ips}) {
+        for (const auto& a : *list) add({a, sp.port}, shared);
+      }
+      bool node_port = (svc.type == model::ServiceType::kNodePort ||
+                        svc.type == model::ServiceType::kLoadBalancer) &&
+                       sp.node_port != 0;
+      if (node_port) {
+        for (const auto& a : node_port_ips) add({a, sp.node_port}, shared);
+      }
+    }
+  }
+}
+
+void UdpServiceIndex::add(const Key& k, const std::shared_ptr<const Targets>& targets) {
+  auto [it, inserted] = by_address_.emplace(k, targets);
+  if (inserted || it->second == targets) return;
+  // Two services on one address and port (a conflict the API allows for external IPs): an
+  // entry bound to an endpoint of either is kept.
+  auto both = std::make_shared<Targets>(*it->second);
+  both->insert(both->end(), targets->begin(), targets->end());
+  std::sort(both->begin(), both->end());
+  both->erase(std::unique(both->begin(), both->end()), both->end());
+  it->second = std::move(both);
+}
+
+bool UdpServiceIndex::stale(const Flow& f) const {
+  if (f.l4proto != ip_protocol_number(model::Protocol::kUDP)) return false;
+  auto it = by_address_.find({f.orig_dst, f.orig_dst_port});
+  if (it == by_address_.end()) return false;
+  const Targets& targets = *it->second;
+  bool dnat = f.reply_src != f.orig_dst || f.reply_src_port != f.orig_dst_port;
+  if (!dnat) return !targets.empty();
+  return !std::binary_search(targets.begin(), targets.end(), Key{f.reply_src, f.reply_src_port});
+}
+
 struct ProxySink::Metrics {
   prometheus::Histogram* sync = nullptr;
   prometheus::Histogram* full = nullptr;
   prometheus::Histogram* partial = nullptr;
   prometheus::Histogram* programming = nullptr;
+  prometheus::Histogram* queued_to_commit = nullptr;
   prometheus::Gauge* last_sync = nullptr;
   prometheus::Gauge* last_queued = nullptr;
   prometheus::Gauge* elements_v4 = nullptr;
@@ -104,6 +157,8 @@ ProxySink::ProxySink(Backend* backend, pipeline::AckBoard* board, Options opts)
       opts_(std::move(opts)),
       metrics_(std::make_unique<Metrics>()),
       planner_(std::make_unique<Planner>(opts_.node)) {
+  if (opts_.process_start == std::chrono::system_clock::time_point{})
+    opts_.process_start = std::chrono::system_clock::now();
   rng_ = opts_.jitter_seed ? opts_.jitter_seed
                            : static_cast<uint32_t>(Clock::now().time_since_epoch().count()) | 1;
   if (board_) board_->add("proxy", model::RouteView::kDataplane);
@@ -126,9 +181,21 @@ ProxySink::ProxySink(Backend* backend, pipeline::AckBoard* board, Options opts)
         hist("kubeproxy_sync_full_proxy_rules_duration_seconds", "Time of a full sync.");
     metrics_->partial =
         hist("kubeproxy_sync_partial_proxy_rules_duration_seconds", "Time of an incremental sync.");
-    metrics_->programming =
-        hist("kubeproxy_network_programming_duration_seconds",
-             "From the update being queued to the proxy to its batch committed.");
+    // kube-proxy's buckets for it: 0.25 s to 5 min.
+    prometheus::Histogram::BucketBoundaries programming = {0.25, 0.5};
+    for (int i = 1; i <= 59; ++i) programming.push_back(i);
+    for (int i = 60; i <= 115; i += 5) programming.push_back(i);
+    for (int i = 120; i <= 300; i += 30) programming.push_back(i);
+    metrics_->programming = &prometheus::BuildHistogram()
+                                 .Name("kubeproxy_network_programming_duration_seconds")
+                                 .Help(
+                                     "From an EndpointSlice's last-change-trigger-time to the "
+                                     "kernel committing the rules for it, per service and change.")
+                                 .Register(*r)
+                                 .Add({}, programming);
+    metrics_->queued_to_commit =
+        hist("endpointd_proxy_queued_to_commit_duration_seconds",
+             "From an update being handed to the proxy to its batch committed.");
     metrics_->last_sync = gauge("kubeproxy_sync_proxy_rules_last_timestamp_seconds",
                                 "Last successful sync (unix time).");
     metrics_->last_queued = gauge("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
@@ -254,7 +321,7 @@ void ProxySink::record_success(const model::SnapshotPtr& snap, bool full,
     metrics_->sync->Observe(seconds(now - started));
     (full ? metrics_->full : metrics_->partial)->Observe(seconds(now - started));
     if (last_queued_ != Clock::time_point{})
-      metrics_->programming->Observe(seconds(now - last_queued_));
+      metrics_->queued_to_commit->Observe(seconds(now - last_queued_));
     metrics_->last_sync->Set(seconds(std::chrono::system_clock::now().time_since_epoch()));
     metrics_->elements_v4->Set(static_cast<double>(planner_->table(IpFamily::kV4).element_count()));
     metrics_->elements_v6->Set(static_cast<double>(planner_->table(IpFamily::kV6).element_count()));
@@ -314,9 +381,40 @@ bool ProxySink::follow_node(const model::Snapshot& snap) {
   return true;
 }
 
+void ProxySink::observe_programming(const model::Snapshot* before, const model::Snapshot& now,
+                                    const model::Delta& d) {
+  auto at = std::chrono::system_clock::now();
+  auto consider = [&](const model::ServiceKey& k, bool observe) {
+    const auto* st = now.find(k);
+    if (!st) {
+      last_trigger_.erase(k);
+      return;
+    }
+    auto trigger = st->trigger_time;
+    if (trigger == std::chrono::system_clock::time_point{} || trigger < opts_.process_start) return;
+    auto [it, inserted] = last_trigger_.try_emplace(k, trigger);
+    if (!inserted) {
+      if (trigger <= it->second) return;  // observed already: the change was something else
+      it->second = trigger;
+    }
+    if (observe && metrics_->programming) {
+      metrics_->programming->Observe(
+          std::max(0.0, std::chrono::duration<double>(at - trigger).count()));
+    }
+  };
+  if (!before) {
+    for (const auto& st : now.services) consider(st->key(), false);
+    return;
+  }
+  for (const auto& k : d.added) consider(k, true);
+  for (const auto& k : d.changed) consider(k, true);
+  for (const auto& k : d.removed) last_trigger_.erase(k);
+}
+
 void ProxySink::after_commit(const model::Snapshot* before, const model::Snapshot& now,
                              const model::Delta& delta, bool full) {
   const model::Delta& d = delta;
+  observe_programming(before, now, d);
   bool health = full || d.nodes_changed;
   std::vector<FlowMatch> stale;
   auto local_hc = [](const model::ServiceState* s) {
@@ -335,14 +433,44 @@ void ProxySink::after_commit(const model::Snapshot* before, const model::Snapsho
   for (const auto& k : d.added) visit(k);
   for (const auto& k : d.changed) visit(k);
   for (const auto& k : d.removed) visit(k);
-  if (!stale.empty()) {
-    auto r = opts_.conntrack->delete_flows(stale);
+  // The sweep: after a full sync (the first one of this process included, when entries to
+  // endpoints that left while the agent was down are still there), every UDP entry to a served
+  // address is checked against the endpoints now, in the same walk as the delta's matches.
+  // Only over a synced snapshot: a partial one would make every live entry look stale.
+  bool sweep = opts_.conntrack && now.synced && (full || !swept_);
+  std::optional<UdpServiceIndex> index;
+  if (sweep) {
+    index.emplace(now, planner_->context());
+    // The sweep decides precisely for every served address; of the delta's matches only those
+    // for endpoints that left stay (a removed service is no longer in the index). The delta's
+    // "had no endpoints" matches would also take entries bound to endpoints in use.
+    std::erase_if(stale, [](const FlowMatch& m) { return !m.reply_src; });
+    if (index->empty() && stale.empty()) {
+      swept_ = true;
+      sweep = false;
+    }
+  }
+  if (sweep || !stale.empty()) {
+    auto started = Clock::now();
+    Result<size_t> r = sweep ? opts_.conntrack->delete_flows_if([&](const Flow& f) {
+      return index->stale(f) || std::any_of(stale.begin(), stale.end(),
+                                            [&](const FlowMatch& m) { return m.matches(f); });
+    })
+                             : opts_.conntrack->delete_flows(stale);
     if (!r) {
       ++conntrack_failures_;
       if (metrics_->conntrack_failures) metrics_->conntrack_failures->Increment();
       spdlog::warn("proxy: UDP conntrack cleanup for generation {} failed: {}", now.generation,
                    r.error());
     } else {
+      if (sweep) {
+        swept_ = true;
+        spdlog::log(*r ? spdlog::level::info : spdlog::level::debug,
+                    "proxy: UDP conntrack sweep of generation {} ({} service addresses): {} stale "
+                    "entries deleted in {:.1f} ms",
+                    now.generation, index->addresses(), *r,
+                    std::chrono::duration<double, std::milli>(Clock::now() - started).count());
+      }
       conntrack_deleted_ += *r;
       if (metrics_->conntrack_deleted)
         metrics_->conntrack_deleted->Increment(static_cast<double>(*r));
@@ -361,6 +489,11 @@ void ProxySink::apply(const model::SnapshotPtr& snap, const model::Delta& delta)
   // so after a failed batch they are merged rather than the snapshots diffed again.
   pending_ = old == applied_ ? delta : model::merge(pending_, delta);
   count_changes(old.get(), *snap, delta);
+  // As kube-proxy: nothing is programmed before the first full state (every kind listed) has
+  // arrived. The kernel keeps what it has meanwhile (the previous agent's rules, after a
+  // restart), and the first state is one full sync rather than a partial table followed by
+  // incremental updates of thousands of services (at 10k services: seconds).
+  if (!applied_ && !snap->synced) return;
   if ((delta.nodes_changed || !applied_) && follow_node(*snap)) {
     need_full_ = true;
     attempt_ = 0;
@@ -402,7 +535,7 @@ void ProxySink::apply(const model::SnapshotPtr& snap, const model::Delta& delta)
 void ProxySink::resync_loop() {
   std::unique_lock<std::mutex> l(mu_);
   while (!stopping_) {
-    if (need_full_ && latest_) {
+    if (need_full_ && latest_ && (applied_ || latest_->synced)) {
       if (Clock::now() >= next_try_) {
         full_sync_locked(latest_);
         cv_.notify_all();

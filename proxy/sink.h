@@ -8,9 +8,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "pipeline/ack_board.h"
 #include "pipeline/sink.h"
@@ -33,6 +36,35 @@ class HealthCheckServer;
 std::vector<FlowMatch> stale_udp_flows(const model::ServiceState* before,
                                        const model::ServiceState* after);
 
+// The UDP service addresses endpointd serves from `snap` on a node with context `node`
+// (cluster, external and load-balancer IPs with the service port; the node's NodePort
+// addresses with the node port), each with the endpoints a connection to it may be bound to.
+// After a full sync, a UDP entry to one of them is stale when it is DNAT'd to none of those
+// endpoints (its endpoint left while no agent watched: a restart), or when it is not DNAT'd
+// at all while the address now has endpoints (it was made while there were none). Either way
+// the client's datagrams keep going nowhere until the entry is deleted.
+class UdpServiceIndex {
+ public:
+  UdpServiceIndex(const model::Snapshot& snap, const NodeContext& node);
+  // No UDP service address at all: a sweep has nothing to look for.
+  bool empty() const { return by_address_.empty(); }
+  size_t addresses() const { return by_address_.size(); }
+  bool stale(const Flow& f) const;
+
+ private:
+  struct Key {
+    model::IpAddr addr;
+    uint16_t port = 0;
+    friend auto operator<=>(const Key&, const Key&) = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const { return model::IpAddrHash{}(k.addr) * 31 + k.port; }
+  };
+  using Targets = std::vector<Key>;  // sorted
+  void add(const Key& k, const std::shared_ptr<const Targets>& targets);
+  std::unordered_map<Key, std::shared_ptr<const Targets>, KeyHash> by_address_;
+};
+
 class ProxySink : public pipeline::Sink {
  public:
   using Clock = std::chrono::steady_clock;
@@ -44,9 +76,13 @@ class ProxySink : public pipeline::Sink {
     std::chrono::milliseconds health_timeout{std::chrono::seconds(60)};
     std::chrono::milliseconds backoff_min{std::chrono::milliseconds(100)};
     std::chrono::milliseconds backoff_max{std::chrono::seconds(10)};
-    uint32_t jitter_seed = 0;                    // 0: seeded from the clock
-    Conntrack* conntrack = nullptr;              // UDP cleanup after each batch; null: off
+    uint32_t jitter_seed = 0;  // 0: seeded from the clock
+    // UDP cleanup after each batch and a sweep after each full sync; null: off.
+    Conntrack* conntrack = nullptr;
     HealthCheckServer* health_checks = nullptr;  // healthCheckNodePort listeners; null: off
+    // kubeproxy_network_programming_duration_seconds leaves out EndpointSlice trigger times
+    // before this (kube-proxy: before its change tracker started). Zero: when the sink is made.
+    std::chrono::system_clock::time_point process_start{};
   };
 
   // `backend` and `board` must outlive the sink. Registers "proxy" on the board.
@@ -83,9 +119,15 @@ class ProxySink : public pipeline::Sink {
   void record_success(const model::SnapshotPtr& snap, bool full, Clock::time_point started);
   void count_changes(const model::Snapshot* old, const model::Snapshot& snap,
                      const model::Delta& d);
-  // After a committed batch: conntrack cleanup and the health-check listeners.
+  // After a committed batch: conntrack cleanup (after a full sync, and at the first synced
+  // commit, a sweep of every UDP entry to a served address) and the health-check listeners.
   void after_commit(const model::Snapshot* before, const model::Snapshot& now,
                     const model::Delta& d, bool full);
+  // kube-proxy's network programming duration: per service in the committed delta, from its
+  // newest EndpointSlice trigger time to now, once per trigger time. At the first sync (no
+  // `before`) the trigger times are only noted.
+  void observe_programming(const model::Snapshot* before, const model::Snapshot& now,
+                           const model::Delta& d);
   // Follows this node's Node object; true when the context changed (a full sync is due).
   bool follow_node(const model::Snapshot& snap);
 
@@ -114,6 +156,9 @@ class ProxySink : public pipeline::Sink {
   std::atomic<uint64_t> rejected_{0};
   std::atomic<uint64_t> conntrack_deleted_{0};
   std::atomic<uint64_t> conntrack_failures_{0};
+  bool swept_ = false;  // a UDP conntrack sweep succeeded since the process started
+  // Per service, the newest trigger time already observed (or noted at the first sync).
+  std::map<model::ServiceKey, std::chrono::system_clock::time_point> last_trigger_;
   std::thread resync_;
 };
 

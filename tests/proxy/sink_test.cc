@@ -186,7 +186,8 @@ TEST(ProxySink, MetricsUnderKubeProxyNames) {
        {"kubeproxy_sync_proxy_rules_duration_seconds_count 2",
         "kubeproxy_sync_full_proxy_rules_duration_seconds_count 1",
         "kubeproxy_sync_partial_proxy_rules_duration_seconds_count 1",
-        "kubeproxy_network_programming_duration_seconds_count 2",
+        "kubeproxy_network_programming_duration_seconds_count 0",  // no trigger times here
+        "endpointd_proxy_queued_to_commit_duration_seconds_count 2",
         "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
         "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
         "kubeproxy_sync_proxy_rules_endpoint_changes_total 2",

@@ -1,10 +1,6 @@
 // The conntrack matching and counting rules (shared by the netlink implementation and the
-// fake), and the sysctl writer against a directory standing in for /proc/sys.
+// fake).
 #include <netinet/in.h>
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
 
 #include <gtest/gtest.h>
 
@@ -89,66 +85,6 @@ TEST(FakeConntrack, DeletesWhatAnyMatchSelectsAndReportsErrors) {
   ct.fail_with("netlink down");
   EXPECT_FALSE(ct.delete_flows({FlowMatch{}}));
   EXPECT_EQ(ct.delete_calls().size(), 2u);
-}
-
-class SysctlTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    root_ = std::filesystem::temp_directory_path() / ("epd-sysctl-" + std::to_string(getpid()));
-    std::filesystem::create_directories(root_ / "net/netfilter");
-    write("net/netfilter/nf_conntrack_max", "65536");
-    write("net/netfilter/nf_conntrack_tcp_timeout_established", "432000");
-    write("net/netfilter/nf_conntrack_tcp_timeout_close_wait", "60");
-    write("net/netfilter/nf_conntrack_tcp_be_liberal", "0");
-    write("net/netfilter/nf_conntrack_udp_timeout", "30");
-    write("hashsize", "16384");
-  }
-  void TearDown() override { std::filesystem::remove_all(root_); }
-  void write(const std::string& rel, const std::string& v) { std::ofstream(root_ / rel) << v; }
-  std::string read(const std::string& rel) {
-    std::string v;
-    std::ifstream(root_ / rel) >> v;
-    return v;
-  }
-  std::filesystem::path root_;
-};
-
-TEST_F(SysctlTest, WritesOnlyWhatIsConfiguredAndDifferent) {
-  ConntrackSysctls s;
-  s.max_per_core = 32768;
-  s.min = 131072;
-  s.tcp_timeout_established_seconds = 86400;
-  s.tcp_timeout_close_wait_seconds = 60;  // already so
-  s.tcp_be_liberal = true;
-  auto r = apply_conntrack_sysctls(s, 8, root_.string(), (root_ / "hashsize").string());
-  ASSERT_TRUE(r) << r.error();
-  EXPECT_EQ(*r,
-            (std::vector<std::string>{"hashsize=65536", "net.netfilter.nf_conntrack_max=262144",
-                                      "net.netfilter.nf_conntrack_tcp_timeout_established=86400",
-                                      "net.netfilter.nf_conntrack_tcp_be_liberal=1"}));
-  EXPECT_EQ(read("net/netfilter/nf_conntrack_max"), "262144");
-  EXPECT_EQ(read("net/netfilter/nf_conntrack_udp_timeout"), "30");  // not configured
-  // A second run finds everything in place.
-  EXPECT_TRUE(
-      apply_conntrack_sysctls(s, 8, root_.string(), (root_ / "hashsize").string())->empty());
-}
-
-TEST_F(SysctlTest, NeverLowersTheMaximum) {
-  ConntrackSysctls s;
-  s.max_per_core = 1000;
-  s.min = 2000;
-  auto r = apply_conntrack_sysctls(s, 2, root_.string(), "");
-  ASSERT_TRUE(r);
-  EXPECT_TRUE(r->empty());
-  EXPECT_EQ(read("net/netfilter/nf_conntrack_max"), "65536");
-}
-
-TEST_F(SysctlTest, AnUnwritableSettingIsAnError) {
-  ConntrackSysctls s;
-  s.udp_timeout_stream_seconds = 120;  // its file does not exist in this tree
-  auto r = apply_conntrack_sysctls(s, 1, (root_ / "missing").string(), "");
-  ASSERT_FALSE(r);
-  EXPECT_NE(r.error().find("nf_conntrack_udp_timeout_stream"), std::string::npos);
 }
 
 }  // namespace

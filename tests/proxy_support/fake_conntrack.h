@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -46,6 +47,19 @@ class FakeConntrack : public Conntrack {
     });
     return before - flows_.size();
   }
+  Result<size_t> delete_flows_if(const std::function<bool(const Flow&)>& stale) override {
+    std::lock_guard lock(mu_);
+    ++sweeps_;
+    if (!error_.empty()) return Error{error_};
+    size_t before = flows_.size();
+    std::erase_if(flows_, [&](const Flow& f) { return stale(f); });
+    return before - flows_.size();
+  }
+  // How many delete_flows_if walks were made (delete_calls() lists delete_flows calls only).
+  size_t sweeps() const {
+    std::lock_guard lock(mu_);
+    return sweeps_;
+  }
   Result<FlowCount> count_flows_to(const model::IpAddr& endpoint) override {
     std::lock_guard lock(mu_);
     if (!error_.empty()) return Error{error_};
@@ -69,6 +83,7 @@ class FakeConntrack : public Conntrack {
   std::vector<Flow> flows_;
   std::vector<std::vector<FlowMatch>> delete_calls_;
   std::string error_;
+  size_t sweeps_ = 0;
 };
 
 }  // namespace endpointd::proxy
