@@ -60,8 +60,7 @@ std::optional<std::chrono::seconds> parse_go_duration(const std::string& s) {
     size_t digits = i;
     while (i < s.size() && ((s[i] >= '0' && s[i] <= '9') || s[i] == '.')) ++i;
     std::string num = s.substr(digits, i - digits);
-    if (num.empty() || num.size() > 15 || num == "." ||
-        std::count(num.begin(), num.end(), '.') > 1)
+    if (num.empty() || num.size() > 15 || num == "." || std::count(num.begin(), num.end(), '.') > 1)
       return std::nullopt;
     double v = std::stod(num);
     size_t unit = i;
