@@ -344,10 +344,14 @@ Rollout roll(NginxCluster& nc, Mode mode, int load_seconds, bool ingress = false
       t.prestop_output = res.output;
     } else {
       t.prestop_exit = 0;
+      // Without a preStop the kubelet signals the container as the pod is marked deleted,
+      // while the endpoint is still being removed everywhere: that race is what loses
+      // requests (waiting for the slice first made the loss depend on luck).
+      nc.nginx(old_pod).signal(SIGTERM);
     }
     t.prestop_returned_ms = now_unix_ms();
     slice.join();
-    nc.nginx(old_pod).signal(SIGTERM);
+    if (mode != Mode::kNoPrestop) nc.nginx(old_pod).signal(SIGTERM);
     nc.nginx(old_pod).wait_exit(20s);
     t.exited_ms = now_unix_ms();
     ps.in_slice = ps.in_api = false;
