@@ -362,9 +362,9 @@ void ManifestSource::rescan() {
       auto old = owners_.find(key);
       if (old == owners_.end() || *old->second == file) continue;
       auto have = decoded.find(file);
-      bool present =
-          have != decoded.end() && std::any_of(have->second.begin(), have->second.end(),
-                                               [&](const auto& kv) { return kv.first == key; });
+      bool present = have != decoded.end() &&
+                     std::any_of(have->second.begin(), have->second.end(),
+                                 [&k = key](const auto& kv) { return kv.first == k; });
       if (!present) {
         Decoded again;
         load_file(file, files_[file], true, again);
