@@ -15,6 +15,7 @@
 #include "proxy/conntrack.h"
 #include "tests/netns/cluster.h"
 #include "tests/netns/fixture.h"
+#include "tests/netns/udp_probe.h"
 
 namespace endpointd::proxy {
 namespace {
@@ -24,6 +25,8 @@ using netns::ClusterSpec;
 using netns::eventually;
 using netns::LoadClient;
 using netns::Netns;
+using netns::udp_ask;
+using netns::udp_socket_in;
 
 model::IpAddr ip(const char* s) {
   return *model::IpAddr::parse(s);
@@ -71,31 +74,6 @@ sockaddr_in sockaddr_of(const char* addr, uint16_t port) {
   sin.sin_port = htons(port);
   inet_pton(AF_INET, addr, &sin.sin_addr);
   return sin;
-}
-
-// A UDP socket made inside `ns`, connected to addr:port.
-int udp_socket_in(Netns& ns, const char* addr, uint16_t port) {
-  return ns.run([&] {
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_in sin = sockaddr_of(addr, port);
-    if (connect(fd, static_cast<sockaddr*>(static_cast<void*>(&sin)), sizeof sin) != 0) {
-      throw std::runtime_error("udp connect failed");
-    }
-    return fd;
-  });
-}
-
-// Sends one datagram and returns the answer, or "" if none came within `timeout_ms`.
-std::string udp_ask(int fd, int timeout_ms) {
-  if (send(fd, "x\n", 2, 0) != 2) return "";
-  pollfd p{fd, POLLIN, 0};
-  if (poll(&p, 1, timeout_ms) <= 0) return "";
-  char buf[256];
-  ssize_t n = recv(fd, buf, sizeof buf, 0);
-  if (n <= 0) return "";
-  std::string s(buf, static_cast<size_t>(n));
-  while (!s.empty() && s.back() == '\n') s.pop_back();
-  return s;
 }
 
 class ConntrackNetnsTest : public netns::NetnsTest {

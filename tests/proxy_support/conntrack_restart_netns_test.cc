@@ -23,6 +23,7 @@
 #include "proxy/sink.h"
 #include "tests/netns/cluster.h"
 #include "tests/netns/fixture.h"
+#include "tests/netns/udp_probe.h"
 #include "tests/proxy_support/sink_helpers.h"
 
 namespace endpointd::proxy {
@@ -33,6 +34,8 @@ using netns::Cluster;
 using netns::ClusterSpec;
 using netns::eventually;
 using netns::Netns;
+using netns::udp_ask;
+using netns::udp_socket_in;
 using support::ip;
 
 constexpr const char* kVip = "10.96.0.53";
@@ -77,39 +80,11 @@ class Agent {
   std::unique_ptr<ProxySink> sink_;
 };
 
-// A connected UDP socket made in `ns`: one fixed 5-tuple for every datagram it sends.
-int udp_socket_in(Netns& ns, const char* addr, uint16_t port) {
-  return ns.run([&] {
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_in sin{};
-    sin.sin_family = AF_INET;
-    sin.sin_port = htons(port);
-    inet_pton(AF_INET, addr, &sin.sin_addr);
-    if (connect(fd, static_cast<sockaddr*>(static_cast<void*>(&sin)), sizeof sin) != 0) {
-      throw std::runtime_error("udp connect failed");
-    }
-    return fd;
-  });
-}
-
 uint16_t local_port(int fd) {
   sockaddr_in sin{};
   socklen_t len = sizeof sin;
   getsockname(fd, static_cast<sockaddr*>(static_cast<void*>(&sin)), &len);
   return ntohs(sin.sin_port);
-}
-
-// Sends one datagram; the answering server's name, or "" when none answered in time.
-std::string udp_ask(int fd, int timeout_ms) {
-  if (send(fd, "x\n", 2, 0) != 2) return "";
-  pollfd p{fd, POLLIN, 0};
-  if (poll(&p, 1, timeout_ms) <= 0) return "";
-  char buf[256];
-  ssize_t n = recv(fd, buf, sizeof buf, 0);
-  if (n <= 0) return "";
-  std::string s(buf, static_cast<size_t>(n));
-  while (!s.empty() && s.back() == '\n') s.pop_back();
-  return s;
 }
 
 class ConntrackRestartTest : public netns::NetnsTest {
