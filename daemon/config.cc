@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
@@ -38,6 +39,11 @@ constexpr Named<drain::PeerPolicy> kPeerPolicies[] = {{"proceed", drain::PeerPol
 constexpr Named<bool> kPeerProtocols[] = {{"watermark", true}, {"per-endpoint", false}};
 constexpr Named<drain::ReleaseAfter> kReleaseAfters[] = {
     {"removed", drain::ReleaseAfter::kRemoved}, {"drained", drain::ReleaseAfter::kDrained}};
+constexpr Named<proxy::DetectLocal> kDetectLocalModes[] = {
+    {"ClusterCIDR", proxy::DetectLocal::kClusterCidr},
+    {"NodeCIDR", proxy::DetectLocal::kNodeCidr},
+    {"BridgeInterface", proxy::DetectLocal::kBridgeInterface},
+    {"InterfaceNamePrefix", proxy::DetectLocal::kInterfaceNamePrefix}};
 constexpr Named<dns::PodMode> kPodRecords[] = {{"disabled", dns::PodMode::kDisabled},
                                                {"insecure", dns::PodMode::kInsecure},
                                                {"verified", dns::PodMode::kVerified}};
@@ -105,6 +111,8 @@ class Decoder {
 
   // An error about the value one() read last.
   void fail_last(std::string_view value, const std::string& what) { fail(last_, value, what); }
+  // Where the value one() read last came from ("--dns-ttl", "config file key dns-ttl", ...).
+  const std::string& last_origin() const { return last_.origin; }
 
   // The one value of a single-valued setting, or null (not given, or an error).
   std::optional<std::string> one(const std::string& name) {
@@ -330,6 +338,12 @@ std::string_view to_string(drain::ReleaseAfter v) {
 std::string_view to_string(dns::PodMode v) {
   return name_in(kPodRecords, v);
 }
+std::string_view to_string(proxy::DetectLocal v) {
+  return name_in(kDetectLocalModes, v);
+}
+std::optional<proxy::DetectLocal> parse_detect_local_mode(std::string_view s) {
+  return value_in(kDetectLocalModes, s);
+}
 std::optional<Dataplane> parse_dataplane(std::string_view s) {
   return value_in(kDataplanes, s);
 }
@@ -381,6 +395,49 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
 
   cfg.dataplane = d.choice("dataplane", kDataplanes, cfg.dataplane);
   cfg.cluster_cidr = d.cidrs("cluster-cidr");
+  cfg.service_cidr = d.cidrs("service-cidr");
+  // --detect-local-mode (kube-proxy's; an empty value is its default, ClusterCIDR) and the
+  // interface its interface modes need. A setting's companion is named as its origin names
+  // settings: a flag, a config file key, or a KubeProxyConfiguration key.
+  std::string mode_origin;
+  if (auto mode = d.one("detect-local-mode")) {
+    mode_origin = d.last_origin();
+    if (!mode->empty()) {
+      if (auto m = parse_detect_local_mode(*mode))
+        cfg.detect_local_mode = *m;
+      else
+        d.fail_last(*mode, "is not one of " + names_in(kDetectLocalModes));
+    }
+  }
+  auto interface = [&](const char* name) {
+    auto v = d.one(name);
+    if (!v) return std::string();
+    bool bad = v->empty() || v->size() > 15 || *v == "." || *v == "..";
+    for (char c : *v)
+      bad |= c == '/' || c == ':' || c == '*' || std::isspace(static_cast<unsigned char>(c));
+    if (bad)
+      d.fail_last(*v,
+                  "is not a network interface name (1 to 15 characters, none of / : * or "
+                  "spaces)");
+    return *v;
+  };
+  cfg.pod_bridge_interface = interface("pod-bridge-interface");
+  cfg.pod_interface_name_prefix = interface("pod-interface-name-prefix");
+  auto needs = [&](const std::string& value, const char* flag, const char* kube_proxy_key) {
+    if (!value.empty()) return;
+    std::string companion = "--" + std::string(flag);
+    if (mode_origin.rfind("config file key ", 0) == 0)
+      companion = "config file key " + std::string(flag);
+    if (mode_origin.rfind(kKubeProxyKind, 0) == 0)
+      companion = std::string(kKubeProxyKind) + " key " + kube_proxy_key;
+    d.fail(mode_origin + ": " + in_quotes(to_string(cfg.detect_local_mode)) + " needs " +
+           companion);
+  };
+  if (cfg.detect_local_mode == proxy::DetectLocal::kBridgeInterface)
+    needs(cfg.pod_bridge_interface, "pod-bridge-interface", "detectLocal.bridgeInterface");
+  if (cfg.detect_local_mode == proxy::DetectLocal::kInterfaceNamePrefix)
+    needs(cfg.pod_interface_name_prefix, "pod-interface-name-prefix",
+          "detectLocal.interfaceNamePrefix");
   // "primary" (alone): the node's primary IPs, which is also the default.
   cfg.nodeport_addresses = d.cidrs("nodeport-addresses", true);
   cfg.masquerade_all = d.boolean("masquerade-all", cfg.masquerade_all);
@@ -545,6 +602,18 @@ void add_run_flags(CLI::App& app) {
       "removed or drained",
       std::string(to_string(def.drain_release_after)));
   add(app, "cluster-cidr", "Pod network CIDRs, for local-traffic detection");
+  add(app, "detect-local-mode",
+      "How pod (local) traffic is told from the rest: " + names_in(kDetectLocalModes) +
+          " (NodeCIDR: this Node's spec.podCIDRs)",
+      std::string(to_string(def.detect_local_mode)));
+  add(app, "pod-bridge-interface",
+      "The pods' bridge, for --detect-local-mode BridgeInterface (traffic arriving on it is "
+      "local)");
+  add(app, "pod-interface-name-prefix",
+      "The pods' interface name prefix, for --detect-local-mode InterfaceNamePrefix");
+  add(app, "service-cidr",
+      "Service CIDRs (the API server's --service-cluster-ip-range): traffic to an address in "
+      "them that is no cluster IP is dropped");
   app.add_flag("--masquerade-all")
       ->description(
           "Masquerade all traffic to services, not only traffic from outside the cluster");
@@ -592,7 +661,7 @@ void add_run_flags(CLI::App& app) {
   add(app, "log-level", "trace, debug, info, warn, error", std::string(to_string(def.log_level)));
   // A list flag may be given several times; each value may hold several, comma-separated.
   for (const char* list :
-       {"cluster-cidr", "nodeport-addresses", "dns-upstream", "dns-forward-allow"})
+       {"cluster-cidr", "service-cidr", "nodeport-addresses", "dns-upstream", "dns-forward-allow"})
     app.get_option(std::string("--") + list)
         ->expected(1)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -608,6 +677,13 @@ void add_render_flags(CLI::App& app) {
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_flag("--masquerade-all")->description("Masquerade all service traffic");
+  add(app, "detect-local-mode",
+      "How pod traffic is told from the rest: " + names_in(kDetectLocalModes));
+  add(app, "pod-bridge-interface", "The pods' bridge (BridgeInterface)");
+  add(app, "pod-interface-name-prefix", "The pods' interface name prefix (InterfaceNamePrefix)");
+  add(app, "service-cidr", "Service CIDRs: unallocated cluster IPs in them are dropped")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
 RawFlags raw_flags(const CLI::App& app) {

@@ -18,6 +18,7 @@
 #include "model/ip.h"
 #include "model/result.h"
 #include "proxy/conntrack_sysctl.h"
+#include "proxy/detect_local.h"
 
 namespace CLI {
 class App;
@@ -36,12 +37,14 @@ std::string_view to_string(LogLevel v);
 std::string_view to_string(drain::PeerPolicy v);
 std::string_view to_string(drain::ReleaseAfter v);
 std::string_view to_string(dns::PodMode v);
+std::string_view to_string(proxy::DetectLocal v);
 std::optional<Dataplane> parse_dataplane(std::string_view s);
 std::optional<LogFormat> parse_log_format(std::string_view s);
 std::optional<LogLevel> parse_log_level(std::string_view s);
 std::optional<drain::PeerPolicy> parse_peer_policy(std::string_view s);
 std::optional<drain::ReleaseAfter> parse_release_after(std::string_view s);
 std::optional<dns::PodMode> parse_pod_records(std::string_view s);
+std::optional<proxy::DetectLocal> parse_detect_local_mode(std::string_view s);
 
 // A line of the KubeProxyConfiguration report, logged once logging is set up.
 struct ConfigNote {
@@ -71,6 +74,14 @@ struct Config {
   // Dataplane.
   Dataplane dataplane = Dataplane::kNftables;
   std::vector<model::IpPrefix> cluster_cidr;
+  // kube-proxy's --detect-local-mode and its interface settings (checked: the mode's interface
+  // is given, and is an interface name).
+  proxy::DetectLocal detect_local_mode = proxy::DetectLocal::kClusterCidr;
+  std::string pod_bridge_interface;
+  std::string pod_interface_name_prefix;
+  // The service CIDRs (the API server's --service-cluster-ip-range, or its ServiceCIDR
+  // objects): traffic to an unallocated cluster IP in them is dropped. Empty: not dropped.
+  std::vector<model::IpPrefix> service_cidr;
   std::vector<model::IpPrefix> nodeport_addresses;
   bool masquerade_all = false;
   // nf_conntrack sysctls written at start as kube-proxy writes them (--conntrack-*); unset:
@@ -147,7 +158,8 @@ Result<Config> load_config(const RawFlags& flags);
 // decode_config, not by CLI11).
 void add_run_flags(CLI::App& app);
 // The subset `render` takes: --source-dir (required), --node-name, --cluster-cidr,
-// --nodeport-addresses, --masquerade-all.
+// --nodeport-addresses, --masquerade-all, --detect-local-mode, --pod-bridge-interface,
+// --pod-interface-name-prefix, --service-cidr.
 void add_render_flags(CLI::App& app);
 // After app.parse(): what the command line gave to the flags of `app`.
 RawFlags raw_flags(const CLI::App& app);

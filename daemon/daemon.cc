@@ -270,6 +270,11 @@ Status Daemon::Impl::start_proxy() {
   o.registry = registry.get();
   o.node.node_name = cfg.node_name;
   o.node.cluster_cidrs = cfg.cluster_cidr;
+  o.node.detect_local = cfg.detect_local_mode;
+  o.node.local_interface = cfg.detect_local_mode == proxy::DetectLocal::kBridgeInterface
+                               ? cfg.pod_bridge_interface
+                               : cfg.pod_interface_name_prefix;
+  o.node.service_cidrs = cfg.service_cidr;
   o.node.node_port_addresses = cfg.nodeport_addresses;
   o.node.masquerade_all = cfg.masquerade_all;
   o.process_start = started_at;  // trigger times before it are not this process's to measure

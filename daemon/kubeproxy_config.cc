@@ -80,8 +80,6 @@ std::string reason_for(const std::string& key) {
        "endpointd applies each change as it arrives, in one netlink batch; no periodic sync"},
       {"nftables.minSyncPeriod", "endpointd coalesces changes by itself; no minimum sync period"},
       {"nftables.masqueradeBit", "endpointd uses its own packet mark in its own tables"},
-      {"detectLocal.bridgeInterface", "endpointd detects local traffic by clusterCIDR only"},
-      {"detectLocal.interfaceNamePrefix", "endpointd detects local traffic by clusterCIDR only"},
   };
   if (auto it = exact.find(key); it != exact.end()) return it->second;
   std::string head = key.substr(0, key.find('.'));
@@ -209,14 +207,17 @@ Result<KubeProxyConversion> convert_kubeproxy_configuration(const YAML::Node& ro
     if (!cidrs.empty()) set("cluster-cidr", cidrs, "clusterCIDR");
   }
 
-  // detectLocalMode: only ClusterCIDR (the default, also when empty).
+  // detectLocalMode and detectLocal.*: the flags of the same names as kube-proxy's, checked
+  // there (an unknown mode, or an interface mode without its interface, is an error naming
+  // the key). Empty: kube-proxy's default, ClusterCIDR.
   used.insert("detectLocalMode");
-  if (std::string mode = scalar(root["detectLocalMode"]); !mode.empty() && mode != "ClusterCIDR") {
-    ignore(
-        "detectLocalMode", root["detectLocalMode"],
-        "endpointd detects local traffic by clusterCIDR only (mode ClusterCIDR)" +
-            std::string(cidrs.empty() ? "; no clusterCIDR is set, so no traffic is treated as local"
-                                      : ""));
+  if (std::string mode = scalar(root["detectLocalMode"]); !mode.empty())
+    set("detect-local-mode", {mode}, "detectLocalMode");
+  for (auto [key, flag] : {std::pair{"bridgeInterface", "pod-bridge-interface"},
+                           {"interfaceNamePrefix", "pod-interface-name-prefix"}}) {
+    std::string k = std::string("detectLocal.") + key;
+    used.insert(k);
+    if (std::string v = scalar(child(root["detectLocal"], key)); !v.empty()) set(flag, {v}, k);
   }
 
   // nodePortAddresses: CIDRs, or "primary" (the default of both: the node's primary IPs).

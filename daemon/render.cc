@@ -33,6 +33,11 @@ int render(const Config& cfg, std::ostream& out, std::ostream& err) {
   proxy::NodeContext ctx;
   ctx.node_name = cfg.node_name;
   ctx.cluster_cidrs = cfg.cluster_cidr;
+  ctx.detect_local = cfg.detect_local_mode;
+  ctx.local_interface = cfg.detect_local_mode == proxy::DetectLocal::kBridgeInterface
+                            ? cfg.pod_bridge_interface
+                            : cfg.pod_interface_name_prefix;
+  ctx.service_cidrs = cfg.service_cidr;
   ctx.node_port_addresses = cfg.nodeport_addresses;
   ctx.masquerade_all = cfg.masquerade_all;
   proxy::Planner planner(proxy::node_context_from(ctx, *snap));

@@ -13,6 +13,7 @@ namespace endpointd::proxy {
 struct BatchStats {
   size_t messages = 0;  // netlink messages in the batch (begin/end excluded)
   size_t bytes = 0;
+  size_t elements = 0;  // set elements added or deleted (a full sync sends only what differs)
 };
 
 class Backend {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "proxy/address_monitor.h"
 #include "proxy/healthcheck.h"
 #include "proxy/monitor.h"
 #include "proxy/netlink.h"
@@ -51,7 +52,8 @@ Result<std::unique_ptr<Dataplane>> Dataplane::start(DataplaneOptions opts,
   po.registry = opts.registry;
   po.process_start = opts.process_start;
   po.node = std::move(opts.node);
-  if (po.node.node_ips.empty()) po.node.node_ips = host_addresses();
+  bool from_host = po.node.node_ips.empty();
+  if (from_host) po.node.node_ips = host_addresses();
   dp->conntrack_ = make_netlink_conntrack();
   po.conntrack = dp->conntrack_.get();
   HealthCheckOptions ho;
@@ -59,6 +61,19 @@ Result<std::unique_ptr<Dataplane>> Dataplane::start(DataplaneOptions opts,
   dp->health_checks_ = std::make_unique<HealthCheckServer>(ho);
   po.health_checks = dp->health_checks_.get();
   dp->sink_ = std::make_unique<ProxySink>(dp->netlink_.get(), board, po);
+  if (from_host) {
+    // NodePorts on addresses chosen by CIDR follow the host's addresses.
+    auto am = AddressMonitor::start(
+        [sink = dp->sink_.get()] { sink->set_host_addresses(host_addresses()); });
+    if (am) {
+      dp->addresses_ = std::move(*am);
+    } else {
+      spdlog::warn(
+          "address monitor unavailable ({}): an address added to the host serves NodePorts "
+          "only after a restart",
+          am.error());
+    }
+  }
   // Someone else changing endpointd's tables gets a full resync.
   auto mon =
       Monitor::start(dp->netlink_->port_id(), [sink = dp->sink_.get()] { sink->request_resync(); });
@@ -78,6 +93,7 @@ Result<std::unique_ptr<Dataplane>> Dataplane::start(DataplaneOptions opts,
 }
 
 Dataplane::~Dataplane() {
+  addresses_.reset();  // it calls into the sink
   // The quiet full sync hooks hold the monitor; drop them before it goes.
   if (netlink_) netlink_->set_quiet_full_sync({}, {});
   monitor_.reset();

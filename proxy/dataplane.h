@@ -21,13 +21,14 @@ class Registry;
 
 namespace endpointd::proxy {
 
+class AddressMonitor;
 class HealthCheckServer;
 class Monitor;
 class NetlinkBackend;
 
 struct DataplaneOptions {
   // Node name, cluster CIDRs, nodePort address ranges, masqueradeAll; node_ips are filled in
-  // from the host's addresses when empty.
+  // from the host's addresses when empty, and then follow them (an AddressMonitor).
   NodeContext node;
   prometheus::Registry* registry = nullptr;
   // When the agent started: EndpointSlice trigger times before it are left out of
@@ -56,6 +57,8 @@ class Dataplane {
   std::unique_ptr<Conntrack> conntrack_;
   std::unique_ptr<HealthCheckServer> health_checks_;
   std::unique_ptr<ProxySink> sink_;
+  // When the node IPs came from the host: follows its addresses (destroyed before the sink).
+  std::unique_ptr<AddressMonitor> addresses_;
   // Shared with the backend's quiet full sync hooks.
   std::shared_ptr<Monitor> monitor_;
 };

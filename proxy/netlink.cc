@@ -95,7 +95,7 @@ Result<BatchStats> NetlinkBackend::send(const Batch& b) {
     }
   }
   if (!first_error.empty()) return Error{first_error};
-  return BatchStats{b.what.size(), b.bytes.size()};
+  return BatchStats{b.what.size(), b.bytes.size(), b.elements};
 }
 
 namespace {
@@ -191,7 +191,7 @@ int parse_generation(const void* buf, size_t len, uint32_t seq, uint32_t portid,
 }
 
 int parse_set_elements(const void* buf, size_t len, uint32_t seq, uint32_t portid,
-                       std::vector<std::pair<std::string, std::string>>& elements) {
+                       std::vector<KernelElement>& elements) {
   if (!well_formed(buf, len)) {
     errno = EBADMSG;
     return MNL_CB_ERROR;
@@ -209,6 +209,33 @@ int parse_set_elements(const void* buf, size_t len, uint32_t seq, uint32_t porti
         },
         &out);
   };
+  // NFTA_SET_ELEM_DATA: a value, or a verdict (NFTA_DATA_VERDICT: its code and chain).
+  static constexpr auto data_of = [](const nlattr* nest, KernelElement& out) {
+    mnl_attr_parse_nested(
+        nest,
+        [](const nlattr* a, void* data) -> int {
+          auto* e = static_cast<KernelElement*>(data);
+          if (mnl_attr_get_type(a) == NFTA_DATA_VALUE) {
+            e->data.assign(static_cast<const char*>(mnl_attr_get_payload(a)),
+                           mnl_attr_get_payload_len(a));
+          }
+          if (mnl_attr_get_type(a) != NFTA_DATA_VERDICT) return MNL_CB_OK;
+          mnl_attr_parse_nested(
+              a,
+              [](const nlattr* v, void* data) -> int {
+                auto* e = static_cast<KernelElement*>(data);
+                uint16_t type = mnl_attr_get_type(v);
+                if (type == NFTA_VERDICT_CODE && mnl_attr_validate(v, MNL_TYPE_U32) == 0)
+                  e->verdict = static_cast<int32_t>(ntohl(mnl_attr_get_u32(v)));
+                if (type == NFTA_VERDICT_CHAIN && mnl_attr_validate(v, MNL_TYPE_NUL_STRING) == 0)
+                  e->chain = mnl_attr_get_str(v);
+                return MNL_CB_OK;
+              },
+              data);
+          return MNL_CB_OK;
+        },
+        &out);
+  };
   auto cb = [](const nlmsghdr* m, void* data) -> int {
     if (!is_nft(m, NFT_MSG_NEWSETELEM)) return MNL_CB_OK;
     mnl_attr_parse(
@@ -219,19 +246,33 @@ int parse_set_elements(const void* buf, size_t len, uint32_t seq, uint32_t porti
               a,
               [](const nlattr* el, void* data) -> int {
                 if (mnl_attr_get_type(el) != NFTA_LIST_ELEM) return MNL_CB_OK;
-                std::pair<std::string, std::string> kv;
+                KernelElement e;
                 mnl_attr_parse_nested(
                     el,
                     [](const nlattr* f, void* data) -> int {
-                      auto* kv = static_cast<std::pair<std::string, std::string>*>(data);
-                      if (mnl_attr_get_type(f) == NFTA_SET_ELEM_KEY) value_of(f, kv->first);
-                      if (mnl_attr_get_type(f) == NFTA_SET_ELEM_DATA) value_of(f, kv->second);
+                      auto* e = static_cast<KernelElement*>(data);
+                      switch (mnl_attr_get_type(f)) {
+                        case NFTA_SET_ELEM_KEY:
+                          value_of(f, e->key);
+                          break;
+                        case NFTA_SET_ELEM_KEY_END:
+                          value_of(f, e->key_end);
+                          break;
+                        case NFTA_SET_ELEM_DATA:
+                          data_of(f, *e);
+                          break;
+                        case NFTA_SET_ELEM_FLAGS:
+                          if (mnl_attr_validate(f, MNL_TYPE_U32) == 0)
+                            e->flags = ntohl(mnl_attr_get_u32(f));
+                          break;
+                        default:
+                          break;
+                      }
                       return MNL_CB_OK;
                     },
-                    &kv);
-                if (!kv.first.empty())
-                  static_cast<std::vector<std::pair<std::string, std::string>>*>(data)->push_back(
-                      std::move(kv));
+                    &e);
+                if (!e.key.empty())
+                  static_cast<std::vector<KernelElement>*>(data)->push_back(std::move(e));
                 return MNL_CB_OK;
               },
               data);
@@ -243,38 +284,46 @@ int parse_set_elements(const void* buf, size_t len, uint32_t seq, uint32_t porti
   return mnl_cb_run(buf, len, seq, portid, cb, &elements);
 }
 
-Status NetlinkBackend::forget_affinity(IpFamily f,
-                                       const std::function<bool(std::string_view)>& stale) {
-  std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
+Result<std::vector<KernelElement>> NetlinkBackend::list_elements(IpFamily f,
+                                                                 const std::string& set_name) {
+  // A dump answer fills the kernel's skb (up to ~16 KiB a message); a big buffer is fewer reads.
+  std::vector<char> buf(1 << 17);
   uint32_t seq = seq_++;
   nlmsghdr* nlh = nftnl_nlmsg_build_hdr(buf.data(), NFT_MSG_GETSETELEM, nftnl::nf_family(f),
                                         NLM_F_DUMP | NLM_F_ACK, seq);
   nftnl::SetPtr set(nftnl_set_alloc());
   nftnl_set_set_str(set.get(), NFTNL_SET_TABLE, kTableName);
-  nftnl_set_set_str(set.get(), NFTNL_SET_NAME, names::kAffinity);
+  nftnl_set_set_str(set.get(), NFTNL_SET_NAME, set_name.c_str());
   nftnl_set_set_u32(set.get(), NFTNL_SET_FAMILY, nftnl::nf_family(f));
   nftnl_set_elems_nlmsg_build_payload(nlh, set.get());
   if (mnl_socket_sendto(sock_->nl.get(), nlh, nlh->nlmsg_len) < 0)
     return Error{std::string("netlink send: ") + std::strerror(errno)};
-  std::vector<std::pair<std::string, std::string>> records;
+  std::vector<KernelElement> out;
   for (;;) {
     ssize_t n = mnl_socket_recvfrom(sock_->nl.get(), buf.data(), buf.size());
     if (n < 0) return Error{std::string("netlink receive: ") + std::strerror(errno)};
-    int ret = parse_set_elements(buf.data(), static_cast<size_t>(n), seq, sock_->portid, records);
+    int ret = parse_set_elements(buf.data(), static_cast<size_t>(n), seq, sock_->portid, out);
     if (ret < 0) {
-      if (errno == ENOENT) return {};  // no map (yet): no records
-      return Error{std::string("netlink dump of the affinity map: ") + std::strerror(errno)};
+      if (errno == ENOENT) return std::vector<KernelElement>{};  // no such set: no elements
+      return Error{"netlink dump of set " + set_name + ": " + std::strerror(errno)};
     }
     if (ret == MNL_CB_STOP) break;
   }
+  return out;
+}
+
+Status NetlinkBackend::forget_affinity(IpFamily f,
+                                       const std::function<bool(std::string_view)>& stale) {
+  auto records = list_elements(f, names::kAffinity);
+  if (!records) return Error{records.error()};
   // A record is <saddr> . <vip> : <backend>.
   size_t a = f == IpFamily::kV4 ? 4 : 16;
   std::vector<std::string> keys;
   std::string pair;
-  for (const auto& [key, data] : records) {
-    if (key.size() <= a) continue;
-    pair.assign(key, a, std::string::npos).append(data);
-    if (stale(pair)) keys.push_back(key);
+  for (const auto& r : *records) {
+    if (r.key.size() <= a) continue;
+    pair.assign(r.key, a, std::string::npos).append(r.data);
+    if (stale(pair)) keys.push_back(r.key);
   }
   if (keys.empty()) return {};
   Batch b = build_forget_affinity_batch(f, keys, seq_);
@@ -364,20 +413,27 @@ Result<BatchStats> NetlinkBackend::forget_unrouted_affinity(const std::vector<co
   return committed;
 }
 
-Result<BatchStats> NetlinkBackend::full_sync(const std::vector<const Table*>& tables) {
-  std::vector<std::string> lists[4];
-  int i = 0;
-  for (IpFamily f : {IpFamily::kV4, IpFamily::kV6}) {
-    for (uint16_t type :
-         {static_cast<uint16_t>(NFT_MSG_GETCHAIN), static_cast<uint16_t>(NFT_MSG_GETSET)}) {
-      auto r = list_names(type, f);
-      if (!r) return Error{r.error()};
-      lists[i++] = std::move(*r);
-    }
+Result<KernelTable> NetlinkBackend::list_table(const Table* t, IpFamily f) {
+  KernelTable k;
+  auto chains = list_names(NFT_MSG_GETCHAIN, f);
+  if (!chains) return Error{chains.error()};
+  auto sets = list_names(NFT_MSG_GETSET, f);
+  if (!sets) return Error{sets.error()};
+  k.chains = std::move(*chains);
+  k.sets = std::move(*sets);
+  if (!t) return k;
+  for (const auto& name : k.sets) {
+    auto want = t->sets.find(name);
+    // Only the sets the table keeps; the affinity map's records are the packet path's.
+    if (want == t->sets.end() || want->second.shape == SetShape::kAffinity) continue;
+    auto els = list_elements(f, name);
+    if (!els) return Error{els.error()};
+    k.elements.emplace(name, std::move(*els));
   }
-  Batch b = build_full_sync_batch(tables, lists[0], lists[1], lists[2], lists[3], seq_);
-  seq_ += static_cast<uint32_t>(b.what.size()) + 2;
+  return k;
+}
 
+Result<BatchStats> NetlinkBackend::full_sync(const std::vector<const Table*>& tables) {
   std::function<bool(bool)> listen;
   std::function<void()> foreign;
   {
@@ -393,6 +449,24 @@ Result<BatchStats> NetlinkBackend::full_sync(const std::vector<const Table*>& ta
     auto g = ruleset_generation();
     if (g && listen(false)) before = *g;  // else: an ordinary full sync, listened to
   }
+  // What the kernel holds, listed after the generation was read: a commit by anyone else from
+  // here to this batch's is seen by the generation check below (or, when this sync is not
+  // quiet, by the monitor), and repaired by another full sync.
+  KernelTable kernel[2];
+  for (IpFamily f : {IpFamily::kV4, IpFamily::kV6}) {
+    const Table* want = nullptr;
+    for (const Table* t : tables) {
+      if (t->family == f) want = t;
+    }
+    auto k = list_table(want, f);
+    if (!k) {
+      if (before) listen(true);
+      return Error{k.error()};
+    }
+    kernel[f == IpFamily::kV4 ? 0 : 1] = std::move(*k);
+  }
+  Batch b = build_full_sync_batch(tables, kernel[0], kernel[1], seq_);
+  seq_ += static_cast<uint32_t>(b.what.size()) + 2;
   auto r = send(b);
   if (!before) return r ? forget_unrouted_affinity(tables, *r) : r;
   listen(true);

@@ -29,10 +29,10 @@ int parse_dump_names(const void* buf, size_t len, uint32_t seq, uint32_t portid,
                      std::vector<std::string>& names);
 int parse_generation(const void* buf, size_t len, uint32_t seq, uint32_t portid,
                      std::optional<uint32_t>& id);
-//   parse_set_elements: each element's key and data (empty without) in a dump of one set's
-//                       elements (NFT_MSG_GETSETELEM), appended to `elements`.
+//   parse_set_elements: each element (key, key end, data or verdict, flags) in a dump of one
+//                       set's elements (NFT_MSG_GETSETELEM), appended to `elements`.
 int parse_set_elements(const void* buf, size_t len, uint32_t seq, uint32_t portid,
-                       std::vector<std::pair<std::string, std::string>>& elements);
+                       std::vector<KernelElement>& elements);
 
 class NetlinkBackend : public Backend {
  public:
@@ -69,6 +69,10 @@ class NetlinkBackend : public Backend {
   explicit NetlinkBackend(std::unique_ptr<Socket> s);
   Result<BatchStats> send(const Batch& b);
   Result<std::vector<std::string>> list_names(uint16_t msg_type, IpFamily f);
+  // The elements of one set of the family's table (none when it has no such set).
+  Result<std::vector<KernelElement>> list_elements(IpFamily f, const std::string& set_name);
+  // The family's chains and sets, and the elements of each set `t` (may be null) keeps.
+  Result<KernelTable> list_table(const Table* t, IpFamily f);
   // ClientIP affinity: deletes the records of the family's affinity map whose <vip> . <backend>
   // `stale` says is no longer routed (the map is listed: records are the packet path's).
   Status forget_affinity(IpFamily f, const std::function<bool(std::string_view)>& stale);

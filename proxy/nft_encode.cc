@@ -76,6 +76,7 @@ std::string hex_bytes(const char* hex) {
 std::string set_udata(IpFamily f, SetShape shape, uint32_t modulus) {
   switch (shape) {
     case SetShape::kAddrInterval:
+    case SetShape::kAddrSet:
       return hex_bytes("000402000000");
     case SetShape::kAddrPair:
     case SetShape::kVipSet:
@@ -134,6 +135,8 @@ SetDef set_def(IpFamily f, SetShape shape) {
   switch (shape) {
     case SetShape::kAddrInterval:
       return {NFT_SET_INTERVAL, at, a, 0, 0, false, {}};
+    case SetShape::kAddrSet:
+      return {0, at, a, 0, 0, false, {}};
     case SetShape::kAddrPair:
       return {0, concat({at, at}), 2 * a, 0, 0, false, {}};
     case SetShape::kVipSet:
@@ -359,6 +362,19 @@ std::string_view chain_of(const ElementMap::View& v) {
   return v.chain;
 }
 
+// `a` becomes the address after it (bytes in network order); false when `a` was the last.
+bool next_address(std::string& a) {
+  for (int i = static_cast<int>(a.size()) - 1; i >= 0; --i) {
+    auto v = static_cast<uint8_t>(a[i]);
+    if (v != 0xff) {
+      a[i] = static_cast<char>(v + 1);
+      return true;
+    }
+    a[i] = 0;
+  }
+  return false;
+}
+
 // The kernel form of one model element. Plain intervals (rbtree) become a start element and
 // an end element flagged NFT_SET_ELEM_INTERVAL_END, as nft sends them. `index` numbers the
 // elements of one message from 1.
@@ -368,16 +384,7 @@ void put_model_element(nlmsghdr* nlh, uint16_t& index, SetShape shape, const E& 
     put_element(nlh, ++index, e.key, 0, {});
     // The end element is the first address after the range, unless the range ends at the top.
     std::string end(e.key_end);
-    int i = static_cast<int>(end.size()) - 1;
-    for (; i >= 0; --i) {
-      auto v = static_cast<uint8_t>(end[i]);
-      if (v != 0xff) {
-        end[i] = static_cast<char>(v + 1);
-        break;
-      }
-      end[i] = 0;
-    }
-    if (i >= 0) put_element(nlh, ++index, end, NFT_SET_ELEM_INTERVAL_END, {});
+    if (next_address(end)) put_element(nlh, ++index, end, NFT_SET_ELEM_INTERVAL_END, {});
     return;
   }
   if (!adding) {
@@ -511,6 +518,20 @@ class RuleExprs {
     ct(NFT_CT_STATE, NFT_REG_1);
     bitwise(NFT_REG_1, NF_CT_STATE_BIT(IP_CT_NEW), 0);
     cmp(NFT_REG_1, NFT_CMP_NEQ, 0);
+  }
+  // iifname "<name>" (all IFNAMSIZ = 16 bytes, NUL-padded), or iifname "<prefix>*" (the
+  // prefix's bytes only), compared with `op`, as nft encodes them.
+  void iifname(const std::string& pattern, uint32_t op) {
+    meta(NFT_META_IIFNAME, NFT_REG_1);
+    char name[16] = {};
+    bool prefix = !pattern.empty() && pattern.back() == '*';
+    size_t n = std::min(pattern.size() - (prefix ? 1 : 0), sizeof name - 1);
+    std::memcpy(name, pattern.data(), n);
+    auto* c = add("cmp");
+    nftnl_expr_set_u32(c, NFTNL_EXPR_CMP_SREG, NFT_REG_1);
+    nftnl_expr_set_u32(c, NFTNL_EXPR_CMP_OP, op);
+    nftnl_expr_set_data(c, NFTNL_EXPR_CMP_DATA, name,
+                        static_cast<uint32_t>(prefix ? n : sizeof name));
   }
   void fib_saddr_local() {
     auto* e = add("fib");
@@ -709,6 +730,25 @@ void add_rule(Builder& b, IpFamily f, const std::string& chain, const Rule& r) {
     case RuleShape::kGoto:
       x.verdict(NFT_GOTO, r.target);
       break;
+    case RuleShape::kIifnameNotJump:
+      x.iifname(r.iifname, NFT_CMP_NEQ);
+      x.verdict(NFT_JUMP, r.target);
+      break;
+    case RuleShape::kIifnameVmap:
+      x.iifname(r.iifname, NFT_CMP_EQ);
+      x.vip();
+      x.lookup(reg_at(0), r.set, false, NFT_REG_VERDICT);
+      break;
+    case RuleShape::kDaddrInSetGoto:
+      x.payload(NFT_PAYLOAD_NETWORK_HEADER, daddr_off(f), a, NFT_REG_1);
+      x.lookup(NFT_REG_1, r.set, false);
+      x.verdict(NFT_GOTO, r.target);
+      break;
+    case RuleShape::kDaddrInSetDrop:
+      x.payload(NFT_PAYLOAD_NETWORK_HEADER, daddr_off(f), a, NFT_REG_1);
+      x.lookup(NFT_REG_1, r.set, false);
+      x.verdict(NF_DROP);
+      break;
   }
   auto* nlh = b.header(NFT_MSG_NEWRULE, f, NLM_F_CREATE | NLM_F_APPEND, "add rule to " + chain);
   nftnl_rule_nlmsg_build_payload(nlh, x.get());
@@ -722,31 +762,123 @@ const Table* find_table(const std::vector<const Table*>& ts, IpFamily f) {
   return nullptr;
 }
 
-void full_sync_table(Builder& b, const Table& t, const std::vector<std::string>& old_chains,
-                     const std::vector<std::string>& old_sets) {
+// Whether the kernel's element is the table's element: same key, key end and data or verdict.
+bool same_element(const ElementMap::View& want, const KernelElement& have) {
+  if (want.key_end != have.key_end) return false;
+  switch (want.verdict) {
+    case Verdict::kGoto:
+      return have.verdict == NFT_GOTO && have.chain == want.chain;
+    case Verdict::kDrop:
+      return have.verdict == NF_DROP;
+    case Verdict::kNone:
+      break;
+  }
+  return !have.verdict && have.data == want.data;
+}
+
+// A plain interval set as the kernel holds it: sorted (key, is an end element) pairs, led by
+// an end element at 0 when the first range does not start there (as `elements` sends them).
+std::vector<std::pair<std::string, bool>> interval_form(const ElementMap& els) {
+  std::vector<std::pair<std::string, bool>> out;
+  for (const auto& e : els) {
+    if (out.empty() && e.key != std::string(e.key.size(), '\0'))
+      out.emplace_back(std::string(e.key.size(), '\0'), true);
+    out.emplace_back(std::string(e.key), false);
+    std::string end(e.key_end);
+    if (next_address(end)) out.emplace_back(std::move(end), true);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool same_intervals(const ElementMap& want, const std::vector<KernelElement>& have) {
+  std::vector<std::pair<std::string, bool>> k;
+  k.reserve(have.size());
+  for (const auto& e : have) k.emplace_back(e.key, (e.flags & NFT_SET_ELEM_INTERVAL_END) != 0);
+  std::sort(k.begin(), k.end());
+  return k == interval_form(want);
+}
+
+// Deletes these kernel elements (by key and key end), in messages of bounded size.
+void delete_elements(Builder& b, IpFamily f, const std::string& set_name,
+                     const std::vector<const KernelElement*>& els) {
+  for (size_t i = 0; i < els.size(); i += kElementsPerMessage) {
+    size_t end = std::min(els.size(), i + kElementsPerMessage);
+    auto* nlh = b.header(NFT_MSG_DELSETELEM, f, 0, "delete elements of " + set_name);
+    mnl_attr_put_strz(nlh, NFTA_SET_ELEM_LIST_SET, set_name.c_str());
+    mnl_attr_put_strz(nlh, NFTA_SET_ELEM_LIST_TABLE, kTableName);
+    nlattr* list = mnl_attr_nest_start(nlh, NFTA_SET_ELEM_LIST_ELEMENTS);
+    uint16_t index = 0;
+    for (size_t j = i; j < end; ++j)
+      put_element(nlh, ++index, els[j]->key, els[j]->flags, els[j]->key_end);
+    mnl_attr_nest_end(nlh, list);
+    b.done(nlh);
+  }
+}
+
+size_t full_sync_table(Builder& b, const Table& t, const KernelTable& k) {
   IpFamily f = t.family;
-  std::set<std::string> kchains(old_chains.begin(), old_chains.end());
-  std::set<std::string> ksets(old_sets.begin(), old_sets.end());
+  std::set<std::string> kchains(k.chains.begin(), k.chains.end());
+  std::set<std::string> ksets(k.sets.begin(), k.sets.end());
   add_table(b, f);
   for (const auto& [_, c] : t.chains) add_chain(b, f, c);
   for (const auto& [_, s] : t.sets) add_set(b, f, s);
-  // Everything is replaced inside one transaction: packets see the old table until commit.
+  // Everything happens inside one transaction: packets see the old table until commit.
   for (const auto& name : kchains) flush_chain(b, f, name);
-  for (const auto& name : ksets) {
-    if (name != names::kAffinity) flush_set(b, f, name);  // the packet path's records stay
-  }
-  std::vector<ElementMap::View> chunk;  // one message's worth, read from the table in order
-  chunk.reserve(kElementsPerMessage);
-  for (const auto& [_, s] : t.sets) {
-    for (const auto& e : s.elements) {
-      chunk.push_back(e);
-      if (chunk.size() < kElementsPerMessage) continue;
-      elements(b, f, s.name, s.shape, chunk, true);
-      chunk.clear();
+  // Per set: its elements to delete, and its elements to add (all of them: `whole`).
+  struct Plan {
+    const Set* set;
+    std::vector<const KernelElement*> del;
+    std::vector<ElementMap::View> add;
+    bool whole = false;
+  };
+  std::vector<Plan> plans;
+  size_t changed = 0;
+  for (const auto& [name, s] : t.sets) {
+    if (s.shape == SetShape::kAffinity) continue;  // the packet path's records stay
+    Plan p{&s, {}, {}, false};
+    auto listed = k.elements.find(name);
+    if (!ksets.count(name)) {
+      p.whole = true;  // a new set
+    } else if (listed == k.elements.end()) {
+      flush_set(b, f, name);  // not listed: flushed and filled again
+      p.whole = true;
+    } else if (s.shape == SetShape::kAddrInterval) {
+      // A start and an end element per range: compared whole, replaced whole (a few ranges).
+      if (!same_intervals(s.elements, listed->second)) {
+        flush_set(b, f, name);
+        changed += listed->second.size();
+        p.whole = true;
+      }
+    } else {
+      // Both in key order, walked side by side.
+      std::vector<const KernelElement*> have;
+      have.reserve(listed->second.size());
+      for (const auto& e : listed->second) have.push_back(&e);
+      std::sort(have.begin(), have.end(), [](auto* x, auto* y) { return x->key < y->key; });
+      auto h = have.begin();
+      for (const auto& want : s.elements) {
+        for (; h != have.end() && (*h)->key < want.key; ++h) p.del.push_back(*h);
+        if (h != have.end() && (*h)->key == want.key) {
+          if (!same_element(want, **h)) {
+            p.del.push_back(*h);
+            p.add.push_back(want);
+          }
+          ++h;
+        } else {
+          p.add.push_back(want);
+        }
+      }
+      for (; h != have.end(); ++h) p.del.push_back(*h);
     }
-    if (!chunk.empty()) elements(b, f, s.name, s.shape, chunk, true);
-    chunk.clear();
+    if (p.whole) {
+      for (const auto& e : s.elements) p.add.push_back(e);
+    }
+    changed += p.del.size() + p.add.size();
+    plans.push_back(std::move(p));
   }
+  for (const auto& p : plans) delete_elements(b, f, p.set->name, p.del);
+  for (const auto& p : plans) elements(b, f, p.set->name, p.set->shape, p.add, true);
   for (const auto& [_, c] : t.chains) {
     for (const auto& r : c.rules) add_rule(b, f, c.name, r);
   }
@@ -756,6 +888,7 @@ void full_sync_table(Builder& b, const Table& t, const std::vector<std::string>&
   for (const auto& name : kchains) {
     if (!t.chains.count(name)) del_chain(b, f, name);
   }
+  return changed;
 }
 
 void changes(Builder& b, const TableChanges& ch, const Table* shapes_from) {
@@ -771,7 +904,8 @@ void changes(Builder& b, const TableChanges& ch, const Table* shapes_from) {
     for (const auto& r : c.rules) add_rule(b, f, c.name, r);
   }
   auto shape_of = [](const std::string& set) {
-    if (set == names::kClusterCidrs) return SetShape::kAddrInterval;
+    if (set == names::kClusterCidrs || set == names::kServiceCidrs) return SetShape::kAddrInterval;
+    if (set == names::kClusterIps) return SetShape::kAddrSet;
     if (set == names::kHairpin) return SetShape::kAddrPair;
     if (set == names::kFirewallIps || set == names::kNoEndpointReject ||
         set == names::kNoEndpointDrop) {
@@ -796,17 +930,17 @@ void changes(Builder& b, const TableChanges& ch, const Table* shapes_from) {
 
 }  // namespace
 
-Batch build_full_sync_batch(const std::vector<const Table*>& tables,
-                            const std::vector<std::string>& existing_chains4,
-                            const std::vector<std::string>& existing_sets4,
-                            const std::vector<std::string>& existing_chains6,
-                            const std::vector<std::string>& existing_sets6, uint32_t seq) {
+Batch build_full_sync_batch(const std::vector<const Table*>& tables, const KernelTable& kernel4,
+                            const KernelTable& kernel6, uint32_t seq) {
   Builder b(seq);
+  size_t changed = 0;
   if (const Table* t = find_table(tables, IpFamily::kV4))
-    full_sync_table(b, *t, existing_chains4, existing_sets4);
+    changed += full_sync_table(b, *t, kernel4);
   if (const Table* t = find_table(tables, IpFamily::kV6))
-    full_sync_table(b, *t, existing_chains6, existing_sets6);
-  return b.finish();
+    changed += full_sync_table(b, *t, kernel6);
+  Batch out = b.finish();
+  out.elements = changed;
+  return out;
 }
 
 Batch build_changes_batch(const std::vector<TableChanges>& list, uint32_t seq) {

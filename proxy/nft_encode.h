@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,13 +18,36 @@ struct Batch {
   std::string bytes;
   uint32_t first_seq = 0;
   std::vector<std::string> what;  // per message after BEGIN, for error messages
+  size_t elements = 0;            // set elements the batch adds or deletes
 };
 
-Batch build_full_sync_batch(const std::vector<const Table*>& tables,
-                            const std::vector<std::string>& existing_chains4,
-                            const std::vector<std::string>& existing_sets4,
-                            const std::vector<std::string>& existing_chains6,
-                            const std::vector<std::string>& existing_sets6, uint32_t seq);
+// One set element as the kernel lists it (NFT_MSG_GETSETELEM).
+struct KernelElement {
+  std::string key;
+  std::string key_end;             // NFTA_SET_ELEM_KEY_END (concatenated intervals)
+  std::string data;                // the value of NFTA_SET_ELEM_DATA, when it is data
+  uint32_t flags = 0;              // NFTA_SET_ELEM_FLAGS (NFT_SET_ELEM_INTERVAL_END)
+  std::optional<int32_t> verdict;  // NFTA_VERDICT_CODE, when the data is a verdict
+  std::string chain;               // NFTA_VERDICT_CHAIN (a goto's target)
+  friend bool operator==(const KernelElement&, const KernelElement&) = default;
+};
+
+// What the kernel holds of one family's endpointd table before a full sync: its chains, its
+// sets, and the elements of the sets that were listed.
+struct KernelTable {
+  std::vector<std::string> chains;
+  std::vector<std::string> sets;
+  // By set name. A set that is not here was not listed: it is flushed and filled again.
+  std::map<std::string, std::vector<KernelElement>> elements;
+};
+
+// Makes the kernel's tables equal to `tables` in one batch, sending only what differs from
+// what the kernel holds: a set element already right is neither deleted nor added again (a
+// restart over rules in place changes no element). Chains keep their names and get their
+// rules anew (a few dozen rules); sets and chains endpointd no longer has are deleted; the
+// affinity map's records (the packet path's) are left alone.
+Batch build_full_sync_batch(const std::vector<const Table*>& tables, const KernelTable& kernel4,
+                            const KernelTable& kernel6, uint32_t seq);
 Batch build_changes_batch(const std::vector<TableChanges>& changes, uint32_t seq);
 
 // Deletes these records (keys) from the family's affinity map; one that expired meanwhile is

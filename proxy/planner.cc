@@ -83,6 +83,7 @@ NodeContext node_context_from(const NodeContext& base, const model::Snapshot& sn
   const model::Node* n = snap.find_node(base.node_name);
   if (!n) return c;
   if (!n->zone.empty()) c.zone = n->zone;
+  c.node_pod_cidrs = n->pod_cidrs;
   c.primary_ips.clear();
   for (const char* type : {"InternalIP", "ExternalIP"}) {
     for (const auto& a : n->addresses) {
@@ -218,26 +219,49 @@ void Planner::base_table(IpFamily f) {
         set(names::kNoEndpointDrop, SetShape::kVipSet),
         set(names::kServiceIps, SetShape::kVipVerdictMap),
         set(names::kServiceLb, SetShape::kVipVerdictMap),
+        set(names::kClusterIps, SetShape::kAddrSet),
+        set(names::kServiceCidrs, SetShape::kAddrInterval),
         set(names::kAffinity, SetShape::kAffinity)}) {
     t.sets.emplace(s.name, std::move(s));
   }
   // In SetKind's order.
   const char* fixed[kFixedSets] = {
       names::kHairpin,        names::kFirewallIps, names::kFirewallAllow, names::kNoEndpointReject,
-      names::kNoEndpointDrop, names::kServiceIps,  names::kServiceLb};
+      names::kNoEndpointDrop, names::kServiceIps,  names::kServiceLb,     names::kClusterIps};
   for (size_t i = 0; i < kFixedSets; ++i) st.fixed[i] = &t.sets.at(fixed[i]);
-  auto& cidrs = t.sets[names::kClusterCidrs];
-  for (const auto& p : planned_.cluster_cidrs) {
-    if (p.family() != t.family) continue;
-    Element e;
-    e.key = addr_field(p.addr());
-    e.key_end = prefix_last(p);
-    if (auto r = cidrs.elements.put(e); !r) {
-      ++stats_.skipped;
-      stats_.skip_reasons.push_back("cluster CIDR " + p.str() + ": " + r.error());
+  // An interval set of this family's prefixes; a prefix inside another is left out (the kernel
+  // refuses overlapping intervals).
+  auto fill = [&](Set& s, const std::vector<model::IpPrefix>& prefixes, const char* what) {
+    for (const auto& p : prefixes) {
+      if (p.family() != t.family) continue;
+      bool inside = std::any_of(prefixes.begin(), prefixes.end(), [&](const model::IpPrefix& o) {
+        return o.family() == p.family() && o.length() < p.length() && o.contains(p.addr());
+      });
+      if (inside) continue;
+      Element e;
+      e.key = addr_field(p.addr());
+      e.key_end = prefix_last(p);
+      if (auto r = s.elements.put(e); !r) {
+        ++stats_.skipped;
+        stats_.skip_reasons.push_back(std::string(what) + " " + p.str() + ": " + r.error());
+      }
     }
-  }
+  };
+  // Local traffic by source address: the cluster CIDRs, or this Node's pod CIDRs.
+  auto& cidrs = t.sets[names::kClusterCidrs];
+  if (planned_.detect_local == DetectLocal::kClusterCidr)
+    fill(cidrs, planned_.cluster_cidrs, "cluster CIDR");
+  if (planned_.detect_local == DetectLocal::kNodeCidr)
+    fill(cidrs, planned_.node_pod_cidrs, "node pod CIDR");
   bool have_cidrs = !cidrs.elements.empty();
+  // Local traffic by the interface it arrived on: the bridge, or "<prefix>*".
+  std::string local_iif;
+  if (planned_.detect_local == DetectLocal::kBridgeInterface) local_iif = planned_.local_interface;
+  if (planned_.detect_local == DetectLocal::kInterfaceNamePrefix &&
+      !planned_.local_interface.empty())
+    local_iif = planned_.local_interface + "*";
+  auto& service_cidrs = t.sets[names::kServiceCidrs];
+  fill(service_cidrs, planned_.service_cidrs, "service CIDR");
 
   auto add = [&t](Chain c) { t.chains.emplace(c.name, std::move(c)); };
   add(base_chain("filter-prerouting", "filter", "prerouting", -110,
@@ -245,10 +269,15 @@ void Planner::base_table(IpFamily f) {
   add(base_chain("filter-input", "filter", "input", -110,
                  {rule(RuleShape::kCtNewJump, "service-endpoints-check")}));
   add(base_chain("filter-forward", "filter", "forward", -110,
-                 {rule(RuleShape::kCtNewJump, "service-endpoints-check")}));
+                 {rule(RuleShape::kCtNewJump, "service-endpoints-check"),
+                  rule(RuleShape::kCtNewJump, names::kClusterIpsCheck)}));
   add(base_chain("filter-output", "filter", "output", -110,
                  {rule(RuleShape::kCtNewJump, "service-endpoints-check"),
                   rule(RuleShape::kCtNewJump, "firewall-check")}));
+  // After nat output's DNAT (-100), as kube-proxy's: a cluster IP still in the packet here is
+  // one no service port took.
+  add(base_chain("filter-output-post-dnat", "filter", "output", -90,
+                 {rule(RuleShape::kCtNewJump, names::kClusterIpsCheck)}));
   add(base_chain("nat-prerouting", "nat", "prerouting", -100,
                  {rule(RuleShape::kJump, "services")}));
   add(base_chain("nat-output", "nat", "output", -100, {rule(RuleShape::kJump, "services")}));
@@ -269,6 +298,14 @@ void Planner::base_table(IpFamily f) {
   // TCP only records an ICMP error met then as soft (the connect would wait for a retransmit);
   // a reset is queued to the socket's backlog and refuses the connect at once.
   add(chain(names::kRejectChain, {rule(RuleShape::kRejectTcpReset), rule(RuleShape::kReject)}));
+  // kube-proxy's cluster-ips-check: a port a cluster IP does not serve is refused (through
+  // reject-chain: TCP gets a reset, as above); an address of the service CIDRs that is no
+  // cluster IP is dropped.
+  std::vector<Rule> ips_check = {
+      rule(RuleShape::kDaddrInSetGoto, names::kRejectChain, names::kClusterIps)};
+  if (!service_cidrs.elements.empty())
+    ips_check.push_back(rule(RuleShape::kDaddrInSetDrop, {}, names::kServiceCidrs));
+  add(chain(names::kClusterIpsCheck, std::move(ips_check)));
   add(chain(names::kLb, {}));
   add(chain(names::kLocalLb, {rule(RuleShape::kDrop)}));
   // A client with a record goes where it went before; others are balanced (and recorded).
@@ -288,6 +325,10 @@ void Planner::base_table(IpFamily f) {
   } else if (have_cidrs) {
     internal.push_back(
         rule(RuleShape::kSaddrNotInJump, names::kMarkForMasquerade, names::kClusterCidrs));
+  } else if (!local_iif.empty()) {
+    Rule r = rule(RuleShape::kIifnameNotJump, names::kMarkForMasquerade);
+    r.iifname = local_iif;
+    internal.push_back(std::move(r));
   }
   internal.push_back(rule(RuleShape::kVipVmap, {}, names::kServiceLb));
   add(chain(names::kSvcInternal, internal));
@@ -299,6 +340,10 @@ void Planner::base_table(IpFamily f) {
   std::vector<Rule> ext_local;
   if (have_cidrs) {
     ext_local.push_back(rule(RuleShape::kSaddrInVmap, {}, names::kServiceLb));
+  } else if (!local_iif.empty()) {
+    Rule r = rule(RuleShape::kIifnameVmap, {}, names::kServiceLb);
+    r.iifname = local_iif;
+    ext_local.push_back(std::move(r));
   }
   ext_local.push_back(rule(RuleShape::kFibLocalJump, names::kMarkForMasquerade));
   ext_local.push_back(rule(RuleShape::kFibLocalVmap, {}, names::kServiceLb));
@@ -333,6 +378,35 @@ void Planner::plan_service(const ServiceState& st, bool count_skips, PlannedServ
     if (!has_family(fam)) {
       skip(std::string("node has no ") + std::string(model::to_string(fam)) + " family");
       continue;
+    }
+    // kube-proxy's cluster-ips: every cluster IP with a service port (its other ports are
+    // refused in cluster-ips-check).
+    bool any_port = std::any_of(svc.ports.begin(), svc.ports.end(),
+                                [](const ServicePort& sp) { return sp.port != 0; });
+    for (const auto& vip : svc.cluster_ips) {
+      if (!any_port || vip.family() != fam || vip.is_unspecified() || vip.is_loopback()) continue;
+      emit(fam, SetId{SetKind::kClusterIps}, Element{addr_field(vip), {}, {}, Verdict::kNone, {}});
+    }
+    // kube-proxy's loadBalancerSourceRanges exception for the node: when a range holds this
+    // node's IP, the LB IPs are allowed sources too (a VIP-like load balancer's IP is a local
+    // address, so the node reaches it from that IP). The node's IP: its primary IP of the
+    // family, as kube-proxy's; without a Node object, any of its addresses.
+    std::vector<model::IpPrefix> ranges;  // this family's, none inside another (no overlap)
+    for (const auto& r : svc.load_balancer_source_ranges) {
+      if (r.family() != fam) continue;
+      bool inside =
+          std::any_of(svc.load_balancer_source_ranges.begin(),
+                      svc.load_balancer_source_ranges.end(), [&](const auto& o) {
+                        return o.family() == fam && o.length() < r.length() && o.contains(r.addr());
+                      });
+      if (!inside && std::find(ranges.begin(), ranges.end(), r) == ranges.end())
+        ranges.push_back(r);
+    }
+    bool allow_from_node = false;
+    const auto& node_ips = ctx.primary_ips.empty() ? ctx.node_ips : ctx.primary_ips;
+    for (const auto& r : ranges) {
+      for (const auto& a : node_ips)
+        allow_from_node |= a.family() == fam && !a.is_loopback() && r.contains(a);
     }
     for (const ServicePort& sp : svc.ports) {
       if (sp.port == 0) {
@@ -452,10 +526,17 @@ void Planner::plan_service(const ServiceState& st, bool count_skips, PlannedServ
         std::string key = vip_key(ext.addr, proto, ext.port);
         if (ext.firewall) {
           put(SetKind::kFirewallIps, Element{key, {}, {}, Verdict::kNone, {}});
-          for (const auto& r : svc.load_balancer_source_ranges) {
-            if (r.family() != fam) continue;
+          for (const auto& r : ranges) {
             put(SetKind::kFirewallAllow,
                 Element{key + addr_field(r.addr()), key + prefix_last(r), {}, Verdict::kNone, {}});
+          }
+          for (const auto& lb : svc.load_balancer_ips) {
+            if (!allow_from_node || lb.family() != fam) continue;
+            bool covered = std::any_of(ranges.begin(), ranges.end(),
+                                       [&](const model::IpPrefix& r) { return r.contains(lb); });
+            if (covered) continue;  // allowed already (and an overlap the kernel would refuse)
+            std::string src = key + addr_field(lb);
+            put(SetKind::kFirewallAllow, Element{src, src, {}, Verdict::kNone, {}});
           }
         }
         put(SetKind::kServiceIps,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/snapshot.h"
+#include "proxy/detect_local.h"
 #include "proxy/table.h"
 
 namespace endpointd::proxy {
@@ -21,6 +22,16 @@ struct NodeContext {
   // as kube-proxy detects its node IPs. Empty until the Node object is known.
   std::vector<model::IpAddr> primary_ips;
   std::vector<model::IpPrefix> cluster_cidrs;  // pod CIDRs: traffic from them is "local"
+  // Which test makes traffic "local" (from a pod): not masqueraded to cluster IPs, and given
+  // every endpoint of an externalTrafficPolicy Local service.
+  DetectLocal detect_local = DetectLocal::kClusterCidr;
+  // kBridgeInterface: the bridge's name; kInterfaceNamePrefix: the prefix (without '*').
+  std::string local_interface;
+  // This Node's spec.podCIDRs (kNodeCidr), from the Node object.
+  std::vector<model::IpPrefix> node_pod_cidrs;
+  // The service CIDRs: traffic to an address in them that is no cluster IP is dropped
+  // (kube-proxy's ServiceCIDR objects). Empty: no drop.
+  std::vector<model::IpPrefix> service_cidrs;
   bool masquerade_all = false;
   // kube-proxy's nodePortAddresses: CIDRs that select which of node_ips serve NodePorts.
   // Empty: the primary IPs (kube-proxy nftables' default, "primary").
@@ -31,7 +42,8 @@ struct NodeContext {
 };
 
 // This node's context as the snapshot describes it: `base` (flags) plus this node's Node object
-// (its InternalIP/ExternalIP addresses are added to node_ips, its zone replaces base's).
+// (its InternalIP/ExternalIP addresses are added to node_ips, its zone replaces base's, its
+// podCIDRs are node_pod_cidrs).
 NodeContext node_context_from(const NodeContext& base, const model::Snapshot& snap);
 
 // The addresses NodePorts are served on: node_ips within node_port_addresses when given; else
@@ -86,11 +98,12 @@ class Planner {
     kNoEndpointDrop,
     kServiceIps,
     kServiceLb,
+    kClusterIps,
     kBackends,          // backends-N
     kAffinityBackends,  // affinity-backends-T (n is the timeout T)
     kLocalBackends,     // local-backends-N
   };
-  static constexpr size_t kFixedSets = 7;
+  static constexpr size_t kFixedSets = 8;
   struct SetId {
     SetKind kind;
     uint32_t n = 0;  // the backend maps' size; affinity-backends-T: T

@@ -79,6 +79,9 @@ std::string element_text(IpFamily f, const Set& s, const Element& e) {
     case SetShape::kAddrInterval:
       out = addr_range_text(f, e.key, e.key_end, 0);
       break;
+    case SetShape::kAddrSet:
+      out = addr_text(f, e.key, 0);
+      break;
     case SetShape::kAddrPair:
       out = addr_text(f, e.key, 0) + " . " + addr_text(f, e.key, a);
       break;
@@ -112,6 +115,7 @@ std::string set_type(IpFamily f, SetShape shape) {
   std::string addr = f == IpFamily::kV4 ? "ipv4_addr" : "ipv6_addr";
   switch (shape) {
     case SetShape::kAddrInterval:
+    case SetShape::kAddrSet:
       return "type " + addr;
     case SetShape::kAddrPair:
       return "type " + addr + " . " + addr;
@@ -211,6 +215,14 @@ std::string render_rule(IpFamily f, const Rule& r) {
       return "meta l4proto tcp reject with tcp reset";
     case RuleShape::kDrop:
       return "drop";
+    case RuleShape::kIifnameNotJump:
+      return "iifname != \"" + r.iifname + "\" jump " + r.target;
+    case RuleShape::kIifnameVmap:
+      return "iifname \"" + r.iifname + "\" " + vip + " vmap @" + r.set;
+    case RuleShape::kDaddrInSetGoto:
+      return ip + " daddr @" + r.set + " goto " + r.target;
+    case RuleShape::kDaddrInSetDrop:
+      return ip + " daddr @" + r.set + " drop";
   }
   return "";
 }

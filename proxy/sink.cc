@@ -269,6 +269,23 @@ void ProxySink::request_resync() {
   cv_.notify_all();
 }
 
+void ProxySink::set_host_addresses(std::vector<model::IpAddr> ips) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (opts_.node.node_ips == ips) return;
+    opts_.node.node_ips = std::move(ips);
+    if (!latest_) return;  // the first sync plans from them
+    NodeContext c = node_context_from(opts_.node, *latest_);
+    if (c == planner_->context()) return;
+    spdlog::info("proxy: the host's addresses changed ({} node IPs): full sync", c.node_ips.size());
+    planner_->set_context(std::move(c));
+    need_full_ = true;
+    attempt_ = 0;
+    next_try_ = Clock::now();
+  }
+  cv_.notify_all();
+}
+
 bool ProxySink::wait_idle(std::chrono::milliseconds timeout) {
   auto deadline = Clock::now() + timeout;
   std::unique_lock<std::mutex> l(mu_);
@@ -361,8 +378,10 @@ bool ProxySink::full_sync_locked(const model::SnapshotPtr& snap) {
   }
   need_full_ = false;
   synced_ = true;
-  spdlog::info("proxy: full sync of generation {}: {} messages, {} bytes", snap->generation,
-               r->messages, r->bytes);
+  // Elements changed: what the kernel held differed by this many (0 after a restart over rules
+  // already right).
+  spdlog::info("proxy: full sync of generation {}: {} elements changed, {} messages, {} bytes",
+               snap->generation, r->elements, r->messages, r->bytes);
   model::SnapshotPtr before = applied_;
   // What changed since the kernel last had a whole generation: the deltas given since then,
   // merged (none when the full sync repairs a foreign change to the same generation).

@@ -94,6 +94,10 @@ class ProxySink : public pipeline::Sink {
 
   // Any thread: the table must be fully re-synced (the monitor saw a foreign change).
   void request_resync();
+  // Any thread: the host's addresses are now `ips` (the node IPs the sink was given came from
+  // the host). When that changes the node's context (which addresses serve NodePorts), a full
+  // sync follows; it sends only the elements that differ.
+  void set_host_addresses(std::vector<model::IpAddr> ips);
   // The daemon calls this when it hands the sink an update (UpdateLoop::on_publish).
   void note_queued(Clock::time_point t = Clock::now());
   bool healthy(Clock::time_point now = Clock::now()) const;

@@ -41,6 +41,7 @@ enum class SetShape : uint8_t {
                     //                                              (affinity-backends-T)
   kAffinity,        // type <addr> . <addr> . inet_proto . inet_service : <addr> . inet_service;
                     // flags dynamic,timeout (affinity: written by the packet path)
+  kAddrSet,         // type <addr>                                        (cluster-ips)
 };
 
 enum class Verdict : uint8_t { kNone, kGoto, kDrop };
@@ -175,6 +176,12 @@ enum class RuleShape : uint8_t {
   kVipInSetDrop,    // <vip> @<set> drop
   kRejectTcpReset,  // meta l4proto tcp reject with tcp reset
   kDrop,            // drop
+  // Local-traffic detection by interface (--detect-local-mode BridgeInterface or
+  // InterfaceNamePrefix): Rule::iifname is a name, or a prefix followed by '*'.
+  kIifnameNotJump,  // iifname != "<iifname>" jump <target>
+  kIifnameVmap,     // iifname "<iifname>" <vip> vmap @<set>
+  kDaddrInSetGoto,  // <daddr> @<set> goto <target>
+  kDaddrInSetDrop,  // <daddr> @<set> drop
 };
 
 struct Rule {
@@ -185,6 +192,7 @@ struct Rule {
   std::string affinity{};  // kAffinityRecord: the map it records into
   uint32_t timeout_s = 0;  // kAffinityRecord: the record's lifetime
   uint8_t l4proto = 0;     // kAffinityRecord: P
+  std::string iifname{};   // kIifnameNotJump, kIifnameVmap
   friend bool operator==(const Rule&, const Rule&) = default;
 };
 
@@ -250,6 +258,9 @@ std::string prefix_last(const model::IpPrefix& p);
 // Names of the fixed chains and sets.
 namespace names {
 inline constexpr const char* kClusterCidrs = "cluster-cidrs";
+inline constexpr const char* kClusterIps = "cluster-ips";
+inline constexpr const char* kServiceCidrs = "service-cidrs";
+inline constexpr const char* kClusterIpsCheck = "cluster-ips-check";
 inline constexpr const char* kHairpin = "hairpin";
 inline constexpr const char* kFirewallIps = "firewall-ips";
 inline constexpr const char* kFirewallAllow = "firewall-allow";

@@ -172,7 +172,7 @@ void print_kube_proxy(const Options& o) {
 void print_batch(const Options& o) {
   Planner p(node_context());
   p.reset(*testing::snapshot(1, cluster(o)));
-  Batch b = build_full_sync_batch({&p.table(IpFamily::kV4)}, {}, {}, {}, {}, 1);
+  Batch b = build_full_sync_batch({&p.table(IpFamily::kV4)}, {}, {}, 1);
   std::fwrite(b.bytes.data(), 1, b.bytes.size(), stdout);
 }
 
@@ -192,7 +192,7 @@ int run_phases(const Options& o) {
   p.reset(*snap);
   auto t1 = std::chrono::steady_clock::now();
   long rss_planned = rss_kib();
-  size_t bytes = build_full_sync_batch({&p.table(IpFamily::kV4)}, {}, {}, {}, {}, 1).bytes.size();
+  size_t bytes = build_full_sync_batch({&p.table(IpFamily::kV4)}, {}, {}, 1).bytes.size();
   auto t2 = std::chrono::steady_clock::now();
   auto r = (*be)->full_sync({&p.table(IpFamily::kV4)});
   auto t3 = std::chrono::steady_clock::now();
@@ -200,11 +200,31 @@ int run_phases(const Options& o) {
     std::fprintf(stderr, "full sync: %s\n", r.error().c_str());
     return 1;
   }
+  // A restarted agent over these rules: a new backend and planner, planning then the full sync
+  // that lists the kernel's elements and sends only what differs.
+  auto be2 = NetlinkBackend::open();
+  if (!be2) {
+    std::fprintf(stderr, "netlink: %s\n", be2.error().c_str());
+    return 1;
+  }
+  auto t4 = std::chrono::steady_clock::now();
+  Planner p2(node_context());
+  p2.reset(*snap);
+  auto t5 = std::chrono::steady_clock::now();
+  auto r2 = (*be2)->full_sync({&p2.table(IpFamily::kV4)});
+  auto t6 = std::chrono::steady_clock::now();
+  if (!r2) {
+    std::fprintf(stderr, "restart's full sync: %s\n", r2.error().c_str());
+    return 1;
+  }
   std::printf(
       "{\"what\":\"full_sync_phases\",\"plan_ms\":%.1f,\"encode_ms\":%.1f,\"backend_ms\":%.1f,"
-      "\"kernel_ms\":%.1f,\"bytes\":%zu,\"rss_snapshot_kib\":%ld,\"rss_planner_kib\":%ld}\n",
-      ms(t1 - t0), ms(t2 - t1), ms(t3 - t2), ms(t3 - t2) - ms(t2 - t1), bytes, rss_snapshot,
-      rss_planned - rss_snapshot);
+      "\"kernel_ms\":%.1f,\"bytes\":%zu,\"elements\":%zu,\"rss_snapshot_kib\":%ld,"
+      "\"rss_planner_kib\":%ld,\"restart_plan_ms\":%.1f,\"restart_sync_ms\":%.1f,"
+      "\"restart_elements_changed\":%zu,\"restart_messages\":%zu,\"restart_bytes\":%zu}\n",
+      ms(t1 - t0), ms(t2 - t1), ms(t3 - t2), ms(t3 - t2) - ms(t2 - t1), bytes, r->elements,
+      rss_snapshot, rss_planned - rss_snapshot, ms(t5 - t4), ms(t6 - t5), r2->elements,
+      r2->messages, r2->bytes);
   return 0;
 }
 

@@ -196,8 +196,41 @@ TEST(Config, ClosedSetsRoundTrip) {
     EXPECT_EQ(parse_release_after(to_string(v)), v);
   for (auto v : {dns::PodMode::kDisabled, dns::PodMode::kInsecure, dns::PodMode::kVerified})
     EXPECT_EQ(parse_pod_records(to_string(v)), v);
+  for (auto v : {proxy::DetectLocal::kClusterCidr, proxy::DetectLocal::kNodeCidr,
+                 proxy::DetectLocal::kBridgeInterface, proxy::DetectLocal::kInterfaceNamePrefix})
+    EXPECT_EQ(parse_detect_local_mode(to_string(v)), v);
   EXPECT_FALSE(parse_peer_policy("Wait"));
   EXPECT_FALSE(parse_log_level(""));
+  EXPECT_FALSE(parse_detect_local_mode("clustercidr"));  // kube-proxy's spelling only
+}
+
+TEST(Config, DetectLocalModesAndServiceCidrs) {
+  auto def = decode_config({}, nullptr);
+  ASSERT_TRUE(def) << def.error();
+  EXPECT_EQ(def->detect_local_mode, proxy::DetectLocal::kClusterCidr);
+  EXPECT_TRUE(def->service_cidr.empty());
+
+  auto c = decode_config({{"detect-local-mode", {"BridgeInterface"}},
+                          {"pod-bridge-interface", {"cbr0"}},
+                          {"service-cidr", {"10.96.0.0/12,fd96::/108"}}},
+                         nullptr);
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->detect_local_mode, proxy::DetectLocal::kBridgeInterface);
+  EXPECT_EQ(c->pod_bridge_interface, "cbr0");
+  EXPECT_EQ(strs(c->service_cidr), (std::vector<std::string>{"10.96.0.0/12", "fd96::/108"}));
+
+  // A KubeProxyConfiguration's keys, through the same checks.
+  YAML::Node kpc = YAML::Load(
+      "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
+      "detectLocalMode: InterfaceNamePrefix\ndetectLocal:\n  interfaceNamePrefix: veth\n");
+  auto k = decode_config({}, &kpc);
+  ASSERT_TRUE(k) << k.error();
+  EXPECT_EQ(k->detect_local_mode, proxy::DetectLocal::kInterfaceNamePrefix);
+  EXPECT_EQ(k->pod_interface_name_prefix, "veth");
+  // Empty: kube-proxy's default.
+  auto e = decode_config({{"detect-local-mode", {""}}}, nullptr);
+  ASSERT_TRUE(e) << e.error();
+  EXPECT_EQ(e->detect_local_mode, proxy::DetectLocal::kClusterCidr);
 }
 
 // Every bad input gives exactly one error, naming where the value came from and the value.
@@ -222,6 +255,10 @@ TEST(Config, BadInputsGiveOneErrorNamingTheKeyAndValue) {
   const std::string kpc_npa_scalar = kpc("nodePortAddresses: 10.0.0.0/8\n");
   const std::string kpc_v2 =
       "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\n";
+  const std::string kpc_mode = kpc("detectLocalMode: PodCIDR\n");
+  const std::string kpc_bridge = kpc("detectLocalMode: BridgeInterface\n");
+  const std::string kpc_prefix =
+      kpc("detectLocalMode: InterfaceNamePrefix\ndetectLocal:\n  interfaceNamePrefix: a/b\n");
   const std::vector<BadInput> cases = {
       {"policy",
        {{"drain-peer-policy", {"maybe"}}},
@@ -379,6 +416,43 @@ TEST(Config, BadInputsGiveOneErrorNamingTheKeyAndValue) {
        {},
        kpc_npa_scalar.c_str(),
        R"(KubeProxyConfiguration key nodePortAddresses: "10.0.0.0/8" is not a list of CIDRs)"},
+      {"detect-local mode",
+       {{"detect-local-mode", {"Bridge"}}},
+       nullptr,
+       R"(--detect-local-mode: "Bridge" is not one of ClusterCIDR|NodeCIDR|BridgeInterface|InterfaceNamePrefix)"},
+      {"detect-local bridge missing",
+       {{"detect-local-mode", {"BridgeInterface"}}},
+       nullptr,
+       R"(--detect-local-mode: "BridgeInterface" needs --pod-bridge-interface)"},
+      {"detect-local prefix missing",
+       {{"detect-local-mode", {"InterfaceNamePrefix"}}, {"pod-bridge-interface", {"cbr0"}}},
+       nullptr,
+       R"(--detect-local-mode: "InterfaceNamePrefix" needs --pod-interface-name-prefix)"},
+      {"bridge name too long",
+       {{"detect-local-mode", {"BridgeInterface"}},
+        {"pod-bridge-interface", {"a-very-long-bridge0"}}},
+       nullptr,
+       R"(--pod-bridge-interface: "a-very-long-bridge0" is not a network interface name (1 to 15 characters, none of / : * or spaces))"},
+      {"service cidr",
+       {{"service-cidr", {"10.96.0.0/12,10.96.0.0/40"}}},
+       nullptr,
+       R"(--service-cidr: "10.96.0.0/40" is not a CIDR)"},
+      {"file detect-local mode",
+       {},
+       "detect-local-mode: BridgeInterface\n",
+       R"(config file key detect-local-mode: "BridgeInterface" needs config file key pod-bridge-interface)"},
+      {"kpc detect-local mode",
+       {},
+       kpc_mode.c_str(),
+       R"(KubeProxyConfiguration key detectLocalMode: "PodCIDR" is not one of ClusterCIDR|NodeCIDR|BridgeInterface|InterfaceNamePrefix)"},
+      {"kpc bridge missing",
+       {},
+       kpc_bridge.c_str(),
+       R"(KubeProxyConfiguration key detectLocalMode: "BridgeInterface" needs KubeProxyConfiguration key detectLocal.bridgeInterface)"},
+      {"kpc prefix",
+       {},
+       kpc_prefix.c_str(),
+       R"(KubeProxyConfiguration key detectLocal.interfaceNamePrefix: "a/b" is not a network interface name (1 to 15 characters, none of / : * or spaces))"},
       {"kpc version",
        {},
        kpc_v2.c_str(),

@@ -194,8 +194,11 @@ iptables:
   masqueradeAll: true
 )");
   ASSERT_TRUE(c.is_ignored("mode"));
-  EXPECT_TRUE(c.is_ignored("detectLocalMode"));
-  EXPECT_TRUE(c.is_ignored("detectLocal.interfaceNamePrefix"));
+  // The detection modes are mapped to their flags (checked by decode_config).
+  EXPECT_FALSE(c.is_ignored("detectLocalMode"));
+  EXPECT_FALSE(c.is_ignored("detectLocal.interfaceNamePrefix"));
+  EXPECT_EQ(values(c, "detect-local-mode"), (std::vector<std::string>{"NodeCIDR"}));
+  EXPECT_EQ(values(c, "pod-interface-name-prefix"), (std::vector<std::string>{"veth"}));
   for (const auto& i : c.ignored)
     if (i.key == "mode") {
       EXPECT_NE(i.reason.find("nftables only"), std::string::npos) << i.reason;

@@ -29,10 +29,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     }
     case 3: {
-      std::vector<std::pair<std::string, std::string>> elements;
+      std::vector<endpointd::proxy::KernelElement> elements;
       endpointd::proxy::parse_set_elements(buf, len, 0, 0, elements);
-      for (const auto& [key, value] : elements)
-        if (key.size() + value.size() > len) __builtin_trap();  // only from the bytes
+      for (const auto& e : elements) {
+        // Everything read comes from the bytes.
+        if (e.key.size() + e.key_end.size() + e.data.size() + e.chain.size() > len)
+          __builtin_trap();
+      }
       break;
     }
     default: {

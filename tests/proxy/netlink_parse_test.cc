@@ -83,13 +83,14 @@ TEST(NetlinkParse, SetElementsKeysAndData) {
   std::string k2("\x0a\x00\x00\x02\x0a\x60\x00\x0a", 8);
   add_elements(buf, "affinity", {{k1, d1}});
   add_elements(buf, "affinity", {{k2, ""}});
-  std::vector<std::pair<std::string, std::string>> got;
+  std::vector<KernelElement> got;
   EXPECT_GE(parse_set_elements(buf.data(), buf.size(), 0, 0, got), 0);
   ASSERT_EQ(got.size(), 2u);
-  EXPECT_EQ(got[0].first, k1);
-  EXPECT_EQ(got[0].second, d1);
-  EXPECT_EQ(got[1].first, k2);
-  EXPECT_TRUE(got[1].second.empty());
+  EXPECT_EQ(got[0].key, k1);
+  EXPECT_EQ(got[0].data, d1);
+  EXPECT_FALSE(got[0].verdict);
+  EXPECT_EQ(got[1].key, k2);
+  EXPECT_TRUE(got[1].data.empty());
   // Cut short: nothing read past the bytes, at most the elements that fit.
   got.clear();
   parse_set_elements(buf.data(), buf.size() - 7, 0, 0, got);

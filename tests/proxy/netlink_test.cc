@@ -143,6 +143,31 @@ TEST(ProxyNetlink, FullSyncListsLikeRender) {
   expect_same(by_nft, by_netlink);
 }
 
+// The local-traffic rules of each --detect-local-mode, cluster-ips-check with service CIDRs, and
+// the LB-IP sources of the node's loadBalancerSourceRanges exception: nft itself writes and
+// lists the same bytecode from the rendered text.
+TEST(ProxyNetlink, DetectLocalModesAndClusterIpsCheckListLikeRender) {
+  for (auto [mode, iface] : {std::pair{DetectLocal::kBridgeInterface, "cbr0"},
+                             std::pair{DetectLocal::kInterfaceNamePrefix, "veth"},
+                             std::pair{DetectLocal::kNodeCidr, ""}}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    NetNs by_nft(netns::unique_prefix() + "nft"), by_netlink(netns::unique_prefix() + "nl");
+    NodeContext c = testing::node_context();
+    c.detect_local = mode;
+    c.local_interface = iface;
+    c.node_pod_cidrs = {testing::prefix("10.244.1.0/24"), testing::prefix("fd44::/64")};
+    c.service_cidrs = {testing::prefix("10.96.0.0/12"), testing::prefix("fd96::/108")};
+    c.primary_ips = {testing::ip("198.51.100.20"), testing::ip("2001:db8:1::20")};
+    Planner p(c);
+    p.reset(*testing::every_shape());
+    load_render(by_nft, p);
+    auto b = open_in(by_netlink);
+    auto r = sync(*b, p);
+    ASSERT_TRUE(r.ok()) << r.error();
+    expect_same(by_nft, by_netlink);
+  }
+}
+
 TEST(ProxyNetlink, IncrementalChangesEndLikeAFreshLoad) {
   NetNs by_nft(netns::unique_prefix() + "nft"), by_netlink(netns::unique_prefix() + "nl");
   Planner p(testing::node_context());
@@ -195,6 +220,39 @@ TEST(ProxyNetlink, FullSyncReconcilesWithoutDeletingTheTable) {
   auto handle_of = [](const std::string& s) { return s.substr(s.find("# handle"), 12); };
   EXPECT_EQ(handle_of(handle_before),
             handle_of(by_netlink.sh("nft -a list chain ip endpointd nat-prerouting")));
+}
+
+// An agent restarted over its own rules: the full sync lists what the kernel holds and sends
+// only the difference. Nothing differs: no element is deleted or added again.
+TEST(ProxyNetlink, FullSyncOverRulesInPlaceChangesNoElement) {
+  NetNs ns(netns::unique_prefix() + "rst"), by_nft(netns::unique_prefix() + "nft");
+  Planner p(testing::node_context());
+  p.reset(*testing::every_shape());
+  auto b = open_in(ns);
+  auto first = sync(*b, p);
+  ASSERT_TRUE(first.ok()) << first.error();
+  size_t total = p.table(IpFamily::kV4).element_count() + p.table(IpFamily::kV6).element_count();
+  EXPECT_EQ(first->elements, total) << "a fresh namespace gets every element";
+  ASSERT_GT(total, 10u);
+  std::string before4 = list(ns, "ip"), before6 = list(ns, "ip6");
+
+  auto b2 = open_in(ns);  // a restarted agent, same state
+  auto again = sync(*b2, p);
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_EQ(again->elements, 0u);
+  EXPECT_EQ(list(ns, "ip"), before4);
+  EXPECT_EQ(list(ns, "ip6"), before6);
+
+  // Someone else's element and one of endpointd's gone: exactly those two are repaired.
+  ns.sh("nft add element ip endpointd no-endpoint-drop { 10.9.9.9 . tcp . 99 }");
+  ns.sh("nft flush set ip endpointd hairpin");
+  size_t hairpin = p.table(IpFamily::kV4).sets.at("hairpin").elements.size();
+  ASSERT_GT(hairpin, 0u);
+  auto repaired = sync(*b2, p);
+  ASSERT_TRUE(repaired.ok()) << repaired.error();
+  EXPECT_EQ(repaired->elements, 1 + hairpin);
+  load_render(by_nft, p);
+  expect_same(by_nft, ns);
 }
 
 TEST(ProxyNetlink, CleanupDeletesBothTables) {
@@ -320,6 +378,13 @@ TEST(ProxyNetlink, ScaleFullSyncAndOneEndpointChange) {
   auto r = sync(*b, p);
   auto t2 = std::chrono::steady_clock::now();
   ASSERT_TRUE(r.ok()) << r.error();
+  // A restart over these rules: everything listed, nothing changed.
+  auto restarted = open_in(ns);
+  auto t5 = std::chrono::steady_clock::now();
+  auto rr = sync(*restarted, p);
+  auto t6 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(rr.ok()) << rr.error();
+  EXPECT_EQ(rr->elements, 0u);
   // One endpoint of one service leaves.
   auto old = v[5000];
   auto eps = old->endpoints;
@@ -334,9 +399,10 @@ TEST(ProxyNetlink, ScaleFullSyncAndOneEndpointChange) {
   auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
   std::printf(
       "plan %.1f ms; full sync %.1f ms (%zu messages, %zu bytes, %zu elements); "
+      "restart's full sync %.1f ms (%zu elements changed); "
       "one endpoint change %.2f ms (%zu messages, %zu bytes)\n",
       ms(t1 - t0), ms(t2 - t1), r->messages, r->bytes, p.table(IpFamily::kV4).element_count(),
-      ms(t4 - t3), r2->messages, r2->bytes);
+      ms(t6 - t5), rr->elements, ms(t4 - t3), r2->messages, r2->bytes);
   EXPECT_EQ(ns.sh("nft list set ip endpointd hairpin | grep -c '10.100.0.1 . 10.100.0.1'"), "1\n");
 }
 

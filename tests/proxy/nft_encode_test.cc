@@ -285,7 +285,7 @@ class Encode : public ::testing::Test {
 
 TEST_F(Encode, FullSync) {
   planner.reset(*base);
-  Batch b = build_full_sync_batch(tables(), {}, {}, {}, {}, 100);
+  Batch b = build_full_sync_batch(tables(), {}, {}, 100);
   auto ms = decode(b);
   expect_framed(b, ms, 100);
 
@@ -358,7 +358,8 @@ TEST_F(Encode, FullSync) {
 
 TEST_F(Encode, FullSyncOverAnOlderRulesetFlushesAndDeletesWhatIsGone) {
   planner.reset(*base);
-  Batch b = build_full_sync_batch(tables(), {"services", "stale-chain"}, {"stale-set"}, {}, {}, 1);
+  Batch b =
+      build_full_sync_batch(tables(), {{"services", "stale-chain"}, {"stale-set"}, {}}, {}, 1);
   auto ms = decode(b);
   expect_framed(b, ms, 1);
   EXPECT_NE(find(ms, NFT_MSG_DELCHAIN, "stale-chain"), nullptr);
@@ -370,7 +371,7 @@ TEST_F(Encode, FullSyncOverAnOlderRulesetFlushesAndDeletesWhatIsGone) {
 // fills, a lookup of it before balancing, and a record rule after DNAT.
 TEST_F(Encode, AffinityMapAndRules) {
   planner.reset(*base);
-  auto ms = decode(build_full_sync_batch(tables(), {}, {}, {}, {}, 5));
+  auto ms = decode(build_full_sync_batch(tables(), {}, {}, 5));
   const Msg* map = find(ms, NFT_MSG_NEWSET, "affinity");
   ASSERT_NE(map, nullptr);
   EXPECT_EQ(map->set_flags, static_cast<uint32_t>(NFT_SET_MAP | NFT_SET_TIMEOUT | NFT_SET_EVAL));
@@ -393,7 +394,7 @@ TEST_F(Encode, AffinityMapAndRules) {
       << record;
   // A full sync over a ruleset that has the map keeps its records (no flush of it), while the
   // backend maps are flushed and filled again.
-  ms = decode(build_full_sync_batch(tables(), {}, {"affinity", "backends-3"}, {}, {}, 9));
+  ms = decode(build_full_sync_batch(tables(), {{}, {"affinity", "backends-3"}, {}}, {}, 9));
   EXPECT_EQ(find(ms, NFT_MSG_DELSETELEM, "affinity"), nullptr);
   EXPECT_NE(find(ms, NFT_MSG_DELSETELEM, "backends-3"), nullptr);
 }

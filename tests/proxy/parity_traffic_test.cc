@@ -531,5 +531,269 @@ TEST_F(ParityTraffic, SctpThroughClusterIp) {
   EXPECT_EQ(a.peer, "10.244.1.1");  // the node itself, from a pod address: not masqueraded
 }
 
+// --- 5. Unallocated cluster IPs and unserved ports (kube-proxy's cluster-ips-check) ------------
+
+// Connects (from the calling thread's namespace) without blocking and waits up to `wait_ms` for
+// the outcome: "answer:<server>" (the server's reply: the address it was reached on),
+// "error:<ERRNO>" (refused or failed within the wait), or "no answer".
+std::string reach(const std::string& addr, uint16_t port, int wait_ms,
+                  const std::string& source = {}) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, IPPROTO_TCP);
+  if (fd < 0) return std::string("error:") + strerrorname_np(errno);
+  auto done = [fd](std::string out) {
+    close(fd);
+    return out;
+  };
+  if (!source.empty()) {
+    sockaddr_in src = v4_addr(source, 0);
+    if (bind(fd, as_sockaddr(src), sizeof src) != 0)
+      return done(std::string("error:") + strerrorname_np(errno));
+  }
+  sockaddr_in sa = v4_addr(addr, port);
+  if (connect(fd, as_sockaddr(sa), sizeof sa) != 0 && errno != EINPROGRESS)
+    return done(std::string("error:") + strerrorname_np(errno));
+  pollfd p{fd, POLLOUT, 0};
+  if (poll(&p, 1, wait_ms) == 0) return done("no answer");
+  int err = 0;
+  socklen_t len = sizeof err;
+  getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err != 0) return done(std::string("error:") + strerrorname_np(err));
+  p = {fd, POLLIN, 0};
+  if (poll(&p, 1, 3000) <= 0) return done("connected, no reply");
+  char buf[128];
+  ssize_t n = read(fd, buf, sizeof buf);
+  if (n <= 0) return done("connected, no reply");
+  std::istringstream in(std::string(buf, static_cast<size_t>(n)));
+  std::string server;
+  in >> server;
+  return done("answer:" + server);
+}
+
+// Long enough that a refusal (a reset, at once) or an answer over veths is never missed; a drop
+// is this wait without either.
+constexpr int kRefusedWithinMs = 500;
+
+TEST_F(ParityTraffic, ServiceCidrDropsUnallocatedClusterIpsAndUnservedPortsAreRefused) {
+  NodeWithPods net({"10.244.1.2"});
+  PodServers pods(net.pod, {"10.244.1.2"}, kPodPort);
+  // Something that answers where the service range is routed: 10.96.0.51 is no cluster IP, and
+  // without a drop rule the node's connections to it reach this listener.
+  sh(net.pod, "ip addr add 10.96.0.51/32 dev veth1");
+  PodServers rogue(net.pod, {"10.96.0.51"}, 80);
+  net.node.set_sysctl("net.ipv4.ip_forward", "1");
+
+  const char* vip = "10.96.0.50";
+  auto web = testing::state(testing::service("web", {ip(vip)}, 80),
+                            {testing::endpoint("10.244.1.2", kPodPort)});
+  NodeContext ctx = v4_context();
+  ASSERT_TRUE(ctx.service_cidrs.empty());
+  NodeTables tables(net.node, ctx);
+  tables.program({web});
+  auto from_node = [&](const std::string& addr, uint16_t port) {
+    return net.node.run([&] { return reach(addr, port, kRefusedWithinMs); });
+  };
+  auto from_pod = [&](const std::string& addr, uint16_t port) {
+    return net.pod.run([&] { return reach(addr, port, kRefusedWithinMs, "10.244.1.2"); });
+  };
+
+  // Without --service-cidr: the served port works, another port of the cluster IP is refused
+  // at once (from the node, and forwarded from a pod), and nothing is dropped.
+  EXPECT_EQ(from_node(vip, 80), "answer:10.244.1.2");
+  EXPECT_EQ(from_node(vip, 81), "error:ECONNREFUSED");
+  EXPECT_EQ(from_pod(vip, 81), "error:ECONNREFUSED");
+  EXPECT_EQ(from_node("10.96.0.51", 80), "answer:10.96.0.51");
+
+  // With the service CIDR: the unallocated address in it is dropped (no answer, no refusal).
+  ctx.service_cidrs = {testing::prefix("10.96.0.0/12")};
+  tables.set_context(ctx);
+  EXPECT_EQ(from_node("10.96.0.51", 80), "no answer");
+  EXPECT_EQ(from_node(vip, 80), "answer:10.244.1.2");
+  EXPECT_EQ(from_node(vip, 81), "error:ECONNREFUSED");
+  EXPECT_EQ(from_pod(vip, 81), "error:ECONNREFUSED");
+
+  // Updates: the service leaves (its cluster IP is unallocated: dropped, no longer refused),
+  // then two services come, one on 10.96.0.51 (now served, its other ports refused).
+  tables.program({});
+  EXPECT_EQ(from_node(vip, 81), "no answer");
+  auto second = testing::state(testing::service("second", {ip("10.96.0.51")}, 80),
+                               {testing::endpoint("10.244.1.2", kPodPort)});
+  tables.program({web, second});
+  EXPECT_EQ(from_node("10.96.0.51", 80), "answer:10.244.1.2");
+  EXPECT_EQ(from_node("10.96.0.51", 81), "error:ECONNREFUSED");
+  EXPECT_EQ(from_node(vip, 81), "error:ECONNREFUSED");
+}
+
+// --- 6. Detect-local modes -------------------------------------------------------------------
+
+// How each mode is set up, and which clients it takes for pods.
+struct LocalMode {
+  const char* name;
+  DetectLocal mode;
+  bool bridge;  // the pods' side of the node is a bridge (cbr0) rather than the veth itself
+  // Whether each client is local: 10.244.1.10 and 10.244.3.10 and 172.31.1.10 from the pods'
+  // interface, 192.168.77.10 from another.
+  bool pod1, pod3, odd, outside;
+};
+void PrintTo(const LocalMode& m, std::ostream* os) {
+  *os << m.name;
+}
+
+class DetectLocalModes : public netns::NetnsTest,
+                         public ::testing::WithParamInterface<LocalMode> {};
+
+// A node forwarding between pods behind "vcpod0" (or the bridge cbr0 holding it), an outside
+// network behind "ext0", and a server pod (10.244.2.10, on another node) behind "vs0". Local
+// traffic to a cluster IP keeps its source; other traffic is masqueraded to the node's address
+// towards the server. An externalTrafficPolicy Local external IP with no endpoint on this node
+// is served to local clients (every endpoint) and dropped for the rest.
+TEST_P(DetectLocalModes, LocalTrafficKeepsItsSourceOtherTrafficIsMasqueraded) {
+  const LocalMode& m = GetParam();
+  Netns node(netns::unique_prefix() + "node");
+  Netns pods(netns::unique_prefix() + "pods");
+  Netns outside(netns::unique_prefix() + "out");
+  Netns server(netns::unique_prefix() + "server");
+  sh(node, "ip link add vcpod0 type veth peer name eth0 netns " + pods.name());
+  sh(node, "ip link add ext0 type veth peer name eth0 netns " + outside.name());
+  sh(node, "ip link add vs0 type veth peer name eth0 netns " + server.name());
+  std::string pod_side = "vcpod0";
+  if (m.bridge) {
+    sh(node,
+       "ip link add cbr0 type bridge && ip link set vcpod0 master cbr0 && ip link set cbr0 up");
+    pod_side = "cbr0";
+  }
+  for (const char* a : {"10.244.1.1/24", "10.244.3.1/24", "172.31.1.1/24"})
+    sh(node, "ip addr add " + std::string(a) + " dev " + pod_side);
+  sh(node, "ip addr add 192.168.77.1/24 dev ext0 && ip addr add 10.244.2.1/24 dev vs0");
+  sh(node, "ip link set vcpod0 up && ip link set ext0 up && ip link set vs0 up");
+  node.set_sysctl("net.ipv4.ip_forward", "1");
+  for (const char* a : {"10.244.1.10/24", "10.244.3.10/24", "172.31.1.10/24"})
+    sh(pods, "ip addr add " + std::string(a) + " dev eth0");
+  sh(pods, "ip link set eth0 up && ip route add default via 10.244.1.1");
+  sh(outside, "ip addr add 192.168.77.10/24 dev eth0 && ip link set eth0 up");
+  sh(outside, "ip route add default via 192.168.77.1");
+  sh(server, "ip addr add 10.244.2.10/24 dev eth0 && ip link set eth0 up");
+  sh(server, "ip route add default via 10.244.2.1");
+  PodServers servers(server, {"10.244.2.10"}, kPodPort);
+
+  // This node's Node object: its pod CIDR (NodeCIDR) is 10.244.1.0/24 of the cluster's /16.
+  auto node_obj = [](const char* pod_cidr) {
+    auto snap = std::make_shared<model::Snapshot>(*testing::snapshot(1, {}));
+    model::Node n;
+    n.name = "node-a";
+    n.pod_cidrs = {testing::prefix(pod_cidr)};
+    snap->nodes.push_back(std::make_shared<const model::Node>(n));
+    return snap;
+  };
+  NodeContext base = v4_context();  // cluster CIDRs 10.244.0.0/16
+  base.detect_local = m.mode;
+  base.local_interface = m.mode == DetectLocal::kBridgeInterface ? "cbr0" : "vcpod";
+  NodeContext ctx = node_context_from(base, *node_obj("10.244.1.0/24"));
+  ASSERT_EQ(ctx.node_pod_cidrs.size(), 1u);
+
+  const char* vip = "10.96.0.70";
+  const char* ext_ip = "203.0.113.70";
+  auto svc = testing::service("peer", {ip(vip)}, 80);
+  auto ext = testing::service("local-ext", {ip("10.96.0.71")}, 80);
+  ext.external_ips = {ip(ext_ip)};
+  ext.external_traffic_policy = model::TrafficPolicy::kLocal;
+  NodeTables tables(node, ctx);
+  tables.program({testing::state(svc, {testing::endpoint("10.244.2.10", kPodPort, "node-b")}),
+                  testing::state(ext, {testing::endpoint("10.244.2.10", kPodPort, "node-b")})});
+
+  struct Client {
+    Netns* ns;
+    const char* source;
+    bool local;
+  };
+  auto check = [&](const std::vector<Client>& clients, const char* phase) {
+    for (const auto& c : clients) {
+      SCOPED_TRACE(std::string(phase) + ": from " + c.source);
+      Answer a = c.ns->run([&] { return ask(vip, 80, c.source); });
+      ASSERT_EQ(a.err, 0) << strerrorname_np(a.err);
+      EXPECT_EQ(a.server, "10.244.2.10");
+      EXPECT_EQ(a.peer, c.local ? c.source : "10.244.2.1") << (c.local ? "masqueraded" : "kept");
+      std::string r = c.ns->run([&] { return reach(ext_ip, 80, kRefusedWithinMs, c.source); });
+      EXPECT_EQ(r, c.local ? "answer:10.244.2.10" : "no answer") << "externalTrafficPolicy Local";
+    }
+  };
+  check({{&pods, "10.244.1.10", m.pod1},
+         {&pods, "10.244.3.10", m.pod3},
+         {&pods, "172.31.1.10", m.odd},
+         {&outside, "192.168.77.10", m.outside}},
+        "start");
+
+  // NodeCIDR follows the Node object: its pod CIDR moves to 10.244.3.0/24.
+  if (m.mode == DetectLocal::kNodeCidr) {
+    tables.set_context(node_context_from(base, *node_obj("10.244.3.0/24")));
+    check({{&pods, "10.244.1.10", false}, {&pods, "10.244.3.10", true}}, "pod CIDR moved");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, DetectLocalModes,
+    ::testing::Values(
+        LocalMode{"ClusterCIDR", DetectLocal::kClusterCidr, false, true, true, false, false},
+        LocalMode{"NodeCIDR", DetectLocal::kNodeCidr, false, true, false, false, false},
+        LocalMode{"BridgeInterface", DetectLocal::kBridgeInterface, true, true, true, true, false},
+        LocalMode{"InterfaceNamePrefix", DetectLocal::kInterfaceNamePrefix, false, true, true, true,
+                  false}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// --- 7. loadBalancerSourceRanges and the node itself -------------------------------------------
+
+// A VIP-like load balancer: its IP (203.0.113.10) is a local address of the node, so the node's
+// own connections to it leave from that IP. kube-proxy allows them when a source range holds
+// the node's IP (it adds the LB IPs to the allowed sources); otherwise they are dropped like
+// any other source outside the ranges.
+TEST_F(ParityTraffic, LoadBalancerSourceRangesLetTheNodeThroughWhenTheyHoldItsIp) {
+  NodeWithPods net({"10.244.1.2"});
+  PodServers pods(net.pod, {"10.244.1.2"}, kPodPort);
+  Netns outside(netns::unique_prefix() + "out");
+  sh(net.node, "ip link add ext0 type veth peer name eth0 netns " + outside.name());
+  sh(net.node, "ip addr add 198.51.100.1/24 dev ext0 && ip link set ext0 up");
+  sh(net.node, "ip link set lo up");
+  sh(net.node, "ip addr add 192.168.50.1/32 dev lo");  // the node's primary IP
+  sh(net.node, "ip addr add 203.0.113.10/32 dev lo");  // the load balancer's IP
+  net.node.set_sysctl("net.ipv4.ip_forward", "1");
+  sh(outside, "ip addr add 198.51.100.10/24 dev eth0 && ip link set eth0 up");
+  sh(outside, "ip route add default via 198.51.100.1");
+
+  NodeContext ctx = v4_context();
+  ctx.primary_ips = {ip("192.168.50.1")};
+  const char* lb_ip = "203.0.113.10";
+  auto lb = [&](std::vector<const char*> ranges) {
+    auto svc = testing::service("lb", {ip("10.96.0.80")}, 80);
+    svc.type = model::ServiceType::kLoadBalancer;
+    svc.ports[0].node_port = 30080;
+    svc.load_balancer_ips = {ip(lb_ip)};
+    for (const char* r : ranges) svc.load_balancer_source_ranges.push_back(testing::prefix(r));
+    return testing::state(svc, {testing::endpoint("10.244.1.2", kPodPort)});
+  };
+  NodeTables tables(net.node, ctx);
+  auto from_node = [&] { return net.node.run([&] { return reach(lb_ip, 80, kRefusedWithinMs); }); };
+  auto from_outside = [&] {
+    return outside.run([&] { return reach(lb_ip, 80, kRefusedWithinMs); });
+  };
+  // The node's connections to its local LB IP leave from that IP.
+  EXPECT_NE(net.node.sh("ip route get 203.0.113.10").find("src 203.0.113.10"), std::string::npos);
+
+  // A range holding the node's IP: the node is let through (from the LB IP), others outside
+  // the ranges are dropped.
+  tables.program({lb({"192.168.50.0/24"})});
+  EXPECT_EQ(from_node(), "answer:10.244.1.2");
+  EXPECT_EQ(from_outside(), "no answer");
+
+  // Ranges without the node's IP: the node's connections from the LB IP are dropped too, as
+  // kube-proxy's; a client inside the ranges is let through.
+  tables.program({lb({"198.51.100.0/24", "10.123.0.0/16"})});
+  EXPECT_EQ(from_node(), "no answer");
+  EXPECT_EQ(from_outside(), "answer:10.244.1.2");
+
+  // Both: everyone here; overlapping ranges are taken (the inner one adds nothing).
+  tables.program({lb({"192.168.50.0/24", "198.51.100.0/24", "198.51.100.0/25"})});
+  EXPECT_EQ(from_node(), "answer:10.244.1.2");
+  EXPECT_EQ(from_outside(), "answer:10.244.1.2");
+}
+
 }  // namespace
 }  // namespace endpointd::proxy

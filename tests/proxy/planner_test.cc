@@ -79,7 +79,8 @@ TEST(ProxyPlanner, SetsAndChainsDoNotGrowWithServices) {
   }
   p.reset(*testing::snapshot(1, v));
   const Table& t = p.table(IpFamily::kV4);
-  EXPECT_EQ(t.sets.size(), 10u);  // 9 fixed (affinity included) + backends-2
+  EXPECT_EQ(t.sets.size(), 12u);  // 11 fixed (affinity and cluster-ips included) + backends-2
+  EXPECT_EQ(t.sets.at("cluster-ips").elements.size(), 200u);
   EXPECT_EQ(t.sets.at("backends-2").elements.size(), 400u);
   EXPECT_EQ(t.sets.at("hairpin").elements.size(), 2u);
 }
@@ -118,6 +119,80 @@ TEST(ProxyPlanner, EveryShape) {
   EXPECT_EQ(find(t, "hairpin",
                  addr_field(testing::ip("10.244.2.4")) + addr_field(testing::ip("10.244.2.4"))),
             std::nullopt);
+}
+
+// The rule the local-traffic test takes in each mode, in the two chains that use it.
+TEST(ProxyPlanner, DetectLocalModesServiceCidrsAndTheNodesLoadBalancerException) {
+  auto rules = [](const Planner& p, const char* chain) {
+    std::vector<std::string> out;
+    for (const auto& r : p.table(IpFamily::kV4).chains.at(chain).rules)
+      out.push_back(render_rule(IpFamily::kV4, r));
+    return out;
+  };
+  NodeContext c = testing::node_context();
+  c.ipv6 = false;
+  c.detect_local = DetectLocal::kBridgeInterface;
+  c.local_interface = "cbr0";
+  Planner bridge(c);
+  bridge.reset(*testing::every_shape());
+  EXPECT_EQ(rules(bridge, "svc-internal")[0], "iifname != \"cbr0\" jump mark-for-masquerade");
+  EXPECT_EQ(rules(bridge, "svc-external-local")[0],
+            "iifname \"cbr0\" ip daddr . meta l4proto . th dport vmap @service-lb");
+  EXPECT_TRUE(bridge.table(IpFamily::kV4).sets.at("cluster-cidrs").elements.empty());
+
+  c.detect_local = DetectLocal::kInterfaceNamePrefix;
+  c.local_interface = "veth";
+  Planner prefix(c);
+  prefix.reset(*testing::every_shape());
+  EXPECT_EQ(rules(prefix, "svc-internal")[0], "iifname != \"veth*\" jump mark-for-masquerade");
+
+  // NodeCIDR: the Node object's podCIDRs, not --cluster-cidr; none yet: no local traffic.
+  c.detect_local = DetectLocal::kNodeCidr;
+  Planner no_node(node_context_from(c, *testing::every_shape()));
+  no_node.reset(*testing::every_shape());
+  EXPECT_EQ(rules(no_node, "svc-internal"),
+            std::vector<std::string>{"ip daddr . meta l4proto . th dport vmap @service-lb"});
+  auto with_node = std::make_shared<model::Snapshot>(*testing::every_shape());
+  auto n = std::make_shared<model::Node>();
+  n->name = "node-a";
+  n->pod_cidrs = {testing::prefix("10.244.1.0/24"), testing::prefix("fd44::/64")};
+  with_node->nodes.push_back(n);
+  NodeContext nc = node_context_from(c, *with_node);
+  Planner node_cidr(nc);
+  node_cidr.reset(*with_node);
+  const Table& t = node_cidr.table(IpFamily::kV4);
+  EXPECT_EQ(rules(node_cidr, "svc-internal")[0],
+            "ip saddr != @cluster-cidrs jump mark-for-masquerade");
+  ASSERT_EQ(t.sets.at("cluster-cidrs").elements.size(), 1u);
+  EXPECT_EQ((*t.sets.at("cluster-cidrs").elements.begin()).key,
+            addr_field(testing::ip("10.244.1.0")));
+
+  // cluster-ips-check: unserved ports of cluster IPs refused; the service CIDRs dropped only
+  // when given.
+  EXPECT_EQ(rules(node_cidr, "cluster-ips-check"),
+            std::vector<std::string>{"ip daddr @cluster-ips goto reject-chain"});
+  EXPECT_TRUE(t.sets.at("cluster-ips").elements.contains(addr_field(testing::ip("10.96.0.12"))));
+  EXPECT_FALSE(t.sets.at("cluster-ips").elements.contains(addr_field(testing::ip("203.0.113.7"))));
+  nc.service_cidrs = {testing::prefix("10.96.0.0/12"), testing::prefix("fd96::/108")};
+  node_cidr.set_context(nc);
+  node_cidr.reset(*with_node);
+  EXPECT_EQ(rules(node_cidr, "cluster-ips-check"),
+            (std::vector<std::string>{"ip daddr @cluster-ips goto reject-chain",
+                                      "ip daddr @service-cidrs drop"}));
+  EXPECT_EQ(node_cidr.table(IpFamily::kV4).sets.at("service-cidrs").elements.size(), 1u);
+
+  // loadBalancerSourceRanges: the LB IPs become allowed sources only when a range holds the
+  // node's (primary) IP.
+  auto allow_lb = [](const Planner& p) {
+    std::string key = vip("203.0.113.7", 6, 443) + addr_field(testing::ip("203.0.113.7"));
+    return p.table(IpFamily::kV4).sets.at("firewall-allow").elements.contains(key);
+  };
+  EXPECT_FALSE(allow_lb(node_cidr));  // the fixture's range 198.51.100.0/24 lacks 192.168.50.1
+  NodeContext in_range = nc;
+  in_range.primary_ips = {testing::ip("198.51.100.20")};
+  node_cidr.set_context(in_range);
+  node_cidr.reset(*with_node);
+  EXPECT_TRUE(allow_lb(node_cidr));
 }
 
 // kube-proxy's nodePortAddresses default, "primary": NodePorts on the Node object's first

@@ -23,6 +23,16 @@ TEST(ProxyRender, RuleShapesAsNftPrintsThem) {
             "@affinity-backends-10800 update @affinity { ip6 saddr . ct original ip6 daddr . meta "
             "l4proto . ct original proto-dst timeout 3h : ip6 daddr . th dport }");
   EXPECT_EQ(render_rule(IpFamily::kV6, {RuleShape::kGoto, "lb", "", 0}), "goto lb");
+  // Local traffic by interface, and cluster-ips-check (nft lists them so: netlink_test).
+  Rule not_local{RuleShape::kIifnameNotJump, "mark-for-masquerade", "", 0, "", 0, 0, "veth*"};
+  EXPECT_EQ(render_rule(IpFamily::kV4, not_local), "iifname != \"veth*\" jump mark-for-masquerade");
+  Rule local{RuleShape::kIifnameVmap, "", "service-lb", 0, "", 0, 0, "cbr0"};
+  EXPECT_EQ(render_rule(IpFamily::kV6, local),
+            "iifname \"cbr0\" ip6 daddr . meta l4proto . th dport vmap @service-lb");
+  EXPECT_EQ(render_rule(IpFamily::kV4, {RuleShape::kDaddrInSetGoto, "reject-chain", "cluster-ips"}),
+            "ip daddr @cluster-ips goto reject-chain");
+  EXPECT_EQ(render_rule(IpFamily::kV6, {RuleShape::kDaddrInSetDrop, "", "service-cidrs"}),
+            "ip6 daddr @service-cidrs drop");
 }
 
 }  // namespace

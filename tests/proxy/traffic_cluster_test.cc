@@ -27,7 +27,9 @@
 #include <vector>
 
 #include "pipeline/ack_board.h"
+#include "proxy/address_monitor.h"
 #include "proxy/conntrack.h"
+#include "proxy/dataplane.h"
 #include "proxy/netlink.h"
 #include "proxy/sink.h"
 #include "tests/netns/cluster.h"
@@ -323,10 +325,44 @@ class TrafficTest : public netns::NetnsTest {
     }
   }
 
-  // Publishes the next snapshot to every node's proxy.
-  void publish(std::vector<model::ServiceStatePtr> services) {
-    auto snap = testing::snapshot(++generation_, std::move(services));
+  // Publishes the next snapshot to every node's proxy, with these Node objects.
+  void publish(std::vector<model::ServiceStatePtr> services,
+               std::vector<model::NodePtr> nodes = {}) {
+    auto snap =
+        std::make_shared<model::Snapshot>(*testing::snapshot(++generation_, std::move(services)));
+    snap->nodes = std::move(nodes);
     for (auto& p : proxies_) p->apply(snap);
+  }
+
+  // A Node object with one InternalIP.
+  static model::NodePtr node_object(const std::string& name, const std::string& internal_ip) {
+    auto n = std::make_shared<model::Node>();
+    n->name = name;
+    n->addresses = {{"InternalIP", internal_ip}};
+    return n;
+  }
+
+  // A NodePort service on 30080 whose endpoints are every pod.
+  model::ServiceStatePtr node_port_service() {
+    auto svc = testing::service("np", {ip("10.96.0.12")}, 80);
+    svc.type = model::ServiceType::kNodePort;
+    svc.ports[0].node_port = 30080;
+    std::vector<model::MergedEndpoint> eps;
+    for (const auto& p : kAllPods) eps.push_back(ep(p));
+    return testing::state(svc, eps);
+  }
+
+  // Whether the client's connections to addr:port are answered (true) or refused (false)
+  // within `within`: the dataplane may take a moment to follow.
+  bool serves(const std::string& addr, uint16_t port, bool want, std::chrono::milliseconds within) {
+    auto until = Clock::now() + within;
+    for (;;) {
+      Reply r = client().run([&] { return tcp_request(addr, port, 500); });
+      bool served = r.err == 0;
+      if (served == want) return true;
+      if (Clock::now() > until) return false;
+      std::this_thread::sleep_for(50ms);
+    }
   }
 
   // A pod as an endpoint of a service (TCP 8080, or UDP 5353).
@@ -437,6 +473,64 @@ TEST_F(TrafficTest, NodePortHonoursNodePortAddressesAndNeverLocalhost) {
   // The node reaches its own node port on its address.
   Reply own = node(1).run([] { return tcp_request("192.168.77.2", 30080); });
   EXPECT_EQ(own.err, 0) << std::strerror(own.err);
+}
+
+// 2b. Without nodePortAddresses, node ports are served on the node's primary IP only (the Node
+// object's InternalIP, kube-proxy's "primary"), and follow it when the Node's address changes.
+TEST_F(TrafficTest, NodePortOnThePrimaryIpByDefaultFollowingTheNode) {
+  node(1).ip({"addr", "add", "192.168.78.2/24", "dev", "eth0"});
+  client().ip({"addr", "add", "192.168.78.100/24", "dev", "eth0"});
+  start_proxies([](int i, NodeContext& c) {
+    if (i == 1) c.node_ips.push_back(ip("192.168.78.2"));  // the host has both
+  });
+  publish({node_port_service()},
+          {node_object("node-1", "192.168.77.2"), node_object("node-2", "192.168.77.3")});
+  auto primary = answers(client(), "192.168.77.2", 30080, 40);
+  EXPECT_EQ(keys(primary), std::set<std::string>(kAllPods.begin(), kAllPods.end()))
+      << show(primary);
+  Reply other = client().run([] { return tcp_request("192.168.78.2", 30080); });
+  EXPECT_EQ(other.err, ECONNREFUSED) << other.name;
+
+  // The Node's InternalIP moves to the other address: the node port moves with it.
+  publish({node_port_service()},
+          {node_object("node-1", "192.168.78.2"), node_object("node-2", "192.168.77.3")});
+  auto moved = answers(client(), "192.168.78.2", 30080, 40);
+  EXPECT_EQ(keys(moved), std::set<std::string>(kAllPods.begin(), kAllPods.end())) << show(moved);
+  Reply old = client().run([] { return tcp_request("192.168.77.2", 30080); });
+  EXPECT_EQ(old.err, ECONNREFUSED) << old.name;
+}
+
+// 2c. With nodePortAddresses CIDRs, an address added to the host later serves node ports within
+// a second (the address monitor's notification, then a full sync of only what differs), and
+// stops when it is removed, as kube-proxy's `fib daddr type local`.
+TEST_F(TrafficTest, NodePortFollowsAnAddressAddedToTheHost) {
+  client().ip({"addr", "add", "192.168.78.100/24", "dev", "eth0"});
+  start_proxies([](int i, NodeContext& c) {
+    if (i == 1) c.node_port_addresses = {prefix("192.168.0.0/16")};
+  });
+  std::unique_ptr<AddressMonitor> monitor;
+  node(1).run([&] {
+    auto m =
+        AddressMonitor::start([this] { proxy(1).sink().set_host_addresses(host_addresses()); });
+    if (!m) throw std::runtime_error(m.error());
+    monitor = std::move(*m);
+  });
+  publish({node_port_service()});
+  EXPECT_TRUE(serves("192.168.77.2", 30080, true, 1s));
+  Reply before = client().run([] { return tcp_request("192.168.78.2", 30080); });
+  EXPECT_NE(before.err, 0) << "no such address yet: " << before.name;
+
+  node(1).ip({"addr", "add", "192.168.78.2/24", "dev", "eth0"});
+  EXPECT_TRUE(serves("192.168.78.2", 30080, true, 2s)) << proxy(1).table();
+  auto added = answers(client(), "192.168.78.2", 30080, 40);
+  EXPECT_EQ(keys(added), std::set<std::string>(kAllPods.begin(), kAllPods.end())) << show(added);
+  EXPECT_GE(monitor->changes(), 1u);
+
+  node(1).ip({"addr", "del", "192.168.78.2/24", "dev", "eth0"});
+  EXPECT_TRUE(serves("192.168.78.2", 30080, false, 2s));
+  EXPECT_EQ(proxy(1).table().find("192.168.78.2"), std::string::npos) << proxy(1).table();
+  EXPECT_TRUE(serves("192.168.77.2", 30080, true, 1s));
+  monitor.reset();  // before the proxies it calls into
 }
 
 // 3. externalIPs and load-balancer ingress IPs; loadBalancerSourceRanges.
