@@ -123,6 +123,10 @@ def check_render(name, sets, namespace="endpointd"):
     check(("feed-listen" in cfg) == v["feed"]["enabled"], f"[{name}] feed-listen present iff feed.enabled")
     check(cfg["admin-listen"] == v["admin"]["listen"], f"[{name}] admin-listen {cfg['admin-listen']}")
     check(cfg["health-listen"] == v["health"]["listen"], f"[{name}] health-listen {cfg['health-listen']}")
+    check(cfg["detect-local-mode"] == v["detectLocalMode"], f"[{name}] detect-local-mode {cfg.get('detect-local-mode')}")
+    check(cfg.get("service-cidr", []) == v["serviceCIDR"], f"[{name}] service-cidr {cfg.get('service-cidr')}")
+    check(cfg.get("pod-interface-name-prefix", "") == v["podInterfaceNamePrefix"],
+          f"[{name}] pod-interface-name-prefix {cfg.get('pod-interface-name-prefix')}")
     check(cfg["watch-stall-timeout"] == v["watchStallTimeoutSeconds"],
           f"[{name}] watch-stall-timeout {cfg.get('watch-stall-timeout')}")
     token = v["admin"]["tokenSecret"]
@@ -455,6 +459,8 @@ def main():
     all_on = ["dataplane.enabled=true", "dns.enabled=true", "kubeDNS.enabled=true", "kubeDNS.clusterIP=10.96.0.10",
               "feed.enabled=true", "metrics.serviceMonitor.enabled=true", "exampleWorkload.enabled=true",
               "clusterCIDR={10.244.0.0/16,fd00:10:244::/56}", "nodePortAddresses={192.168.0.0/16}",
+              "detectLocalMode=InterfaceNamePrefix", "podInterfaceNamePrefix=veth",
+              "serviceCIDR={10.96.0.0/12,fd00:10:96::/112}",
               "masqueradeAll=true", "watchPods=true", "log.format=json", "drain.peerPolicy=wait",
               "drain.peerTimeoutMs=2000", "drain.releaseAfter=removed",
               "admin.listen=0.0.0.0:10249", "admin.tokenSecret.name=endpointd-admin", "admin.tokenSecret.key=bearer",
@@ -524,6 +530,9 @@ def main():
     bad = [
         (["clusterCIDR={10.0.0.0/33}"], "clusterCIDR"),
         (["nodePortAddresses={not-a-cidr}"], "nodePortAddresses"),
+        (["serviceCIDR={10.96.0.0/40}"], "serviceCIDR"),
+        (["detectLocalMode=PodCIDR"], "detectLocalMode"),
+        (["podBridgeInterface=br/0"], "podBridgeInterface"),
         (["admin.listen=0.0.0.0:70000"], "/admin/listen"),
         (["dns.listen=0.0.0.0:0"], "/dns/listen"),
         (["feed.listen=localhost"], "/feed/listen"),
