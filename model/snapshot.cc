@@ -68,11 +68,20 @@ ServiceState build_service_state(const Service& svc,
       st.endpoints.push_back(std::move(m));
     }
   }
-  std::stable_sort(st.endpoints.begin(), st.endpoints.end(),
-                   [](const MergedEndpoint& a, const MergedEndpoint& b) {
-                     if (a.address != b.address) return a.address < b.address;
-                     return rank(a.conditions) < rank(b.conditions);
-                   });
+  auto before = [](const MergedEndpoint& a, const MergedEndpoint& b) {
+    if (a.address != b.address) return a.address < b.address;
+    return rank(a.conditions) < rank(b.conditions);
+  };
+  // Slices usually list their endpoints in order, with each address once: then there is
+  // nothing to move (a merged endpoint is large, and every service is merged at start).
+  if (!std::is_sorted(st.endpoints.begin(), st.endpoints.end(), before))
+    std::stable_sort(st.endpoints.begin(), st.endpoints.end(), before);
+  auto same_address = [](const MergedEndpoint& a, const MergedEndpoint& b) {
+    return a.address == b.address;
+  };
+  if (std::adjacent_find(st.endpoints.begin(), st.endpoints.end(), same_address) ==
+      st.endpoints.end())
+    return st;
   // De-duplicate: keep the best-ranked copy of each address and give it any port the others
   // carried that it lacks.
   std::vector<MergedEndpoint> out;

@@ -116,9 +116,27 @@ void Store::remove(ObjectKind kind, const model::ObjectKey& key) {
 
 void Store::replace(model::Replace&& r) {
   // Collect the keys of the new list, drop what is not in it, then upsert everything: the
-  // upserts compare with what is held, so only real differences mark anything dirty.
-  std::set<model::ObjectKey> keep(r.keep.begin(), r.keep.end());
-  for (const auto& o : r.objects) {
+  // upserts compare with what is held, so only real differences mark anything dirty. Nothing
+  // of the kind held yet (the first list): nothing to drop, and no set of every key to build.
+  bool held = false;
+  switch (r.kind) {
+    case ObjectKind::kService:
+      held = !services_.empty();
+      break;
+    case ObjectKind::kEndpointSlice:
+      held = !slices_.empty();
+      break;
+    case ObjectKind::kNode:
+      held = !nodes_.empty();
+      break;
+    case ObjectKind::kPod:
+      held = !pods_.empty();
+      break;
+  }
+  std::set<model::ObjectKey> keep;
+  if (held) keep.insert(r.keep.begin(), r.keep.end());
+  for (size_t i = 0; held && i < r.objects.size(); ++i) {
+    const auto& o = r.objects[i];
     std::visit(
         [&](const auto& x) {
           using T = std::decay_t<decltype(x)>;

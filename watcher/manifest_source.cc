@@ -12,10 +12,10 @@
 #include <prometheus/counter.h>
 #include <prometheus/registry.h>
 #include <simdjson.h>
+#include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <mutex>
-#include <sstream>
+#include <unordered_set>
 
 #include "watcher/decode.h"
 #include "watcher/yaml_json.h"
@@ -32,9 +32,10 @@ struct ManifestSource::FileState {
   uint64_t inode = 0;
   int64_t mtime_ns = -1;
   int64_t size = -1;
+  bool link = false;  // the directory entry is a symbolic link
   // (kind, ns/name) → a hash of the object's text, from the last good read. The objects
   // themselves live only in the Store: a change of text is what makes one be decoded again.
-  std::map<std::pair<ObjectKind, std::string>, uint64_t> objects;
+  std::unordered_map<Key, uint64_t, KeyHash> objects;
   std::vector<std::string> errors;
 };
 
@@ -56,12 +57,9 @@ bool is_manifest(const fs::path& p) {
   return ext == ".yaml" || ext == ".yml" || ext == ".json";
 }
 
-// Kind and key read straight from the JSON, for objects that fail to decode: the previous
-// good version of that object is then kept.
-std::optional<std::pair<ObjectKind, std::string>> identity(std::string_view json) {
-  simdjson::dom::parser parser;
-  simdjson::dom::element root;
-  if (parser.parse(json.data(), json.size()).get(root) != simdjson::SUCCESS) return std::nullopt;
+// Kind and key of a parsed object, read before it is decoded: an unchanged object is then
+// skipped, and one that fails to decode keeps its previous good version.
+std::optional<std::pair<ObjectKind, std::string>> identity(const simdjson::dom::element& root) {
   std::string_view kind, ns = "default", name;
   if (root["kind"].get_string().get(kind) != simdjson::SUCCESS) return std::nullopt;
   auto k = kind_from_name(kind);
@@ -73,22 +71,82 @@ std::optional<std::pair<ObjectKind, std::string>> identity(std::string_view json
   return std::make_pair(*k, std::string(ns) + "/" + std::string(name));
 }
 
-// Splits a document into objects: a `kind: List` (or `FooList`) yields its items.
-Result<std::vector<std::string>> expand(std::string_view json) {
-  simdjson::dom::parser parser;
-  simdjson::dom::element root;
-  if (auto err = parser.parse(json.data(), json.size()).get(root); err != simdjson::SUCCESS)
-    return Error{std::string("malformed JSON: ") + simdjson::error_message(err)};
-  std::vector<std::string> out;
-  std::string_view kind;
-  simdjson::dom::array items;
-  if (root["kind"].get_string().get(kind) == simdjson::SUCCESS && kind.ends_with("List") &&
-      root["items"].get_array().get(items) == simdjson::SUCCESS) {
-    for (simdjson::dom::element item : items) out.push_back(simdjson::minify(item));
-    return out;
+// A hash of a parsed object's content, walked on the parser's tape: whether an object changed
+// is known without writing it out as text again. Strings are length-prefixed and every value
+// carries its type, so different structures do not collide by construction.
+class ContentHash {
+ public:
+  uint64_t value() const { return h_; }
+  void add(const simdjson::dom::element& e) {
+    namespace dom = simdjson::dom;
+    switch (e.type()) {
+      case dom::element_type::ARRAY: {
+        mix('[');
+        dom::array a;
+        if (e.get_array().get(a) == simdjson::SUCCESS)
+          for (dom::element x : a) add(x);
+        mix(']');
+        break;
+      }
+      case dom::element_type::OBJECT: {
+        mix('{');
+        dom::object o;
+        if (e.get_object().get(o) == simdjson::SUCCESS)
+          for (dom::key_value_pair kv : o) {
+            text(kv.key);
+            add(kv.value);
+          }
+        mix('}');
+        break;
+      }
+      case dom::element_type::STRING: {
+        std::string_view s;
+        if (e.get_string().get(s) == simdjson::SUCCESS) text(s);
+        break;
+      }
+      case dom::element_type::INT64: {
+        int64_t i = 0;
+        if (e.get_int64().get(i) == simdjson::SUCCESS) mix('i', static_cast<uint64_t>(i));
+        break;
+      }
+      case dom::element_type::UINT64: {
+        uint64_t u = 0;
+        if (e.get_uint64().get(u) == simdjson::SUCCESS) mix('u', u);
+        break;
+      }
+      case dom::element_type::DOUBLE: {
+        double d = 0;
+        uint64_t bits = 0;
+        if (e.get_double().get(d) == simdjson::SUCCESS) std::memcpy(&bits, &d, sizeof bits);
+        mix('d', bits);
+        break;
+      }
+      case dom::element_type::BOOL: {
+        bool b = false;
+        if (e.get_bool().get(b) == simdjson::SUCCESS) mix(b ? 't' : 'f');
+        break;
+      }
+      case dom::element_type::NULL_VALUE:
+        mix('n');
+        break;
+    }
   }
-  out.emplace_back(json);
-  return out;
+
+ private:
+  void mix(uint64_t tag, uint64_t v = 0) {
+    h_ = (h_ ^ tag) * 0x100000001b3ull;
+    h_ = (h_ ^ v) * 0x9e3779b97f4a7c15ull;
+    h_ ^= h_ >> 29;
+  }
+  void text(std::string_view s) { mix('"' + (s.size() << 8), std::hash<std::string_view>{}(s)); }
+
+  uint64_t h_ = 1469598103934665603ull;
+};
+
+uint64_t content_hash(const simdjson::dom::element& e) {
+  ContentHash h;
+  h.add(e);
+  return h.value();
 }
 
 }  // namespace
@@ -157,98 +215,96 @@ void ManifestSource::run() {
       return;
     }
     if (fds[1].revents) return;
-    bool relevant = false;
+    // Only the files the events name are looked at again, unless the kernel dropped events
+    // (IN_Q_OVERFLOW) or the directory itself changed: then every file is.
+    bool full = false;
+    std::set<std::string> names;
     for (;;) {
       ssize_t n = read(inotify_fd_, buf, sizeof buf);
       if (n <= 0) break;
       for (ssize_t off = 0; off < n;) {
         inotify_event ev;
         std::memcpy(&ev, buf + off, sizeof ev);
-        std::string name = ev.len ? std::string(buf + off + sizeof ev) : std::string();
+        const char* name_at = buf + off + sizeof ev;
+        std::string name = ev.len ? std::string(name_at, strnlen(name_at, ev.len)) : std::string();
         off += static_cast<ssize_t>(sizeof ev + ev.len);
+        if ((ev.mask & IN_Q_OVERFLOW) || name.empty()) {
+          full = true;
+          continue;
+        }
+        if (ev.mask & IN_ISDIR) continue;  // never read; links into it have their own events
+        struct stat st;
         if (ev.mask & IN_CREATE) {
           // Only a symlink is complete at creation (the way ConfigMap volumes swap content).
-          struct stat st;
           if (lstat((dir_ / name).c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) continue;
         }
-        relevant = true;
+        if (is_manifest(name)) {
+          names.insert(std::move(name));
+        } else if (linked_files_.load() > 0) {
+          // A manifest that is a link may read through this entry (a ConfigMap volume's
+          // `..data`, swapped by rename): which ones is not known here.
+          full = true;
+        }
       }
     }
-    if (relevant) rescan();
+    if (full)
+      rescan_files(nullptr);
+    else if (!names.empty())
+      rescan_files(&names);
   }
 }
-
-namespace {
-
-uint64_t text_hash(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (char c : s) {
-    h ^= static_cast<uint8_t>(c);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-}  // namespace
 
 void ManifestSource::load_file(const fs::path& path, FileState& st, bool force, Decoded& out) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (!in.good() && !in.eof()) {
+  // Read straight into simdjson's padded buffer: a JSON file is parsed where it was read.
+  simdjson::padded_string text;
+  if (simdjson::padded_string::load(path.string()).get(text) != simdjson::SUCCESS) {
     st.errors = {"cannot read the file"};
     return;
   }
-  std::string text = ss.str();
-  std::vector<std::string> docs;
-  if (path.extension() == ".json") {
-    docs.push_back(std::move(text));
-  } else {
-    auto conv = yaml_to_json_documents(text);
+  std::vector<std::string> yaml_docs;
+  const bool json = path.extension() == ".json";
+  if (!json) {
+    auto conv = yaml_to_json_documents(std::string_view(text.data(), text.size()));
     if (!conv) {
       st.errors = {conv.error()};  // keep every object of the last good read
       return;
     }
-    docs = std::move(*conv);
+    yaml_docs = std::move(*conv);
   }
-  std::vector<std::string> objects;
+
+  // Each document is parsed once; a List's items are read from that parse (identity, content
+  // hash, and — only when the hash changed — the decoder), never written out and parsed again.
+  simdjson::dom::parser parser;
   std::vector<std::string> errors;
-  for (const auto& d : docs) {
-    auto expanded = expand(d);
-    if (!expanded) {
-      errors.push_back(expanded.error());
-      continue;
-    }
-    for (auto& o : *expanded) objects.push_back(std::move(o));
-  }
-  if (!errors.empty() && objects.empty()) {
-    st.errors = std::move(errors);
-    return;
-  }
+  bool any_object = false;  // of any kind: a file of Deployments is not a broken file
   decltype(st.objects) next;
-  for (const auto& json : objects) {
-    auto id = identity(json);
+  auto one = [&](const simdjson::dom::element& obj, size_t bytes) {
+    any_object = true;
+    auto id = identity(obj);
     if (!id) {
       // Not a kind endpointd reads (a Deployment, a ConfigMap...): skip it quietly. One of
       // ours without a name goes on to the decoder, which says what is wrong.
-      simdjson::dom::parser p;
-      simdjson::dom::element root;
       std::string_view kind;
-      if (p.parse(json).get(root) == simdjson::SUCCESS &&
-          root["kind"].get_string().get(kind) == simdjson::SUCCESS && !kind_from_name(kind)) {
+      if (obj["kind"].get_string().get(kind) == simdjson::SUCCESS && !kind_from_name(kind)) {
         spdlog::debug("manifest {}: ignoring an object of kind {}", path.string(), kind);
-        continue;
+        return;
       }
     }
-    uint64_t h = text_hash(json);
+    uint64_t h = content_hash(obj);
     if (id && !force) {
       auto old = st.objects.find(*id);
       if (old != st.objects.end() && old->second == h) {  // unchanged: the Store has it
         next.emplace(*id, h);
-        continue;
+        return;
       }
     }
-    auto d = decode_json(json);
+    Result<watcher::Decoded> d =
+        bytes > kMaxObjectBytes
+            ? Result<watcher::Decoded>(Error{"object of " + std::to_string(bytes) +
+                                             " bytes exceeds the limit of " +
+                                             std::to_string(kMaxObjectBytes)})
+            : decode_object(obj);
+    decoded_objects_.fetch_add(1);
     if (!d) {
       errors.push_back(d.error());
       if (id) {
@@ -256,98 +312,151 @@ void ManifestSource::load_file(const fs::path& path, FileState& st, bool force, 
         // Keep the last good version: the Store still holds it.
         if (auto old = st.objects.find(*id); old != st.objects.end()) next.insert(*old);
       }
-      continue;
+      return;
     }
     for (const auto& w : d->warnings) spdlog::warn("manifest {}: {}", path.string(), w);
     Key key{model::kind_of(d->object), model::key_string(d->object)};
     next.insert_or_assign(key, h);
     out.emplace_back(std::move(key), std::move(d->object));
+  };
+  auto document = [&](simdjson::simdjson_result<simdjson::dom::element> parsed, size_t bytes) {
+    simdjson::dom::element root;
+    if (auto err = parsed.get(root); err != simdjson::SUCCESS) {
+      errors.push_back(std::string("malformed JSON: ") + simdjson::error_message(err));
+      return;
+    }
+    // A `kind: List` (or `FooList`) stands for its items.
+    std::string_view kind;
+    simdjson::dom::array items;
+    if (root["kind"].get_string().get(kind) == simdjson::SUCCESS && kind.ends_with("List") &&
+        root["items"].get_array().get(items) == simdjson::SUCCESS) {
+      for (simdjson::dom::element item : items) one(item, 0);
+      return;
+    }
+    one(root, bytes);
+  };
+  if (json) {
+    document(parser.parse(text), text.size());
+  } else {
+    for (const auto& d : yaml_docs) document(parser.parse(d), d.size());
+  }
+  if (!errors.empty() && !any_object) {
+    st.errors = std::move(errors);  // nothing readable: keep every object of the last good read
+    return;
   }
   st.objects = std::move(next);
   st.errors = std::move(errors);
 }
 
 void ManifestSource::rescan() {
-  std::error_code ec;
-  std::map<std::string, FileState> next;
+  rescan_files(nullptr);
+}
+
+void ManifestSource::rescan_files(const std::set<std::string>* names) {
+  // The files to look at: those named, or (a full rescan) every manifest listed plus every
+  // file known from before (one that is gone is forgotten below).
+  std::set<std::string> paths;
+  if (names) {
+    for (const auto& n : *names)
+      if (fs::path p = dir_ / n; is_manifest(p)) paths.insert(p.string());
+  } else {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir_, ec))
+      if (is_manifest(entry.path())) paths.insert(entry.path().string());
+    if (ec) {
+      spdlog::error("manifest source: cannot list {}: {}", dir_.string(), ec.message());
+      return;  // keep what we had
+    }
+  }
   std::map<std::string, Decoded> decoded;  // by file, what was decoded in this scan
   const bool first = reloads_.load() == 0;
   bool changed = first;  // the first read always posts: it marks the kinds synced
   model::Event ev;
   {
     std::lock_guard lock(mu_);
+    if (!names)
+      for (const auto& [file, st] : files_) paths.insert(file);
     // The objects whose owner may have changed: those of every file re-read or gone.
-    std::set<Key> touched;
+    std::unordered_set<Key, KeyHash> touched;
     auto forget = [&](const std::string& file, const FileState& st) {
       for (const auto& [key, h] : st.objects) {
         touched.insert(key);
         if (auto it = definers_.find(key); it != definers_.end()) {
-          it->second.erase(file);
+          std::erase_if(it->second, [&](const auto& f) { return *f == file; });
           if (it->second.empty()) definers_.erase(it);
         }
       }
     };
-    auto learn = [&](const std::string& file, const FileState& st) {
+    auto learn = [&](const FileState& st) {
       for (const auto& [key, h] : st.objects) {
         touched.insert(key);
-        definers_[key].insert(file);
+        auto& files = definers_[key];  // in name order
+        auto at = std::lower_bound(files.begin(), files.end(), *st.name,
+                                   [](const auto& f, const std::string& n) { return *f < n; });
+        if (at == files.end() || **at != *st.name) files.insert(at, st.name);
       }
     };
-    for (const auto& entry : fs::directory_iterator(dir_, ec)) {
-      const auto& path = entry.path();
-      if (!is_manifest(path)) continue;
+    for (const auto& file : paths) {
+      // A manifest may be a link (a ConfigMap volume's are): its content is the target's.
       struct stat sb;
-      if (stat(path.c_str(), &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
-      FileState st;
-      auto old = files_.find(path.string());
-      if (old != files_.end())
-        st = std::move(old->second);
-      else
-        st.name = std::make_shared<const std::string>(path.string());
-      int64_t mtime = static_cast<int64_t>(sb.st_mtim.tv_sec) * 1000000000 + sb.st_mtim.tv_nsec;
-      if (st.inode != sb.st_ino || st.mtime_ns != mtime || st.size != sb.st_size) {
-        st.inode = sb.st_ino;
-        st.mtime_ns = mtime;
-        st.size = sb.st_size;
-        forget(path.string(), st);
-        load_file(path, st, false, decoded[path.string()]);
-        learn(path.string(), st);
+      bool exists = lstat(file.c_str(), &sb) == 0;
+      const bool link = exists && S_ISLNK(sb.st_mode);
+      if (link) exists = stat(file.c_str(), &sb) == 0;
+      const bool present = exists && S_ISREG(sb.st_mode);
+      auto it = files_.find(file);
+      if (!present) {
+        if (it == files_.end()) continue;
+        forget(file, it->second);  // the file went away
+        if (it->second.link) --linked_files_;
+        files_.erase(it);
         changed = true;
-        for (const auto& e : st.errors) {
-          spdlog::error("manifest {}: {}; keeping its last good objects", path.string(), e);
-          error_count_.fetch_add(1);
-          if (metrics_->file_errors) metrics_->file_errors->Increment();
-        }
+        continue;
       }
-      next.emplace(path.string(), std::move(st));
-    }
-    if (ec) {
-      spdlog::error("manifest source: cannot list {}: {}", dir_.string(), ec.message());
-      for (auto& [file, st] : next) files_[file] = std::move(st);
-      return;  // keep what we had
-    }
-    for (const auto& [file, st] : files_) {
-      if (next.count(file)) continue;
-      forget(file, st);  // a file went away (its entry was not moved into next)
+      if (it == files_.end()) {
+        it = files_.emplace(file, FileState{}).first;
+        it->second.name = std::make_shared<const std::string>(file);
+      }
+      FileState& st = it->second;
+      if (st.link != link) {
+        st.link = link;
+        if (link)
+          ++linked_files_;
+        else
+          --linked_files_;
+      }
+      int64_t mtime = static_cast<int64_t>(sb.st_mtim.tv_sec) * 1000000000 + sb.st_mtim.tv_nsec;
+      if (st.inode == sb.st_ino && st.mtime_ns == mtime && st.size == sb.st_size) continue;
+      st.inode = sb.st_ino;
+      st.mtime_ns = mtime;
+      st.size = sb.st_size;
+      forget(file, st);
+      load_file(file, st, false, decoded[file]);
+      learn(st);
       changed = true;
+      for (const auto& e : st.errors) {
+        spdlog::error("manifest {}: {}; keeping its last good objects", file, e);
+        error_count_.fetch_add(1);
+        if (metrics_->file_errors) metrics_->file_errors->Increment();
+      }
     }
-    files_ = std::move(next);
     if (!changed) return;  // an event for a file that is not a manifest, or no real change
 
-    // Owners of the touched objects: the last file in name order that defines each.
-    std::map<Key, std::shared_ptr<const std::string>> owners;  // touched ones; null: gone
+    // Owners of the touched objects: the last file in name order that defines each (null:
+    // no file does any more).
+    std::unordered_map<Key, std::shared_ptr<const std::string>, KeyHash> owners;
+    owners.reserve(touched.size());
     for (const Key& key : touched) {
       auto d = definers_.find(key);
       if (d == definers_.end()) {
         owners.emplace(key, nullptr);
         continue;
       }
-      const std::string& file = *d->second.rbegin();
-      owners.emplace(key, files_.at(file).name);
+      const std::string& file = *d->second.back();
+      owners.emplace(key, d->second.back());
       if (d->second.size() > 1)
         for (const auto& other : d->second)
-          if (other != file && decoded.count(other))
-            spdlog::warn("manifest {}: {} {} is also defined in {}; using that one", other,
+          if (*other != file && decoded.count(*other))
+            spdlog::warn("manifest {}: {} {} is also defined in {}; using that one", *other,
                          model::to_string(key.first), key.second, file);
     }
     auto owned_by = [&](const Key& key, const std::string& file) {

@@ -50,6 +50,24 @@ TEST(BuildServiceState, MergesSlicesSortedByAddress) {
   EXPECT_EQ(st.endpoints[1].port_for(st.service.ports[0]), 8080);
 }
 
+// Already in order with each address once (the common case, taken without sorting or
+// copying): kept as given; in order but with a copy, still merged.
+TEST(BuildServiceState, InOrderInputIsKeptAndInOrderCopiesStillMerge) {
+  auto a = slice("a", {ep("10.0.0.1"), ep("10.0.0.2")});
+  auto b = slice("b", {ep("10.0.0.3", false)});
+  auto st = build_service_state(svc("web"), {&a, &b});
+  ASSERT_EQ(st.endpoints.size(), 3u);
+  EXPECT_EQ(st.endpoints[0].address, ip("10.0.0.1"));
+  EXPECT_EQ(st.endpoints[2].address, ip("10.0.0.3"));
+  EXPECT_FALSE(st.endpoints[2].conditions.ready);
+  auto c = slice("c", {ep("10.0.0.3", true)});
+  c.ports = {{"metrics", Protocol::kTCP, 9090, ""}};
+  auto merged = build_service_state(svc("web"), {&a, &c, &b});  // ready copy first: in order
+  ASSERT_EQ(merged.endpoints.size(), 3u);
+  EXPECT_TRUE(merged.endpoints[2].conditions.ready);
+  EXPECT_EQ(merged.endpoints[2].ports.size(), 2u);
+}
+
 TEST(BuildServiceState, DedupePrefersTheNonTerminatingCopy) {
   // The endpoint moved to a new slice while the old slice still shows it terminating.
   auto old_slice = slice("a", {ep("10.0.0.1", false, true, true)});

@@ -148,6 +148,46 @@ TEST_F(StoreTest, ReplaceChangesOnlyRealDifferences) {
   EXPECT_TRUE(d.changed.empty());
 }
 
+// The first list of each kind fills an empty Store; the next one of each kind drops what it
+// no longer holds.
+TEST_F(StoreTest, FirstListThenRelistOfEveryKind) {
+  Store all{
+      {ObjectKind::kService, ObjectKind::kEndpointSlice, ObjectKind::kNode, ObjectKind::kPod}};
+  model::Node n1, n2;
+  n1.name = "node-a";
+  n2.name = "node-b";
+  model::Pod p1, p2;
+  p1.key = {"ns", "web-1"};
+  p2.key = {"ns", "web-2"};
+  std::vector<model::Replace> first = {
+      {ObjectKind::kService, {svc("a"), svc("b")}},
+      {ObjectKind::kEndpointSlice,
+       {slice("a-1", "a", {"10.0.0.1"}), slice("b-1", "b", {"10.0.0.2"})}},
+      {ObjectKind::kNode, {n1, n2}},
+      {ObjectKind::kPod, {p1, p2}}};
+  all.apply(model::Event{model::ReplaceMany{std::move(first)}});
+  auto s1 = all.build(nullptr);
+  EXPECT_TRUE(s1->synced);
+  EXPECT_EQ(s1->services.size(), 2u);
+  EXPECT_EQ(s1->endpoint_count(), 2u);
+  EXPECT_EQ(s1->nodes.size(), 2u);
+  EXPECT_EQ(s1->pods.size(), 2u);
+  std::vector<model::Replace> again = {
+      {ObjectKind::kService, {svc("a"), svc("b")}},
+      {ObjectKind::kEndpointSlice, {slice("a-1", "a", {"10.0.0.1"})}},
+      {ObjectKind::kNode, {n2}},
+      {ObjectKind::kPod, {p1}}};
+  all.apply(model::Event{model::ReplaceMany{std::move(again)}});
+  auto s2 = all.build(s1);
+  EXPECT_EQ(s2->find_ptr({"ns", "a"}), s1->find_ptr({"ns", "a"}));
+  ASSERT_NE(s2->find({"ns", "b"}), nullptr);
+  EXPECT_TRUE(s2->find({"ns", "b"})->endpoints.empty());
+  EXPECT_EQ(s2->find_node("node-a"), nullptr);
+  EXPECT_NE(s2->find_node("node-b"), nullptr);
+  EXPECT_EQ(s2->find_pod({"ns", "web-2"}), nullptr);
+  EXPECT_NE(s2->find_pod({"ns", "web-1"}), nullptr);
+}
+
 TEST_F(StoreTest, ServiceProxyNameLabelIsIgnored) {
   auto s = svc("other");
   s.service_proxy_name = "someone-else";

@@ -232,6 +232,86 @@ items:
   EXPECT_EQ(s->services.size(), 3u);
 }
 
+// A List is parsed once and each item handed to the decoder once; rewriting the file decodes
+// only the item whose content changed.
+TEST_F(ManifestSourceTest, ListItemsAreDecodedOnceAndAgainOnlyWhenChanged) {
+  auto list = [](const char* b_ip) {
+    return std::string(R"({"kind":"List","items":[)") +
+           R"({"kind":"Service","metadata":{"name":"a","namespace":"demo"},"spec":{"clusterIP":"10.96.0.1"}},)" +
+           R"({"kind":"Service","metadata":{"name":"b","namespace":"demo"},"spec":{"clusterIP":")" +
+           b_ip + R"("}},)" +
+           R"({"kind":"Deployment","metadata":{"name":"d","namespace":"demo"}},)" +
+           R"({"kind":"Service","metadata":{"name":"c","namespace":"demo"},"spec":{"clusterIP":"10.96.0.3"}}]})";
+  };
+  write("list.json", list("10.96.0.2"));
+  start();
+  auto s = col_.wait_past(0);
+  EXPECT_EQ(s->services.size(), 3u);
+  EXPECT_EQ(src_->decoded_objects(), 3u);  // the Deployment is not decoded
+  int n = col_.posts();
+  write("list.json", list("10.96.0.22"));
+  s = col_.wait_past(n);
+  ASSERT_NE(s->find({"demo", "b"}), nullptr);
+  EXPECT_EQ(s->find({"demo", "b"})->service.cluster_ips[0].str(), "10.96.0.22");
+  EXPECT_EQ(s->services.size(), 3u);
+  EXPECT_EQ(src_->decoded_objects(), 4u);
+}
+
+// Renames: into the directory from elsewhere, within it (the objects stay), out of it (they
+// go); and a deletion.
+TEST_F(ManifestSourceTest, FilesRenamedInWithinAndOutAndDeleted) {
+  auto svc = [](const char* name) {
+    return std::string("kind: Service\nmetadata: {name: ") + name +
+           ", namespace: demo}\nspec: {clusterIP: 10.96.0.1, ports: [{port: 80}]}\n";
+  };
+  write("keep.yaml", svc("keep"));
+  start();
+  EXPECT_EQ(col_.wait_past(0)->services.size(), 1u);
+  char tmpl[] = "/tmp/endpointd-outside-XXXXXX";
+  fs::path outside = mkdtemp(tmpl);
+  std::ofstream(outside / "moved.yaml") << svc("moved");
+  int n = col_.posts();
+  fs::rename(outside / "moved.yaml", dir_ / "moved.yaml");
+  auto s = col_.wait_past(n);
+  EXPECT_NE(s->find({"demo", "moved"}), nullptr);
+  n = col_.posts();
+  fs::rename(dir_ / "moved.yaml", dir_ / "renamed.yaml");
+  s = col_.wait_past(n);
+  // The two halves of the rename may come in two reads: gone, then back.
+  for (int i = 0; i < 2 && !s->find({"demo", "moved"}); ++i) s = col_.wait_past(col_.posts());
+  EXPECT_NE(s->find({"demo", "moved"}), nullptr);
+  n = col_.posts();
+  fs::rename(dir_ / "renamed.yaml", outside / "moved.yaml");
+  s = col_.wait_past(n);
+  EXPECT_EQ(s->find({"demo", "moved"}), nullptr);
+  EXPECT_NE(s->find({"demo", "keep"}), nullptr);
+  n = col_.posts();
+  fs::remove(dir_ / "keep.yaml");
+  s = col_.wait_past(n);
+  EXPECT_EQ(s->services.size(), 0u);
+  EXPECT_TRUE(src_->errors().empty());
+  fs::remove_all(outside);
+}
+
+// A ConfigMap volume: each manifest is a link through `..data`, and an update swaps `..data`
+// by rename. No event names the manifests, so every file is looked at again.
+TEST_F(ManifestSourceTest, ConfigMapStyleLinkSwapIsPickedUp) {
+  fs::create_directory(dir_ / "..v1");
+  std::ofstream(dir_ / "..v1" / "web.yaml") << kWeb;
+  fs::create_directory_symlink("..v1", dir_ / "..data");
+  fs::create_symlink("..data/web.yaml", dir_ / "web.yaml");
+  start();
+  EXPECT_EQ(endpoints(col_.wait_past(0)), 2u);
+  fs::create_directory(dir_ / "..v2");
+  std::ofstream(dir_ / "..v2" / "web.yaml") << kWeb << "- addresses: [10.244.0.3]\n";
+  int n = col_.posts();
+  fs::create_directory_symlink("..v2", dir_ / "..data_tmp");
+  fs::rename(dir_ / "..data_tmp", dir_ / "..data");
+  model::SnapshotPtr s = col_.wait_past(n);
+  for (int i = 0; i < 3 && endpoints(s) != 3u; ++i) s = col_.wait_past(col_.posts());
+  EXPECT_EQ(endpoints(s), 3u);
+}
+
 TEST_F(ManifestSourceTest, MissingDirectoryFailsToStart) {
   ManifestSource src(
       dir_ / "nope", [](model::Event) {}, nullptr);
