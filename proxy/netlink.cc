@@ -22,6 +22,7 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <tuple>
 
 #include "proxy/nftnl_util.h"
 
@@ -426,9 +427,29 @@ Result<KernelTable> NetlinkBackend::list_table(const Table* t, IpFamily f) {
     auto want = t->sets.find(name);
     // Only the sets the table keeps; the affinity map's records are the packet path's.
     if (want == t->sets.end() || want->second.shape == SetShape::kAffinity) continue;
-    auto els = list_elements(f, name);
-    if (!els) return Error{els.error()};
-    k.elements.emplace(name, std::move(*els));
+    // A dump comes a socket buffer at a time, each a new walk of the set that skips what was
+    // sent; a hash set the kernel resized in between (its deferred rehash after a big insert,
+    // or a shrink after deletes) is walked in another order, and the dump both repeats and
+    // misses elements. A missed element could be a removed endpoint's, left in place: so a
+    // dump with a repeat is taken again, and a set that never lists cleanly is not trusted
+    // (left out: it is flushed and filled again, as before the listing existed).
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      auto els = list_elements(f, name);
+      if (!els) return Error{els.error()};
+      auto by_key = [](const KernelElement& a, const KernelElement& b) {
+        return std::tie(a.key, a.key_end, a.flags) < std::tie(b.key, b.key_end, b.flags);
+      };
+      std::sort(els->begin(), els->end(), by_key);
+      bool repeated =
+          std::adjacent_find(els->begin(), els->end(), [](const auto& a, const auto& b) {
+            return a.key == b.key && a.key_end == b.key_end && a.flags == b.flags;
+          }) != els->end();
+      if (!repeated) {
+        k.elements.emplace(name, std::move(*els));
+        break;
+      }
+      ++unsettled_dumps_;
+    }
   }
   return k;
 }

@@ -63,6 +63,8 @@ class NetlinkBackend : public Backend {
     uint64_t foreign = 0;  // of which saw someone else's commit in their window
   };
   QuietStats quiet_stats() const;
+  // Set dumps taken again because they repeated an element (see list_table).
+  uint64_t unsettled_dumps() const { return unsettled_dumps_; }
 
  private:
   struct Socket;
@@ -72,6 +74,8 @@ class NetlinkBackend : public Backend {
   // The elements of one set of the family's table (none when it has no such set).
   Result<std::vector<KernelElement>> list_elements(IpFamily f, const std::string& set_name);
   // The family's chains and sets, and the elements of each set `t` (may be null) keeps.
+  // Sets whose dump repeated an element (the kernel resized the set while dumping it) are
+  // listed again, up to three times, else left out (flushed and filled again).
   Result<KernelTable> list_table(const Table* t, IpFamily f);
   // ClientIP affinity: deletes the records of the family's affinity map whose <vip> . <backend>
   // `stale` says is no longer routed (the map is listed: records are the packet path's).
@@ -80,6 +84,7 @@ class NetlinkBackend : public Backend {
                                               BatchStats committed);
   std::unique_ptr<Socket> sock_;
   uint32_t seq_ = 1;
+  uint64_t unsettled_dumps_ = 0;
   mutable std::mutex quiet_mu_;  // guards the four below
   std::function<bool(bool)> listen_;
   std::function<void()> foreign_;

@@ -856,6 +856,10 @@ size_t full_sync_table(Builder& b, const Table& t, const KernelTable& k) {
       have.reserve(listed->second.size());
       for (const auto& e : listed->second) have.push_back(&e);
       std::sort(have.begin(), have.end(), [](auto* x, auto* y) { return x->key < y->key; });
+      // A key listed twice (a dump the kernel disturbed) is looked at once.
+      have.erase(
+          std::unique(have.begin(), have.end(), [](auto* x, auto* y) { return x->key == y->key; }),
+          have.end());
       auto h = have.begin();
       for (const auto& want : s.elements) {
         for (; h != have.end() && (*h)->key < want.key; ++h) p.del.push_back(*h);

@@ -367,6 +367,82 @@ TEST_F(Encode, FullSyncOverAnOlderRulesetFlushesAndDeletesWhatIsGone) {
   EXPECT_EQ(find(ms, NFT_MSG_DELCHAIN, "services"), nullptr) << "a chain still in use is kept";
 }
 
+// A full sync over a listing sends only the difference: a listed set that holds what the table
+// has gets no message; a key the dump repeated is still kept (never deleted); someone else's
+// element is deleted; an element with other data is replaced; a set that was not listed is
+// flushed and filled.
+TEST_F(Encode, FullSyncSendsOnlyTheDifferenceFromTheListing) {
+  planner.reset(*base);
+  const Table& t4 = planner.table(IpFamily::kV4);
+  KernelTable k4;
+  for (const auto& [name, c] : t4.chains) k4.chains.push_back(name);
+  for (const auto& [name, set] : t4.sets) k4.sets.push_back(name);
+  auto listed = [](const Set& set) {
+    std::vector<KernelElement> out;
+    for (const auto& e : set.elements) {
+      KernelElement k;
+      k.key = e.key;
+      k.key_end = e.key_end;
+      k.data = e.data;
+      if (e.verdict == Verdict::kGoto) {
+        k.verdict = NFT_GOTO;
+        k.chain = e.chain;
+      }
+      if (e.verdict == Verdict::kDrop) k.verdict = NF_DROP;
+      out.push_back(std::move(k));
+    }
+    return out;
+  };
+  // service-ips as the table has it, with its first element listed twice.
+  auto ips = listed(t4.sets.at("service-ips"));
+  ASSERT_GE(ips.size(), 2u);
+  ips.push_back(ips.front());
+  k4.elements["service-ips"] = ips;
+  // service-lb with a stranger and one element pointing elsewhere.
+  auto lb = listed(t4.sets.at("service-lb"));
+  ASSERT_GE(lb.size(), 2u);
+  KernelElement stranger = lb.front();
+  stranger.key[0] = static_cast<char>(0x7f);
+  lb.push_back(stranger);
+  lb[1].chain = "somewhere-else";
+  k4.elements["service-lb"] = lb;
+  // Every other set listed as it is, except hairpin (not listed).
+  for (const auto& [name, set] : t4.sets) {
+    if (name != "service-ips" && name != "service-lb" && name != "hairpin" &&
+        set.shape != SetShape::kAffinity && set.shape != SetShape::kAddrInterval)
+      k4.elements[name] = listed(set);
+  }
+  Batch b = build_full_sync_batch({&t4}, k4, {}, 7);
+  auto ms = decode(b);
+  expect_framed(b, ms, 7);
+  EXPECT_EQ(find(ms, NFT_MSG_DELSETELEM, "service-ips"), nullptr) << "a repeated key is kept";
+  EXPECT_EQ(find(ms, NFT_MSG_NEWSETELEM, "service-ips"), nullptr);
+  const Msg* del = find(ms, NFT_MSG_DELSETELEM, "service-lb");
+  ASSERT_NE(del, nullptr);
+  ASSERT_EQ(del->elems.size(), 2u);  // the stranger, and the one pointing elsewhere
+  const Msg* add = find(ms, NFT_MSG_NEWSETELEM, "service-lb");
+  ASSERT_NE(add, nullptr);
+  ASSERT_EQ(add->elems.size(), 1u);
+  std::string hex;  // the decoder prints bytes in hex
+  for (unsigned char c : lb[1].key) {
+    hex += "0123456789abcdef"[c >> 4];
+    hex += "0123456789abcdef"[c & 15];
+  }
+  EXPECT_EQ(add->elems[0].key, hex);
+  // Not listed (hairpin, and here the plain interval sets): flushed and filled whole.
+  size_t whole = 0;
+  for (const auto& [name, set] : t4.sets) {
+    if (name == "hairpin" || set.shape == SetShape::kAddrInterval) whole += set.elements.size();
+  }
+  EXPECT_NE(find(ms, NFT_MSG_DELSETELEM, "hairpin"), nullptr) << "not listed: flushed";
+  EXPECT_EQ(b.elements, 3 + whole);
+  for (const auto& [name, set] : t4.sets) {
+    if (k4.elements.count(name) && name != "service-lb") {
+      EXPECT_EQ(find(ms, NFT_MSG_NEWSETELEM, name), nullptr) << name;
+    }
+  }
+}
+
 // ClientIP affinity (every_shape's dns, default timeout): a dynamic map the packet path
 // fills, a lookup of it before balancing, and a record rule after DNAT.
 TEST_F(Encode, AffinityMapAndRules) {
