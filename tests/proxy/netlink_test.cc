@@ -134,15 +134,21 @@ void expect_same(NetNs& a, NetNs& b) {
   }
 }
 
-TEST(ProxyNetlink, FullSyncListsLikeRender) {
+// `p`'s tables loaded by nft from render and by a netlink full sync, each into a fresh
+// namespace, list the same.
+void expect_sync_lists_like_render(const Planner& p) {
   NetNs by_nft(netns::unique_prefix() + "nft"), by_netlink(netns::unique_prefix() + "nl");
-  Planner p(testing::node_context());
-  p.reset(*testing::every_shape());
   load_render(by_nft, p);
   auto b = open_in(by_netlink);
   auto r = sync(*b, p);
   ASSERT_TRUE(r.ok()) << r.error();
   expect_same(by_nft, by_netlink);
+}
+
+TEST(ProxyNetlink, FullSyncListsLikeRender) {
+  Planner p(testing::node_context());
+  p.reset(*testing::every_shape());
+  expect_sync_lists_like_render(p);
 }
 
 // The local-traffic rules of each --detect-local-mode, cluster-ips-check with service CIDRs, and
@@ -153,7 +159,6 @@ TEST(ProxyNetlink, DetectLocalModesAndClusterIpsCheckListLikeRender) {
                              std::pair{DetectLocal::kInterfaceNamePrefix, "veth"},
                              std::pair{DetectLocal::kNodeCidr, ""}}) {
     SCOPED_TRACE(static_cast<int>(mode));
-    NetNs by_nft(netns::unique_prefix() + "nft"), by_netlink(netns::unique_prefix() + "nl");
     NodeContext c = testing::node_context();
     c.detect_local = mode;
     c.local_interface = iface;
@@ -162,11 +167,7 @@ TEST(ProxyNetlink, DetectLocalModesAndClusterIpsCheckListLikeRender) {
     c.primary_ips = {testing::ip("198.51.100.20"), testing::ip("2001:db8:1::20")};
     Planner p(c);
     p.reset(*testing::every_shape());
-    load_render(by_nft, p);
-    auto b = open_in(by_netlink);
-    auto r = sync(*b, p);
-    ASSERT_TRUE(r.ok()) << r.error();
-    expect_same(by_nft, by_netlink);
+    expect_sync_lists_like_render(p);
   }
 }
 
