@@ -949,8 +949,14 @@ Batch build_full_sync_batch(const std::vector<const Table*>& tables, const Kerne
 
 Batch build_changes_batch(const std::vector<TableChanges>& list, uint32_t seq) {
   Builder b(seq);
-  for (const auto& ch : list) changes(b, ch, nullptr);
-  return b.finish();
+  size_t elements = 0;
+  for (const auto& ch : list) {
+    changes(b, ch, nullptr);
+    elements += ch.del_elements.size() + ch.add_elements.size();
+  }
+  Batch out = b.finish();
+  out.elements = elements;
+  return out;
 }
 
 Batch build_forget_affinity_batch(IpFamily f, const std::vector<std::string>& keys, uint32_t seq) {

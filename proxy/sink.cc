@@ -143,6 +143,8 @@ struct ProxySink::Metrics {
   prometheus::Counter* rejected = nullptr;
   prometheus::Counter* conntrack_deleted = nullptr;
   prometheus::Counter* conntrack_failures = nullptr;
+  prometheus::Counter* elements_full = nullptr;
+  prometheus::Counter* elements_partial = nullptr;
 };
 
 namespace {
@@ -232,6 +234,15 @@ ProxySink::ProxySink(Backend* backend, pipeline::AckBoard* board, Options opts)
         counter("endpointd_proxy_conntrack_deleted_total", "Stale UDP conntrack entries deleted.");
     metrics_->conntrack_failures = counter("endpointd_proxy_conntrack_cleanup_failures_total",
                                            "UDP conntrack cleanups that failed.");
+    auto& written = prometheus::BuildCounter()
+                        .Name("endpointd_proxy_elements_written_total")
+                        .Help(
+                            "Set and map elements committed batches added or deleted; a full "
+                            "sync sends only what differs from the kernel's listing (a restart "
+                            "over rules already right adds 0).")
+                        .Register(*r);
+    metrics_->elements_full = &written.Add({{"sync", "full"}});
+    metrics_->elements_partial = &written.Add({{"sync", "partial"}});
   }
   resync_ = std::thread([this] { resync_loop(); });
 }
@@ -382,6 +393,7 @@ bool ProxySink::full_sync_locked(const model::SnapshotPtr& snap) {
   // already right).
   spdlog::info("proxy: full sync of generation {}: {} elements changed, {} messages, {} bytes",
                snap->generation, r->elements, r->messages, r->bytes);
+  if (metrics_->elements_full) metrics_->elements_full->Increment(static_cast<double>(r->elements));
   model::SnapshotPtr before = applied_;
   // What changed since the kernel last had a whole generation: the deltas given since then,
   // merged (none when the full sync repairs a foreign change to the same generation).
@@ -545,6 +557,8 @@ void ProxySink::apply(const model::SnapshotPtr& snap, const model::Delta& delta)
     cv_.notify_all();
     return;
   }
+  if (metrics_->elements_partial)
+    metrics_->elements_partial->Increment(static_cast<double>(r->elements));
   model::SnapshotPtr before = applied_;
   record_success(snap, false, started);
   after_commit(before.get(), *snap, d, false);

@@ -279,6 +279,15 @@ class Encode : public ::testing::Test {
     Batch b = build_changes_batch(changes, seq);
     auto ms = decode(b);
     expect_framed(b, ms, seq);
+    // The batch counts the elements it carries (the sink's elements-written metric).
+    size_t carried = 0;
+    for (const auto& m : ms) {
+      if (m.type == NFT_MSG_NEWSETELEM || m.type == NFT_MSG_DELSETELEM) carried += m.elems.size();
+    }
+    size_t planned = 0;
+    for (const auto& c : changes) planned += c.add_elements.size() + c.del_elements.size();
+    EXPECT_EQ(b.elements, planned);
+    EXPECT_LE(planned, carried);  // an interval is two kernel elements, one planned
     return ms;
   }
 };

@@ -38,7 +38,7 @@ class FakeBackend : public Backend {
       --fail_full;
       return Error{"EINVAL (fake)"};
     }
-    return BatchStats{1, 1};
+    return BatchStats{1, 1, full_elements};
   }
   Result<BatchStats> apply(const std::vector<TableChanges>& changes) override {
     std::lock_guard l(mu);
@@ -49,8 +49,11 @@ class FakeBackend : public Backend {
       --fail_apply;
       return Error{"ENOENT (fake)"};
     }
-    return BatchStats{changes.size(), 1};
+    size_t elements = 0;
+    for (const auto& c : changes) elements += c.add_elements.size() + c.del_elements.size();
+    return BatchStats{changes.size(), 1, elements};
   }
+  size_t full_elements = 7;  // what a full sync reports it changed
   std::mutex mu;
 };
 
@@ -196,9 +199,21 @@ TEST(ProxySink, MetricsUnderKubeProxyNames) {
         "kubeproxy_sync_proxy_rules_service_changes_pending 0",
         "kubeproxy_sync_proxy_rules_nftables_sync_failures_total 0",
         "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"internal\"} 0",
-        "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"external\"} 0"}) {
+        "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"external\"} 0",
+        // What the backend reported each batch changed: the full sync's 7 (the fake's), then
+        // the elements of the one incremental batch.
+        "endpointd_proxy_elements_written_total{sync=\"full\"} 7"}) {
     EXPECT_NE(text.find(name), std::string::npos) << name;
   }
+  size_t partial = 0;
+  {
+    std::lock_guard l(be.mu);
+    for (const auto& c : be.last_changes) partial += c.add_elements.size() + c.del_elements.size();
+  }
+  ASSERT_GT(partial, 0u);
+  std::string want =
+      "endpointd_proxy_elements_written_total{sync=\"partial\"} " + std::to_string(partial);
+  EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
 }
 
 TEST(ProxySink, UdpConntrackCleanup) {
