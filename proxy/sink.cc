@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <unordered_map>
+#include <utility>
 
 #include "model/routing.h"
 #include "proxy/healthcheck.h"
@@ -303,8 +304,11 @@ bool ProxySink::wait_idle(std::chrono::milliseconds timeout) {
   return cv_.wait_until(l, deadline, [&] { return !need_full_ && latest_ == applied_; });
 }
 
-void ProxySink::count_changes(const model::Snapshot* old, const model::Snapshot& snap,
-                              const model::Delta& d) {
+namespace {
+// Services whose spec changed and services whose endpoints changed from `old` to `snap`, over
+// the services `d` names (kube-proxy's service and endpoint change counts).
+std::pair<uint64_t, uint64_t> change_counts(const model::Snapshot* old, const model::Snapshot& snap,
+                                            const model::Delta& d) {
   uint64_t svc = 0, eps = 0;
   auto compare = [&](const model::ServiceKey& k) {
     const auto* a = old ? old->find(k) : nullptr;
@@ -320,10 +324,24 @@ void ProxySink::count_changes(const model::Snapshot* old, const model::Snapshot&
   for (const auto& k : d.added) compare(k);
   for (const auto& k : d.changed) compare(k);
   for (const auto& k : d.removed) compare(k);
-  if (metrics_->service_changes) {
-    metrics_->service_changes->Increment(static_cast<double>(svc));
-    metrics_->endpoint_changes->Increment(static_cast<double>(eps));
-  }
+  return {svc, eps};
+}
+}  // namespace
+
+void ProxySink::count_changes(const model::Snapshot* old, const model::Snapshot& snap,
+                              const model::Delta& d) {
+  if (!metrics_->service_changes) return;
+  auto [svc, eps] = change_counts(old, snap, d);
+  metrics_->service_changes->Increment(static_cast<double>(svc));
+  metrics_->endpoint_changes->Increment(static_cast<double>(eps));
+}
+
+void ProxySink::publish_pending() {
+  if (!metrics_->service_pending) return;
+  std::pair<uint64_t, uint64_t> c{0, 0};
+  if (latest_ && latest_ != applied_) c = change_counts(applied_.get(), *latest_, pending_);
+  metrics_->service_pending->Set(static_cast<double>(c.first));
+  metrics_->endpoint_pending->Set(static_cast<double>(c.second));
 }
 
 void ProxySink::record_success(const model::SnapshotPtr& snap, bool full,
@@ -332,6 +350,7 @@ void ProxySink::record_success(const model::SnapshotPtr& snap, bool full,
   applied_ = snap;
   last_applied_ = now;
   attempt_ = 0;
+  publish_pending();
   const PlanStats& stats = planner_->last_stats();
   uint64_t skipped = stats.skipped;
   if (skipped) {
@@ -520,6 +539,7 @@ void ProxySink::apply(const model::SnapshotPtr& snap, const model::Delta& delta)
   // so after a failed batch they are merged rather than the snapshots diffed again.
   pending_ = old == applied_ ? delta : model::merge(pending_, delta);
   count_changes(old.get(), *snap, delta);
+  publish_pending();  // until the kernel has it (record_success publishes again)
   // As kube-proxy: nothing is programmed before the first full state (every kind listed) has
   // arrived. The kernel keeps what it has meanwhile (the previous agent's rules, after a
   // restart), and the first state is one full sync rather than a partial table followed by

@@ -123,6 +123,9 @@ class ProxySink : public pipeline::Sink {
   void record_success(const model::SnapshotPtr& snap, bool full, Clock::time_point started);
   void count_changes(const model::Snapshot* old, const model::Snapshot& snap,
                      const model::Delta& d);
+  // kube-proxy's *_changes_pending gauges: what was given and is not yet in the kernel
+  // (latest_ against applied_). Under mu_.
+  void publish_pending();
   // After a committed batch: conntrack cleanup (after a full sync, and at the first synced
   // commit, a sweep of every UDP entry to a served address) and the health-check listeners.
   void after_commit(const model::Snapshot* before, const model::Snapshot& now,

@@ -216,6 +216,42 @@ TEST(ProxySink, MetricsUnderKubeProxyNames) {
   EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
 }
 
+// kube-proxy's *_changes_pending: changes given and not yet in the kernel, counted while a
+// rejected batch waits for its resync, back to 0 once the kernel has them.
+TEST(ProxySink, PendingChangesAreCountedUntilTheKernelHasThem) {
+  FakeBackend be;
+  pipeline::AckBoard board;
+  prometheus::Registry reg;
+  auto o = options();
+  o.registry = &reg;
+  ProxySink sink(&be, &board, o);
+  auto metrics = [&] { return prometheus::TextSerializer().Serialize(reg.Collect()); };
+  auto s1 = web(1, 1);
+  sink.apply(s1, delta(nullptr, s1));
+  EXPECT_NE(metrics().find("kubeproxy_sync_proxy_rules_endpoint_changes_pending 0"),
+            std::string::npos);
+  {
+    std::lock_guard l(be.mu);
+    be.fail_apply = 1;
+    be.fail_full = 1000;
+  }
+  auto s2 = web(2, 3);  // web's endpoints change
+  sink.apply(s2, delta(s1, s2));
+  std::string text = metrics();
+  EXPECT_NE(text.find("kubeproxy_sync_proxy_rules_endpoint_changes_pending 1"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("kubeproxy_sync_proxy_rules_service_changes_pending 0"), std::string::npos)
+      << text;
+  {
+    std::lock_guard l(be.mu);
+    be.fail_full = 0;
+  }
+  ASSERT_TRUE(sink.wait_idle(milliseconds(5000)));
+  text = metrics();
+  EXPECT_NE(text.find("kubeproxy_sync_proxy_rules_endpoint_changes_pending 0"), std::string::npos)
+      << text;
+}
+
 TEST(ProxySink, UdpConntrackCleanup) {
   FakeBackend be;
   pipeline::AckBoard board;
