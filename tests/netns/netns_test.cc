@@ -149,9 +149,12 @@ TEST_F(ClusterTest, KeepAliveReusesConnections) {
                                           .timeout_ms = 10000});
   LoadResult r = load.wait();
   EXPECT_EQ(r.ok, 40);
+  // 40 requests over at most one connection per worker (a worker that found no request left
+  // may never have connected).
   int accepts = 0;
   for (const auto& e : read_server_events(s.events_path)) accepts += e.kind == "accept";
-  EXPECT_EQ(accepts, 2);
+  EXPECT_GE(accepts, 1);
+  EXPECT_LE(accepts, 2);
 }
 
 TEST_F(ClusterTest, LoadClientCountsFailuresWhenTheServerIsKilled) {
