@@ -14,6 +14,10 @@ struct BatchStats {
   size_t messages = 0;  // netlink messages in the batch (begin/end excluded)
   size_t bytes = 0;
   size_t elements = 0;  // set elements added or deleted (a full sync sends only what differs)
+  // Full syncs: sets whose elements were listed, and sets left alone because the kernel's
+  // content digest for them was the table's (not listed).
+  size_t sets_listed = 0;
+  size_t sets_unchanged = 0;
 };
 
 class Backend {

@@ -74,9 +74,13 @@ Result<std::unique_ptr<Dataplane>> Dataplane::start(DataplaneOptions opts,
           am.error());
     }
   }
-  // Someone else changing endpointd's tables gets a full resync.
+  // Someone else changing endpointd's tables gets a full resync that lists every set (the
+  // change may be in a set whose content digest still says otherwise).
   auto mon =
-      Monitor::start(dp->netlink_->port_id(), [sink = dp->sink_.get()] { sink->request_resync(); });
+      Monitor::start(dp->netlink_->port_id(), [nl = dp->netlink_.get(), sink = dp->sink_.get()] {
+        nl->distrust_digests();
+        sink->request_resync();
+      });
   if (mon) {
     dp->monitor_ = std::move(*mon);
     // Full syncs with the monitor out of its group: the kernel then builds no notification per

@@ -266,6 +266,10 @@ int parse_set_elements(const void* buf, size_t len, uint32_t seq, uint32_t porti
                           if (mnl_attr_validate(f, MNL_TYPE_U32) == 0)
                             e->flags = ntohl(mnl_attr_get_u32(f));
                           break;
+                        case NFTA_SET_ELEM_USERDATA:
+                          e->userdata.assign(static_cast<const char*>(mnl_attr_get_payload(f)),
+                                             mnl_attr_get_payload_len(f));
+                          break;
                         default:
                           break;
                       }
@@ -414,7 +418,7 @@ Result<BatchStats> NetlinkBackend::forget_unrouted_affinity(const std::vector<co
   return committed;
 }
 
-Result<KernelTable> NetlinkBackend::list_table(const Table* t, IpFamily f) {
+Result<KernelTable> NetlinkBackend::list_table(const Table* t, IpFamily f, bool trust_digests) {
   KernelTable k;
   auto chains = list_names(NFT_MSG_GETCHAIN, f);
   if (!chains) return Error{chains.error()};
@@ -423,10 +427,40 @@ Result<KernelTable> NetlinkBackend::list_table(const Table* t, IpFamily f) {
   k.chains = std::move(*chains);
   k.sets = std::move(*sets);
   if (!t) return k;
+  // The content digests the kernel holds (a few dozen elements): a set whose entry is the
+  // table's own entry holds what the table wants (the entry is written in the same
+  // transaction as every change to its set), so it is not listed.
+  std::set<std::string> same;
+  if (std::find(k.sets.begin(), k.sets.end(), names::kDigests) != k.sets.end()) {
+    auto d = list_elements(f, names::kDigests);
+    if (!d) return Error{d.error()};
+    k.digests = std::move(*d);
+    std::map<uint32_t, const std::string*> have;
+    for (const auto& e : k.digests) {
+      uint32_t key = 0;
+      if (e.key.size() != sizeof key) continue;
+      std::memcpy(&key, e.key.data(), sizeof key);
+      have[key] = &e.userdata;
+    }
+    for (const auto& [name, set] : t->sets) {
+      auto entry = digest_entry(set);
+      if (!entry) continue;
+      auto h = have.find(entry->key);
+      // As nft writes a comment: type 0, its length with the NUL, the text, a NUL.
+      if (h != have.end() && h->second->size() == entry->comment.size() + 3 &&
+          h->second->compare(2, entry->comment.size(), entry->comment) == 0) {
+        same.insert(name);
+      }
+    }
+  }
   for (const auto& name : k.sets) {
     auto want = t->sets.find(name);
     // Only the sets the table keeps; the affinity map's records are the packet path's.
     if (want == t->sets.end() || want->second.shape == SetShape::kAffinity) continue;
+    if (trust_digests && same.count(name)) {
+      k.unchanged.insert(name);
+      continue;
+    }
     // A dump comes a socket buffer at a time, each a new walk of the set that skips what was
     // sent; a hash set the kernel resized in between (its deferred rehash after a big insert,
     // or a shrink after deletes) is walked in another order, and the dump both repeats and
@@ -454,6 +488,11 @@ Result<KernelTable> NetlinkBackend::list_table(const Table* t, IpFamily f) {
   return k;
 }
 
+void NetlinkBackend::distrust_digests() {
+  std::lock_guard lock(quiet_mu_);
+  distrust_next_ = true;
+}
+
 Result<BatchStats> NetlinkBackend::full_sync(const std::vector<const Table*>& tables) {
   std::function<bool(bool)> listen;
   std::function<void()> foreign;
@@ -464,6 +503,11 @@ Result<BatchStats> NetlinkBackend::full_sync(const std::vector<const Table*>& ta
       foreign = foreign_;
     }
     listen_next_ = false;
+  }
+  bool trust = true;
+  {
+    std::lock_guard lock(quiet_mu_);
+    trust = !distrust_next_;
   }
   std::optional<uint32_t> before;
   if (listen) {
@@ -479,7 +523,7 @@ Result<BatchStats> NetlinkBackend::full_sync(const std::vector<const Table*>& ta
     for (const Table* t : tables) {
       if (t->family == f) want = t;
     }
-    auto k = list_table(want, f);
+    auto k = list_table(want, f, trust);
     if (!k) {
       if (before) listen(true);
       return Error{k.error()};
@@ -489,6 +533,16 @@ Result<BatchStats> NetlinkBackend::full_sync(const std::vector<const Table*>& ta
   Batch b = build_full_sync_batch(tables, kernel[0], kernel[1], seq_);
   seq_ += static_cast<uint32_t>(b.what.size()) + 2;
   auto r = send(b);
+  if (r) {
+    for (const auto& k : kernel) {
+      r->sets_unchanged += k.unchanged.size();
+      r->sets_listed += k.elements.size();
+    }
+  }
+  if (r && !trust) {
+    std::lock_guard lock(quiet_mu_);
+    distrust_next_ = false;  // listed whole and repaired; digests hold again
+  }
   if (!before) return r ? forget_unrouted_affinity(tables, *r) : r;
   listen(true);
   auto after = ruleset_generation();
@@ -501,6 +555,7 @@ Result<BatchStats> NetlinkBackend::full_sync(const std::vector<const Table*>& ta
     if (others) {
       ++quiet_stats_.foreign;
       listen_next_ = true;
+      distrust_next_ = true;  // someone else's change may be in endpointd's sets
     }
   }
   if (others) foreign();

@@ -65,6 +65,11 @@ class NetlinkBackend : public Backend {
   QuietStats quiet_stats() const;
   // Set dumps taken again because they repeated an element (see list_table).
   uint64_t unsettled_dumps() const { return unsettled_dumps_; }
+  // Full syncs compare each set's content digest (Table's DigestEntry) with the kernel's and
+  // list only the sets that differ. After someone else changed the ruleset (the monitor saw
+  // it, or a quiet full sync's window did) the kernel's sets may no longer be what their
+  // digests say: the next full sync lists every set. Any thread.
+  void distrust_digests();
 
  private:
   struct Socket;
@@ -73,10 +78,11 @@ class NetlinkBackend : public Backend {
   Result<std::vector<std::string>> list_names(uint16_t msg_type, IpFamily f);
   // The elements of one set of the family's table (none when it has no such set).
   Result<std::vector<KernelElement>> list_elements(IpFamily f, const std::string& set_name);
-  // The family's chains and sets, and the elements of each set `t` (may be null) keeps.
-  // Sets whose dump repeated an element (the kernel resized the set while dumping it) are
-  // listed again, up to three times, else left out (flushed and filled again).
-  Result<KernelTable> list_table(const Table* t, IpFamily f);
+  // The family's chains and sets, the digests set's entries, and the elements of each set `t`
+  // (may be null) keeps whose digest differs from the kernel's (every set unless
+  // `trust_digests`). Sets whose dump repeated an element (the kernel resized the set while
+  // dumping it) are listed again, up to three times, else left out (flushed and filled again).
+  Result<KernelTable> list_table(const Table* t, IpFamily f, bool trust_digests);
   // ClientIP affinity: deletes the records of the family's affinity map whose <vip> . <backend>
   // `stale` says is no longer routed (the map is listed: records are the packet path's).
   Status forget_affinity(IpFamily f, const std::function<bool(std::string_view)>& stale);
@@ -85,10 +91,11 @@ class NetlinkBackend : public Backend {
   std::unique_ptr<Socket> sock_;
   uint32_t seq_ = 1;
   uint64_t unsettled_dumps_ = 0;
-  mutable std::mutex quiet_mu_;  // guards the four below
+  mutable std::mutex quiet_mu_;  // guards the five below
   std::function<bool(bool)> listen_;
   std::function<void()> foreign_;
-  bool listen_next_ = false;  // the last quiet window saw a foreign commit: listen this time
+  bool listen_next_ = false;    // the last quiet window saw a foreign commit: listen this time
+  bool distrust_next_ = false;  // list every set in the next full sync
   QuietStats quiet_stats_;
 };
 

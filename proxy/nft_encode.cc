@@ -56,6 +56,7 @@ constexpr uint32_t kTypeIpv4 = 7;
 constexpr uint32_t kTypeIpv6 = 8;
 constexpr uint32_t kTypeInetProto = 12;
 constexpr uint32_t kTypeInetService = 13;
+constexpr uint32_t kTypeMark = 19;
 constexpr uint32_t concat(std::initializer_list<uint32_t> types) {
   uint32_t t = 0;
   for (uint32_t x : types) t = (t << 6) | x;
@@ -78,6 +79,8 @@ std::string set_udata(IpFamily f, SetShape shape, uint32_t modulus) {
     case SetShape::kAddrInterval:
     case SetShape::kAddrSet:
       return hex_bytes("000402000000");
+    case SetShape::kDigest:  // host byte order
+      return hex_bytes("000401000000");
     case SetShape::kAddrPair:
     case SetShape::kVipSet:
     case SetShape::kVipSrcInterval:
@@ -137,6 +140,8 @@ SetDef set_def(IpFamily f, SetShape shape) {
       return {NFT_SET_INTERVAL, at, a, 0, 0, false, {}};
     case SetShape::kAddrSet:
       return {0, at, a, 0, 0, false, {}};
+    case SetShape::kDigest:
+      return {0, kTypeMark, 4, 0, 0, false, {}};
     case SetShape::kAddrPair:
       return {0, concat({at, at}), 2 * a, 0, 0, false, {}};
     case SetShape::kVipSet:
@@ -320,10 +325,11 @@ void flush_set(Builder& b, IpFamily f, const std::string& name) {
 // One element's attributes as libnftnl's nftnl_set_elem_nlmsg_build_payload lays them out
 // (flags, key, key end, verdict or data), written into the message with libmnl: a full sync
 // carries ~10^5 elements, and an nftnl_set_elem per element cost allocations and frees each.
-// `chain` (a goto's target) must be followed by a NUL.
+// `chain` (a goto's target) must be followed by a NUL. `userdata`: NFTA_SET_ELEM_USERDATA.
 void put_element(nlmsghdr* nlh, uint16_t index, std::string_view key, uint32_t flags,
                  std::string_view key_end, Verdict verdict = Verdict::kNone,
-                 std::string_view chain = {}, std::string_view data = {}) {
+                 std::string_view chain = {}, std::string_view data = {},
+                 std::string_view userdata = {}) {
   auto put_value = [nlh](uint16_t type, std::string_view bytes) {
     nlattr* nest = mnl_attr_nest_start(nlh, type);
     mnl_attr_put(nlh, NFTA_DATA_VALUE, bytes.size(), bytes.data());
@@ -345,6 +351,8 @@ void put_element(nlmsghdr* nlh, uint16_t index, std::string_view key, uint32_t f
   } else if (!data.empty()) {
     put_value(NFTA_SET_ELEM_DATA, data);
   }
+  if (!userdata.empty())
+    mnl_attr_put(nlh, NFTA_SET_ELEM_USERDATA, userdata.size(), userdata.data());
   mnl_attr_nest_end(nlh, el);
 }
 
@@ -396,42 +404,97 @@ void put_model_element(nlmsghdr* nlh, uint16_t& index, SetShape shape, const E& 
 
 constexpr size_t kElementsPerMessage = 512;
 
-// Elements of one set, in messages of bounded size. T: const Element* or ElementMap::View.
-template <typename T>
-void elements(Builder& b, IpFamily f, const std::string& set_name, SetShape shape,
-              const std::vector<T>& els, bool adding) {
-  for (size_t i = 0; i < els.size(); i += kElementsPerMessage) {
-    size_t end = std::min(els.size(), i + kElementsPerMessage);
-    auto* nlh =
-        b.header(adding ? NFT_MSG_NEWSETELEM : NFT_MSG_DELSETELEM, f, adding ? NLM_F_CREATE : 0,
-                 std::string(adding ? "add" : "delete") + " elements of " + set_name);
+// `n` elements of one set in messages of bounded size: NEWSETELEM (`adding`) or `del_type`.
+// put(nlh, index, from, to) writes elements [from, to) into one message's list.
+template <typename Put>
+void element_messages(Builder& b, IpFamily f, const std::string& set_name, size_t n, bool adding,
+                      const std::string& what, Put put, uint16_t del_type = NFT_MSG_DELSETELEM) {
+  for (size_t i = 0; i < n; i += kElementsPerMessage) {
+    size_t end = std::min(n, i + kElementsPerMessage);
+    auto* nlh = b.header(adding ? static_cast<uint16_t>(NFT_MSG_NEWSETELEM) : del_type, f,
+                         adding ? NLM_F_CREATE : 0, what + " of " + set_name);
     // nftnl_set_elem_nlmsg_build_def's attributes: the set, then its table.
     mnl_attr_put_strz(nlh, NFTA_SET_ELEM_LIST_SET, set_name.c_str());
     mnl_attr_put_strz(nlh, NFTA_SET_ELEM_LIST_TABLE, kTableName);
     nlattr* list = mnl_attr_nest_start(nlh, NFTA_SET_ELEM_LIST_ELEMENTS);
     uint16_t index = 0;
-    if (shape == SetShape::kAddrInterval) {
-      // nft sends a plain interval set's elements sorted, led by an end element at 0 when the
-      // first range does not start there.
-      std::vector<const T*> sorted;
-      for (size_t j = i; j < end; ++j) sorted.push_back(&els[j]);
-      std::sort(sorted.begin(), sorted.end(), [](auto* x, auto* y) {
-        return std::string_view(ref(*x).key) < std::string_view(ref(*y).key);
-      });
-      if (adding && !sorted.empty()) {
-        std::string_view first = ref(*sorted.front()).key;
-        if (first != std::string(first.size(), '\0')) {
-          std::string zero(first.size(), '\0');
-          put_element(nlh, ++index, zero, NFT_SET_ELEM_INTERVAL_END, {});
-        }
-      }
-      for (const T* e : sorted) put_model_element(nlh, index, shape, ref(*e), adding);
-    } else {
-      for (size_t j = i; j < end; ++j) put_model_element(nlh, index, shape, ref(els[j]), adding);
-    }
+    put(nlh, index, i, end);
     mnl_attr_nest_end(nlh, list);
     b.done(nlh);
   }
+}
+
+// Elements of one set, in messages of bounded size. T: const Element* or ElementMap::View.
+template <typename T>
+void elements(Builder& b, IpFamily f, const std::string& set_name, SetShape shape,
+              const std::vector<T>& els, bool adding) {
+  auto put = [&](nlmsghdr* nlh, uint16_t& index, size_t i, size_t end) {
+    if (shape != SetShape::kAddrInterval) {
+      for (size_t j = i; j < end; ++j) put_model_element(nlh, index, shape, ref(els[j]), adding);
+      return;
+    }
+    // nft sends a plain interval set's elements sorted, led by an end element at 0 when the
+    // first range does not start there.
+    std::vector<const T*> sorted;
+    for (size_t j = i; j < end; ++j) sorted.push_back(&els[j]);
+    std::sort(sorted.begin(), sorted.end(), [](auto* x, auto* y) {
+      return std::string_view(ref(*x).key) < std::string_view(ref(*y).key);
+    });
+    if (adding && !sorted.empty()) {
+      std::string_view first = ref(*sorted.front()).key;
+      if (first != std::string(first.size(), '\0')) {
+        std::string zero(first.size(), '\0');
+        put_element(nlh, ++index, zero, NFT_SET_ELEM_INTERVAL_END, {});
+      }
+    }
+    for (const T* e : sorted) put_model_element(nlh, index, shape, ref(*e), adding);
+  };
+  element_messages(b, f, set_name, els.size(), adding,
+                   std::string(adding ? "add" : "delete") + " elements", put);
+}
+
+// ---- content digests (see Table's DigestEntry) ----
+
+Set digest_set() {
+  Set s;
+  s.name = names::kDigests;
+  s.shape = SetShape::kDigest;
+  return s;
+}
+
+std::string digest_key_bytes(uint32_t key) {
+  std::string out(4, '\0');
+  std::memcpy(out.data(), &key, 4);  // a mark: host byte order
+  return out;
+}
+
+// A comment as nft writes it into an element's user data: NFTNL_UDATA_SET_ELEM_COMMENT (0),
+// its length with the NUL, the text and a NUL.
+std::string comment_udata(const std::string& text) {
+  std::string out;
+  out.push_back('\0');
+  out.push_back(static_cast<char>(text.size() + 1));
+  out += text;
+  out.push_back('\0');
+  return out;
+}
+
+// Replaces digest entries: `del` keys first, then `add` entries.
+void digest_changes(Builder& b, IpFamily f, const std::vector<uint32_t>& del,
+                    const std::vector<DigestEntry>& add) {
+  const std::string set = names::kDigests;
+  element_messages(b, f, set, del.size(), false, "delete digests",
+                   [&](nlmsghdr* nlh, uint16_t& index, size_t i, size_t end) {
+                     for (size_t j = i; j < end; ++j)
+                       put_element(nlh, ++index, digest_key_bytes(del[j]), 0, {});
+                   });
+  element_messages(b, f, set, add.size(), true, "add digests",
+                   [&](nlmsghdr* nlh, uint16_t& index, size_t i, size_t end) {
+                     for (size_t j = i; j < end; ++j) {
+                       put_element(nlh, ++index, digest_key_bytes(add[j].key), 0, {},
+                                   Verdict::kNone, {}, {}, comment_udata(add[j].comment));
+                     }
+                   });
 }
 
 // ---- rules: the expressions nft generates for each shape ----
@@ -802,18 +865,11 @@ bool same_intervals(const ElementMap& want, const std::vector<KernelElement>& ha
 // Deletes these kernel elements (by key and key end), in messages of bounded size.
 void delete_elements(Builder& b, IpFamily f, const std::string& set_name,
                      const std::vector<const KernelElement*>& els) {
-  for (size_t i = 0; i < els.size(); i += kElementsPerMessage) {
-    size_t end = std::min(els.size(), i + kElementsPerMessage);
-    auto* nlh = b.header(NFT_MSG_DELSETELEM, f, 0, "delete elements of " + set_name);
-    mnl_attr_put_strz(nlh, NFTA_SET_ELEM_LIST_SET, set_name.c_str());
-    mnl_attr_put_strz(nlh, NFTA_SET_ELEM_LIST_TABLE, kTableName);
-    nlattr* list = mnl_attr_nest_start(nlh, NFTA_SET_ELEM_LIST_ELEMENTS);
-    uint16_t index = 0;
-    for (size_t j = i; j < end; ++j)
-      put_element(nlh, ++index, els[j]->key, els[j]->flags, els[j]->key_end);
-    mnl_attr_nest_end(nlh, list);
-    b.done(nlh);
-  }
+  element_messages(b, f, set_name, els.size(), false, "delete elements",
+                   [&](nlmsghdr* nlh, uint16_t& index, size_t i, size_t end) {
+                     for (size_t j = i; j < end; ++j)
+                       put_element(nlh, ++index, els[j]->key, els[j]->flags, els[j]->key_end);
+                   });
 }
 
 size_t full_sync_table(Builder& b, const Table& t, const KernelTable& k) {
@@ -823,6 +879,7 @@ size_t full_sync_table(Builder& b, const Table& t, const KernelTable& k) {
   add_table(b, f);
   for (const auto& [_, c] : t.chains) add_chain(b, f, c);
   for (const auto& [_, s] : t.sets) add_set(b, f, s);
+  add_set(b, f, digest_set());
   // Everything happens inside one transaction: packets see the old table until commit.
   for (const auto& name : kchains) flush_chain(b, f, name);
   // Per set: its elements to delete, and its elements to add (all of them: `whole`).
@@ -838,7 +895,9 @@ size_t full_sync_table(Builder& b, const Table& t, const KernelTable& k) {
     if (s.shape == SetShape::kAffinity) continue;  // the packet path's records stay
     Plan p{&s, {}, {}, false};
     auto listed = k.elements.find(name);
-    if (!ksets.count(name)) {
+    if (k.unchanged.count(name)) {
+      continue;  // the kernel's digest of the set is this one's: it holds these elements
+    } else if (!ksets.count(name)) {
       p.whole = true;  // a new set
     } else if (listed == k.elements.end()) {
       flush_set(b, f, name);  // not listed: flushed and filled again
@@ -883,11 +942,34 @@ size_t full_sync_table(Builder& b, const Table& t, const KernelTable& k) {
   }
   for (const auto& p : plans) delete_elements(b, f, p.set->name, p.del);
   for (const auto& p : plans) elements(b, f, p.set->name, p.set->shape, p.add, true);
+  // Digest entries: those the kernel has and the table does not want as they are go, the
+  // table's new or changed ones come.
+  std::map<uint32_t, std::string> have_digests;
+  for (const auto& e : k.digests) {
+    if (e.key.size() != 4) continue;
+    uint32_t key = 0;
+    std::memcpy(&key, e.key.data(), 4);
+    have_digests[key] = e.userdata;
+  }
+  std::vector<uint32_t> del_digests;
+  std::vector<DigestEntry> add_digests;
+  auto want_digests = digest_entries(t);
+  std::map<uint32_t, std::string> want_udata;
+  for (const auto& e : want_digests) want_udata[e.key] = comment_udata(e.comment);
+  for (const auto& [key, udata] : have_digests) {
+    auto w = want_udata.find(key);
+    if (w == want_udata.end() || w->second != udata) del_digests.push_back(key);
+  }
+  for (const auto& e : want_digests) {
+    auto h = have_digests.find(e.key);
+    if (h == have_digests.end() || h->second != want_udata[e.key]) add_digests.push_back(e);
+  }
+  digest_changes(b, f, del_digests, add_digests);
   for (const auto& [_, c] : t.chains) {
     for (const auto& r : c.rules) add_rule(b, f, c.name, r);
   }
   for (const auto& name : ksets) {
-    if (!t.sets.count(name)) del_set(b, f, name);
+    if (!t.sets.count(name) && name != names::kDigests) del_set(b, f, name);
   }
   for (const auto& name : kchains) {
     if (!t.chains.count(name)) del_chain(b, f, name);
@@ -927,6 +1009,7 @@ void changes(Builder& b, const TableChanges& ch, const Table* shapes_from) {
   };
   grouped(ch.del_elements, false);
   grouped(ch.add_elements, true);
+  digest_changes(b, f, ch.del_digests, ch.add_digests);
   for (const auto& c : ch.del_chains) flush_chain(b, f, c);
   for (const auto& s : ch.del_sets) del_set(b, f, s);
   for (const auto& c : ch.del_chains) del_chain(b, f, c);
@@ -962,18 +1045,13 @@ Batch build_changes_batch(const std::vector<TableChanges>& list, uint32_t seq) {
 Batch build_forget_affinity_batch(IpFamily f, const std::vector<std::string>& keys, uint32_t seq) {
   constexpr uint16_t kDestroySetElem = 30;  // NFT_MSG_DESTROYSETELEM (Linux 6.3 uapi)
   Builder b(seq);
-  for (size_t i = 0; i < keys.size(); i += kElementsPerMessage) {
-    size_t end = std::min(keys.size(), i + kElementsPerMessage);
-    auto* nlh = b.header(kDestroySetElem, f, 0,
-                         std::string("forget affinity records of ") + family_name(f));
-    mnl_attr_put_strz(nlh, NFTA_SET_ELEM_LIST_SET, names::kAffinity);
-    mnl_attr_put_strz(nlh, NFTA_SET_ELEM_LIST_TABLE, kTableName);
-    nlattr* list = mnl_attr_nest_start(nlh, NFTA_SET_ELEM_LIST_ELEMENTS);
-    uint16_t index = 0;
-    for (size_t j = i; j < end; ++j) put_element(nlh, ++index, keys[j], 0, {});
-    mnl_attr_nest_end(nlh, list);
-    b.done(nlh);
-  }
+  element_messages(
+      b, f, names::kAffinity, keys.size(), false,
+      std::string("forget records (") + family_name(f) + ")",
+      [&](nlmsghdr* nlh, uint16_t& index, size_t i, size_t end) {
+        for (size_t j = i; j < end; ++j) put_element(nlh, ++index, keys[j], 0, {});
+      },
+      kDestroySetElem);
   return b.finish();
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@ struct KernelElement {
   uint32_t flags = 0;              // NFTA_SET_ELEM_FLAGS (NFT_SET_ELEM_INTERVAL_END)
   std::optional<int32_t> verdict;  // NFTA_VERDICT_CODE, when the data is a verdict
   std::string chain;               // NFTA_VERDICT_CHAIN (a goto's target)
+  std::string userdata;            // NFTA_SET_ELEM_USERDATA (a comment, as nft writes it)
   friend bool operator==(const KernelElement&, const KernelElement&) = default;
 };
 
@@ -37,8 +39,14 @@ struct KernelElement {
 struct KernelTable {
   std::vector<std::string> chains;
   std::vector<std::string> sets;
-  // By set name. A set that is not here was not listed: it is flushed and filled again.
+  // By set name. A set that is not here was not listed: it is flushed and filled again,
+  // unless it is in `unchanged`.
   std::map<std::string, std::vector<KernelElement>> elements;
+  // Sets not listed because the kernel's digest entry for them is the table's own: they hold
+  // what the table wants, and the full sync leaves them alone.
+  std::set<std::string> unchanged;
+  // The elements of the `digests` set (empty when the table has none yet).
+  std::vector<KernelElement> digests;
 };
 
 // Makes the kernel's tables equal to `tables` in one batch, sending only what differs from

@@ -803,6 +803,22 @@ std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const mod
     n.del_sets.assign(dels.begin(), dels.end());
     n.del_chains.assign(delc.begin(), delc.end());
     n.forget_affinity.assign(forget.begin(), forget.end());
+    // The content digest of every set whose elements change, in the same batch; a new set's
+    // entry is added, a deleted set's deleted.
+    std::set<std::string> touched(fresh);
+    for (const auto& [name, _] : n.del_elements) touched.insert(name);
+    for (const auto& [name, _] : n.add_elements) touched.insert(name);
+    for (const auto& name : touched) {
+      auto it = t.sets.find(name);
+      if (it == t.sets.end()) continue;
+      auto entry = digest_entry(it->second);
+      if (!entry) continue;
+      if (!fresh.count(name)) n.del_digests.push_back(entry->key);
+      n.add_digests.push_back(std::move(*entry));
+    }
+    for (const auto& name : n.del_sets) {
+      if (auto key = digest_key(name)) n.del_digests.push_back(*key);
+    }
     if (!n.empty()) result.push_back(std::move(n));
   }
   return result;

@@ -97,6 +97,7 @@ std::string element_text(IpFamily f, const Set& s, const Element& e) {
             std::to_string(port_at(e.key, 2 * a + 8));
       break;
     case SetShape::kAffinity:  // its elements are the packet path's, never the model's
+    case SetShape::kDigest:    // rendered from the table's digest entries
       break;
     case SetShape::kBackends: {
       std::string addr = addr_text(f, e.data, 0);
@@ -130,6 +131,8 @@ std::string set_type(IpFamily f, SetShape shape) {
     case SetShape::kAffinity:
       return "type " + addr + " . " + addr + " . inet_proto . inet_service : " + addr +
              " . inet_service";
+    case SetShape::kDigest:
+      return "type mark";
     case SetShape::kBackends:
       return "";
   }
@@ -259,6 +262,18 @@ std::string render(const Table& t) {
     }
     out += "\t}\n";
   }
+  // The content digest of each set (see Table's DigestEntry), as the kernel has them.
+  out +=
+      std::string("\tset ") + names::kDigests + " {\n\t\t" + set_type(f, SetShape::kDigest) + "\n";
+  auto digests = digest_entries(t);
+  for (size_t i = 0; i < digests.size(); ++i) {
+    char key[16];
+    std::snprintf(key, sizeof key, "0x%08x", digests[i].key);
+    out += (i == 0 ? "\t\telements = { " : ",\n\t\t\t     ") + std::string(key) + " comment \"" +
+           digests[i].comment + "\"";
+  }
+  if (!digests.empty()) out += " }\n";
+  out += "\t}\n";
   for (const auto& [name, c] : t.chains) {
     out += "\tchain " + name + " {\n";
     if (c.base) {

@@ -410,8 +410,10 @@ bool ProxySink::full_sync_locked(const model::SnapshotPtr& snap) {
   synced_ = true;
   // Elements changed: what the kernel held differed by this many (0 after a restart over rules
   // already right).
-  spdlog::info("proxy: full sync of generation {}: {} elements changed, {} messages, {} bytes",
-               snap->generation, r->elements, r->messages, r->bytes);
+  spdlog::info(
+      "proxy: full sync of generation {}: {} elements changed, {} messages, {} bytes ({} sets "
+      "listed, {} left alone by their digests)",
+      snap->generation, r->elements, r->messages, r->bytes, r->sets_listed, r->sets_unchanged);
   if (metrics_->elements_full) metrics_->elements_full->Increment(static_cast<double>(r->elements));
   model::SnapshotPtr before = applied_;
   // What changed since the kernel last had a whole generation: the deltas given since then,

@@ -1,6 +1,10 @@
 // Register-layout helpers and names for the endpointd table model.
 #include "proxy/table.h"
 
+#include <algorithm>
+#include <charconv>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 
 namespace endpointd::proxy {
@@ -23,6 +27,32 @@ ElementMap::View ElementMap::view(const Items::value_type& item) const {
   out.verdict = v.verdict;
   out.chain = chains_[v.chain];
   return out;
+}
+
+// FNV-1a over the bytes with each field's length mixed in, then a 64-bit finalizer so that
+// the sum of many is spread: stable across builds and versions (a restarted agent compares it
+// with what the previous one wrote into the kernel).
+uint64_t ElementMap::element_digest(std::string_view key, std::string_view key_end,
+                                    std::string_view data, Verdict verdict,
+                                    std::string_view chain) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto byte = [&h](uint8_t b) { h = (h ^ b) * 0x100000001b3ull; };
+  for (std::string_view field : {key, key_end, data, chain}) {
+    byte(static_cast<uint8_t>(field.size()));
+    for (char c : field) byte(static_cast<uint8_t>(c));
+  }
+  byte(static_cast<uint8_t>(verdict));
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
+  return h;
+}
+
+uint64_t ElementMap::digest_of(const Items::value_type& item) const {
+  View v = view(item);
+  return element_digest(v.key, v.key_end, v.data, v.verdict, v.chain);
 }
 
 std::optional<Element> ElementMap::get(std::string_view key) const {
@@ -67,9 +97,14 @@ Result<std::optional<Element>> ElementMap::put(const Element& e) {
     v.chain = static_cast<uint8_t>(i);
   }
   auto [it, fresh] = items_.try_emplace(bytes(e.key), v);
-  if (fresh) return std::optional<Element>();
+  if (fresh) {
+    digest_ += digest_of(*it);
+    return std::optional<Element>();
+  }
   Element old = view(*it).element();
+  digest_ -= digest_of(*it);
   it->second = v;
+  digest_ += digest_of(*it);
   return std::optional<Element>(std::move(old));
 }
 
@@ -113,6 +148,47 @@ std::string prefix_last(const model::IpPrefix& p) {
     bytes[i] = static_cast<char>(static_cast<uint8_t>(bytes[i]) | static_cast<uint8_t>(~mask));
   }
   return bytes;
+}
+
+std::optional<uint32_t> digest_key(std::string_view name) {
+  static constexpr const char* kFixed[] = {
+      names::kClusterIps,       names::kHairpin,        names::kFirewallIps, names::kFirewallAllow,
+      names::kNoEndpointReject, names::kNoEndpointDrop, names::kServiceIps,  names::kServiceLb};
+  for (uint32_t i = 0; i < std::size(kFixed); ++i) {
+    if (name == kFixed[i]) return i + 1;
+  }
+  // <prefix><n>, n in canonical decimal below 2^24: (kind << 24) | n.
+  static constexpr const char* kNumbered[] = {"backends-", "local-backends-", "affinity-backends-"};
+  for (uint32_t kind = 0; kind < std::size(kNumbered); ++kind) {
+    std::string_view prefix(kNumbered[kind]);
+    if (name.substr(0, prefix.size()) != prefix) continue;
+    std::string_view digits = name.substr(prefix.size());
+    uint32_t n = 0;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+    if (ec != std::errc{} || end != digits.data() + digits.size() || n >= (1u << 24) ||
+        std::to_string(n) != digits) {
+      return std::nullopt;
+    }
+    return ((kind + 1) << 24) | n;
+  }
+  return std::nullopt;
+}
+
+std::optional<DigestEntry> digest_entry(const Set& s) {
+  auto key = digest_key(s.name);
+  if (!key) return std::nullopt;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016" PRIx64, s.elements.digest());
+  return DigestEntry{*key, "v1 " + s.name + " " + std::to_string(s.elements.size()) + " " + hex};
+}
+
+std::vector<DigestEntry> digest_entries(const Table& t) {
+  std::vector<DigestEntry> out;
+  for (const auto& [_, s] : t.sets) {
+    if (auto e = digest_entry(s)) out.push_back(std::move(*e));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
+  return out;
 }
 
 namespace names {

@@ -42,6 +42,7 @@ enum class SetShape : uint8_t {
   kAffinity,        // type <addr> . <addr> . inet_proto . inet_service : <addr> . inet_service;
                     // flags dynamic,timeout (affinity: written by the packet path)
   kAddrSet,         // type <addr>                                        (cluster-ips)
+  kDigest,          // type mark, elements with a comment: each set's content digest (digests)
 };
 
 enum class Verdict : uint8_t { kNone, kGoto, kDrop };
@@ -76,6 +77,11 @@ class ElementMap {
 
   size_t size() const { return items_.size(); }
   bool empty() const { return items_.empty(); }
+  // A digest of the elements (key, key end, data, verdict, goto target), independent of their
+  // order and kept as elements come and go: two maps with the same elements have the same.
+  uint64_t digest() const { return digest_; }
+  static uint64_t element_digest(std::string_view key, std::string_view key_end,
+                                 std::string_view data, Verdict verdict, std::string_view chain);
   bool contains(std::string_view key) const { return items_.count(key) > 0; }
   size_t count(std::string_view key) const { return items_.count(key); }
   std::optional<Element> get(std::string_view key) const;
@@ -88,6 +94,7 @@ class ElementMap {
   bool erase(std::string_view key) {
     auto it = items_.find(key);
     if (it == items_.end()) return false;
+    digest_ -= digest_of(*it);
     items_.erase(it);
     return true;
   }
@@ -115,6 +122,7 @@ class ElementMap {
   };
   using Items = std::map<Bytes, Value, Less>;
   View view(const Items::value_type& item) const;
+  uint64_t digest_of(const Items::value_type& item) const;
 
  public:
   class const_iterator {
@@ -138,6 +146,7 @@ class ElementMap {
  private:
   Items items_;
   std::vector<std::string> chains_ = {""};  // goto targets in use, interned
+  uint64_t digest_ = 0;                     // the sum of element_digest over items_
 };
 
 struct Set {
@@ -217,6 +226,24 @@ struct Table {
   size_t element_count() const;
 };
 
+// Content digests (proxy/LAYOUT.md, "Restart without listing"). The `digests` set holds one
+// element per set endpointd keeps, keyed by digest_key(name) and commented
+// "v1 <name> <elements> <digest>", written in the same transaction as every change to that
+// set: so the element claims what the kernel's set holds, and a restarted agent that wants
+// the same content need not list the set.
+struct DigestEntry {
+  uint32_t key = 0;  // host byte order (a `mark`)
+  std::string comment;
+  friend bool operator==(const DigestEntry&, const DigestEntry&) = default;
+};
+// One key per set name endpointd makes (the fixed names, backends-N, local-backends-N,
+// affinity-backends-T), different for different names; none for other names, for the plain
+// interval sets (listed whole: a few ranges) and for the affinity map (the packet path's).
+std::optional<uint32_t> digest_key(std::string_view set_name);
+std::optional<DigestEntry> digest_entry(const Set& s);
+// Every entry of the table, by key.
+std::vector<DigestEntry> digest_entries(const Table& t);
+
 // What to do to a table already programmed to reach the next one, in the order a batch
 // carries it: create sets and chains (with their rules), delete elements, add elements,
 // then delete chains and sets nothing refers to any more.
@@ -235,6 +262,10 @@ struct TableChanges {
   // the packet path records none of them again, and the records it kept for them are deleted
   // (the backend lists the affinity map and deletes those records).
   std::vector<std::string> forget_affinity;
+  // The content digests of the sets this changes: entries deleted (by key) first, then added;
+  // a set that stays is in both (its entry replaced).
+  std::vector<uint32_t> del_digests;
+  std::vector<DigestEntry> add_digests;
   bool empty() const {
     return add_sets.empty() && add_chains.empty() && replace_chains.empty() &&
            del_elements.empty() && add_elements.empty() && del_chains.empty() && del_sets.empty() &&
@@ -278,6 +309,7 @@ inline constexpr const char* kMarkForMasquerade = "mark-for-masquerade";
 inline constexpr const char* kSvcInternal = "svc-internal";
 inline constexpr const char* kSvcExternal = "svc-external";
 inline constexpr const char* kSvcExternalLocal = "svc-external-local";
+inline constexpr const char* kDigests = "digests";
 std::string backends(uint32_t n);                   // "backends-N"
 std::string local_backends(uint32_t n);             // "local-backends-N"
 std::string affinity_backends(uint32_t timeout_s);  // "affinity-backends-T"

@@ -66,6 +66,23 @@ Result<BatchStats> sync(NetlinkBackend& b, const Planner& p) {
   return b.full_sync(ts);
 }
 
+// The sets of `p` a full sync has a content digest for, and those it always lists (the plain
+// interval sets; the affinity map is never listed).
+size_t sets_with_digest(const Planner& p) {
+  size_t n = 0;
+  for (IpFamily f : p.families()) n += digest_entries(p.table(f)).size();
+  return n;
+}
+size_t sets_always_listed(const Planner& p) {
+  size_t n = 0;
+  for (IpFamily f : p.families()) {
+    for (const auto& [name, s] : p.table(f).sets) {
+      n += s.shape != SetShape::kAffinity && !digest_key(name) ? 1 : 0;
+    }
+  }
+  return n;
+}
+
 // nft --debug=netlink prints hash set elements in hash order, which differs between two
 // namespaces; the rules' order is checked by the plain listing.
 std::vector<std::string> sorted_lines(const std::string& s) {
@@ -197,7 +214,12 @@ TEST(ProxyNetlink, IncrementalChangesEndLikeAFreshLoad) {
   auto r = b->apply(changes);
   ASSERT_TRUE(r.ok()) << r.error();
   load_render(by_nft, p);
-  expect_same(by_nft, by_netlink);
+  expect_same(by_nft, by_netlink);  // the digests set included: each change kept its set's
+  // A restarted agent over it trusts every digest: nothing listed but the interval sets.
+  auto again = sync(*open_in(by_netlink), p);
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_EQ(again->elements, 0u);
+  EXPECT_EQ(again->sets_unchanged, sets_with_digest(p));
 }
 
 TEST(ProxyNetlink, FullSyncReconcilesWithoutDeletingTheTable) {
@@ -245,15 +267,59 @@ TEST(ProxyNetlink, FullSyncOverRulesInPlaceChangesNoElement) {
   EXPECT_EQ(again->elements, 0u);
   EXPECT_EQ(list(ns, "ip"), before4);
   EXPECT_EQ(list(ns, "ip6"), before6);
+  // Every set with a digest was left alone by it, unlisted; only the interval sets were listed.
+  EXPECT_EQ(again->sets_unchanged, sets_with_digest(p));
+  EXPECT_GT(again->sets_unchanged, 10u);
+  EXPECT_EQ(again->sets_listed, sets_always_listed(p));
 
-  // Someone else's element and one of endpointd's gone: exactly those two are repaired.
+  // Someone else's element and one of endpointd's gone (the monitor reports it: digests are
+  // not trusted): exactly those two are repaired, every set listed.
   ns.sh("nft add element ip endpointd no-endpoint-drop { 10.9.9.9 . tcp . 99 }");
   ns.sh("nft flush set ip endpointd hairpin");
   size_t hairpin = p.table(IpFamily::kV4).sets.at("hairpin").elements.size();
   ASSERT_GT(hairpin, 0u);
+  b2->distrust_digests();
   auto repaired = sync(*b2, p);
   ASSERT_TRUE(repaired.ok()) << repaired.error();
   EXPECT_EQ(repaired->elements, 1 + hairpin);
+  EXPECT_EQ(repaired->sets_unchanged, 0u);
+  EXPECT_EQ(repaired->sets_listed, sets_with_digest(p) + sets_always_listed(p));
+  load_render(by_nft, p);
+  expect_same(by_nft, ns);
+  // Repaired: the digests hold again and the next full sync lists nothing it need not.
+  auto next = sync(*b2, p);
+  ASSERT_TRUE(next.ok()) << next.error();
+  EXPECT_EQ(next->elements, 0u);
+  EXPECT_EQ(next->sets_unchanged, sets_with_digest(p));
+}
+
+// An agent restarted after services changed while it was down lists only the sets whose
+// content digest differs from the kernel's, and sends only the difference.
+TEST(ProxyNetlink, RestartAfterChangesListsOnlyTheSetsThatDiffer) {
+  NetNs ns(netns::unique_prefix() + "chg"), by_nft(netns::unique_prefix() + "nft");
+  auto s1 = testing::every_shape(1);
+  Planner old_plan(testing::node_context());
+  old_plan.reset(*s1);
+  ASSERT_TRUE(sync(*open_in(ns), old_plan).ok());
+  // web gains an endpoint while no agent runs.
+  std::vector<model::ServiceStatePtr> v;
+  for (const auto& st : s1->services) {
+    if (st->key().name != "web") {
+      v.push_back(st);
+      continue;
+    }
+    auto eps = st->endpoints;
+    eps.push_back(testing::endpoint("10.244.1.9", 8080));
+    v.push_back(testing::state(st->service, eps));
+  }
+  Planner p(testing::node_context());
+  p.reset(*testing::snapshot(2, v));
+  auto r = sync(*open_in(ns), p);
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_GT(r->elements, 0u);
+  EXPECT_GT(r->sets_unchanged, 0u);
+  EXPECT_LT(r->sets_listed, sets_with_digest(p) + sets_always_listed(p));
+  EXPECT_GT(r->sets_listed, sets_always_listed(p));
   load_render(by_nft, p);
   expect_same(by_nft, ns);
 }

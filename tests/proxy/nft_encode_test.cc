@@ -15,8 +15,10 @@
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -288,6 +290,31 @@ class Encode : public ::testing::Test {
     for (const auto& c : changes) planned += c.add_elements.size() + c.del_elements.size();
     EXPECT_EQ(b.elements, planned);
     EXPECT_LE(planned, carried);  // an interval is two kernel elements, one planned
+    // Every set whose elements change has its content digest replaced in the same batch, as
+    // the table has it now: the old entry deleted by key, the new one added with its comment.
+    for (const auto& c : changes) {
+      std::set<std::string> touched;
+      for (const auto& [set, _] : c.add_elements) touched.insert(set);
+      for (const auto& [set, _] : c.del_elements) touched.insert(set);
+      std::set<uint32_t> added;
+      for (const auto& e : c.add_digests) added.insert(e.key);
+      for (const auto& set : touched) {
+        auto want = digest_entry(planner.table(c.family).sets.at(set));
+        if (!want) continue;
+        EXPECT_EQ(std::count(c.del_digests.begin(), c.del_digests.end(), want->key), 1) << set;
+        EXPECT_EQ(std::count(c.add_digests.begin(), c.add_digests.end(), *want), 1) << set;
+      }
+      EXPECT_EQ(added.size(), c.add_digests.size());
+      size_t sent = 0, deleted = 0;
+      uint16_t fam = c.family == IpFamily::kV4 ? NFPROTO_IPV4 : NFPROTO_IPV6;
+      for (const auto& m : ms) {
+        if (m.name != "digests" || m.family != fam) continue;
+        if (m.type == NFT_MSG_NEWSETELEM) sent += m.elems.size();
+        if (m.type == NFT_MSG_DELSETELEM) deleted += m.elems.size();
+      }
+      EXPECT_EQ(sent, c.add_digests.size());
+      EXPECT_EQ(deleted, c.del_digests.size());
+    }
     return ms;
   }
 };
@@ -367,13 +394,117 @@ TEST_F(Encode, FullSync) {
 
 TEST_F(Encode, FullSyncOverAnOlderRulesetFlushesAndDeletesWhatIsGone) {
   planner.reset(*base);
-  Batch b =
-      build_full_sync_batch(tables(), {{"services", "stale-chain"}, {"stale-set"}, {}}, {}, 1);
+  Batch b = build_full_sync_batch(tables(),
+                                  {{"services", "stale-chain"}, {"stale-set"}, {}, {}, {}}, {}, 1);
   auto ms = decode(b);
   expect_framed(b, ms, 1);
   EXPECT_NE(find(ms, NFT_MSG_DELCHAIN, "stale-chain"), nullptr);
   EXPECT_NE(find(ms, NFT_MSG_DELSET, "stale-set"), nullptr);
   EXPECT_EQ(find(ms, NFT_MSG_DELCHAIN, "services"), nullptr) << "a chain still in use is kept";
+}
+
+// A set the backend found unchanged by its digest gets no element message; the digests set is
+// created and holds one entry per set with a key, commented with the set's content; a kernel
+// entry that differs is replaced, one the table no longer has is deleted.
+TEST_F(Encode, FullSyncLeavesSetsWithTheSameDigestAlone) {
+  planner.reset(*base);
+  const Table& t4 = planner.table(IpFamily::kV4);
+  auto entries = digest_entries(t4);
+  ASSERT_GT(entries.size(), 5u);
+  for (const auto& e : entries) {
+    EXPECT_EQ(e.comment.rfind("v1 ", 0), 0u) << e.comment;
+  }
+  KernelTable k4;
+  for (const auto& [name, c] : t4.chains) k4.chains.push_back(name);
+  for (const auto& [name, set] : t4.sets) {
+    k4.sets.push_back(name);
+    if (digest_key(name)) k4.unchanged.insert(name);
+  }
+  k4.sets.push_back("digests");
+  // The kernel's entries: the first as the table has it, the second stale, and one for a set
+  // that is gone (key 0x01000063: backends-99).
+  auto udata = [](const std::string& text) {
+    return std::string(1, '\0') + static_cast<char>(text.size() + 1) + text + std::string(1, '\0');
+  };
+  auto key_bytes = [](uint32_t key) {
+    std::string k(4, '\0');
+    std::memcpy(k.data(), &key, 4);
+    return k;
+  };
+  KernelElement same, stale, gone;
+  same.key = key_bytes(entries[0].key);
+  same.userdata = udata(entries[0].comment);
+  stale.key = key_bytes(entries[1].key);
+  stale.userdata = udata(entries[1].comment + "0");
+  gone.key = key_bytes((1u << 24) | 99);
+  gone.userdata = udata("v1 backends-99 3 0000000000000001");
+  k4.digests = {same, stale, gone};
+  Batch b = build_full_sync_batch({&t4}, k4, {}, 3);
+  auto ms = decode(b);
+  expect_framed(b, ms, 3);
+  for (const auto& name : k4.unchanged) {
+    EXPECT_EQ(find(ms, NFT_MSG_NEWSETELEM, name), nullptr) << name;
+    EXPECT_EQ(find(ms, NFT_MSG_DELSETELEM, name), nullptr) << name;
+  }
+  const Msg* created = find(ms, NFT_MSG_NEWSET, "digests");
+  ASSERT_NE(created, nullptr);
+  EXPECT_EQ(created->key_type, 19u);  // mark
+  const Msg* del = find(ms, NFT_MSG_DELSETELEM, "digests");
+  ASSERT_NE(del, nullptr);
+  EXPECT_EQ(del->elems.size(), 2u);  // the stale entry and the gone set's
+  const Msg* add = find(ms, NFT_MSG_NEWSETELEM, "digests");
+  ASSERT_NE(add, nullptr);
+  EXPECT_EQ(add->elems.size(), entries.size() - 1);  // all but the one already right
+  EXPECT_EQ(find(ms, NFT_MSG_DELSET, "digests"), nullptr);
+}
+
+// Different set names have different digest keys; names endpointd does not make have none.
+TEST(DigestKeys, OnePerNameEndpointdMakes) {
+  std::set<uint32_t> keys;
+  std::vector<std::string> made = {
+      "cluster-ips",        "hairpin",          "firewall-ips", "firewall-allow",
+      "no-endpoint-reject", "no-endpoint-drop", "service-ips",  "service-lb"};
+  for (uint32_t n : {1u, 2u, 10u, 16777215u}) {
+    made.push_back(names::backends(n));
+    made.push_back(names::local_backends(n));
+    made.push_back(names::affinity_backends(n));
+  }
+  for (const auto& name : made) {
+    auto k = digest_key(name);
+    ASSERT_TRUE(k) << name;
+    keys.insert(*k);
+  }
+  EXPECT_EQ(keys.size(), made.size());
+  for (const char* other : {"cluster-cidrs", "service-cidrs", "affinity", "digests", "backends-",
+                            "backends-010", "backends-16777216", "backends-x", "stranger"}) {
+    EXPECT_FALSE(digest_key(other)) << other;
+  }
+}
+
+// The digest of a set is its elements', in any order, and follows puts and erases.
+TEST(DigestKeys, ContentDigestFollowsTheElements) {
+  auto el = [](char k, char d) {
+    Element e;
+    e.key = std::string(8, k);
+    e.data = std::string(8, d);
+    return e;
+  };
+  ElementMap a, b;
+  ASSERT_TRUE(a.put(el('a', '1')).ok());
+  ASSERT_TRUE(a.put(el('b', '2')).ok());
+  ASSERT_TRUE(b.put(el('b', '2')).ok());
+  ASSERT_TRUE(b.put(el('a', '1')).ok());
+  EXPECT_EQ(a.digest(), b.digest());
+  ASSERT_TRUE(b.put(el('a', '3')).ok());  // replaced
+  EXPECT_NE(a.digest(), b.digest());
+  ASSERT_TRUE(b.put(el('a', '1')).ok());
+  EXPECT_EQ(a.digest(), b.digest());
+  b.erase(std::string(8, 'b'));
+  EXPECT_NE(a.digest(), b.digest());
+  a.erase(std::string(8, 'b'));
+  EXPECT_EQ(a.digest(), b.digest());
+  a.erase(std::string(8, 'a'));
+  EXPECT_EQ(a.digest(), 0u);
 }
 
 // A full sync over a listing sends only the difference: a listed set that holds what the table
@@ -479,7 +610,7 @@ TEST_F(Encode, AffinityMapAndRules) {
       << record;
   // A full sync over a ruleset that has the map keeps its records (no flush of it), while the
   // backend maps are flushed and filled again.
-  ms = decode(build_full_sync_batch(tables(), {{}, {"affinity", "backends-3"}, {}}, {}, 9));
+  ms = decode(build_full_sync_batch(tables(), {{}, {"affinity", "backends-3"}, {}, {}, {}}, {}, 9));
   EXPECT_EQ(find(ms, NFT_MSG_DELSETELEM, "affinity"), nullptr);
   EXPECT_NE(find(ms, NFT_MSG_DELSETELEM, "backends-3"), nullptr);
 }

@@ -116,7 +116,10 @@ int run(int argc, char** argv) {
   auto conntrack = proxy::make_netlink_conntrack();
   opts.conntrack = conntrack.get();
   proxy::ProxySink sink(backend->get(), &board, opts);
-  auto monitor = proxy::Monitor::start((*backend)->port_id(), [&sink] { sink.request_resync(); });
+  auto monitor = proxy::Monitor::start((*backend)->port_id(), [&sink, nl = backend->get()] {
+    nl->distrust_digests();
+    sink.request_resync();
+  });
   if (!monitor) throw std::runtime_error("monitor: " + monitor.error());
 
   auto snap = proxy::testing::snapshot(1, std::move(services));
