@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -198,25 +199,25 @@ int main(int argc, char** argv) {
   endpointd::netns::SpawnOptions so;
   so.argv = args;
   so.log_path = tmp + "/endpointd.log";
-  auto start = Clock::now();
-  endpointd::netns::Process proc(so);
   httplib::Client http("127.0.0.1", admin_port);
   http.set_connection_timeout(1);
-  Clock::time_point ready{};
-  while (Clock::now() - start < 120s) {
-    auto r = http.Get("/readyz");
-    if (r && r->status == 200) {
-      ready = Clock::now();
-      break;
+  // Process start to /readyz 200, in ms (negative: never ready).
+  auto until_ready = [&](Clock::time_point start, endpointd::netns::Process& p) {
+    while (Clock::now() - start < 120s) {
+      auto r = http.Get("/readyz");
+      if (r && r->status == 200) return ms(Clock::now() - start);
+      if (!p.running()) break;
+      std::this_thread::sleep_for(2ms);  // polling a probe: nothing to await
     }
-    if (!proc.running()) break;
-    std::this_thread::sleep_for(2ms);  // polling a probe: nothing to await
-  }
-  if (ready == Clock::time_point{}) {
+    return -1.0;
+  };
+  auto start = Clock::now();
+  endpointd::netns::Process proc(so);
+  double start_to_ready = until_ready(start, proc);
+  if (start_to_ready < 0) {
     std::cerr << "endpointd never became ready:\n" << proc.log();
     return 1;
   }
-  double start_to_ready = ms(ready - start);
 
   Monitor mon;
   std::this_thread::sleep_for(500ms);  // let the agent settle after its first sync
@@ -251,14 +252,35 @@ int main(int argc, char** argv) {
   // The agent's log stays for a look afterwards.
   fs::copy_file(so.log_path, fs::temp_directory_path() / ("endpointd-e2e-" + source + ".log"),
                 fs::copy_options::overwrite_existing);
+  // A restart over the rules the agent left (the same cluster state): start to ready, and the
+  // elements its first full sync changed (0 when it found every rule right).
+  so.log_path = tmp + "/endpointd-restart.log";
+  auto restart = Clock::now();
+  endpointd::netns::Process again(so);
+  double restart_to_ready = until_ready(restart, again);
+  again.stop();
+  long restart_changed = -1;
+  {
+    std::string log = again.log();
+    auto at = log.find(" elements changed");
+    if (at != std::string::npos) {
+      auto from = log.rfind(' ', at - 1);
+      restart_changed = std::strtol(log.c_str() + from + 1, nullptr, 10);
+    }
+  }
+  fs::copy_file(so.log_path,
+                fs::temp_directory_path() / ("endpointd-e2e-" + source + "-restart.log"),
+                fs::copy_options::overwrite_existing);
   fs::remove_all(tmp);
 
   char line[512];
   std::snprintf(line, sizeof(line),
                 "{\"source\":\"%s\",\"start_to_ready_ms\":%.1f,\"changes\":%zu,\"lost\":%d,"
-                "\"p50_ms\":%.2f,\"p90_ms\":%.2f,\"p99_ms\":%.2f,\"max_ms\":%.2f}",
+                "\"p50_ms\":%.2f,\"p90_ms\":%.2f,\"p99_ms\":%.2f,\"max_ms\":%.2f,"
+                "\"restart_to_ready_ms\":%.1f,\"restart_elements_changed\":%ld}",
                 source.c_str(), start_to_ready, lat.size(), lost, pct(lat, 0.5), pct(lat, 0.9),
-                pct(lat, 0.99), lat.empty() ? 0.0 : *std::max_element(lat.begin(), lat.end()));
+                pct(lat, 0.99), lat.empty() ? 0.0 : *std::max_element(lat.begin(), lat.end()),
+                restart_to_ready, restart_changed);
   std::cout << line << "\n";
   if (!out.empty()) std::ofstream(out, std::ios::app) << line << "\n";
   return lost > changes / 10 ? 1 : 0;
