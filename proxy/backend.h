@@ -29,6 +29,13 @@ class Backend {
   virtual Result<BatchStats> full_sync(const std::vector<const Table*>& tables) = 0;
   // One atomic batch carrying `changes` (every family).
   virtual Result<BatchStats> apply(const std::vector<TableChanges>& changes) = 0;
+  // Whether the kernel's sets have room for `changes`: a set made with a size holds at most
+  // that many elements. When not, the caller makes a full sync instead (which makes the set
+  // anew, larger).
+  virtual bool fits(const std::vector<TableChanges>& changes) const {
+    (void)changes;
+    return true;
+  }
 };
 
 }  // namespace endpointd::proxy

@@ -151,7 +151,7 @@ bool is_nft(const nlmsghdr* m, uint16_t msg) {
 }  // namespace
 
 int parse_dump_names(const void* buf, size_t len, uint32_t seq, uint32_t portid, uint16_t msg_type,
-                     std::vector<std::string>& names) {
+                     std::vector<std::string>& names, std::vector<uint32_t>* sizes) {
   if (!well_formed(buf, len)) {
     errno = EBADMSG;
     return MNL_CB_ERROR;
@@ -159,7 +159,8 @@ int parse_dump_names(const void* buf, size_t len, uint32_t seq, uint32_t portid,
   struct Ctx {
     uint16_t type;
     std::vector<std::string>* names;
-  } ctx{msg_type, &names};
+    std::vector<uint32_t>* sizes;
+  } ctx{msg_type, &names, sizes};
   auto cb = [](const nlmsghdr* m, void* data) -> int {
     auto* c = static_cast<Ctx*>(data);
     bool chain = c->type == NFT_MSG_GETCHAIN;
@@ -170,7 +171,29 @@ int parse_dump_names(const void* buf, size_t len, uint32_t seq, uint32_t portid,
     const char* table = a.str[NFTA_CHAIN_TABLE];
     const char* name = a.str[chain ? int{NFTA_CHAIN_NAME} : int{NFTA_SET_NAME}];
     // A message without a table or a name is skipped, never dereferenced.
-    if (table && name && std::strcmp(table, kTableName) == 0) c->names->emplace_back(name);
+    if (!table || !name || std::strcmp(table, kTableName) != 0) return MNL_CB_OK;
+    c->names->emplace_back(name);
+    if (!c->sizes) return MNL_CB_OK;
+    // A set's size: NFTA_SET_DESC { NFTA_SET_DESC_SIZE }, 0 when it has none.
+    uint32_t size = 0;
+    mnl_attr_parse(
+        m, sizeof(nfgenmsg),
+        [](const nlattr* attr, void* out) -> int {
+          if (mnl_attr_get_type(attr) != NFTA_SET_DESC) return MNL_CB_OK;
+          mnl_attr_parse_nested(
+              attr,
+              [](const nlattr* d, void* out2) -> int {
+                if (mnl_attr_get_type(d) == NFTA_SET_DESC_SIZE &&
+                    mnl_attr_validate(d, MNL_TYPE_U32) == 0) {
+                  *static_cast<uint32_t*>(out2) = ntohl(mnl_attr_get_u32(d));
+                }
+                return MNL_CB_OK;
+              },
+              out);
+          return MNL_CB_OK;
+        },
+        &size);
+    c->sizes->push_back(size);
     return MNL_CB_OK;
   };
   return mnl_cb_run(buf, len, seq, portid, cb, &ctx);
@@ -338,7 +361,8 @@ Status NetlinkBackend::forget_affinity(IpFamily f,
   return {};
 }
 
-Result<std::vector<std::string>> NetlinkBackend::list_names(uint16_t msg_type, IpFamily f) {
+Result<std::vector<std::string>> NetlinkBackend::list_names(uint16_t msg_type, IpFamily f,
+                                                            std::vector<uint32_t>* sizes) {
   std::vector<char> buf(MNL_SOCKET_BUFFER_SIZE);
   uint32_t seq = seq_++;
   nlmsghdr* nlh =
@@ -356,8 +380,8 @@ Result<std::vector<std::string>> NetlinkBackend::list_names(uint16_t msg_type, I
   for (;;) {
     ssize_t n = mnl_socket_recvfrom(sock_->nl.get(), buf.data(), buf.size());
     if (n < 0) return Error{std::string("netlink receive: ") + std::strerror(errno)};
-    int ret =
-        parse_dump_names(buf.data(), static_cast<size_t>(n), seq, sock_->portid, msg_type, names);
+    int ret = parse_dump_names(buf.data(), static_cast<size_t>(n), seq, sock_->portid, msg_type,
+                               names, sizes);
     if (ret < 0) {
       if (errno == ENOENT) return std::vector<std::string>{};  // no table yet
       return Error{std::string("netlink dump: ") + std::strerror(errno)};
@@ -422,10 +446,12 @@ Result<KernelTable> NetlinkBackend::list_table(const Table* t, IpFamily f, bool 
   KernelTable k;
   auto chains = list_names(NFT_MSG_GETCHAIN, f);
   if (!chains) return Error{chains.error()};
-  auto sets = list_names(NFT_MSG_GETSET, f);
+  std::vector<uint32_t> sizes;
+  auto sets = list_names(NFT_MSG_GETSET, f, &sizes);
   if (!sets) return Error{sets.error()};
   k.chains = std::move(*chains);
   k.sets = std::move(*sets);
+  for (size_t i = 0; i < k.sets.size() && i < sizes.size(); ++i) k.sizes[k.sets[i]] = sizes[i];
   if (!t) return k;
   // The content digests the kernel holds (a few dozen elements): a set whose entry is the
   // table's own entry holds what the table wants (the entry is written in the same
@@ -461,6 +487,9 @@ Result<KernelTable> NetlinkBackend::list_table(const Table* t, IpFamily f, bool 
       k.unchanged.insert(name);
       continue;
     }
+    // Too small for what the table wants: made anew, so its elements need no listing.
+    if (sized(want->second.shape) && outgrows(k.sizes[name], want->second.elements.size()))
+      continue;
     // A dump comes a socket buffer at a time, each a new walk of the set that skips what was
     // sent; a hash set the kernel resized in between (its deferred rehash after a big insert,
     // or a shrink after deletes) is walked in another order, and the dump both repeats and
@@ -538,6 +567,15 @@ Result<BatchStats> NetlinkBackend::full_sync(const std::vector<const Table*>& ta
       r->sets_unchanged += k.unchanged.size();
       r->sets_listed += k.elements.size();
     }
+    // The kernel's sets now: each with its size and the table's element count.
+    room_.clear();
+    for (const auto& sz : b.sizes) {
+      for (const Table* t : tables) {
+        if (t->family != sz.family) continue;
+        auto it = t->sets.find(sz.set);
+        if (it != t->sets.end()) room_[{sz.family, sz.set}] = {sz.size, it->second.elements.size()};
+      }
+    }
   }
   if (r && !trust) {
     std::lock_guard lock(quiet_mu_);
@@ -563,11 +601,50 @@ Result<BatchStats> NetlinkBackend::full_sync(const std::vector<const Table*>& ta
   return r ? forget_unrouted_affinity(tables, *r) : r;
 }
 
+// What each set's element count becomes with `ch` (sets it deletes are gone).
+std::map<std::pair<IpFamily, std::string>, long> NetlinkBackend::counts_after(
+    const std::vector<TableChanges>& list) const {
+  std::map<std::pair<IpFamily, std::string>, long> out;
+  for (const auto& ch : list) {
+    auto count = [&](const std::string& set) -> long& {
+      auto [it, fresh] = out.try_emplace({ch.family, set}, 0);
+      if (fresh) {
+        auto r = room_.find({ch.family, set});
+        if (r != room_.end()) it->second = static_cast<long>(r->second.count);
+      }
+      return it->second;
+    };
+    for (const auto& [set, _] : ch.add_elements) ++count(set);
+    for (const auto& [set, _] : ch.del_elements) --count(set);
+  }
+  return out;
+}
+
+bool NetlinkBackend::fits(const std::vector<TableChanges>& list) const {
+  std::set<std::pair<IpFamily, std::string>> made;
+  for (const auto& ch : list) {
+    for (const auto& s : ch.add_sets) made.insert({ch.family, s.name});
+  }
+  for (const auto& [set, n] : counts_after(list)) {
+    if (made.count(set)) continue;  // made by this batch with room for what it adds
+    auto r = room_.find(set);
+    if (r != room_.end() && outgrows(r->second.size, static_cast<size_t>(std::max(n, 0L))))
+      return false;
+  }
+  return true;
+}
+
 Result<BatchStats> NetlinkBackend::apply(const std::vector<TableChanges>& list) {
   Batch b = build_changes_batch(list, seq_);
   seq_ += static_cast<uint32_t>(b.what.size()) + 2;
+  auto counts = counts_after(list);
   auto r = send(b);
   if (!r) return r;
+  for (const auto& sz : b.sizes) room_[{sz.family, sz.set}] = {sz.size, 0};
+  for (const auto& [set, n] : counts) room_[set].count = static_cast<size_t>(std::max(n, 0L));
+  for (const auto& ch : list) {
+    for (const auto& s : ch.del_sets) room_.erase({ch.family, s});
+  }
   // Committed: no new record names these pairs; delete those the map holds.
   for (const auto& ch : list) {
     if (ch.forget_affinity.empty()) continue;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -23,10 +24,11 @@ namespace endpointd::proxy {
 // returns its result: MNL_CB_OK (more to come), MNL_CB_STOP (done), or -1 with errno set.
 // A seq or portid of 0 is not checked.
 //   parse_dump_names: the names of endpointd's table's chains (msg_type NFT_MSG_GETCHAIN) or
-//                     sets (NFT_MSG_GETSET), appended to `names`.
+//                     sets (NFT_MSG_GETSET), appended to `names`; with `sizes`, each set's
+//                     size (NFTA_SET_DESC_SIZE, 0 when it has none) appended in step.
 //   parse_generation: the ruleset generation (NFT_MSG_GETGEN), into `id`.
 int parse_dump_names(const void* buf, size_t len, uint32_t seq, uint32_t portid, uint16_t msg_type,
-                     std::vector<std::string>& names);
+                     std::vector<std::string>& names, std::vector<uint32_t>* sizes = nullptr);
 int parse_generation(const void* buf, size_t len, uint32_t seq, uint32_t portid,
                      std::optional<uint32_t>& id);
 //   parse_set_elements: each element (key, key end, data or verdict, flags) in a dump of one
@@ -42,6 +44,7 @@ class NetlinkBackend : public Backend {
 
   Result<BatchStats> full_sync(const std::vector<const Table*>& tables) override;
   Result<BatchStats> apply(const std::vector<TableChanges>& changes) override;
+  bool fits(const std::vector<TableChanges>& changes) const override;
   // Deletes the ip and ip6 endpointd tables (for --cleanup). Missing tables are fine.
   Result<BatchStats> cleanup();
   // The port id of the socket (the monitor ignores notifications caused by it).
@@ -75,7 +78,11 @@ class NetlinkBackend : public Backend {
   struct Socket;
   explicit NetlinkBackend(std::unique_ptr<Socket> s);
   Result<BatchStats> send(const Batch& b);
-  Result<std::vector<std::string>> list_names(uint16_t msg_type, IpFamily f);
+  // Chain or set names; with `sizes`, each set's size in step (0: none).
+  Result<std::vector<std::string>> list_names(uint16_t msg_type, IpFamily f,
+                                              std::vector<uint32_t>* sizes = nullptr);
+  std::map<std::pair<IpFamily, std::string>, long> counts_after(
+      const std::vector<TableChanges>& changes) const;
   // The elements of one set of the family's table (none when it has no such set).
   Result<std::vector<KernelElement>> list_elements(IpFamily f, const std::string& set_name);
   // The family's chains and sets, the digests set's entries, and the elements of each set `t`
@@ -91,6 +98,12 @@ class NetlinkBackend : public Backend {
   std::unique_ptr<Socket> sock_;
   uint32_t seq_ = 1;
   uint64_t unsettled_dumps_ = 0;
+  // The kernel's sets as the last committed batch left them: size (0: none) and elements.
+  struct Room {
+    uint32_t size = 0;
+    size_t count = 0;
+  };
+  std::map<std::pair<IpFamily, std::string>, Room> room_;
   mutable std::mutex quiet_mu_;  // guards the five below
   std::function<bool(bool)> listen_;
   std::function<void()> foreign_;

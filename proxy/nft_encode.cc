@@ -201,6 +201,9 @@ class Builder {
     return nftnl_nlmsg_build_hdr(scratch_.get(), type, nf_family(f), flags | NLM_F_ACK, seq_++);
   }
   void done(nlmsghdr* nlh) { batch_.bytes.append(scratch_.get(), nlh->nlmsg_len); }
+  void sized(IpFamily f, const std::string& set, uint32_t size) {
+    batch_.sizes.push_back({f, set, size});
+  }
 
  private:
   void append(const nlmsghdr* nlh) { batch_.bytes.append(scratch_.get(), nlh->nlmsg_len); }
@@ -282,7 +285,8 @@ SetPtr set_obj(IpFamily f, const std::string& name) {
 
 uint32_t g_set_id = 1;
 
-void add_set(Builder& b, IpFamily f, const Set& s) {
+// `size`: NFTA_SET_DESC_SIZE (0: none); the affinity map always has kAffinityMapSize.
+void add_set(Builder& b, IpFamily f, const Set& s, uint32_t size = 0) {
   auto obj = set_obj(f, s.name);
   SetDef d = set_def(f, s.shape);
   nftnl_set_set_u32(obj.get(), NFTNL_SET_FLAGS, d.flags);
@@ -298,8 +302,8 @@ void add_set(Builder& b, IpFamily f, const Set& s) {
                        static_cast<uint32_t>(d.concat_fields.size()));
   }
   // Its records carry their own timeouts (the record rules').
-  if (s.shape == SetShape::kAffinity)
-    nftnl_set_set_u32(obj.get(), NFTNL_SET_DESC_SIZE, kAffinityMapSize);
+  if (s.shape == SetShape::kAffinity) size = kAffinityMapSize;
+  if (size) nftnl_set_set_u32(obj.get(), NFTNL_SET_DESC_SIZE, size);
   nftnl_set_set_u32(obj.get(), NFTNL_SET_ID, g_set_id++);
   std::string ud = set_udata(f, s.shape, s.modulus);
   nftnl_set_set_data(obj.get(), NFTNL_SET_USERDATA, ud.data(), static_cast<uint32_t>(ud.size()));
@@ -878,10 +882,34 @@ size_t full_sync_table(Builder& b, const Table& t, const KernelTable& k) {
   std::set<std::string> ksets(k.sets.begin(), k.sets.end());
   add_table(b, f);
   for (const auto& [_, c] : t.chains) add_chain(b, f, c);
-  for (const auto& [_, s] : t.sets) add_set(b, f, s);
+  // Sets: a new one is made with room for its elements; one the kernel has keeps its size
+  // (NEWSET without EXCL, the same size), unless it outgrew it: that one is deleted and made
+  // anew, larger, once the chains that refer to it are flushed (below).
+  std::set<std::string> remade;
+  for (const auto& [name, s] : t.sets) {
+    auto ks = k.sizes.find(name);
+    uint32_t have = ks == k.sizes.end() ? 0 : ks->second;
+    if (!ksets.count(name)) {
+      uint32_t size = sized(s.shape) ? set_size_for(s.elements.size()) : 0;
+      add_set(b, f, s, size);
+      b.sized(f, name, size);
+    } else if (sized(s.shape) && outgrows(have, s.elements.size())) {
+      remade.insert(name);
+    } else {
+      add_set(b, f, s, have);
+      b.sized(f, name, have);
+    }
+  }
   add_set(b, f, digest_set());
   // Everything happens inside one transaction: packets see the old table until commit.
   for (const auto& name : kchains) flush_chain(b, f, name);
+  for (const auto& name : remade) {
+    const Set& s = t.sets.at(name);
+    uint32_t size = set_size_for(s.elements.size());
+    del_set(b, f, name);
+    add_set(b, f, s, size);
+    b.sized(f, name, size);
+  }
   // Per set: its elements to delete, and its elements to add (all of them: `whole`).
   struct Plan {
     const Set* set;
@@ -895,7 +923,9 @@ size_t full_sync_table(Builder& b, const Table& t, const KernelTable& k) {
     if (s.shape == SetShape::kAffinity) continue;  // the packet path's records stay
     Plan p{&s, {}, {}, false};
     auto listed = k.elements.find(name);
-    if (k.unchanged.count(name)) {
+    if (remade.count(name)) {
+      p.whole = true;  // made anew: empty
+    } else if (k.unchanged.count(name)) {
       continue;  // the kernel's digest of the set is this one's: it holds these elements
     } else if (!ksets.count(name)) {
       p.whole = true;  // a new set
@@ -980,7 +1010,14 @@ size_t full_sync_table(Builder& b, const Table& t, const KernelTable& k) {
 void changes(Builder& b, const TableChanges& ch, const Table* shapes_from) {
   (void)shapes_from;
   IpFamily f = ch.family;
-  for (const auto& s : ch.add_sets) add_set(b, f, s);
+  for (const auto& s : ch.add_sets) {
+    // Made with room for the elements this batch adds to it.
+    size_t adding = 0;
+    for (const auto& [set, _] : ch.add_elements) adding += set == s.name ? 1 : 0;
+    uint32_t size = sized(s.shape) ? set_size_for(adding) : 0;
+    add_set(b, f, s, size);
+    b.sized(f, s.name, size);
+  }
   for (const auto& c : ch.add_chains) add_chain(b, f, c);
   for (const auto& c : ch.add_chains) {
     for (const auto& r : c.rules) add_rule(b, f, c.name, r);

@@ -14,12 +14,21 @@
 
 namespace endpointd::proxy {
 
+// The size a set has once a batch is committed (0: none, no limit).
+struct SetSize {
+  IpFamily family = IpFamily::kV4;
+  std::string set;
+  uint32_t size = 0;
+};
+
 // A built batch: the bytes sent to the kernel, and what each sequence number carried.
 struct Batch {
   std::string bytes;
   uint32_t first_seq = 0;
   std::vector<std::string> what;  // per message after BEGIN, for error messages
   size_t elements = 0;            // set elements the batch adds or deletes
+  // The sizes of the sets the batch makes (a full sync: of every set the tables keep).
+  std::vector<SetSize> sizes;
 };
 
 // One set element as the kernel lists it (NFT_MSG_GETSETELEM).
@@ -47,6 +56,9 @@ struct KernelTable {
   std::set<std::string> unchanged;
   // The elements of the `digests` set (empty when the table has none yet).
   std::vector<KernelElement> digests;
+  // Each set's size (NFTA_SET_DESC_SIZE; 0 or missing: none). A set the table keeps that
+  // outgrows its size (see table.h) is not listed: the full sync makes it anew, larger.
+  std::map<std::string, uint32_t> sizes;
 };
 
 // Makes the kernel's tables equal to `tables` in one batch, sending only what differs from

@@ -244,6 +244,8 @@ std::string render(const Table& t) {
     } else {
       out += "\t\t" + set_type(f, s.shape) + "\n";
     }
+    // A fresh load's size (a kernel set keeps the size it was made with; see table.h).
+    if (sized(s.shape)) out += "\t\tsize " + std::to_string(set_size_for(s.elements.size())) + "\n";
     if (s.shape == SetShape::kAddrInterval || s.shape == SetShape::kVipSrcInterval)
       out += "\t\tflags interval\n";
     if (s.shape == SetShape::kAffinity) {

@@ -567,6 +567,14 @@ void ProxySink::apply(const model::SnapshotPtr& snap, const model::Delta& delta)
     cv_.notify_all();
     return;
   }
+  if (!backend_->fits(changes)) {
+    // A set outgrew the size it was made with: a full sync makes it anew, larger (the set
+    // doubles each time, so this is rare).
+    spdlog::info("proxy: generation {} outgrows a set's size: full sync", snap->generation);
+    full_sync_locked(snap);
+    cv_.notify_all();
+    return;
+  }
   auto r = backend_->apply(changes);
   if (!r) {
     ++failures_;

@@ -150,6 +150,31 @@ std::string prefix_last(const model::IpPrefix& p) {
   return bytes;
 }
 
+bool sized(SetShape shape) {
+  switch (shape) {
+    case SetShape::kAddrSet:
+    case SetShape::kAddrPair:
+    case SetShape::kVipSet:
+    case SetShape::kVipVerdictMap:
+    case SetShape::kBackends:
+    case SetShape::kVipBackendSet:
+      return true;
+    case SetShape::kAddrInterval:
+    case SetShape::kVipSrcInterval:
+    case SetShape::kAffinity:
+    case SetShape::kDigest:
+      return false;
+  }
+  return false;
+}
+
+uint32_t set_size_for(size_t elements) {
+  uint64_t want = std::max<uint64_t>(2 * static_cast<uint64_t>(elements), kMinSetSize);
+  uint64_t size = kMinSetSize;
+  while (size < want && size < (1ull << 31)) size <<= 1;
+  return static_cast<uint32_t>(size);
+}
+
 std::optional<uint32_t> digest_key(std::string_view name) {
   static constexpr const char* kFixed[] = {
       names::kClusterIps,       names::kHairpin,        names::kFirewallIps, names::kFirewallAllow,

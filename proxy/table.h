@@ -226,6 +226,22 @@ struct Table {
   size_t element_count() const;
 };
 
+// Set sizes (proxy/LAYOUT.md, "Set sizes"). The hash sets and maps are made with a size
+// (NFTA_SET_DESC_SIZE): the kernel then keeps them in its fixed-size hash, built once, rather
+// than a table it rehashes as it grows. A set holds at most its size, so one that outgrows it
+// is made anew, larger, by a full sync.
+inline constexpr uint32_t kMinSetSize = 1024;
+// Whether sets of this shape get a size (not the interval sets, nor the affinity map, whose
+// size is kAffinityMapSize, nor `digests`).
+bool sized(SetShape shape);
+// The size a set made for `elements` gets: room to double, at least kMinSetSize.
+uint32_t set_size_for(size_t elements);
+// Whether a kernel set of `kernel_size` (0: made without a size, it has no limit) is too small
+// for `elements`: it must be made anew.
+inline bool outgrows(uint32_t kernel_size, size_t elements) {
+  return kernel_size != 0 && elements > kernel_size;
+}
+
 // Content digests (proxy/LAYOUT.md, "Restart without listing"). The `digests` set holds one
 // element per set endpointd keeps, keyed by digest_key(name) and commented
 // "v1 <name> <elements> <digest>", written in the same transaction as every change to that

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <thread>
@@ -291,6 +294,60 @@ TEST(ProxyNetlink, FullSyncOverRulesInPlaceChangesNoElement) {
   ASSERT_TRUE(next.ok()) << next.error();
   EXPECT_EQ(next->elements, 0u);
   EXPECT_EQ(next->sets_unchanged, sets_with_digest(p));
+}
+
+// `n` ClusterIP services with one endpoint each: cluster-ips, service-ips, service-lb and
+// backends-1 hold n elements each.
+model::SnapshotPtr services(uint64_t g, int n) {
+  std::vector<model::ServiceStatePtr> v;
+  for (int i = 0; i < n; ++i) {
+    std::string vip = "10.97." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1);
+    std::string pod = "10.244." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1);
+    char name[16];
+    std::snprintf(name, sizeof name, "s%04d", i);
+    v.push_back(testing::state(testing::service(name, {testing::ip(vip.c_str())}, 80),
+                               {testing::endpoint(pod.c_str(), 8080)}));
+  }
+  return testing::snapshot(g, std::move(v));
+}
+
+// Hash sets are made with a size (room to double): the kernel refuses an element beyond it, so
+// a change that would overfill one does not fit, and a full sync makes the set anew, larger —
+// without listing it, every element in place after it, and a restart over it changes nothing.
+TEST(ProxyNetlink, SetsThatOutgrowTheirSizeAreMadeAnewLarger) {
+  NetNs ns(netns::unique_prefix() + "grow"), by_nft(netns::unique_prefix() + "nft");
+  NodeContext c = testing::node_context();
+  Planner p(c);
+  auto s1 = services(1, 500);
+  p.reset(*s1);
+  auto b = open_in(ns);
+  ASSERT_TRUE(sync(*b, p).ok());
+  EXPECT_NE(ns.sh("nft list set ip endpointd cluster-ips").find("size 1024"), std::string::npos);
+  // One more service fits.
+  auto s2 = services(2, 501);
+  auto small = p.update(*s2, model::diff(s1.get(), *s2));
+  EXPECT_TRUE(b->fits(small));
+  ASSERT_TRUE(b->apply(small).ok());
+  // 600 more do not: the kernel would refuse the batch (ENFILE), and fits() says so first.
+  auto s3 = services(3, 1101);
+  auto big = p.update(*s3, model::diff(s2.get(), *s3));
+  EXPECT_FALSE(b->fits(big));
+  auto refused = b->apply(big);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().find(std::strerror(ENFILE)), std::string::npos) << refused.error();
+  // The full sync instead: the sets that outgrew 1024 are made anew with room for 2 x 1101.
+  auto grown = sync(*b, p);
+  ASSERT_TRUE(grown.ok()) << grown.error();
+  std::string ips = ns.sh("nft list set ip endpointd cluster-ips");
+  EXPECT_NE(ips.find("size 4096"), std::string::npos) << ips.substr(0, 200);
+  EXPECT_NE(ips.find("10.97.4.101"), std::string::npos);  // the 1101st service's
+  load_render(by_nft, p);
+  expect_same(by_nft, ns);
+  // A restart over it: nothing changed, nothing listed but the interval sets.
+  auto again = sync(*open_in(ns), p);
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_EQ(again->elements, 0u);
+  EXPECT_EQ(again->sets_unchanged, sets_with_digest(p));
 }
 
 // An agent restarted after services changed while it was down lists only the sets whose

@@ -394,8 +394,8 @@ TEST_F(Encode, FullSync) {
 
 TEST_F(Encode, FullSyncOverAnOlderRulesetFlushesAndDeletesWhatIsGone) {
   planner.reset(*base);
-  Batch b = build_full_sync_batch(tables(),
-                                  {{"services", "stale-chain"}, {"stale-set"}, {}, {}, {}}, {}, 1);
+  Batch b = build_full_sync_batch(
+      tables(), {{"services", "stale-chain"}, {"stale-set"}, {}, {}, {}, {}}, {}, 1);
   auto ms = decode(b);
   expect_framed(b, ms, 1);
   EXPECT_NE(find(ms, NFT_MSG_DELCHAIN, "stale-chain"), nullptr);
@@ -610,7 +610,8 @@ TEST_F(Encode, AffinityMapAndRules) {
       << record;
   // A full sync over a ruleset that has the map keeps its records (no flush of it), while the
   // backend maps are flushed and filled again.
-  ms = decode(build_full_sync_batch(tables(), {{}, {"affinity", "backends-3"}, {}, {}, {}}, {}, 9));
+  ms = decode(
+      build_full_sync_batch(tables(), {{}, {"affinity", "backends-3"}, {}, {}, {}, {}}, {}, 9));
   EXPECT_EQ(find(ms, NFT_MSG_DELSETELEM, "affinity"), nullptr);
   EXPECT_NE(find(ms, NFT_MSG_DELSETELEM, "backends-3"), nullptr);
 }

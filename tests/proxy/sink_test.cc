@@ -53,7 +53,9 @@ class FakeBackend : public Backend {
     for (const auto& c : changes) elements += c.add_elements.size() + c.del_elements.size();
     return BatchStats{changes.size(), 1, elements};
   }
+  bool fits(const std::vector<TableChanges>&) const override { return room; }
   size_t full_elements = 7;  // what a full sync reports it changed
+  bool room = true;          // whether the kernel's sets have room for a batch
   std::mutex mu;
 };
 
@@ -103,6 +105,28 @@ TEST(ProxySink, AppliedOnlyAfterTheBatchCommitted) {
   EXPECT_EQ(seen_during, (std::vector<uint64_t>{0, 1}));
   EXPECT_EQ(be.full_calls, 1);
   EXPECT_EQ(be.apply_calls, 1);
+}
+
+// A change that would overfill a set made with a size is a full sync (which makes the set anew,
+// larger), not a batch the kernel would refuse: no failure, and the change is applied.
+TEST(ProxySink, AChangeThatOutgrowsASetIsAFullSync) {
+  FakeBackend be;
+  pipeline::AckBoard board;
+  ProxySink sink(&be, &board, options());
+  auto s1 = web(1, 2);
+  sink.apply(s1, delta(nullptr, s1));
+  be.room = false;
+  auto s2 = web(2, 3);
+  sink.apply(s2, delta(s1, s2));
+  EXPECT_EQ(be.full_calls, 2);
+  EXPECT_EQ(be.apply_calls, 0);
+  EXPECT_EQ(sink.failures(), 0u);
+  EXPECT_EQ(board_generation(board), 2u);
+  be.room = true;
+  auto s3 = web(3, 4);
+  sink.apply(s3, delta(s2, s3));
+  EXPECT_EQ(be.apply_calls, 1);
+  EXPECT_EQ(board_generation(board), 3u);
 }
 
 TEST(ProxySink, RejectedBatchResyncsWithBackoffAndKeepsTheLastGoodState) {
