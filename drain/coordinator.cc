@@ -436,15 +436,19 @@ void Coordinator::run() {
             revisions_.back().first < snap->generation)
           revisions_.emplace_back(snap->generation, snap->slice_revision);
         if (revisions_.size() > 4096) revisions_.pop_front();
-        std::map<std::string, std::string> members;
-        for (const auto& n : snap->nodes) {
-          auto ips = n->internal_ips();
-          if (ips.empty()) continue;
-          std::string host =
-              ips.front().is_v6() ? "[" + ips.front().str() + "]" : ips.front().str();
-          members[n->name] = host + ":" + std::to_string(opts_.peer_port);
+        // The member list follows the Node objects (unchanged ones are the same pointers).
+        if (snap->nodes != member_nodes_) {
+          member_nodes_ = snap->nodes;
+          std::map<std::string, std::string> members;
+          for (const auto& n : snap->nodes) {
+            auto ips = n->internal_ips();
+            if (ips.empty()) continue;
+            std::string host =
+                ips.front().is_v6() ? "[" + ips.front().str() + "]" : ips.front().str();
+            members[n->name] = host + ":" + std::to_string(opts_.peer_port);
+          }
+          cluster_->set_members(std::move(members));
         }
-        cluster_->set_members(std::move(members));
       }
       auto started = machine_.on_snapshot(snap, Clock::now());
       for (const auto& ip : started) {

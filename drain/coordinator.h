@@ -156,6 +156,7 @@ class Coordinator {
   std::unique_ptr<Cluster> cluster_;
   // (generation, slice revision) of recent snapshots, oldest first.
   std::deque<std::pair<uint64_t, uint64_t>> revisions_;
+  std::vector<model::NodePtr> member_nodes_;  // the Node objects cluster_'s members came from
   // Per DNS consumer: (applied at, generation), oldest first, until the TTL passed.
   std::map<std::string, std::deque<std::pair<TimePoint, uint64_t>>> dns_applied_;
   std::unique_ptr<PeerServer> peer_server_;

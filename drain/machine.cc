@@ -116,8 +116,37 @@ Drain& Machine::ensure(const model::IpAddr& ip, TimePoint now, bool* created) {
   return d;
 }
 
+void Machine::index_service(const model::ServiceKey& key) {
+  terminating_.erase(key);
+  nodeless_.erase(key);
+  const model::ServiceState* st = snap_->find(key);
+  if (!st) return;
+  std::vector<model::IpAddr> local;
+  bool nodeless = false;
+  for (const auto& e : st->endpoints) {
+    nodeless |= e.node_name.empty();
+    if (!e.conditions.terminating) continue;
+    if (e.node_name == opts_.node_name || (e.node_name.empty() && pod_for(e.address)))
+      local.push_back(e.address);
+  }
+  if (!local.empty()) terminating_.emplace(key, std::move(local));
+  if (nodeless) nodeless_.insert(key);
+}
+
 std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoint now) {
+  model::SnapshotPtr before = std::move(snap_);
   snap_ = std::move(snap);
+  model::Delta delta = model::diff(before.get(), *snap_);
+  for (const auto& k : delta.removed) {
+    terminating_.erase(k);
+    nodeless_.erase(k);
+  }
+  for (const auto& k : delta.added) index_service(k);
+  for (const auto& k : delta.changed) index_service(k);
+  if (delta.pods_changed) {
+    auto keys = nodeless_;
+    for (const auto& k : keys) index_service(k);
+  }
   std::vector<model::IpAddr> started;
   auto begin_stop_accepting = [&](Drain& d, const char* why) {
     d.stage = Stage::kStopAccepting;
@@ -141,13 +170,11 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
     started.push_back(d.ip);
   };
   std::set<model::IpAddr> seen;
-  for (const auto& st : snap_->services) {
-    for (const auto& e : st->endpoints) {
-      if (!e.conditions.terminating) continue;
-      bool local = e.node_name == opts_.node_name || (e.node_name.empty() && pod_for(e.address));
-      if (!local || !seen.insert(e.address).second) continue;
+  for (const auto& [_, ips] : terminating_) {
+    for (const auto& ip : ips) {
+      if (!seen.insert(ip).second) continue;
       bool created = false;
-      Drain& d = ensure(e.address, now, &created);
+      Drain& d = ensure(ip, now, &created);
       if (d.stage == Stage::kWaitingTerminating) begin_stop_accepting(d, nullptr);
     }
   }

@@ -203,8 +203,16 @@ class Machine {
   void move(Drain& d, Stage to, TimePoint at, std::vector<Transition>& out);
   void settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>& out);
 
+  // terminating_ and nodeless_ for the service `key` of snap_.
+  void index_service(const model::ServiceKey& key);
+
   Options opts_;
   model::SnapshotPtr snap_;
+  // Per service of snap_: its terminating endpoints on this node, kept from each snapshot's
+  // difference from the last (a change costs what it changed, not the cluster's size), and the
+  // services with an endpoint without a nodeName (whose locality follows this node's pods).
+  std::map<model::ServiceKey, std::vector<model::IpAddr>> terminating_;
+  std::set<model::ServiceKey> nodeless_;
   std::map<model::IpAddr, Drain> drains_;
   std::vector<Drain> finished_;
   std::map<uint64_t, Waiter> waiters_;

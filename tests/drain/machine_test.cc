@@ -314,6 +314,27 @@ TEST_F(MachineTest, RemoteEndpointsAreNotDrainedHere) {
   EXPECT_TRUE(m.drains().empty());
 }
 
+// An endpoint without a nodeName is this node's when one of this node's pods has its address:
+// its drain starts when that pod appears, though the service itself did not change (the
+// machine follows each snapshot's difference, pods included).
+TEST_F(MachineTest, EndpointWithoutNodeNameIsLocalOnceThisNodesPodHasItsAddress) {
+  Machine m(opts());
+  auto s1 = make_snapshot(1, {{"10.244.1.10", "", false, true, true, "web-1"}, kWeb3});
+  EXPECT_TRUE(m.on_snapshot(s1, t0).empty());
+  EXPECT_TRUE(m.drains().empty());
+  auto s2 = std::make_shared<model::Snapshot>(*s1);  // the same service objects
+  s2->generation = 2;
+  s2->pods = make_snapshot(2, {}, {PodDef{"web-1", "10.244.1.10", "node-a", true, 30}})->pods;
+  auto started = m.on_snapshot(s2, t0 + 1ms);
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0], ip("10.244.1.10"));
+  // A later snapshot that changes nothing starts nothing again.
+  auto s3 = std::make_shared<model::Snapshot>(*s2);
+  s3->generation = 3;
+  EXPECT_TRUE(m.on_snapshot(s3, t0 + 2ms).empty());
+  EXPECT_EQ(m.drains().size(), 1u);
+}
+
 // The default releases after removal; a drain action runs only once the pod is removed
 // everywhere, and the release then waits for conntrack to empty.
 TEST_F(MachineTest, DrainActionRunsAfterRemovalAndTheReleaseWaitsForTheDrain) {
