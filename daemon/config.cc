@@ -470,6 +470,7 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
   }
   cfg.dns_upstream = d.upstreams("dns-upstream");
   cfg.dns_pod_records = d.choice("dns-pod-records", kPodRecords, cfg.dns_pod_records);
+  cfg.dns_loadbalance = d.boolean("dns-loadbalance", cfg.dns_loadbalance);
   cfg.dns_ttl = std::chrono::seconds(d.integer("dns-ttl", 0, 3600, 5));
   cfg.dns_forward_allow = d.cidrs("dns-forward-allow");
 
@@ -626,6 +627,10 @@ void add_run_flags(CLI::App& app) {
   add(app, "dns-pod-records",
       "Pod A records a-b-c-d.<ns>.pod.<zone>: disabled, insecure or verified",
       std::string(to_string(def.dns_pod_records)));
+  add(app, "dns-loadbalance",
+      "Rotate the order of A/AAAA answers with several records, a record further each reply "
+      "(CoreDNS's loadbalance)",
+      def.dns_loadbalance ? "true" : "false");
   add(app, "dns-ttl", "TTL of cluster records, in seconds (0..3600)",
       std::to_string(def.dns_ttl.count()));
   add(app, "dns-forward-allow",

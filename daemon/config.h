@@ -95,6 +95,7 @@ struct Config {
   std::vector<model::HostPort>
       dns_upstream;  // IP addresses, port 53 unless given; empty: resolv.conf
   dns::PodMode dns_pod_records = dns::PodMode::kInsecure;
+  bool dns_loadbalance = true;  // CoreDNS's loadbalance, which kubeadm's Corefile enables
   std::chrono::seconds dns_ttl{5};
   std::vector<model::IpPrefix> dns_forward_allow;
 

@@ -354,6 +354,7 @@ Status Daemon::Impl::start_dns() {
   for (const auto& u : cfg.dns_upstream) o.upstreams.push_back(u.str());
   o.ttl = static_cast<uint32_t>(cfg.dns_ttl.count());
   o.pod_mode = cfg.dns_pod_records;
+  o.loadbalance = cfg.dns_loadbalance;
   o.forward_allow = cfg.dns_forward_allow;
   dns_sink = std::make_unique<dns::DnsSink>(o, &board, registry.get());
   if (auto st = dns_sink->start(); !st) return prefixed("DNS", st.error());

@@ -103,7 +103,15 @@ Reply answer(const Zone& zone, std::span<const uint8_t> pkt, const Query& q, uin
       w.header(q.id, reply_flags(q, true, 0), 1, s.ancount, s.nscount,
                static_cast<uint16_t>(ar + (q.edns ? 1 : 0)));
       question(w, q);
-      w.bytes({s.body.data(), body});
+      if (s.rotate_rr && zone.loadbalance() && body == s.answer_bytes) {
+        // loadbalance: the records from the k-th on, then the first k (each worker in turn).
+        thread_local uint32_t turn = 0;
+        size_t at = (turn++ % s.ancount) * size_t{s.rotate_rr};
+        w.bytes({s.body.data() + at, body - at});
+        w.bytes({s.body.data(), at});
+      } else {
+        w.bytes({s.body.data(), body});
+      }
       stamp(&s, now_ns);
     }
   } else if (lk.kind == Zone::Kind::kPodAddress) {

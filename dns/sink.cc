@@ -17,6 +17,7 @@ ZoneOptions zone_options(const DnsOptions& o) {
   z.ttl = o.ttl;
   z.negative_ttl = o.negative_ttl;
   z.pod_mode = o.pod_mode;
+  z.loadbalance = o.loadbalance;
   return z;
 }
 

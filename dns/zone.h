@@ -35,6 +35,9 @@ struct ZoneOptions {
   uint32_t ttl = 5;           // of every positive answer
   uint32_t negative_ttl = 5;  // the SOA's minimum: how long NXDOMAIN/NODATA may be cached
   PodMode pod_mode = PodMode::kDisabled;
+  // CoreDNS's `loadbalance`: A and AAAA answers of several records come rotated, a record
+  // further each reply, so clients that take the first address spread over all of them.
+  bool loadbalance = false;
 };
 
 // One pre-encoded answer: the records that follow the question, for one name and type.
@@ -45,6 +48,9 @@ struct RecordSet {
   std::span<const uint8_t> body;
   uint16_t ancount = 0, nscount = 0, arcount = 0;
   uint32_t answer_bytes = 0;  // of the answer and authority sections: additional may be cut
+  // The size of each answer record when the set is two or more A or AAAA records and nothing
+  // else (each owned by a pointer to the question name): a reply may rotate them. Else 0.
+  uint16_t rotate_rr = 0;
   std::span<const model::IpAddr> addresses;  // the addresses this answer hands out
   // steady_clock nanoseconds of the newest reply that carried this set; written by the server
   // workers only when it moves forward, read by drain support. A set outlives the zones that
@@ -125,6 +131,7 @@ class Zone {
   const WireName& apex() const { return apex_; }
   std::span<const uint8_t> soa_tail() const { return soa_tail_; }  // type..rdata of the SOA
   uint32_t ttl() const { return opts_.ttl; }
+  bool loadbalance() const { return opts_.loadbalance; }
   uint64_t generation() const { return generation_; }
   bool synced() const { return synced_; }
   size_t name_count() const { return name_count_; }

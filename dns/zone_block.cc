@@ -109,7 +109,16 @@ void BlockWriter::encode(NameBlock& b, size_t i) {
     w.u16(s.type);
     w.u16(kClassIN);
     size_t start = w.size();
-    for (size_t k = 0; k < keep_an; ++k) write_rr(w, *answer_[k]);
+    // Rotatable: A or AAAA records only, all of one size.
+    bool same_size = (s.type == type::kA || s.type == type::kAAAA) && keep_an > 1 && keep_ar == 0;
+    size_t rr_size = 0;
+    for (size_t k = 0; k < keep_an; ++k) {
+      size_t before = w.size();
+      write_rr(w, *answer_[k]);
+      same_size =
+          same_size && answer_[k]->type == s.type && (k == 0 || w.size() - before == rr_size);
+      rr_size = w.size() - before;
+    }
     size_t answer_end = w.size();
     for (size_t k = 0; k < keep_ar; ++k) write_rr(w, *additional_[k]);
     if (w.ok()) {
@@ -120,6 +129,7 @@ void BlockWriter::encode(NameBlock& b, size_t i) {
       rs.answer_bytes = static_cast<uint32_t>(answer_end - start);
       rs.ancount = static_cast<uint16_t>(keep_an);
       rs.arcount = static_cast<uint16_t>(keep_ar);
+      rs.rotate_rr = same_size ? static_cast<uint16_t>(rr_size) : 0;
       return;
     }
     if (keep_an <= 1 && keep_ar == 0) {  // cannot happen with names of at most 255 bytes

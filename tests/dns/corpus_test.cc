@@ -31,9 +31,11 @@ void replay(const Zone& z, const std::vector<uint8_t>& pkt) {
 ZonePtr fuzz_zone() {
   ZoneOptions o;
   o.pod_mode = PodMode::kInsecure;
+  o.loadbalance = true;  // db's two A records are rotated
   return Zone::build(
       *snapshot({service("default", "web", {"10.96.0.10", "fd00::10"}),
-                 service("default", "db", {"None"}, {endpoint("10.1.0.1", true, false, "db-0")})}),
+                 service("default", "db", {"None"},
+                         {endpoint("10.1.0.1", true, false, "db-0"), endpoint("10.1.0.2")})}),
       o);
 }
 

@@ -16,6 +16,7 @@ const endpointd::dns::Zone& zone() {
   static auto z = [] {
     endpointd::dns::ZoneOptions o;
     o.pod_mode = endpointd::dns::PodMode::kInsecure;
+    o.loadbalance = true;  // db's two A records are rotated
     return endpointd::dns::Zone::build(
         *snapshot({service("default", "web", {"10.96.0.10", "fd00::10"}),
                    service("default", "db", {"None"},

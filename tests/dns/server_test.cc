@@ -4,11 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <future>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include <arpa/inet.h>
@@ -257,6 +260,50 @@ TEST_F(ServerTest, DigSeesRecordsNoDataAndNxDomain) {
   std::string nx = dig("nope.default.svc.cluster.local A");
   EXPECT_NE(nx.find("status: NXDOMAIN"), std::string::npos) << nx;
   EXPECT_NE(nx.find("IN\tSOA"), std::string::npos) << nx;
+}
+
+// CoreDNS's loadbalance (on by default): the 60 A records of a headless service come rotated,
+// a record further each reply, always the same 60; a service with one address is unchanged.
+TEST_F(ServerTest, LoadbalanceRotatesARecordsPerReply) {
+  sync();
+  std::set<std::string> firsts;
+  std::string sorted_once;
+  for (int i = 0; i < 4; ++i) {
+    std::string out = dig("+short +bufsize=1232 big.default.svc.cluster.local A");
+    std::vector<std::string> lines;
+    std::istringstream in(out);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    ASSERT_EQ(lines.size(), 60u) << out;
+    firsts.insert(lines.front());
+    std::sort(lines.begin(), lines.end());
+    std::string sorted;
+    for (const auto& l : lines) sorted += l + ",";
+    if (i == 0) sorted_once = sorted;
+    EXPECT_EQ(sorted, sorted_once) << "the same records each time";
+  }
+  // Two workers each rotate in turn: four replies start with at least two different records.
+  EXPECT_GE(firsts.size(), 2u);
+  EXPECT_EQ(dig("+short web.default.svc.cluster.local A"), "10.96.0.10\n");
+}
+
+// With --dns-loadbalance=false every reply lists the records in the same order.
+TEST(ServerLoadbalance, OffKeepsTheOrder) {
+  DnsOptions o;
+  o.listen = "127.0.0.1:0";
+  o.loadbalance = false;
+  pipeline::AckBoard board;
+  prometheus::Registry registry;
+  DnsSink sink(o, &board, &registry);
+  ASSERT_TRUE(sink.start());
+  std::vector<model::MergedEndpoint> many;
+  for (int i = 1; i <= 5; ++i) many.push_back(endpoint("10.2.0." + std::to_string(i)));
+  sink.apply(snapshot({service("default", "big", {"None"}, many)}, 3), model::Delta{});
+  std::string cmd = "dig -p " + std::to_string(sink.port()) +
+                    " @127.0.0.1 +time=2 +tries=1 +short big.default.svc.cluster.local A 2>&1";
+  std::string first = run(cmd);
+  EXPECT_EQ(std::count(first.begin(), first.end(), '\n'), 5) << first;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(run(cmd), first);
+  sink.stop();
 }
 
 TEST_F(ServerTest, CaseEchoedOverTheWire) {
