@@ -471,6 +471,7 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
   cfg.dns_upstream = d.upstreams("dns-upstream");
   cfg.dns_pod_records = d.choice("dns-pod-records", kPodRecords, cfg.dns_pod_records);
   cfg.dns_loadbalance = d.boolean("dns-loadbalance", cfg.dns_loadbalance);
+  cfg.dns_lameduck = std::chrono::seconds(d.integer("dns-lameduck", 0, 300, 5));
   cfg.dns_ttl = std::chrono::seconds(d.integer("dns-ttl", 0, 3600, 5));
   cfg.dns_forward_allow = d.cidrs("dns-forward-allow");
 
@@ -631,6 +632,10 @@ void add_run_flags(CLI::App& app) {
       "Rotate the order of A/AAAA answers with several records, a record further each reply "
       "(CoreDNS's loadbalance)",
       def.dns_loadbalance ? "true" : "false");
+  add(app, "dns-lameduck",
+      "Seconds DNS keeps answering after SIGTERM before the agent stops, readiness failing "
+      "meanwhile (0..300; CoreDNS's health lameduck)",
+      std::to_string(std::chrono::duration_cast<std::chrono::seconds>(def.dns_lameduck).count()));
   add(app, "dns-ttl", "TTL of cluster records, in seconds (0..3600)",
       std::to_string(def.dns_ttl.count()));
   add(app, "dns-forward-allow",

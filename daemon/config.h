@@ -96,6 +96,9 @@ struct Config {
       dns_upstream;  // IP addresses, port 53 unless given; empty: resolv.conf
   dns::PodMode dns_pod_records = dns::PodMode::kInsecure;
   bool dns_loadbalance = true;  // CoreDNS's loadbalance, which kubeadm's Corefile enables
+  // After SIGTERM, DNS answers this long before the agent stops (CoreDNS's health lameduck;
+  // kubeadm's Corefile has 5 s); readiness fails meanwhile.
+  std::chrono::milliseconds dns_lameduck{5000};
   std::chrono::seconds dns_ttl{5};
   std::vector<model::IpPrefix> dns_forward_allow;
 

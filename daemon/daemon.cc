@@ -28,6 +28,7 @@ namespace endpointd::daemon {
 
 struct Daemon::Impl {
   Config cfg;
+  std::atomic<bool> lameduck{false};  // shutting down: readiness fails
   std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
   pipeline::AckBoard board;
   std::unique_ptr<pipeline::UpdateLoop> loop;
@@ -105,6 +106,12 @@ struct Daemon::Impl {
   }
 
   Probe readyz() {
+    if (lameduck.load()) {
+      return {false,
+              "shutting down: DNS answers for " + std::to_string(cfg.dns_lameduck.count()) +
+                  " s more (lameduck), then the agent stops",
+              ""};
+    }
     auto snap = loop->current();
     if (!snap->synced)
       return {false, "not synced: the first full list of cluster state has not arrived", ""};
@@ -172,6 +179,16 @@ int Daemon::admin_port() const {
 
 int Daemon::health_port() const {
   return impl_->health ? impl_->health->port() : -1;
+}
+
+int Daemon::dns_port() const {
+  return impl_->dns_sink ? impl_->dns_sink->port() : -1;
+}
+
+std::chrono::milliseconds Daemon::begin_lameduck() {
+  impl_->lameduck = true;
+  if (!impl_->dns_sink) return std::chrono::milliseconds(0);
+  return impl_->cfg.dns_lameduck;
 }
 
 Status Daemon::start() {

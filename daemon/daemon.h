@@ -2,6 +2,7 @@
 // admin server. Start, run until asked to stop, stop without touching the dataplane.
 #pragma once
 
+#include <chrono>
 #include <memory>
 
 #include "daemon/config.h"
@@ -20,6 +21,11 @@ class Daemon {
   void stop();
   int admin_port() const;   // -1 when off
   int health_port() const;  // -1 when off
+  int dns_port() const;     // -1 when off
+  // Shutdown begins (SIGTERM): readiness fails from now on, while everything keeps running.
+  // Returns how long DNS should go on answering before stop() (--dns-lameduck; zero without
+  // DNS), so that resolvers still sending here get answers until they have moved on.
+  std::chrono::milliseconds begin_lameduck();
 
  private:
   struct Impl;

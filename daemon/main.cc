@@ -48,6 +48,16 @@ int run(const endpointd::daemon::RawFlags& flags) {
   }
   int sig = 0;
   sigwait(&set, &sig);
+  auto lameduck = d.begin_lameduck();
+  if (lameduck.count() > 0) {
+    // Resolvers still sending here get answers until they have moved on; a second signal
+    // ends the wait at once.
+    spdlog::info("received {}: DNS answers for {} ms more (lameduck), readiness fails",
+                 strsignal(sig), lameduck.count());
+    timespec ts{static_cast<time_t>(lameduck.count() / 1000),
+                static_cast<long>((lameduck.count() % 1000) * 1000000)};
+    sigtimedwait(&set, nullptr, &ts);
+  }
   spdlog::info("received {}, stopping (the dataplane stays as it is)", strsignal(sig));
   d.stop();
   return 0;
