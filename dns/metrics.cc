@@ -56,7 +56,7 @@ void LocalCounts::latency(double seconds, size_t n) {
   latency_sum += seconds * static_cast<double>(n);
 }
 
-Metrics::Metrics(prometheus::Registry* r) {
+Metrics::Metrics(prometheus::Registry* r, const std::string& server) {
   if (!r) return;
   static const char* kTypes[kTypeSlots] = {"A",     "AAAA", "SRV", "PTR", "TXT",
                                            "CNAME", "SOA",  "NS",  "ANY", "other"};
@@ -103,6 +103,34 @@ Metrics::Metrics(prometheus::Registry* r) {
                       .Register(*r)
                       .Add({}, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.005, 0.01,
                                                                        0.05, 0.1, 0.5, 1, 5});
+  // CoreDNS's names. zone ".": one server block, as kubeadm's Corefile has.
+  auto& cdq = prometheus::BuildCounter()
+                  .Name("coredns_dns_requests_total")
+                  .Help("DNS requests, by query type (CoreDNS's name; no proto or family label)")
+                  .Register(*r);
+  for (size_t t = 0; t < kTypeSlots; ++t)
+    cd_requests_[t] = &cdq.Add({{"server", server}, {"zone", "."}, {"type", kTypes[t]}});
+  auto& cdr = prometheus::BuildCounter()
+                  .Name("coredns_dns_responses_total")
+                  .Help("DNS responses, by response code (CoreDNS's name)")
+                  .Register(*r);
+  for (size_t c = 0; c + 1 < kRcodeSlots; ++c)  // not "dropped": no response went out
+    cd_responses_[c] = &cdr.Add({{"server", server}, {"zone", "."}, {"rcode", kRcodes[c]}});
+  cd_latency_ = &prometheus::BuildHistogram()
+                     .Name("coredns_dns_request_duration_seconds")
+                     .Help("Time to answer a query from the zone (CoreDNS's name)")
+                     .Register(*r)
+                     .Add({{"server", server}, {"zone", "."}}, kLatencyBuckets);
+  cd_cache_hits_ = &prometheus::BuildCounter()
+                        .Name("coredns_cache_hits_total")
+                        .Help("Forwarding cache hits (CoreDNS's name)")
+                        .Register(*r)
+                        .Add({{"server", server}, {"type", "success"}});
+  cd_cache_misses_ = &prometheus::BuildCounter()
+                          .Name("coredns_cache_misses_total")
+                          .Help("Forwarding cache misses (CoreDNS's name)")
+                          .Register(*r)
+                          .Add({{"server", server}});
   tcp_rejected_ =
       &prometheus::BuildCounter()
            .Name("endpointd_dns_tcp_connections_rejected_total")
@@ -124,19 +152,27 @@ void Metrics::flush(LocalCounts& l) {
   if (latency_) {
     for (size_t t = 0; t < kTypeSlots; ++t)
       for (size_t c = 0; c < kRcodeSlots; ++c)
-        if (l.queries[t][c]) queries_[t][c]->Increment(static_cast<double>(l.queries[t][c]));
+        if (l.queries[t][c]) {
+          auto n = static_cast<double>(l.queries[t][c]);
+          queries_[t][c]->Increment(n);
+          cd_requests_[t]->Increment(n);
+          if (cd_responses_[c]) cd_responses_[c]->Increment(n);
+        }
     std::vector<double> b(l.latency_buckets.begin(),
                           l.latency_buckets.begin() + kLatencyBuckets.size() + 1);
     latency_->ObserveMultiple(b, l.latency_sum);
+    cd_latency_->ObserveMultiple(b, l.latency_sum);
   }
   l = LocalCounts{};
 }
 
 void Metrics::cache_hit() {
   if (cache_hits_) cache_hits_->Increment();
+  if (cd_cache_hits_) cd_cache_hits_->Increment();
 }
 void Metrics::cache_miss() {
   if (cache_misses_) cache_misses_->Increment();
+  if (cd_cache_misses_) cd_cache_misses_->Increment();
 }
 void Metrics::forward_error() {
   if (forward_errors_) forward_errors_->Increment();

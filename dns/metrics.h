@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace prometheus {
@@ -32,7 +33,9 @@ struct LocalCounts {
 
 class Metrics {
  public:
-  explicit Metrics(prometheus::Registry* registry);  // null: counts nowhere
+  // null: counts nowhere. `server`: the listen address, for the CoreDNS-named families'
+  // `server` label ("dns://ADDR:PORT", as CoreDNS names its server blocks).
+  explicit Metrics(prometheus::Registry* registry, const std::string& server = "dns://:53");
   void flush(LocalCounts& local);
   void cache_hit();
   void cache_miss();
@@ -55,6 +58,15 @@ class Metrics {
   prometheus::Histogram* programming_ = nullptr;
   prometheus::Counter* tcp_rejected_ = nullptr;
   prometheus::Counter* tcp_slow_dropped_ = nullptr;
+  // The same counts under CoreDNS's names and labels (dashboards and alerts made for it):
+  // coredns_dns_requests_total{server,zone,type}, coredns_dns_responses_total{server,zone,
+  // rcode}, coredns_dns_request_duration_seconds{server,zone}, coredns_cache_hits_total /
+  // coredns_cache_misses_total (the forwarding cache).
+  std::array<prometheus::Counter*, kTypeSlots> cd_requests_{};
+  std::array<prometheus::Counter*, kRcodeSlots> cd_responses_{};
+  prometheus::Histogram* cd_latency_ = nullptr;
+  prometheus::Counter* cd_cache_hits_ = nullptr;
+  prometheus::Counter* cd_cache_misses_ = nullptr;
 };
 
 }  // namespace endpointd::dns

@@ -27,7 +27,7 @@ DnsSink::DnsSink(DnsOptions opts, pipeline::AckBoard* board, prometheus::Registr
     : opts_(std::move(opts)),
       zone_opts_(zone_options(opts_)),
       board_(board),
-      metrics_(std::make_unique<Metrics>(registry)),
+      metrics_(std::make_unique<Metrics>(registry, "dns://" + opts_.listen)),
       builder_(zone_opts_) {
   zones_.publish(Zone::unsynced(zone_opts_));
   if (opts_.forward_allow.empty())

@@ -527,6 +527,16 @@ TEST_F(ServerTest, MetricsCount) {
   EXPECT_NE(text.find("endpointd_dns_queries_total{rcode=\"NXDOMAIN\",type=\"A\"} 1"),
             std::string::npos);
   EXPECT_NE(text.find("endpointd_dns_programming_duration_seconds_count 1"), std::string::npos);
+  // The same under CoreDNS's names, for the dashboards made for it.
+  std::string server = "server=\"dns://127.0.0.1:0\"";
+  EXPECT_NE(text.find("coredns_dns_requests_total{" + server + ",type=\"A\",zone=\".\"} 2"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("coredns_dns_responses_total{rcode=\"NXDOMAIN\"," + server + ",zone=\".\"} 1"),
+      std::string::npos);
+  EXPECT_NE(text.find("coredns_dns_request_duration_seconds_count{" + server + ",zone=\".\"} 2"),
+            std::string::npos);
 }
 
 TEST_F(ServerTest, TerminatingEndpointLeavesButItsLastAnswerIsRemembered) {
