@@ -471,6 +471,7 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
   cfg.dns_upstream = d.upstreams("dns-upstream");
   cfg.dns_pod_records = d.choice("dns-pod-records", kPodRecords, cfg.dns_pod_records);
   cfg.dns_loadbalance = d.boolean("dns-loadbalance", cfg.dns_loadbalance);
+  cfg.dns_endpoint_pod_names = d.boolean("dns-endpoint-pod-names", cfg.dns_endpoint_pod_names);
   cfg.dns_lameduck = std::chrono::seconds(d.integer("dns-lameduck", 0, 300, 5));
   cfg.dns_ttl = std::chrono::seconds(d.integer("dns-ttl", 0, 3600, 5));
   cfg.dns_forward_allow = d.cidrs("dns-forward-allow");
@@ -632,6 +633,10 @@ void add_run_flags(CLI::App& app) {
       "Rotate the order of A/AAAA answers with several records, a record further each reply "
       "(CoreDNS's loadbalance)",
       def.dns_loadbalance ? "true" : "false");
+  add(app, "dns-endpoint-pod-names",
+      "Name a headless endpoint without a hostname by its pod, not its dashed address "
+      "(CoreDNS's endpoint_pod_names)",
+      def.dns_endpoint_pod_names ? "true" : "false");
   add(app, "dns-lameduck",
       "Seconds DNS keeps answering after SIGTERM before the agent stops, readiness failing "
       "meanwhile (0..300; CoreDNS's health lameduck)",

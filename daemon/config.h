@@ -95,7 +95,8 @@ struct Config {
   std::vector<model::HostPort>
       dns_upstream;  // IP addresses, port 53 unless given; empty: resolv.conf
   dns::PodMode dns_pod_records = dns::PodMode::kInsecure;
-  bool dns_loadbalance = true;  // CoreDNS's loadbalance, which kubeadm's Corefile enables
+  bool dns_loadbalance = true;          // CoreDNS's loadbalance, which kubeadm's Corefile enables
+  bool dns_endpoint_pod_names = false;  // CoreDNS's endpoint_pod_names (off there too)
   // After SIGTERM, DNS answers this long before the agent stops (CoreDNS's health lameduck;
   // kubeadm's Corefile has 5 s); readiness fails meanwhile.
   std::chrono::milliseconds dns_lameduck{5000};

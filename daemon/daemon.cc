@@ -372,6 +372,7 @@ Status Daemon::Impl::start_dns() {
   o.ttl = static_cast<uint32_t>(cfg.dns_ttl.count());
   o.pod_mode = cfg.dns_pod_records;
   o.loadbalance = cfg.dns_loadbalance;
+  o.endpoint_pod_names = cfg.dns_endpoint_pod_names;
   o.forward_allow = cfg.dns_forward_allow;
   dns_sink = std::make_unique<dns::DnsSink>(o, &board, registry.get());
   if (auto st = dns_sink->start(); !st) return prefixed("DNS", st.error());

@@ -18,6 +18,7 @@ ZoneOptions zone_options(const DnsOptions& o) {
   z.negative_ttl = o.negative_ttl;
   z.pod_mode = o.pod_mode;
   z.loadbalance = o.loadbalance;
+  z.endpoint_pod_names = o.endpoint_pod_names;
   return z;
 }
 

@@ -30,7 +30,8 @@ struct DnsOptions {
   uint32_t ttl = 5;
   uint32_t negative_ttl = 5;
   PodMode pod_mode = PodMode::kDisabled;
-  bool loadbalance = true;  // A/AAAA answers rotated per reply (ZoneOptions::loadbalance)
+  bool loadbalance = true;          // A/AAAA answers rotated per reply (ZoneOptions::loadbalance)
+  bool endpoint_pod_names = false;  // ZoneOptions::endpoint_pod_names
   // Clients that may use forwarding. Empty: loopback and the private ranges (RFC 1918,
   // RFC 6598, fc00::/7), so the agent is never an open resolver.
   std::vector<model::IpPrefix> forward_allow;

@@ -38,6 +38,9 @@ struct ZoneOptions {
   // CoreDNS's `loadbalance`: A and AAAA answers of several records come rotated, a record
   // further each reply, so clients that take the first address spread over all of them.
   bool loadbalance = false;
+  // CoreDNS's `endpoint_pod_names`: a headless endpoint without a hostname is named by the pod
+  // it targets (when that name is a DNS label), not by its dashed address.
+  bool endpoint_pod_names = false;
 };
 
 // One pre-encoded answer: the records that follow the question, for one name and type.

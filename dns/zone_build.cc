@@ -458,8 +458,15 @@ class ZoneBuilder::Impl {
       std::vector<std::pair<const model::MergedEndpoint*, uint32_t>> eps;
       for (const auto& ep : st.endpoints) {
         if (!model::dns_answers(svc, ep)) continue;
-        auto hn =
-            NameBuf().text(ep.hostname.empty() ? ep.address.dashed() : ep.hostname).finish(*base);
+        std::optional<WireName> hn;
+        if (ep.hostname.empty() && opts_.endpoint_pod_names && ep.target_ref &&
+            ep.target_ref->kind == "Pod" && !ep.target_ref->name.empty()) {
+          hn = NameBuf().text(ep.target_ref->name).finish(*base);  // none: not a DNS label
+        }
+        if (!hn) {
+          hn =
+              NameBuf().text(ep.hostname.empty() ? ep.address.dashed() : ep.hostname).finish(*base);
+        }
         if (!hn) continue;
         eps.emplace_back(&ep, writer_.name(*hn));
       }

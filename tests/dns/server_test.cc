@@ -306,6 +306,39 @@ TEST(ServerLoadbalance, OffKeepsTheOrder) {
   sink.stop();
 }
 
+// CoreDNS's endpoint_pod_names: a headless endpoint without a hostname is named by its pod; one
+// with a hostname keeps it; one without a pod (or with a pod name that is no DNS label) keeps
+// its dashed address.
+TEST(ServerEndpointPodNames, HeadlessEndpointsNamedByTheirPods) {
+  DnsOptions o;
+  o.listen = "127.0.0.1:0";
+  o.endpoint_pod_names = true;
+  pipeline::AckBoard board;
+  prometheus::Registry registry;
+  DnsSink sink(o, &board, &registry);
+  ASSERT_TRUE(sink.start());
+  auto by_pod = endpoint("10.3.0.1");
+  by_pod.target_ref = model::ObjectRef{"Pod", "default", "api-7f9c-x2k4", "uid-1"};
+  auto named = endpoint("10.3.0.2", true, false, "api-0");
+  named.target_ref = model::ObjectRef{"Pod", "default", "api-other", "uid-2"};
+  auto no_pod = endpoint("10.3.0.3");
+  auto bad_label = endpoint("10.3.0.4");
+  bad_label.target_ref = model::ObjectRef{"Pod", "default", std::string(70, 'p'), "uid-4"};
+  sink.apply(snapshot({service("default", "api", {"None"}, {by_pod, named, no_pod, bad_label})}, 3),
+             model::Delta{});
+  auto dig = [&](const std::string& args) {
+    return run("dig -p " + std::to_string(sink.port()) + " @127.0.0.1 +time=2 +tries=1 " + args +
+               " 2>&1");
+  };
+  EXPECT_EQ(dig("+short api-7f9c-x2k4.api.default.svc.cluster.local A"), "10.3.0.1\n");
+  EXPECT_NE(dig("10-3-0-1.api.default.svc.cluster.local A").find("status: NXDOMAIN"),
+            std::string::npos);
+  EXPECT_EQ(dig("+short api-0.api.default.svc.cluster.local A"), "10.3.0.2\n");
+  EXPECT_EQ(dig("+short 10-3-0-3.api.default.svc.cluster.local A"), "10.3.0.3\n");
+  EXPECT_EQ(dig("+short 10-3-0-4.api.default.svc.cluster.local A"), "10.3.0.4\n");
+  sink.stop();
+}
+
 TEST_F(ServerTest, CaseEchoedOverTheWire) {
   sync();
   std::string out = dig("+noall +answer WeB.DeFault.svc.Cluster.Local A");
