@@ -46,50 +46,51 @@ ServiceState build_service_state(const Service& svc,
   if (svc.type == ServiceType::kExternalName) return st;  // no endpoints by definition
   for (const auto* s : slices) st.trigger_time = std::max(st.trigger_time, s->trigger_time);
 
-  size_t total = 0;
-  for (const auto* s : slices) total += s->endpoints.size();
-  st.endpoints.reserve(total);
-  for (const auto* s : slices) {
+  // Order the endpoints by (address, rank), ties in slice order, on small sort keys: a
+  // merged endpoint is large, and every service is merged at start.
+  struct Item {
+    IpAddr address;
+    int rank;
+    uint32_t slice;
+    uint32_t index;
+  };
+  std::vector<Item> items;
+  {
+    size_t total = 0;
+    for (const auto* s : slices) total += s->endpoints.size();
+    items.reserve(total);
+  }
+  for (uint32_t si = 0; si < slices.size(); ++si) {
+    const auto* s = slices[si];
     if (s->address_type == AddressType::kFQDN) continue;
-    const SharedVector<EndpointPort> ports(s->ports);  // one copy for the whole slice
-    for (const auto& e : s->endpoints) {
-      if (e.addresses.empty()) continue;
+    for (uint32_t ei = 0; ei < s->endpoints.size(); ++ei) {
+      const auto& e = s->endpoints[ei];
       // Only the first address is used, as every Kubernetes consumer does.
-      MergedEndpoint m;
-      m.address = e.addresses.front();
-      m.conditions = e.conditions;
-      m.ports = ports;
-      m.hostname = e.hostname;
-      m.node_name = e.node_name;
-      m.zone = e.zone;
-      m.hint_zones = e.hint_zones;
-      m.hint_nodes = e.hint_nodes;
-      m.target_ref = e.target_ref;
-      st.endpoints.push_back(std::move(m));
+      if (!e.addresses.empty()) items.push_back({e.addresses.front(), rank(e.conditions), si, ei});
     }
   }
-  auto before = [](const MergedEndpoint& a, const MergedEndpoint& b) {
+  auto before = [](const Item& a, const Item& b) {
     if (a.address != b.address) return a.address < b.address;
-    return rank(a.conditions) < rank(b.conditions);
+    if (a.rank != b.rank) return a.rank < b.rank;
+    if (a.slice != b.slice) return a.slice < b.slice;
+    return a.index < b.index;
   };
-  // Slices usually list their endpoints in order, with each address once: then there is
-  // nothing to move (a merged endpoint is large, and every service is merged at start).
-  if (!std::is_sorted(st.endpoints.begin(), st.endpoints.end(), before))
-    std::stable_sort(st.endpoints.begin(), st.endpoints.end(), before);
-  auto same_address = [](const MergedEndpoint& a, const MergedEndpoint& b) {
-    return a.address == b.address;
-  };
-  if (std::adjacent_find(st.endpoints.begin(), st.endpoints.end(), same_address) ==
-      st.endpoints.end())
-    return st;
-  // De-duplicate: keep the best-ranked copy of each address and give it any port the others
-  // carried that it lacks.
-  std::vector<MergedEndpoint> out;
-  out.reserve(st.endpoints.size());
-  for (auto& e : st.endpoints) {
-    if (!out.empty() && out.back().address == e.address) {
-      auto& kept = out.back();
-      for (const auto& p : e.ports) {
+  // Slices usually list their endpoints in order: then there is nothing to move.
+  if (!std::is_sorted(items.begin(), items.end(), before))
+    std::sort(items.begin(), items.end(), before);
+
+  // One port list per slice, shared by its endpoints (made only for slices that have some).
+  std::vector<std::optional<SharedVector<EndpointPort>>> ports(slices.size());
+  st.endpoints.reserve(items.size());
+  for (const Item& it : items) {
+    const EndpointSlice& s = *slices[it.slice];
+    auto& slice_ports = ports[it.slice];
+    if (!slice_ports) slice_ports.emplace(s.ports);
+    if (!st.endpoints.empty() && st.endpoints.back().address == it.address) {
+      // Another copy of the address: the best-ranked one (kept) gets any port this one
+      // carries that it lacks.
+      auto& kept = st.endpoints.back();
+      for (const auto& p : *slice_ports) {
         bool have = std::any_of(kept.ports.begin(), kept.ports.end(), [&](const EndpointPort& q) {
           return q.name == p.name && q.protocol == p.protocol;
         });
@@ -97,9 +98,18 @@ ServiceState build_service_state(const Service& svc,
       }
       continue;
     }
-    out.push_back(std::move(e));
+    const Endpoint& e = s.endpoints[it.index];
+    MergedEndpoint& m = st.endpoints.emplace_back();
+    m.address = it.address;
+    m.conditions = e.conditions;
+    m.ports = *slice_ports;
+    m.hostname = e.hostname;
+    m.node_name = e.node_name;
+    m.zone = e.zone;
+    m.hint_zones = e.hint_zones;
+    m.hint_nodes = e.hint_nodes;
+    m.target_ref = e.target_ref;
   }
-  st.endpoints = std::move(out);
   return st;
 }
 

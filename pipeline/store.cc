@@ -3,6 +3,7 @@
 #include "pipeline/store.h"
 
 #include <algorithm>
+#include <string_view>
 
 namespace endpointd::pipeline {
 
@@ -22,6 +23,12 @@ bool slice_event(const std::variant<model::Upsert, model::Remove, model::Replace
 }
 
 }  // namespace
+
+size_t Store::KeyHash::operator()(const model::ObjectKey& k) const noexcept {
+  const size_t a = std::hash<std::string_view>{}(k.ns);
+  const size_t b = std::hash<std::string_view>{}(k.name);
+  return a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2));
+}
 
 Store::Store(std::set<ObjectKind> expected) : expected_(std::move(expected)) {}
 
@@ -133,6 +140,8 @@ void Store::replace(model::Replace&& r) {
       held = !pods_.empty();
       break;
   }
+  if (!held && r.kind == ObjectKind::kService) services_.reserve(r.objects.size());
+  if (!held && r.kind == ObjectKind::kEndpointSlice) slices_.reserve(r.objects.size());
   std::set<model::ObjectKey> keep;
   if (held) keep.insert(r.keep.begin(), r.keep.end());
   for (size_t i = 0; held && i < r.objects.size(); ++i) {

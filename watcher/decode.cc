@@ -5,7 +5,9 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
+#include <concepts>
 #include <initializer_list>
 
 #include "model/time.h"
@@ -41,7 +43,11 @@ class Reader {
   }
 
   static std::string str(const dom::element& obj, std::string_view name, std::string_view path) {
-    auto v = field(obj, name);
+    return str(field(obj, name), name, path);
+  }
+  // A field's value found beforehand (see fields()).
+  static std::string str(const std::optional<dom::element>& v, std::string_view name,
+                         std::string_view path) {
     if (!v) return {};
     std::string_view s;
     if (v->get_string().get(s) != simdjson::SUCCESS)
@@ -63,7 +69,10 @@ class Reader {
 
   static std::optional<bool> boolean(const dom::element& obj, std::string_view name,
                                      std::string_view path) {
-    auto v = field(obj, name);
+    return boolean(field(obj, name), name, path);
+  }
+  static std::optional<bool> boolean(const std::optional<dom::element>& v, std::string_view name,
+                                     std::string_view path) {
     if (!v) return std::nullopt;
     bool b;
     if (v->get_bool().get(b) != simdjson::SUCCESS)
@@ -71,23 +80,38 @@ class Reader {
     return b;
   }
 
-  static std::vector<dom::element> array(const dom::element& obj, std::string_view name,
-                                         std::string_view path) {
-    std::vector<dom::element> out;
-    auto v = field(obj, name);
-    if (!v) return out;
+  // The elements of a list field, read in place (none when the field is absent).
+  class List {
+   public:
+    List() = default;
+    explicit List(dom::array a) : a_(a), present_(true) {}
+    dom::array::iterator begin() const { return present_ ? a_.begin() : dom::array::iterator(); }
+    dom::array::iterator end() const { return present_ ? a_.end() : dom::array::iterator(); }
+    size_t size() const { return present_ ? a_.size() : 0; }
+
+   private:
+    dom::array a_;
+    bool present_ = false;
+  };
+
+  static List array(const dom::element& obj, std::string_view name, std::string_view path) {
+    return array(field(obj, name), name, path);
+  }
+  static List array(const std::optional<dom::element>& v, std::string_view name,
+                    std::string_view path) {
+    if (!v) return {};
     dom::array a;
     if (v->get_array().get(a) != simdjson::SUCCESS)
       fail(std::string(path) + "." + std::string(name) + ": expected a list");
-    for (dom::element e : a) out.push_back(e);
-    return out;
+    return List(a);
   }
 
-  static std::map<std::string, std::string> string_map(const dom::element& obj,
-                                                       std::string_view name,
-                                                       std::string_view path) {
+  // A map of strings: every value must be a string. With `only`, just those keys are kept
+  // (the others are still checked): the kinds that read one or two labels do not copy all.
+  static std::map<std::string, std::string> string_map(
+      const std::optional<dom::element>& v, std::string_view name, std::string_view path,
+      std::initializer_list<std::string_view> only = {}) {
     std::map<std::string, std::string> out;
-    auto v = field(obj, name);
     if (!v) return out;
     dom::object o;
     if (v->get_object().get(o) != simdjson::SUCCESS)
@@ -97,7 +121,8 @@ class Reader {
       if (val.get_string().get(s) != simdjson::SUCCESS)
         fail(std::string(path) + "." + std::string(name) + "." + std::string(k) +
              ": expected a string");
-      out.emplace(std::string(k), std::string(s));
+      if (only.size() == 0 || std::find(only.begin(), only.end(), k) != only.end())
+        out.emplace(std::string(k), std::string(s));
     }
     return out;
   }
@@ -125,12 +150,64 @@ class Reader {
   // when they are not among the fields the API defines, which catches typos in manifests.
   void check_known(const dom::element& obj, std::string_view path,
                    std::initializer_list<std::string_view> known) {
+    check_known(
+        obj, [&] { return std::string(path); }, known);
+  }
+  // The values of the fields `names` of an object (absent or null: none), found in one pass
+  // over its keys rather than one per name (field() for each scans the keys once per name).
+  // With a key repeated, its first value counts, as for field().
+  template <size_t N>
+  static std::array<std::optional<dom::element>, N> pick(
+      const dom::element& obj, const std::array<std::string_view, N>& names) {
+    std::array<std::optional<dom::element>, N> out;
+    std::array<bool, N> seen{};
+    dom::object o;
+    if (obj.get_object().get(o) != simdjson::SUCCESS) return out;
+    for (auto [k, v] : o) {
+      size_t i = 0;
+      while (i < N && names[i] != k) ++i;
+      if (i == N || seen[i]) continue;
+      seen[i] = true;
+      if (!v.is_null()) out[i] = v;
+    }
+    return out;
+  }
+
+  // pick(), and the warnings of check_known for the keys that
+  // are neither in `names` nor in `ignored`. With a key repeated, its first value counts, as
+  // for field().
+  template <size_t N, std::invocable PathFn>
+  std::array<std::optional<dom::element>, N> fields(const dom::element& obj,
+                                                    const std::array<std::string_view, N>& names,
+                                                    std::initializer_list<std::string_view> ignored,
+                                                    const PathFn& path) {
+    std::array<std::optional<dom::element>, N> out;
+    std::array<bool, N> seen{};
+    dom::object o;
+    if (obj.get_object().get(o) != simdjson::SUCCESS) return out;
+    for (auto [k, v] : o) {
+      size_t i = 0;
+      while (i < N && names[i] != k) ++i;
+      if (i < N) {
+        if (!seen[i] && !v.is_null()) out[i] = v;
+        seen[i] = true;
+      } else if (std::find(ignored.begin(), ignored.end(), k) == ignored.end()) {
+        warnings_.push_back(path() + ": unknown field \"" + std::string(k) + "\"");
+      }
+    }
+    return out;
+  }
+
+  // `path()` makes the path's text, only when there is something to warn about.
+  template <std::invocable PathFn>
+  void check_known(const dom::element& obj, const PathFn& path,
+                   std::initializer_list<std::string_view> known) {
     dom::object o;
     if (obj.get_object().get(o) != simdjson::SUCCESS) return;
     for (auto [k, v] : o) {
       (void)v;
       if (std::find(known.begin(), known.end(), k) == known.end())
-        warnings_.push_back(std::string(path) + ": unknown field \"" + std::string(k) + "\"");
+        warnings_.push_back(path() + ": unknown field \"" + std::string(k) + "\"");
     }
   }
 
@@ -143,22 +220,28 @@ struct Meta {
   std::map<std::string, std::string> labels, annotations;
 };
 
-Meta read_meta(const dom::element& obj, bool namespaced) {
+// `labels` / `annotations`: the keys the caller reads (empty: all of them).
+Meta read_meta(const dom::element& obj, bool namespaced,
+               std::initializer_list<std::string_view> labels = {},
+               std::initializer_list<std::string_view> annotations = {}) {
   auto m = Reader::field(obj, "metadata");
   if (!m) fail("metadata missing");
   Meta meta;
-  meta.name = Reader::str(*m, "name", "metadata");
+  const auto [name, ns, uid, rv, deletion, label_map, annotation_map] =
+      Reader::pick<7>(*m, {"name", "namespace", "uid", "resourceVersion", "deletionTimestamp",
+                           "labels", "annotations"});
+  meta.name = Reader::str(name, "name", "metadata");
   if (meta.name.empty()) fail("metadata.name missing");
   if (meta.name.size() > 253) fail("metadata.name longer than 253 characters");
   if (namespaced) {
-    meta.ns = Reader::str(*m, "namespace", "metadata");
+    meta.ns = Reader::str(ns, "namespace", "metadata");
     if (meta.ns.empty()) meta.ns = "default";  // manifests may omit it, as kubectl allows
   }
-  meta.uid = Reader::str(*m, "uid", "metadata");
-  meta.resource_version = Reader::str(*m, "resourceVersion", "metadata");
-  meta.deletion_timestamp = Reader::str(*m, "deletionTimestamp", "metadata");
-  meta.labels = Reader::string_map(*m, "labels", "metadata");
-  meta.annotations = Reader::string_map(*m, "annotations", "metadata");
+  meta.uid = Reader::str(uid, "uid", "metadata");
+  meta.resource_version = Reader::str(rv, "resourceVersion", "metadata");
+  meta.deletion_timestamp = Reader::str(deletion, "deletionTimestamp", "metadata");
+  meta.labels = Reader::string_map(label_map, "labels", "metadata", labels);
+  meta.annotations = Reader::string_map(annotation_map, "annotations", "metadata", annotations);
   return meta;
 }
 
@@ -169,8 +252,27 @@ std::string label(const Meta& m, const std::string& key) {
 
 constexpr std::string_view kProxyNameLabel = "service.kubernetes.io/service-proxy-name";
 
+// Runs `read` for item `index` of list `list`, whose readers name paths relative to the item
+// (".port", ".addresses"): a failure gets the item's path put in front. The path is written
+// only when something fails, not for every item read.
+template <typename Read>
+auto in_item(std::string_view list, size_t index, const Read& read) {
+  try {
+    return read();
+  } catch (DecodeFailure& f) {
+    f.reason = std::string(list) + "[" + std::to_string(index) + "]" + f.reason;
+    throw;
+  }
+}
+
+std::string item_path(std::string_view list, size_t index) {
+  return std::string(list) + "[" + std::to_string(index) + "]";
+}
+
 model::Service decode_service(const dom::element& obj, Reader& r) {
-  Meta meta = read_meta(obj, true);
+  Meta meta = read_meta(
+      obj, true, {kProxyNameLabel},
+      {"service.kubernetes.io/topology-mode", "service.kubernetes.io/topology-aware-hints"});
   model::Service s;
   s.key = {meta.ns, meta.name};
   s.uid = meta.uid;
@@ -241,40 +343,41 @@ model::Service decode_service(const dom::element& obj, Reader& r) {
     fail("spec.clusterIPs: two addresses of the same family");
   if (s.cluster_ips.size() > 2) fail("spec.clusterIPs: more than two addresses");
 
-  int i = 0;
+  size_t i = 0;
   for (const auto& pe : Reader::array(*spec, "ports", "spec")) {
-    std::string path = "spec.ports[" + std::to_string(i++) + "]";
-    model::ServicePort p;
-    p.name = Reader::str(pe, "name", path);
-    p.protocol = Reader::protocol(pe, path);
-    auto port = Reader::integer(pe, "port", path);
-    if (!port) fail(path + ".port missing");
-    p.port = Reader::port(*port, path + ".port", false);
-    if (auto tp = Reader::field(pe, "targetPort")) {
-      int64_t n;
-      std::string_view name;
-      if (tp->get_int64().get(n) == simdjson::SUCCESS) {
-        p.target_port_number = Reader::port(n, path + ".targetPort", false);
-      } else if (tp->get_string().get(name) == simdjson::SUCCESS) {
-        // A numeric string is a number; anything else names a container port.
-        int64_t v = 0;
-        auto [ptr, ec] = std::from_chars(name.data(), name.data() + name.size(), v);
-        if (ec == std::errc() && ptr == name.data() + name.size())
-          p.target_port_number = Reader::port(v, path + ".targetPort", false);
-        else if (name.empty() || name.size() > 15)
-          fail(path + ".targetPort: invalid port name \"" + std::string(name) + "\"");
-        else
-          p.target_port_name = std::string(name);
+    s.ports.push_back(in_item("spec.ports", i++, [&] {
+      model::ServicePort p;
+      p.name = Reader::str(pe, "name", "");
+      p.protocol = Reader::protocol(pe, "");
+      auto port = Reader::integer(pe, "port", "");
+      if (!port) fail(".port missing");
+      p.port = Reader::port(*port, ".port", false);
+      if (auto tp = Reader::field(pe, "targetPort")) {
+        int64_t n;
+        std::string_view name;
+        if (tp->get_int64().get(n) == simdjson::SUCCESS) {
+          p.target_port_number = Reader::port(n, ".targetPort", false);
+        } else if (tp->get_string().get(name) == simdjson::SUCCESS) {
+          // A numeric string is a number; anything else names a container port.
+          int64_t v = 0;
+          auto [ptr, ec] = std::from_chars(name.data(), name.data() + name.size(), v);
+          if (ec == std::errc() && ptr == name.data() + name.size())
+            p.target_port_number = Reader::port(v, ".targetPort", false);
+          else if (name.empty() || name.size() > 15)
+            fail(".targetPort: invalid port name \"" + std::string(name) + "\"");
+          else
+            p.target_port_name = std::string(name);
+        } else {
+          fail(".targetPort: expected a number or a name");
+        }
       } else {
-        fail(path + ".targetPort: expected a number or a name");
+        p.target_port_number = p.port;
       }
-    } else {
-      p.target_port_number = p.port;
-    }
-    if (auto np = Reader::integer(pe, "nodePort", path))
-      p.node_port = Reader::port(*np, path + ".nodePort", true);
-    p.app_protocol = Reader::str(pe, "appProtocol", path);
-    s.ports.push_back(std::move(p));
+      if (auto np = Reader::integer(pe, "nodePort", ""))
+        p.node_port = Reader::port(*np, ".nodePort", true);
+      p.app_protocol = Reader::str(pe, "appProtocol", "");
+      return p;
+    }));
   }
   for (size_t a = 0; a < s.ports.size(); ++a)
     for (size_t b = a + 1; b < s.ports.size(); ++b)
@@ -341,7 +444,8 @@ model::Service decode_service(const dom::element& obj, Reader& r) {
 }
 
 model::EndpointSlice decode_slice(const dom::element& obj, Reader& r) {
-  Meta meta = read_meta(obj, true);
+  Meta meta = read_meta(obj, true, {"kubernetes.io/service-name", kProxyNameLabel},
+                        {"endpoints.kubernetes.io/last-change-trigger-time"});
   model::EndpointSlice s;
   s.key = {meta.ns, meta.name};
   s.resource_version = meta.resource_version;
@@ -363,68 +467,87 @@ model::EndpointSlice decode_slice(const dom::element& obj, Reader& r) {
   else
     fail("addressType: unknown value \"" + at + "\"");
 
-  int i = 0;
+  size_t i = 0;
   for (const auto& pe : Reader::array(obj, "ports", "")) {
-    std::string path = "ports[" + std::to_string(i++) + "]";
-    model::EndpointPort p;
-    p.name = Reader::str(pe, "name", path);
-    p.protocol = Reader::protocol(pe, path);
-    auto port = Reader::integer(pe, "port", path);
-    if (!port) continue;  // a nil port means "all ports": nothing a proxy can program
-    p.port = Reader::port(*port, path + ".port", false);
-    p.app_protocol = Reader::str(pe, "appProtocol", path);
-    s.ports.push_back(std::move(p));
+    auto p = in_item("ports", i++, [&]() -> std::optional<model::EndpointPort> {
+      model::EndpointPort p;
+      p.name = Reader::str(pe, "name", "");
+      p.protocol = Reader::protocol(pe, "");
+      auto port = Reader::integer(pe, "port", "");
+      if (!port) return std::nullopt;  // a nil port means "all ports": nothing to program
+      p.port = Reader::port(*port, ".port", false);
+      p.app_protocol = Reader::str(pe, "appProtocol", "");
+      return p;
+    });
+    if (p) s.ports.push_back(std::move(*p));
   }
   i = 0;
   auto endpoints = Reader::array(obj, "endpoints", "");
   if (endpoints.size() > 1000) fail("endpoints: more than 1000 endpoints in one slice");
   s.endpoints.reserve(endpoints.size());
   for (const auto& ee : endpoints) {
-    std::string path = "endpoints[" + std::to_string(i++) + "]";
-    r.check_known(ee, path,
-                  {"addresses", "conditions", "hostname", "nodeName", "zone", "hints", "targetRef",
-                   "deprecatedTopology"});
-    model::Endpoint e;
-    for (const auto& ae : Reader::array(ee, "addresses", path)) {
-      std::string_view v;
-      if (ae.get_string().get(v) != simdjson::SUCCESS) fail(path + ".addresses: expected strings");
-      if (s.address_type == model::AddressType::kFQDN) continue;
-      auto ip = Reader::ip(v, path + ".addresses");
-      bool want_v4 = s.address_type == model::AddressType::kIPv4;
-      if (ip.is_v4() != want_v4)
-        fail(path + ".addresses: \"" + std::string(v) + "\" is not an " +
-             (want_v4 ? "IPv4" : "IPv6") + " address");
-      e.addresses.push_back(ip);
-    }
-    if (e.addresses.empty() && s.address_type != model::AddressType::kFQDN)
-      fail(path + ".addresses: empty");
-    if (auto c = Reader::field(ee, "conditions")) {
-      std::string cp = path + ".conditions";
-      e.conditions.ready = Reader::boolean(*c, "ready", cp).value_or(true);
-      e.conditions.serving = Reader::boolean(*c, "serving", cp).value_or(true);
-      e.conditions.terminating = Reader::boolean(*c, "terminating", cp).value_or(false);
-    }
-    e.hostname = Reader::str(ee, "hostname", path);
-    e.node_name = Reader::str(ee, "nodeName", path);
-    e.zone = Reader::str(ee, "zone", path);
-    if (auto h = Reader::field(ee, "hints")) {
-      std::vector<std::string> zones, nodes;
-      for (const auto& z : Reader::array(*h, "forZones", path + ".hints"))
-        zones.push_back(Reader::str(z, "name", path + ".hints.forZones"));
-      for (const auto& n : Reader::array(*h, "forNodes", path + ".hints"))
-        nodes.push_back(Reader::str(n, "name", path + ".hints.forNodes"));
-      e.hint_zones = std::move(zones);
-      e.hint_nodes = std::move(nodes);
-    }
-    if (auto t = Reader::field(ee, "targetRef")) {
-      model::ObjectRef ref;
-      ref.kind = Reader::str(*t, "kind", path + ".targetRef");
-      ref.ns = Reader::str(*t, "namespace", path + ".targetRef");
-      ref.name = Reader::str(*t, "name", path + ".targetRef");
-      ref.uid = Reader::str(*t, "uid", path + ".targetRef");
-      e.target_ref = std::move(ref);
-    }
-    s.endpoints.push_back(std::move(e));
+    const size_t index = i++;
+    // One pass over the endpoint's keys (100k endpoints at start: a lookup per field was the
+    // largest part of decoding).
+    // Named references, not a structured binding: the lambda below uses them (clang before
+    // 16 cannot capture a structured binding).
+    const auto fields = r.fields<7>(
+        ee, {"addresses", "conditions", "hostname", "nodeName", "zone", "hints", "targetRef"},
+        {"deprecatedTopology"}, [&] { return item_path("endpoints", index); });
+    const auto& addresses = fields[0];
+    const auto& conditions = fields[1];
+    const auto& hostname = fields[2];
+    const auto& node_name = fields[3];
+    const auto& zone = fields[4];
+    const auto& hints = fields[5];
+    const auto& target_ref = fields[6];
+    s.endpoints.push_back(in_item("endpoints", index, [&] {
+      model::Endpoint e;
+      for (const auto& ae : Reader::array(addresses, "addresses", "")) {
+        std::string_view v;
+        if (ae.get_string().get(v) != simdjson::SUCCESS) fail(".addresses: expected strings");
+        if (s.address_type == model::AddressType::kFQDN) continue;
+        auto ip = Reader::ip(v, ".addresses");
+        bool want_v4 = s.address_type == model::AddressType::kIPv4;
+        if (ip.is_v4() != want_v4)
+          fail(".addresses: \"" + std::string(v) + "\" is not an " + (want_v4 ? "IPv4" : "IPv6") +
+               " address");
+        e.addresses.push_back(ip);
+      }
+      if (e.addresses.empty() && s.address_type != model::AddressType::kFQDN)
+        fail(".addresses: empty");
+      if (conditions) {
+        const auto [ready, serving, terminating] =
+            Reader::pick<3>(*conditions, {"ready", "serving", "terminating"});
+        e.conditions.ready = Reader::boolean(ready, "ready", ".conditions").value_or(true);
+        e.conditions.serving = Reader::boolean(serving, "serving", ".conditions").value_or(true);
+        e.conditions.terminating =
+            Reader::boolean(terminating, "terminating", ".conditions").value_or(false);
+      }
+      e.hostname = Reader::str(hostname, "hostname", "");
+      e.node_name = Reader::str(node_name, "nodeName", "");
+      e.zone = Reader::str(zone, "zone", "");
+      if (const auto& h = hints) {
+        std::vector<std::string> zones, nodes;
+        for (const auto& z : Reader::array(*h, "forZones", ".hints"))
+          zones.push_back(Reader::str(z, "name", ".hints.forZones"));
+        for (const auto& n : Reader::array(*h, "forNodes", ".hints"))
+          nodes.push_back(Reader::str(n, "name", ".hints.forNodes"));
+        e.hint_zones = std::move(zones);
+        e.hint_nodes = std::move(nodes);
+      }
+      if (target_ref) {
+        const auto [kind, ns, name, uid] =
+            Reader::pick<4>(*target_ref, {"kind", "namespace", "name", "uid"});
+        model::ObjectRef ref;
+        ref.kind = Reader::str(kind, "kind", ".targetRef");
+        ref.ns = Reader::str(ns, "namespace", ".targetRef");
+        ref.name = Reader::str(name, "name", ".targetRef");
+        ref.uid = Reader::str(uid, "uid", ".targetRef");
+        e.target_ref = std::move(ref);
+      }
+      return e;
+    }));
   }
   return s;
 }
@@ -579,10 +702,13 @@ Result<Decoded> decode_json(std::string_view json, std::optional<ObjectKind> hin
   return decode_object(root, hint);
 }
 
-Result<DecodedList> decode_list(std::string_view json, ObjectKind kind) {
+static_assert(kJsonPadding >= simdjson::SIMDJSON_PADDING);
+
+Result<DecodedList> decode_list(std::string_view json, ObjectKind kind, bool padded) {
   thread_local dom::parser parser;
   dom::element root;
-  if (auto err = parser.parse(json.data(), json.size()).get(root); err != simdjson::SUCCESS)
+  if (auto err = parser.parse(json.data(), json.size(), !padded).get(root);
+      err != simdjson::SUCCESS)
     return Error{std::string("malformed list JSON: ") + simdjson::error_message(err)};
   DecodedList out;
   if (auto m = Reader::field(root, "metadata")) {

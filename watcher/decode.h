@@ -48,6 +48,9 @@ struct DecodedList {
   std::string resource_version;
   std::string continue_token;
 };
-Result<DecodedList> decode_list(std::string_view json, model::ObjectKind kind);
+// `padded`: at least kJsonPadding readable bytes follow `json` (a response body read with
+// room to spare): it is parsed where it is, not copied into a padded buffer first.
+inline constexpr size_t kJsonPadding = 64;
+Result<DecodedList> decode_list(std::string_view json, model::ObjectKind kind, bool padded = false);
 
 }  // namespace endpointd::watcher

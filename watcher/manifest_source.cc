@@ -2,6 +2,7 @@
 // keeps its previous objects, and an object that fails to decode keeps its previous version.
 #include "watcher/manifest_source.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
@@ -15,7 +16,6 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
-#include <unordered_set>
 
 #include "watcher/decode.h"
 #include "watcher/yaml_json.h"
@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 using model::ObjectKind;
 
 struct ManifestSource::FileState {
-  // The file's path, shared with owners_ (an entry per object there).
+  // The file's path, shared with objects_ (an entry per object there).
   std::shared_ptr<const std::string> name;
   // Identity of the content last read: a rename or in-place write changes one of these.
   uint64_t inode = 0;
@@ -73,11 +73,16 @@ std::optional<std::pair<ObjectKind, std::string>> identity(const simdjson::dom::
 
 // A hash of a parsed object's content, walked on the parser's tape: whether an object changed
 // is known without writing it out as text again. Strings are length-prefixed and every value
-// carries its type, so different structures do not collide by construction.
+// carries its type, so different structures do not collide by construction. The object's
+// metadata.managedFields (often a third of its text) is left out: the decoder never reads it.
 class ContentHash {
  public:
   uint64_t value() const { return h_; }
-  void add(const simdjson::dom::element& e) {
+  void add_object(const simdjson::dom::element& root) { add(root, Level::kRoot); }
+
+ private:
+  enum class Level : uint8_t { kRoot, kMetadata, kOther };
+  void add(const simdjson::dom::element& e, Level level = Level::kOther) {
     namespace dom = simdjson::dom;
     switch (e.type()) {
       case dom::element_type::ARRAY: {
@@ -93,8 +98,10 @@ class ContentHash {
         dom::object o;
         if (e.get_object().get(o) == simdjson::SUCCESS)
           for (dom::key_value_pair kv : o) {
+            if (level == Level::kMetadata && kv.key == "managedFields") continue;
             text(kv.key);
-            add(kv.value);
+            add(kv.value,
+                level == Level::kRoot && kv.key == "metadata" ? Level::kMetadata : Level::kOther);
           }
         mix('}');
         break;
@@ -132,20 +139,37 @@ class ContentHash {
     }
   }
 
- private:
   void mix(uint64_t tag, uint64_t v = 0) {
     h_ = (h_ ^ tag) * 0x100000001b3ull;
     h_ = (h_ ^ v) * 0x9e3779b97f4a7c15ull;
     h_ ^= h_ >> 29;
   }
-  void text(std::string_view s) { mix('"' + (s.size() << 8), std::hash<std::string_view>{}(s)); }
+  // Inline, eight bytes a step: the strings are short and many (keys, names, addresses), and
+  // a library call per string was a fifth of reading a directory. Each step is a bijection
+  // of the state for a given word, so strings of one length differing in one word never
+  // collide.
+  void text(std::string_view s) {
+    uint64_t h = s.size() * 0x9e3779b97f4a7c15ull;
+    size_t i = 0;
+    for (; i + 8 <= s.size(); i += 8) {
+      uint64_t w;
+      std::memcpy(&w, s.data() + i, 8);
+      h = (h ^ w) * 0xff51afd7ed558ccdull;
+      h ^= h >> 32;
+    }
+    uint64_t w = 0;
+    std::memcpy(&w, s.data() + i, s.size() - i);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 32;
+    mix('"' + (s.size() << 8), h);
+  }
 
   uint64_t h_ = 1469598103934665603ull;
 };
 
 uint64_t content_hash(const simdjson::dom::element& e) {
   ContentHash h;
-  h.add(e);
+  h.add_object(e);
   return h.value();
 }
 
@@ -254,17 +278,58 @@ void ManifestSource::run() {
   }
 }
 
-void ManifestSource::load_file(const fs::path& path, FileState& st, bool force, Decoded& out) {
+struct ManifestSource::Scratch {
+  simdjson::dom::parser parser;
+  std::string text;  // the file read, then SIMDJSON_PADDING bytes
+};
+
+namespace {
+
+// Reads a whole file into `buf` (reused from file to file: no new pages per file), followed
+// by the padding simdjson reads past the end. Its length, or nothing when it cannot be read.
+std::optional<size_t> read_padded(const fs::path& path, std::string& buf) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat sb;
+  if (fstat(fd, &sb) != 0) {
+    close(fd);
+    return std::nullopt;
+  }
+  size_t len = 0;
+  size_t want = static_cast<size_t>(std::max<off_t>(sb.st_size, 0)) + 1;  // +1: sees EOF
+  for (;;) {
+    if (buf.size() < len + want + simdjson::SIMDJSON_PADDING)
+      buf.resize(len + want + simdjson::SIMDJSON_PADDING);
+    ssize_t n = read(fd, buf.data() + len, want);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      close(fd);
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    len += static_cast<size_t>(n);
+    want = std::max<size_t>(want - std::min<size_t>(want, static_cast<size_t>(n)), 64 * 1024);
+  }
+  close(fd);
+  std::memset(buf.data() + len, 0, simdjson::SIMDJSON_PADDING);
+  return len;
+}
+
+}  // namespace
+
+void ManifestSource::load_file(const fs::path& path, FileState& st, bool force, Decoded& out,
+                               Scratch& scratch) {
   // Read straight into simdjson's padded buffer: a JSON file is parsed where it was read.
-  simdjson::padded_string text;
-  if (simdjson::padded_string::load(path.string()).get(text) != simdjson::SUCCESS) {
+  auto& parser = scratch.parser;
+  auto read = read_padded(path, scratch.text);
+  if (!read) {
     st.errors = {"cannot read the file"};
     return;
   }
   std::vector<std::string> yaml_docs;
   const bool json = path.extension() == ".json";
   if (!json) {
-    auto conv = yaml_to_json_documents(std::string_view(text.data(), text.size()));
+    auto conv = yaml_to_json_documents(std::string_view(scratch.text.data(), *read));
     if (!conv) {
       st.errors = {conv.error()};  // keep every object of the last good read
       return;
@@ -274,7 +339,6 @@ void ManifestSource::load_file(const fs::path& path, FileState& st, bool force, 
 
   // Each document is parsed once; a List's items are read from that parse (identity, content
   // hash, and — only when the hash changed — the decoder), never written out and parsed again.
-  simdjson::dom::parser parser;
   std::vector<std::string> errors;
   bool any_object = false;  // of any kind: a file of Deployments is not a broken file
   decltype(st.objects) next;
@@ -336,7 +400,8 @@ void ManifestSource::load_file(const fs::path& path, FileState& st, bool force, 
     one(root, bytes);
   };
   if (json) {
-    document(parser.parse(text), text.size());
+    // Parsed where it was read: the padding is there, nothing is copied.
+    document(parser.parse(scratch.text.data(), *read, false), *read);
   } else {
     for (const auto& d : yaml_docs) document(parser.parse(d), d.size());
   }
@@ -369,6 +434,7 @@ void ManifestSource::rescan_files(const std::set<std::string>* names) {
     }
   }
   std::map<std::string, Decoded> decoded;  // by file, what was decoded in this scan
+  Scratch scratch;
   const bool first = reloads_.load() == 0;
   bool changed = first;  // the first read always posts: it marks the kinds synced
   model::Event ev;
@@ -377,20 +443,26 @@ void ManifestSource::rescan_files(const std::set<std::string>* names) {
     if (!names)
       for (const auto& [file, st] : files_) paths.insert(file);
     // The objects whose owner may have changed: those of every file re-read or gone.
-    std::unordered_set<Key, KeyHash> touched;
+    const uint64_t scan = ++scans_;
+    std::vector<std::pair<const Key*, Definers*>> touched;
+    auto touch = [&](const Key& key, Definers& d) {
+      if (d.scan == scan) return;
+      d.scan = scan;
+      touched.emplace_back(&key, &d);
+    };
     auto forget = [&](const std::string& file, const FileState& st) {
       for (const auto& [key, h] : st.objects) {
-        touched.insert(key);
-        if (auto it = definers_.find(key); it != definers_.end()) {
-          std::erase_if(it->second, [&](const auto& f) { return *f == file; });
-          if (it->second.empty()) definers_.erase(it);
-        }
+        auto it = objects_.find(key);
+        if (it == objects_.end()) continue;
+        touch(it->first, it->second);
+        std::erase_if(it->second.files, [&](const auto& f) { return *f == file; });
       }
     };
     auto learn = [&](const FileState& st) {
       for (const auto& [key, h] : st.objects) {
-        touched.insert(key);
-        auto& files = definers_[key];  // in name order
+        auto& [k, d] = *objects_.try_emplace(key).first;
+        touch(k, d);
+        auto& files = d.files;  // in name order
         auto at = std::lower_bound(files.begin(), files.end(), *st.name,
                                    [](const auto& f, const std::string& n) { return *f < n; });
         if (at == files.end() || **at != *st.name) files.insert(at, st.name);
@@ -430,7 +502,7 @@ void ManifestSource::rescan_files(const std::set<std::string>* names) {
       st.mtime_ns = mtime;
       st.size = sb.st_size;
       forget(file, st);
-      load_file(file, st, false, decoded[file]);
+      load_file(file, st, false, decoded[file], scratch);
       learn(st);
       changed = true;
       for (const auto& e : st.errors) {
@@ -443,40 +515,34 @@ void ManifestSource::rescan_files(const std::set<std::string>* names) {
 
     // Owners of the touched objects: the last file in name order that defines each (null:
     // no file does any more).
-    std::unordered_map<Key, std::shared_ptr<const std::string>, KeyHash> owners;
-    owners.reserve(touched.size());
-    for (const Key& key : touched) {
-      auto d = definers_.find(key);
-      if (d == definers_.end()) {
-        owners.emplace(key, nullptr);
-        continue;
-      }
-      const std::string& file = *d->second.back();
-      owners.emplace(key, d->second.back());
-      if (d->second.size() > 1)
-        for (const auto& other : d->second)
+    for (auto& [key, d] : touched) {
+      d->next_owner = d->files.empty() ? nullptr : d->files.back();
+      if (d->files.size() > 1) {
+        const std::string& file = *d->next_owner;
+        for (const auto& other : d->files)
           if (*other != file && decoded.count(*other))
             spdlog::warn("manifest {}: {} {} is also defined in {}; using that one", *other,
-                         model::to_string(key.first), key.second, file);
+                         model::to_string(key->first), key->second, file);
+      }
     }
     auto owned_by = [&](const Key& key, const std::string& file) {
-      auto it = owners.find(key);
-      return it != owners.end() && it->second && *it->second == file;
+      auto it = objects_.find(key);
+      if (it == objects_.end() || it->second.scan != scan) return false;
+      const auto& owner = it->second.next_owner;
+      return owner && *owner == file;
     };
     // An object whose owner is now a file whose version of it was not decoded in this scan
     // (the file that won before dropped it): that file is decoded again.
-    for (const auto& [key, owner] : owners) {
-      if (!owner) continue;
-      const std::string& file = *owner;
-      auto old = owners_.find(key);
-      if (old == owners_.end() || *old->second == file) continue;
+    for (auto& [key, d] : touched) {
+      if (!d->next_owner || !d->owner || *d->owner == *d->next_owner) continue;
+      const std::string& file = *d->next_owner;
       auto have = decoded.find(file);
       bool present = have != decoded.end() &&
                      std::any_of(have->second.begin(), have->second.end(),
-                                 [&k = key](const auto& kv) { return kv.first == k; });
+                                 [&k = *key](const auto& kv) { return kv.first == k; });
       if (!present) {
         Decoded again;
-        load_file(file, files_[file], true, again);
+        load_file(file, files_[file], true, again, scratch);
         decoded[file] = std::move(again);
       }
     }
@@ -495,26 +561,27 @@ void ManifestSource::rescan_files(const std::set<std::string>* names) {
       for (auto& [file, objs] : decoded)
         for (auto& [key, obj] : objs)
           if (owned_by(key, file)) batch.upserts.push_back(std::move(obj));
-      for (const auto& [key, owner] : owners) {
-        if (owner || !owners_.count(key)) continue;
+      for (const auto& [key, d] : touched) {
+        if (d->next_owner || !d->owner) continue;
         model::Remove r;
-        r.kind = key.first;
-        if (key.first == ObjectKind::kNode) {
-          r.key = {"", key.second};
+        r.kind = key->first;
+        if (key->first == ObjectKind::kNode) {
+          r.key = {"", key->second};
         } else {
-          auto slash = key.second.find('/');
-          r.key = {key.second.substr(0, slash), key.second.substr(slash + 1)};
+          auto slash = key->second.find('/');
+          r.key = {key->second.substr(0, slash), key->second.substr(slash + 1)};
         }
         batch.removes.push_back(std::move(r));
       }
       ev.change = std::move(batch);
     }
-    for (auto& [key, owner] : owners) {
-      if (owner)
-        owners_[key] = std::move(owner);
-      else
-        owners_.erase(key);
+    std::vector<Key> unused;  // objects no file defines any more
+    for (auto& [key, d] : touched) {
+      d->owner = std::move(d->next_owner);
+      d->next_owner = nullptr;
+      if (!d->owner && d->files.empty()) unused.push_back(*key);
     }
+    for (const auto& key : unused) objects_.erase(key);
   }
   reloads_.fetch_add(1);
   if (metrics_->reloads) metrics_->reloads->Increment();

@@ -68,22 +68,39 @@ class ManifestSource {
     }
   };
   using Decoded = std::vector<std::pair<Key, model::Object>>;
+  // What the files of one scan share: the parser and the buffer a file is read into, grown to
+  // the largest file and reused rather than allocated (and faulted in) again per file; freed
+  // when the scan ends.
+  struct Scratch;
   // Re-reads one file: decodes the objects whose text changed (all of them with `force`).
-  void load_file(const std::filesystem::path& path, FileState& st, bool force, Decoded& out);
+  void load_file(const std::filesystem::path& path, FileState& st, bool force, Decoded& out,
+                 Scratch& scratch);
 
   std::filesystem::path dir_;
   Post post_;
   std::unique_ptr<Metrics> metrics_;
   mutable std::mutex mu_;  // guards files_ (read by errors())
   std::map<std::string, FileState> files_;
-  // Which file each object comes from (the last file, in name order, that defines it): the
-  // file's name, shared with its FileState rather than a copy per object.
-  std::unordered_map<Key, std::shared_ptr<const std::string>, KeyHash> owners_;
-  // Every file that defines each object, in name order (the last one owns it). Kept up to
-  // date file by file, so that a change costs what the changed files hold, not the directory.
-  // Hashed, not ordered: at 100k objects the ordered maps' key comparisons (memcmp) were
-  // about 5% of reading the directory.
-  std::unordered_map<Key, std::vector<std::shared_ptr<const std::string>>, KeyHash> definers_;
+  // Per object, the files that define it and the one it was posted from. File names are
+  // shared with their FileState rather than a copy per object.
+  struct Definers {
+    // Every file that defines the object, in name order (the last one owns it). Kept up to
+    // date file by file, so that a change costs what the changed files hold, not the
+    // directory.
+    std::vector<std::shared_ptr<const std::string>> files;
+    // The file whose version of the object was posted last (null: none, or it was removed).
+    std::shared_ptr<const std::string> owner;
+    // Within a scan that touched the object (`scan` is that scan's number): its owner after
+    // the scan, null when no file defines it any more.
+    std::shared_ptr<const std::string> next_owner;
+    uint64_t scan = 0;
+  };
+  // One entry per object, every bookkeeping step of a scan on it: at 100k objects a lookup in
+  // a large table is a few cache misses, and separate tables (owners, definers, the scan's
+  // touched set and new owners) cost several per object read. Hashed, not ordered: the
+  // ordered maps' key comparisons (memcmp) were about 5% of reading the directory.
+  std::unordered_map<Key, Definers, KeyHash> objects_;
+  uint64_t scans_ = 0;
   int inotify_fd_ = -1;
   int wake_fd_ = -1;
   std::thread thread_;

@@ -89,6 +89,25 @@ TEST(BuildServiceState, DedupeThenPrefersReady) {
   EXPECT_TRUE(st.endpoints[0].conditions.ready);
 }
 
+// Copies of one address with the same conditions: the one of the earlier slice is kept, and
+// within a slice the earlier one, whatever the order of the addresses around them.
+TEST(BuildServiceState, EqualCopiesKeepSliceOrder) {
+  auto a = slice("a", {ep("10.0.0.9"), ep("10.0.0.5"), ep("10.0.0.5")});
+  a.endpoints[1].hostname = "a-first";
+  a.endpoints[2].hostname = "a-second";
+  auto b = slice("b", {ep("10.0.0.5"), ep("10.0.0.1")});
+  b.endpoints[0].hostname = "b";
+  auto st = build_service_state(svc("web"), {&b, &a});
+  ASSERT_EQ(st.endpoints.size(), 3u);
+  EXPECT_EQ(st.endpoints[0].address, ip("10.0.0.1"));
+  EXPECT_EQ(st.endpoints[1].address, ip("10.0.0.5"));
+  EXPECT_EQ(st.endpoints[1].hostname, "b");
+  auto st2 = build_service_state(svc("web"), {&a, &b});
+  ASSERT_EQ(st2.endpoints.size(), 3u);
+  EXPECT_EQ(st2.endpoints[1].hostname, "a-first");
+  EXPECT_EQ(st2.endpoints[2].address, ip("10.0.0.9"));
+}
+
 TEST(BuildServiceState, DedupeKeepsPortsOfEveryCopy) {
   auto a = slice("a", {ep("10.0.0.1")});
   auto b = slice("b", {ep("10.0.0.1")});

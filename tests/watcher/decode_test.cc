@@ -189,6 +189,62 @@ TEST(Decode, BadInputIsRefusedWithAReasonNamingTheObject) {
   }
 }
 
+// A failure inside a list item names the item (its path is written only when one fails).
+TEST(Decode, ErrorsNameTheListItem) {
+  auto slice = decode_json(R"({"kind":"EndpointSlice","metadata":{"name":"s","namespace":"n"},
+      "addressType":"IPv4","ports":[{"name":"a","port":80},{"name":"b","port":0}],
+      "endpoints":[{"addresses":["10.0.0.1"]}]})");
+  ASSERT_FALSE(slice);
+  EXPECT_NE(slice.error().find("EndpointSlice n/s: ports[1].port: port 0 out of range"),
+            std::string::npos)
+      << slice.error();
+  auto ep = decode_json(R"({"kind":"EndpointSlice","metadata":{"name":"s","namespace":"n"},
+      "addressType":"IPv4","endpoints":[{"addresses":["10.0.0.1"]},{"addresses":["10.0.0.2"]},
+      {"addresses":["10.0.0.3"],"targetRef":{"name":7}}]})");
+  ASSERT_FALSE(ep);
+  EXPECT_NE(ep.error().find("endpoints[2].targetRef.name: expected a string"), std::string::npos)
+      << ep.error();
+  auto svc = decode_json(R"({"kind":"Service","metadata":{"name":"a","namespace":"n"},
+      "spec":{"ports":[{"name":"a","port":80},{"name":"b","port":81,"targetPort":"a-name-too-long-here"}]}})");
+  ASSERT_FALSE(svc);
+  EXPECT_NE(svc.error().find("spec.ports[1].targetPort: invalid port name"), std::string::npos)
+      << svc.error();
+}
+
+// An endpoint's fields are read in one pass: a repeated key counts with its first value (as a
+// lookup by name finds it), unknown keys are warnings naming the endpoint.
+TEST(Decode, EndpointFieldsInOnePass) {
+  auto d = decode_json(R"({"kind":"EndpointSlice","metadata":{"name":"s","namespace":"n",
+      "labels":{"kubernetes.io/service-name":"web","other":"x"}},"addressType":"IPv4",
+      "endpoints":[{"addresses":["10.0.0.1"]},
+                   {"nodeName":"n1","addresses":["10.0.0.2"],"nodeName":"n2","zone":null,
+                    "deprecatedTopology":{},"colour":"blue","conditions":{"ready":false}}]})");
+  ASSERT_TRUE(d) << d.error();
+  const auto& s = std::get<model::EndpointSlice>(d->object);
+  EXPECT_EQ(s.service_name, "web");
+  ASSERT_EQ(s.endpoints.size(), 2u);
+  EXPECT_EQ(s.endpoints[1].node_name, "n1");
+  EXPECT_EQ(s.endpoints[1].zone, "");
+  EXPECT_FALSE(s.endpoints[1].conditions.ready);
+  EXPECT_TRUE(s.endpoints[0].conditions.ready);
+  ASSERT_EQ(d->warnings.size(), 1u);
+  EXPECT_NE(d->warnings[0].find("endpoints[1]: unknown field \"colour\""), std::string::npos)
+      << d->warnings[0];
+}
+
+// A body with padding after it is parsed in place; only `json`'s bytes count.
+TEST(Decode, ListParsedInPlaceWhenPadded) {
+  std::string body = R"({"kind":"ServiceList","metadata":{"resourceVersion":"5"},"items":[
+      {"metadata":{"name":"a","namespace":"n"},"spec":{"clusterIP":"10.96.0.1"}}]})";
+  const size_t n = body.size();
+  body.append(kJsonPadding, 'x');  // not JSON: must not be read as part of the list
+  auto l = decode_list(std::string_view(body.data(), n), ObjectKind::kService, true);
+  ASSERT_TRUE(l) << l.error();
+  EXPECT_EQ(l->resource_version, "5");
+  ASSERT_EQ(l->objects.size(), 1u);
+  EXPECT_EQ(std::get<model::Service>(l->objects[0]).key.name, "a");
+}
+
 TEST(Decode, OversizedObjectRefusedBeforeParsing) {
   std::string big = R"({"kind":"Service","metadata":{"name":"a","annotations":{"x":")" +
                     std::string(kMaxObjectBytes, 'x') + R"("}},"spec":{}})";

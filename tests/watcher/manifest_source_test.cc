@@ -257,6 +257,34 @@ TEST_F(ManifestSourceTest, ListItemsAreDecodedOnceAndAgainOnlyWhenChanged) {
   EXPECT_EQ(src_->decoded_objects(), 4u);
 }
 
+// metadata.managedFields is not read by the decoder: a write that changes only it decodes
+// nothing again; one that changes a label the decoder reads does.
+TEST_F(ManifestSourceTest, ManagedFieldsAloneDoNotCauseADecode) {
+  auto list = [](const char* manager, const char* proxy_label) {
+    return std::string(R"({"kind":"List","items":[)") +
+           R"({"kind":"Service","metadata":{"name":"a","namespace":"demo","labels":{)" +
+           proxy_label + R"(},"managedFields":[{"manager":")" + manager +
+           R"(","fieldsV1":{"f:spec":{}}}]},"spec":{"clusterIP":"10.96.0.1"}}]})";
+  };
+  write("list.json", list("helm", ""));
+  start();
+  auto s = col_.wait_past(0);
+  EXPECT_EQ(s->services.size(), 1u);
+  EXPECT_EQ(src_->decoded_objects(), 1u);
+  int n = col_.posts();
+  write("list.json", list("kubectl", ""));
+  // The file is read again (a post), its object is not decoded.
+  s = col_.wait_past(n);
+  EXPECT_EQ(src_->decoded_objects(), 1u);
+  EXPECT_EQ(s->services.size(), 1u);
+  n = col_.posts();
+  write("list.json",
+        list("kubectl", R"("service.kubernetes.io/service-proxy-name":"someone-else")"));
+  s = col_.wait_past(n);
+  EXPECT_EQ(src_->decoded_objects(), 2u);
+  EXPECT_EQ(s->services.size(), 0u);  // another proxy's service now
+}
+
 // Renames: into the directory from elsewhere, within it (the objects stay), out of it (they
 // go); and a deletion.
 TEST_F(ManifestSourceTest, FilesRenamedInWithinAndOutAndDeleted) {
