@@ -1011,12 +1011,11 @@ void changes(Builder& b, const TableChanges& ch, const Table* shapes_from) {
   (void)shapes_from;
   IpFamily f = ch.family;
   for (const auto& s : ch.add_sets) {
-    // Made with room for the elements this batch adds to it.
-    size_t adding = 0;
-    for (const auto& [set, _] : ch.add_elements) adding += set == s.name ? 1 : 0;
-    uint32_t size = sized(s.shape) ? set_size_for(adding) : 0;
-    add_set(b, f, s, size);
-    b.sized(f, s.name, size);
+    // Made without a size (no limit): a set that appears between full syncs (backends-N for a
+    // new endpoint count) often grows fast from few elements, and outgrowing a size costs a
+    // full sync. It keeps the resizable table until the table is made anew.
+    add_set(b, f, s, 0);
+    b.sized(f, s.name, 0);
   }
   for (const auto& c : ch.add_chains) add_chain(b, f, c);
   for (const auto& c : ch.add_chains) {
