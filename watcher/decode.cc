@@ -155,10 +155,11 @@ class Reader {
   }
   // The values of the fields `names` of an object (absent or null: none), found in one pass
   // over its keys rather than one per name (field() for each scans the keys once per name).
-  // With a key repeated, its first value counts, as for field().
-  template <size_t N>
-  static std::array<std::optional<dom::element>, N> pick(
-      const dom::element& obj, const std::array<std::string_view, N>& names) {
+  // With a key repeated, its first value counts, as for field(). `other(key)` is called for
+  // each key not in `names`.
+  template <size_t N, typename Other>
+  static std::array<std::optional<dom::element>, N> scan(
+      const dom::element& obj, const std::array<std::string_view, N>& names, const Other& other) {
     std::array<std::optional<dom::element>, N> out;
     std::array<bool, N> seen{};
     dom::object o;
@@ -166,36 +167,32 @@ class Reader {
     for (auto [k, v] : o) {
       size_t i = 0;
       while (i < N && names[i] != k) ++i;
-      if (i == N || seen[i]) continue;
-      seen[i] = true;
-      if (!v.is_null()) out[i] = v;
+      if (i == N) {
+        other(k);
+      } else if (!seen[i]) {
+        seen[i] = true;
+        if (!v.is_null()) out[i] = v;
+      }
     }
     return out;
   }
+  template <size_t N>
+  static std::array<std::optional<dom::element>, N> pick(
+      const dom::element& obj, const std::array<std::string_view, N>& names) {
+    return scan(obj, names, [](std::string_view) {});
+  }
 
-  // pick(), and the warnings of check_known for the keys that
-  // are neither in `names` nor in `ignored`. With a key repeated, its first value counts, as
-  // for field().
+  // pick(), and the warnings of check_known for the keys that are neither in `names` nor in
+  // `ignored`.
   template <size_t N, std::invocable PathFn>
   std::array<std::optional<dom::element>, N> fields(const dom::element& obj,
                                                     const std::array<std::string_view, N>& names,
                                                     std::initializer_list<std::string_view> ignored,
                                                     const PathFn& path) {
-    std::array<std::optional<dom::element>, N> out;
-    std::array<bool, N> seen{};
-    dom::object o;
-    if (obj.get_object().get(o) != simdjson::SUCCESS) return out;
-    for (auto [k, v] : o) {
-      size_t i = 0;
-      while (i < N && names[i] != k) ++i;
-      if (i < N) {
-        if (!seen[i] && !v.is_null()) out[i] = v;
-        seen[i] = true;
-      } else if (std::find(ignored.begin(), ignored.end(), k) == ignored.end()) {
+    return scan(obj, names, [&](std::string_view k) {
+      if (std::find(ignored.begin(), ignored.end(), k) == ignored.end())
         warnings_.push_back(path() + ": unknown field \"" + std::string(k) + "\"");
-      }
-    }
-    return out;
+    });
   }
 
   // `path()` makes the path's text, only when there is something to warn about.

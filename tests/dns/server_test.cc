@@ -287,13 +287,23 @@ TEST_F(ServerTest, LoadbalanceRotatesARecordsPerReply) {
 }
 
 // With --dns-loadbalance=false every reply lists the records in the same order.
-TEST(ServerLoadbalance, OffKeepsTheOrder) {
-  DnsOptions o;
-  o.listen = "127.0.0.1:0";
-  o.loadbalance = false;
+// A DNS sink on a free loopback port with its own board and registry.
+struct LoneSink {
+  static DnsOptions on_loopback(DnsOptions o) {
+    o.listen = "127.0.0.1:0";
+    return o;
+  }
+  explicit LoneSink(DnsOptions o) : sink(on_loopback(std::move(o)), &board, &registry) {}
   pipeline::AckBoard board;
   prometheus::Registry registry;
-  DnsSink sink(o, &board, &registry);
+  DnsSink sink;
+};
+
+TEST(ServerLoadbalance, OffKeepsTheOrder) {
+  DnsOptions o;
+  o.loadbalance = false;
+  LoneSink lone(o);
+  DnsSink& sink = lone.sink;
   ASSERT_TRUE(sink.start());
   std::vector<model::MergedEndpoint> many;
   for (int i = 1; i <= 5; ++i) many.push_back(endpoint("10.2.0." + std::to_string(i)));
@@ -311,11 +321,9 @@ TEST(ServerLoadbalance, OffKeepsTheOrder) {
 // its dashed address.
 TEST(ServerEndpointPodNames, HeadlessEndpointsNamedByTheirPods) {
   DnsOptions o;
-  o.listen = "127.0.0.1:0";
   o.endpoint_pod_names = true;
-  pipeline::AckBoard board;
-  prometheus::Registry registry;
-  DnsSink sink(o, &board, &registry);
+  LoneSink lone(o);
+  DnsSink& sink = lone.sink;
   ASSERT_TRUE(sink.start());
   auto by_pod = endpoint("10.3.0.1");
   by_pod.target_ref = model::ObjectRef{"Pod", "default", "api-7f9c-x2k4", "uid-1"};
