@@ -89,6 +89,13 @@ ProxySink::Options options() {
   return o;
 }
 
+// options(), with the sink's metrics registered in `reg`.
+ProxySink::Options metered(prometheus::Registry* reg) {
+  auto o = options();
+  o.registry = reg;
+  return o;
+}
+
 TEST(ProxySink, AppliedOnlyAfterTheBatchCommitted) {
   FakeBackend be;
   pipeline::AckBoard board;
@@ -133,9 +140,7 @@ TEST(ProxySink, RejectedBatchResyncsWithBackoffAndKeepsTheLastGoodState) {
   FakeBackend be;
   pipeline::AckBoard board;
   prometheus::Registry reg;
-  auto o = options();
-  o.registry = &reg;
-  ProxySink sink(&be, &board, o);
+  ProxySink sink(&be, &board, metered(&reg));
   auto s1 = web(1, 2);
   sink.apply(s1, delta(nullptr, s1));
   ASSERT_TRUE(sink.synced());
@@ -199,9 +204,7 @@ TEST(ProxySink, MetricsUnderKubeProxyNames) {
   FakeBackend be;
   pipeline::AckBoard board;
   prometheus::Registry reg;
-  auto o = options();
-  o.registry = &reg;
-  ProxySink sink(&be, &board, o);
+  ProxySink sink(&be, &board, metered(&reg));
   auto s1 = web(1, 1);
   sink.note_queued();
   sink.apply(s1, delta(nullptr, s1));
@@ -246,9 +249,7 @@ TEST(ProxySink, PendingChangesAreCountedUntilTheKernelHasThem) {
   FakeBackend be;
   pipeline::AckBoard board;
   prometheus::Registry reg;
-  auto o = options();
-  o.registry = &reg;
-  ProxySink sink(&be, &board, o);
+  ProxySink sink(&be, &board, metered(&reg));
   auto metrics = [&] { return prometheus::TextSerializer().Serialize(reg.Collect()); };
   auto s1 = web(1, 1);
   sink.apply(s1, delta(nullptr, s1));
