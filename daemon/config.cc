@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
@@ -71,6 +72,14 @@ std::string names_in(const Named<E> (&table)[N]) {
 
 std::string in_quotes(std::string_view s) {
   return "\"" + std::string(s) + "\"";
+}
+
+// A Kubernetes namespace name: an RFC 1123 label.
+bool is_dns_label(std::string_view s) {
+  if (s.empty() || s.size() > 63 || s.front() == '-' || s.back() == '-') return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+  });
 }
 
 std::string trim(std::string_view s) {
@@ -474,7 +483,40 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
   cfg.dns_endpoint_pod_names = d.boolean("dns-endpoint-pod-names", cfg.dns_endpoint_pod_names);
   cfg.dns_lameduck = std::chrono::seconds(d.integer("dns-lameduck", 0, 300, 5));
   cfg.dns_ttl = std::chrono::seconds(d.integer("dns-ttl", 0, 3600, 5));
+  cfg.dns_negative_ttl = std::chrono::seconds(d.integer("dns-negative-ttl", 0, 3600, 5));
+  cfg.dns_noendpoints = d.boolean("dns-noendpoints", cfg.dns_noendpoints);
+  cfg.dns_ignore_empty_service =
+      d.boolean("dns-ignore-empty-service", cfg.dns_ignore_empty_service);
+  if (auto l = d.list("dns-namespaces")) {
+    for (const auto& ns : l->second) {
+      if (!is_dns_label(ns)) {
+        d.fail(l->first, ns, "is not a namespace name (a DNS label: a-z, 0-9, '-', at most 63)");
+        break;
+      }
+      cfg.dns_namespaces.push_back(ns);
+    }
+  }
+  cfg.dns_cache_size = static_cast<size_t>(d.integer("dns-cache-size", 0, 10'000'000, 10000));
+  cfg.dns_cache_max_ttl = std::chrono::seconds(d.integer("dns-cache-max-ttl", 0, 86400, 3600));
   cfg.dns_forward_allow = d.cidrs("dns-forward-allow");
+  // Any unicast address pods can route to the node. 169.254.0.0/16 is the one to use for IPv4
+  // (never routed off a node, so it shadows no real host); others are accepted for IPv6, whose
+  // link-local addresses pods cannot reach, and for clusters where that range is taken.
+  if (auto v = d.one("dns-node-local-address"); v && !v->empty()) {
+    auto a = model::IpAddr::parse(*v);
+    auto in = [&](const char* cidr) { return a && model::IpPrefix::parse(cidr)->contains(*a); };
+    if (!a)
+      d.fail_last(*v, "is not an IP address");
+    else if (in("fe80::/10"))
+      d.fail_last(*v,
+                  "is IPv6 link-local, which pods cannot route to: use a unique local address "
+                  "such as fd00::10");
+    else if (a->is_unspecified() || a->is_loopback() || in("224.0.0.0/4") ||
+             in("255.255.255.255/32") || in("ff00::/8"))
+      d.fail_last(*v, "is not a unicast address pods can reach (such as 169.254.20.10)");
+    else
+      cfg.dns_node_local_address = *a;
+  }
 
   cfg.feed_listen = d.listen("feed-listen", Host::kRequired, cfg.feed_listen);
   cfg.feed_tls_cert = d.text("feed-tls-cert", cfg.feed_tls_cert);
@@ -518,6 +560,12 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
         "verified over TLS only)"};
   if (!cfg.source_dir.empty() && !cfg.kubeconfig.empty())
     return Error{"--source-dir and --kubeconfig are exclusive: choose one source of cluster state"};
+  if (cfg.dns_node_local_address && !cfg.dns_listen)
+    return Error{"--dns-node-local-address needs --dns-listen: the DNS server answers on it"};
+  if (cfg.dns_node_local_address && cfg.dns_listen->port == 0)
+    return Error{
+        "--dns-node-local-address needs a fixed --dns-listen port, not 0: it is answered on that "
+        "port, which its notrack rules name"};
   return cfg;
 }
 
@@ -530,6 +578,25 @@ Result<YAML::Node> read_config_file(const std::string& path) {
     return Error{"config file " + path + ": YAML: line " + std::to_string(e.mark.line + 1) + ": " +
                  e.msg};
   }
+}
+
+namespace {
+std::optional<std::string> file_content(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return text;
+}
+}  // namespace
+
+ConfigFileWatch::ConfigFileWatch(std::string path)
+    : path_(std::move(path)), seen_(file_content(path_)) {}
+
+bool ConfigFileWatch::changed() {
+  auto now = file_content(path_);
+  if (now == seen_) return false;
+  seen_ = std::move(now);
+  return true;
 }
 
 Result<Config> load_config(const RawFlags& flags) {
@@ -643,8 +710,30 @@ void add_run_flags(CLI::App& app) {
       std::to_string(std::chrono::duration_cast<std::chrono::seconds>(def.dns_lameduck).count()));
   add(app, "dns-ttl", "TTL of cluster records, in seconds (0..3600)",
       std::to_string(def.dns_ttl.count()));
+  add(app, "dns-negative-ttl",
+      "How long NXDOMAIN and NODATA answers may be cached, in seconds (0..3600; the SOA minimum)",
+      std::to_string(def.dns_negative_ttl.count()));
+  add(app, "dns-noendpoints",
+      "true: no records from endpoints; headless services answer NXDOMAIN (CoreDNS's "
+      "noendpoints)",
+      def.dns_noendpoints ? "true" : "false");
+  add(app, "dns-ignore-empty-service",
+      "true: a service with a cluster IP and no ready endpoint answers NXDOMAIN (CoreDNS's "
+      "ignore empty_service)",
+      def.dns_ignore_empty_service ? "true" : "false");
+  add(app, "dns-namespaces",
+      "Only these namespaces' names are answered (CoreDNS's namespaces; default: all)");
+  add(app, "dns-cache-size", "Entries of the forwarder's cache (0..10000000)",
+      std::to_string(def.dns_cache_size));
+  add(app, "dns-cache-max-ttl",
+      "Longest time a forwarded answer stays cached, in seconds (0..86400)",
+      std::to_string(def.dns_cache_max_ttl.count()));
   add(app, "dns-forward-allow",
       "Client CIDRs that may use forwarding (default: loopback and private ranges)");
+  add(app, "dns-node-local-address",
+      "Node-local DNS: also answer on this address (e.g. 169.254.20.10), put on the dummy "
+      "interface endpointd-dns, on --dns-listen's port; its queries skip conntrack. Point the "
+      "kubelets' clusterDNS at it (empty: off)");
   add(app, "watch-pods", "Watch this node's pods (needed for drains)",
       def.watch_pods ? "true" : "false");
   add(app, "watch-timeout", "Seconds a watch request stays open before it is renewed (10..3600)",
@@ -675,8 +764,8 @@ void add_run_flags(CLI::App& app) {
   add(app, "log-format", "text or json", std::string(to_string(def.log_format)));
   add(app, "log-level", "trace, debug, info, warn, error", std::string(to_string(def.log_level)));
   // A list flag may be given several times; each value may hold several, comma-separated.
-  for (const char* list :
-       {"cluster-cidr", "service-cidr", "nodeport-addresses", "dns-upstream", "dns-forward-allow"})
+  for (const char* list : {"cluster-cidr", "service-cidr", "nodeport-addresses", "dns-upstream",
+                           "dns-forward-allow", "dns-namespaces"})
     app.get_option(std::string("--") + list)
         ->expected(1)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

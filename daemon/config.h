@@ -101,7 +101,21 @@ struct Config {
   // kubeadm's Corefile has 5 s); readiness fails meanwhile.
   std::chrono::milliseconds dns_lameduck{5000};
   std::chrono::seconds dns_ttl{5};
+  // How long NXDOMAIN and NODATA may be cached (the SOA's minimum; CoreDNS's cache `denial`).
+  std::chrono::seconds dns_negative_ttl{5};
+  // CoreDNS kubernetes-plugin options (dns/zone.h, ZoneOptions): noendpoints,
+  // ignore empty_service, namespaces (empty: every namespace).
+  bool dns_noendpoints = false;
+  bool dns_ignore_empty_service = false;
+  std::vector<std::string> dns_namespaces;
+  // The forwarder's cache (CoreDNS's cache capacity and its TTL cap).
+  size_t dns_cache_size = 10000;
+  std::chrono::seconds dns_cache_max_ttl{3600};
   std::vector<model::IpPrefix> dns_forward_allow;
+  // Node-local DNS (NodeLocal DNSCache's 169.254.20.10): an address put on the dummy interface
+  // endpointd-dns and answered on dns_listen's port, its traffic exempt from conntrack.
+  // Point kubelets' clusterDNS at it. Unset: off.
+  std::optional<model::IpAddr> dns_node_local_address;
 
   // Feed. TLS when a certificate and its key are given; with a client CA, every subscriber
   // must present a certificate it signed.
@@ -171,5 +185,19 @@ RawFlags raw_flags(const CLI::App& app);
 
 // Fills defaults that depend on the environment ($NODE_NAME, the host name).
 void resolve_defaults(Config& cfg);
+
+// Tells when a config file's content changed since it was last looked at: a mounted ConfigMap
+// is updated by swapping a symlink, so the content is compared, not a modification time.
+class ConfigFileWatch {
+ public:
+  explicit ConfigFileWatch(std::string path);  // remembers the content it has now
+  // True once per change of content (also when the file appears or becomes unreadable).
+  bool changed();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::optional<std::string> seen_;
+};
 
 }  // namespace endpointd::daemon

@@ -9,12 +9,15 @@
 #include <atomic>
 #include <filesystem>
 #include <map>
+#include <mutex>
 
 #include "daemon/admin.h"
 #include "daemon/conntrack_flows.h"
 #include "daemon/health.h"
 #include "daemon/sources.h"
 #include "daemon/state_json.h"
+#include "dns/metrics.h"
+#include "dns/server.h"
 #include "dns/sink.h"
 #include "drain/coordinator.h"
 #include "feed/feed.h"
@@ -23,8 +26,34 @@
 #include "proxy/conntrack.h"
 #include "proxy/conntrack_sysctl.h"
 #include "proxy/dataplane.h"
+#include "proxy/node_local_address.h"
 
 namespace endpointd::daemon {
+
+namespace {
+
+// The DNS sink's options from a Config: at start, and again at each reload (only the zone's
+// options change then: DnsSink::reconfigure).
+dns::DnsOptions dns_options(const Config& cfg) {
+  dns::DnsOptions o;
+  o.listen = cfg.dns_listen ? cfg.dns_listen->str() : std::string();
+  o.zone = cfg.dns_zone;
+  for (const auto& u : cfg.dns_upstream) o.upstreams.push_back(u.str());
+  o.ttl = static_cast<uint32_t>(cfg.dns_ttl.count());
+  o.negative_ttl = static_cast<uint32_t>(cfg.dns_negative_ttl.count());
+  o.pod_mode = cfg.dns_pod_records;
+  o.loadbalance = cfg.dns_loadbalance;
+  o.endpoint_pod_names = cfg.dns_endpoint_pod_names;
+  o.no_endpoints = cfg.dns_noendpoints;
+  o.ignore_empty_service = cfg.dns_ignore_empty_service;
+  o.namespaces = cfg.dns_namespaces;
+  o.forward_allow = cfg.dns_forward_allow;
+  o.cache_entries = cfg.dns_cache_size;
+  o.cache_max_ttl = static_cast<uint32_t>(cfg.dns_cache_max_ttl.count());
+  return o;
+}
+
+}  // namespace
 
 struct Daemon::Impl {
   Config cfg;
@@ -40,6 +69,16 @@ struct Daemon::Impl {
   std::map<std::pair<std::string, std::string>, uint64_t> listener_drops_seen;
   std::unique_ptr<proxy::Dataplane> dataplane;
   std::unique_ptr<dns::DnsSink> dns_sink;
+  // Node-local DNS on its own address (--dns-node-local-address) when --dns-listen binds
+  // another: one more server over the DNS sink's zones and forwarder, its zone slot kept in
+  // step with the sink's (sync_node_local_zone). Declared after dns_sink: destroyed first.
+  struct NodeLocalDns {
+    dns::ZoneSlot zones;
+    std::mutex mu;  // the sync's load, compare, publish
+    std::unique_ptr<dns::Metrics> metrics;
+    std::unique_ptr<dns::Server> server;
+  };
+  std::unique_ptr<NodeLocalDns> node_local;
   std::unique_ptr<feed::FeedSink> feed_sink;
   // Without the nftables dataplane, drain/ still counts flows in conntrack.
   std::unique_ptr<proxy::Conntrack> own_conntrack;
@@ -48,6 +87,8 @@ struct Daemon::Impl {
 
   Status start_proxy();
   Status start_dns();
+  Status start_node_local_dns();
+  void sync_node_local_zone();
   Status start_feed();
   Status start_drain();
 
@@ -185,6 +226,19 @@ int Daemon::dns_port() const {
   return impl_->dns_sink ? impl_->dns_sink->port() : -1;
 }
 
+Status Daemon::reload(const Config& next) {
+  auto& m = *impl_;
+  if (!m.dns_sink) return {};
+  if (next.dns_listen.has_value() != m.cfg.dns_listen.has_value())
+    return Error{"reload: turning DNS on or off (dns-listen) needs a restart"};
+  if (next.dns_node_local_address != m.cfg.dns_node_local_address)
+    return Error{"reload: changing dns-node-local-address needs a restart"};
+  if (auto st = m.dns_sink->reconfigure(dns_options(next)); !st)
+    return prefixed("reload", st.error());
+  m.sync_node_local_zone();
+  return {};
+}
+
 std::chrono::milliseconds Daemon::begin_lameduck() {
   impl_->lameduck = true;
   if (!impl_->dns_sink) return std::chrono::milliseconds(0);
@@ -278,6 +332,9 @@ void Daemon::stop() {
   if (m.health) m.health->stop();
   if (m.loop) m.loop->stop();
   if (m.drain) m.drain->stop();
+  // The node-local server first: stopping a server stops the forwarder the two share, whose
+  // last callbacks still need the other's sockets.
+  if (m.node_local) m.node_local->server->stop();
   if (m.dns_sink) m.dns_sink->stop();
   if (m.feed_sink) m.feed_sink->stop();
 }
@@ -294,6 +351,10 @@ Status Daemon::Impl::start_proxy() {
   o.node.service_cidrs = cfg.service_cidr;
   o.node.node_port_addresses = cfg.nodeport_addresses;
   o.node.masquerade_all = cfg.masquerade_all;
+  if (cfg.dns_node_local_address) {  // notrack rules for its queries and answers
+    o.node.dns_node_local = cfg.dns_node_local_address;
+    o.node.dns_node_local_port = cfg.dns_listen->port;
+  }
   o.process_start = started_at;  // trigger times before it are not this process's to measure
   auto dp = proxy::Dataplane::start(std::move(o), &board);
   if (!dp) return Error{dp.error()};
@@ -365,20 +426,63 @@ Status Daemon::Impl::start_feed() {
 }
 
 Status Daemon::Impl::start_dns() {
-  dns::DnsOptions o;
-  o.listen = cfg.dns_listen->str();
-  o.zone = cfg.dns_zone;
-  for (const auto& u : cfg.dns_upstream) o.upstreams.push_back(u.str());
-  o.ttl = static_cast<uint32_t>(cfg.dns_ttl.count());
-  o.pod_mode = cfg.dns_pod_records;
-  o.loadbalance = cfg.dns_loadbalance;
-  o.endpoint_pod_names = cfg.dns_endpoint_pod_names;
-  o.forward_allow = cfg.dns_forward_allow;
+  dns::DnsOptions o = dns_options(cfg);
   dns_sink = std::make_unique<dns::DnsSink>(o, &board, registry.get());
   if (auto st = dns_sink->start(); !st) return prefixed("DNS", st.error());
   loop->add_sink(dns_sink.get());
   spdlog::info("DNS on {} (port {}) for zone {}", o.listen, dns_sink->port(), cfg.dns_zone);
+  if (cfg.dns_node_local_address) return start_node_local_dns();
   return {};
+}
+
+// NodeLocal DNSCache's shape: the address on a dummy interface of this node, answered by this
+// agent, its traffic exempt from conntrack (the proxy's dns-notrack-* chains).
+Status Daemon::Impl::start_node_local_dns() {
+  const model::IpAddr& addr = *cfg.dns_node_local_address;
+  auto where = proxy::ensure_node_local_address(addr);
+  if (!where) return prefixed("node-local DNS", where.error());
+  if (!dataplane)
+    spdlog::warn(
+        "node-local DNS on {}: without the nftables dataplane there are no notrack rules, so "
+        "its queries go through conntrack",
+        addr.str());
+  // A wildcard --dns-listen already answers on it (and holds the TCP port): [::] covers IPv4
+  // too, as the kernel's default dual-stack sockets do.
+  auto listen = model::IpAddr::parse(cfg.dns_listen->host);
+  if (listen && (*listen == addr || (listen->is_unspecified() &&
+                                     (listen->family() == addr.family() || listen->is_v6())))) {
+    spdlog::info("node-local DNS on {} (interface {}), answered by the server on {}", addr.str(),
+                 *where, cfg.dns_listen->str());
+    return {};
+  }
+  auto n = std::make_unique<NodeLocalDns>();
+  n->zones.publish(dns_sink->zone());
+  model::HostPort hp{addr.str(), cfg.dns_listen->port};
+  // CoreDNS's metric names get a server label of their own, as a second server block would.
+  n->metrics = std::make_unique<dns::Metrics>(registry.get(), "dns://" + hp.str());
+  dns::DnsOptions sink_opts = dns_sink->options();
+  dns::ServerOptions so;
+  so.listen_address = hp.host;
+  so.port = hp.port;
+  so.workers = sink_opts.workers;
+  so.tcp_max_connections = sink_opts.tcp_max_connections;
+  so.tcp_idle_timeout = sink_opts.tcp_idle_timeout;
+  so.forward_allow = sink_opts.forward_allow;  // with the sink's default filled in
+  n->server = std::make_unique<dns::Server>(so, &n->zones, dns_sink->forwarder(), n->metrics.get());
+  if (auto st = n->server->start(); !st) return prefixed("node-local DNS", st.error());
+  node_local = std::move(n);
+  board.on_change([this] { sync_node_local_zone(); });
+  sync_node_local_zone();  // an apply before the observer was added
+  spdlog::info("node-local DNS on {} (interface {})", hp.str(), *where);
+  return {};
+}
+
+// After the DNS sink swaps in a zone (it then reports to the board) or a reload rebuilt it.
+void Daemon::Impl::sync_node_local_zone() {
+  if (!node_local || !dns_sink) return;
+  std::lock_guard lk(node_local->mu);
+  auto z = dns_sink->zone();
+  if (z != node_local->zones.load()) node_local->zones.publish(std::move(z));
 }
 
 }  // namespace endpointd::daemon

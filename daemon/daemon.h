@@ -26,6 +26,11 @@ class Daemon {
   // Returns how long DNS should go on answering before stop() (--dns-lameduck; zero without
   // DNS), so that resolvers still sending here get answers until they have moved on.
   std::chrono::milliseconds begin_lameduck();
+  // A configuration read again (SIGHUP, or the config file changed): the DNS zone's options
+  // (TTLs, pod records, loadbalance, noendpoints, ignore-empty-service, namespaces, endpoint pod
+  // names) take effect at once, the zone built again; every other setting at the next start.
+  // An error (e.g. a changed zone name) changes nothing.
+  Status reload(const Config& next);
 
  private:
   struct Impl;

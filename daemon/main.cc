@@ -38,6 +38,7 @@ int run(const endpointd::daemon::RawFlags& flags) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -46,8 +47,31 @@ int run(const endpointd::daemon::RawFlags& flags) {
     spdlog::error("cannot start: {}", st.error());
     return 1;
   }
+  // SIGHUP, or a change of the config file's content (looked at every 2 s, as a mounted
+  // ConfigMap changes without a signal), reads the configuration again (Daemon::reload).
+  std::optional<ConfigFileWatch> watch;
+  if (auto it = flags.find("config");
+      it != flags.end() && !it->second.empty() && !it->second.back().empty())
+    watch.emplace(it->second.back());
   int sig = 0;
-  sigwait(&set, &sig);
+  while (true) {
+    timespec every{2, 0};
+    sig = sigtimedwait(&set, nullptr, &every);
+    if (sig == SIGTERM || sig == SIGINT) break;
+    if (sig != SIGHUP && !(watch && watch->changed())) continue;
+    auto next = load_config(flags);
+    if (!next) {
+      spdlog::error("config reload: {}; the running configuration stays", next.error());
+      continue;
+    }
+    resolve_defaults(*next);
+    if (auto st = d.reload(*next); !st) {
+      spdlog::error("config reload: {}; the running configuration stays", st.error());
+    } else {
+      spdlog::info("config reloaded{}: DNS options applied, other settings at the next start",
+                   sig == SIGHUP ? " (SIGHUP)" : " (" + watch->path() + " changed)");
+    }
+  }
   auto lameduck = d.begin_lameduck();
   if (lameduck.count() > 0) {
     // Resolvers still sending here get answers until they have moved on; a second signal

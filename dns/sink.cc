@@ -19,6 +19,9 @@ ZoneOptions zone_options(const DnsOptions& o) {
   z.pod_mode = o.pod_mode;
   z.loadbalance = o.loadbalance;
   z.endpoint_pod_names = o.endpoint_pod_names;
+  z.no_endpoints = o.no_endpoints;
+  z.ignore_empty_service = o.ignore_empty_service;
+  z.namespaces = o.namespaces;
   return z;
 }
 
@@ -27,6 +30,7 @@ ZoneOptions zone_options(const DnsOptions& o) {
 DnsSink::DnsSink(DnsOptions opts, pipeline::AckBoard* board, prometheus::Registry* registry)
     : opts_(std::move(opts)),
       zone_opts_(zone_options(opts_)),
+      max_ttl_(opts_.ttl),
       board_(board),
       metrics_(std::make_unique<Metrics>(registry, "dns://" + opts_.listen)),
       builder_(zone_opts_) {
@@ -96,21 +100,51 @@ void DnsSink::apply(const model::SnapshotPtr& snap, const model::Delta& delta) {
   if (board_) board_->applied("dns", snap);
 }
 
+Status DnsSink::reconfigure(const DnsOptions& next) {
+  std::lock_guard lk(mu_);
+  if (next.zone != opts_.zone)
+    return Error{"dns: the zone changed from " + opts_.zone + " to " + next.zone +
+                 ": that needs a restart"};
+  ZoneOptions z = zone_options(next);
+  opts_.ttl = next.ttl;
+  opts_.negative_ttl = next.negative_ttl;
+  opts_.pod_mode = next.pod_mode;
+  opts_.loadbalance = next.loadbalance;
+  opts_.endpoint_pod_names = next.endpoint_pod_names;
+  opts_.no_endpoints = next.no_endpoints;
+  opts_.ignore_empty_service = next.ignore_empty_service;
+  opts_.namespaces = next.namespaces;
+  max_ttl_ = std::max(max_ttl_, next.ttl);
+  zone_opts_ = z;
+  auto t0 = Clock::now();
+  zones_.publish(builder_.reconfigure(std::move(z)));
+  metrics_->programming(std::chrono::duration<double>(Clock::now() - t0).count());
+  spdlog::info("dns: options reloaded, zone {} built again", opts_.zone);
+  return {};
+}
+
+DnsOptions DnsSink::options() const {
+  std::lock_guard lk(mu_);
+  return opts_;
+}
+
 int64_t DnsSink::horizon_ns() const {
   auto now =
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-  return now - int64_t{opts_.ttl} * 1'000'000'000;
+  return now - int64_t{max_ttl_} * 1'000'000'000;
 }
 
 std::optional<DnsSink::Clock::time_point> DnsSink::last_answer_expiry(const model::IpAddr& a) {
   std::optional<int64_t> ns;
+  uint32_t ttl = 0;
   {
     std::lock_guard lk(mu_);
     builder_.harvest(horizon_ns());
     ns = builder_.last_served_ns(a);
+    ttl = max_ttl_;
   }
   if (!ns) return std::nullopt;
-  return Clock::time_point(std::chrono::nanoseconds(*ns)) + std::chrono::seconds(opts_.ttl);
+  return Clock::time_point(std::chrono::nanoseconds(*ns)) + std::chrono::seconds(ttl);
 }
 
 }  // namespace endpointd::dns

@@ -30,8 +30,11 @@ struct DnsOptions {
   uint32_t ttl = 5;
   uint32_t negative_ttl = 5;
   PodMode pod_mode = PodMode::kDisabled;
-  bool loadbalance = true;          // A/AAAA answers rotated per reply (ZoneOptions::loadbalance)
-  bool endpoint_pod_names = false;  // ZoneOptions::endpoint_pod_names
+  bool loadbalance = true;            // A/AAAA answers rotated per reply (ZoneOptions::loadbalance)
+  bool endpoint_pod_names = false;    // ZoneOptions::endpoint_pod_names
+  bool no_endpoints = false;          // ZoneOptions::no_endpoints
+  bool ignore_empty_service = false;  // ZoneOptions::ignore_empty_service
+  std::vector<std::string> namespaces;  // ZoneOptions::namespaces
   // Clients that may use forwarding. Empty: loopback and the private ranges (RFC 1918,
   // RFC 6598, fc00::/7), so the agent is never an open resolver.
   std::vector<model::IpPrefix> forward_allow;
@@ -66,6 +69,13 @@ class DnsSink : public pipeline::Sink {
   // after it was sent); nullopt when no answer on record carried it. Pod replies synthesised
   // in insecure mode count too.
   std::optional<Clock::time_point> last_answer_expiry(const model::IpAddr& a);
+
+  // What a reloaded configuration may change without a restart: the zone's options (TTLs, pod
+  // records, loadbalance, the CoreDNS kubernetes-plugin options). The zone is built again from
+  // the last snapshot and swapped in; answers already sent stay on record for drain support.
+  // Changing the zone name needs a restart: an error says so and nothing changes.
+  Status reconfigure(const DnsOptions& next);
+  DnsOptions options() const;
   ZonePtr zone() const { return zones_.load(); }
   Forwarder* forwarder() { return forwarder_.get(); }
   Server* server() { return server_.get(); }
@@ -73,15 +83,16 @@ class DnsSink : public pipeline::Sink {
  private:
   int64_t horizon_ns() const;  // replies older than this have expired everywhere
 
-  DnsOptions opts_;
+  DnsOptions opts_;  // guarded by mu_ once started (reconfigure)
   ZoneOptions zone_opts_;
+  uint32_t max_ttl_ = 0;  // the longest TTL any reply carried: drain waits out the longest
   pipeline::AckBoard* board_;
   std::unique_ptr<Metrics> metrics_;
   ZoneSlot zones_;
   std::unique_ptr<Forwarder> forwarder_;
   std::unique_ptr<Server> server_;
 
-  std::mutex mu_;  // guards builder_: apply() against the drain queries
+  mutable std::mutex mu_;  // guards builder_, opts_, max_ttl_: apply() against the drain queries
   ZoneBuilder builder_;
 };
 

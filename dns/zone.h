@@ -10,6 +10,7 @@
 // lookup in zone_lookup.cc.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -41,6 +42,20 @@ struct ZoneOptions {
   // CoreDNS's `endpoint_pod_names`: a headless endpoint without a hostname is named by the pod
   // it targets (when that name is a DNS label), not by its dashed address.
   bool endpoint_pod_names = false;
+  // CoreDNS's `noendpoints`: no records from endpoints. Headless services and their endpoint
+  // names answer NXDOMAIN; services with a cluster IP answer as always.
+  bool no_endpoints = false;
+  // CoreDNS's `ignore empty_service`: a service with a cluster IP and no ready endpoint answers
+  // NXDOMAIN, so a client's search list moves on to its next domain.
+  bool ignore_empty_service = false;
+  // CoreDNS's `namespaces`: only these namespaces' names exist (services, their endpoints,
+  // pods); empty: every namespace.
+  std::vector<std::string> namespaces;
+
+  bool exposes(std::string_view ns) const {
+    return namespaces.empty() ||
+           std::find(namespaces.begin(), namespaces.end(), ns) != namespaces.end();
+  }
 };
 
 // One pre-encoded answer: the records that follow the question, for one name and type.
@@ -70,7 +85,9 @@ struct TypedSet {
 struct ZoneNode {
   std::string_view name;           // wire form, lower case
   std::span<const TypedSet> sets;  // sorted by type
-  bool cname = false;              // ExternalName: the CNAME answers every type
+  // ExternalName: the CNAME answers every type without a set of its own; an in-zone target's
+  // A and AAAA records come in sets of the type, each the CNAME and then the target's records.
+  bool cname = false;
   // Negative answers carry the SOA owned by the last `soa_suffix` bytes of the name: the
   // cluster zone's apex, or in-addr.arpa / ip6.arpa for reverse names.
   uint8_t soa_suffix = 0;
@@ -195,6 +212,10 @@ class ZoneBuilder {
   // are shared pointers), and builds everything when there is no previous snapshot.
   ZonePtr apply(const model::SnapshotPtr& snap, const model::Delta& delta);
   ZonePtr apply(const model::SnapshotPtr& snap) { return apply(snap, model::Delta{}); }
+  // The zone of the snapshot applied last, built whole again under `opts` (a reloaded
+  // configuration). Drain support keeps what it knew of the replies already sent.
+  ZonePtr reconfigure(ZoneOptions opts);
+  const ZoneOptions& options() const;
   ZonePtr current() const;
 
   struct Stats {

@@ -44,8 +44,17 @@ class BlockWriter {
                           const model::IpAddr& a) {
     address_in(node, set_type, kAdditional, owner, a);
   }
+  // An address owned by another name, in the answer of `node`'s `set_type` set: the records a
+  // CNAME leads to, answered with it.
+  void chased_address(uint32_t node, uint16_t set_type, uint32_t owner, const model::IpAddr& a) {
+    address_in(node, set_type, kAnswer, owner, a);
+  }
   void name_record(uint32_t node, uint16_t t, uint32_t target) {
     add(node, t, kAnswer, t, node).target = target;
+  }
+  // A record of type `t` in `node`'s `set_type` set (a CNAME before the records it leads to).
+  void name_record_in(uint32_t node, uint16_t set_type, uint16_t t, uint32_t target) {
+    add(node, set_type, kAnswer, t, node).target = target;
   }
   void srv(uint32_t node, uint16_t prio, uint16_t weight, uint16_t port, uint32_t target) {
     Rec& r = add(node, type::kSRV, kAnswer, type::kSRV, node);

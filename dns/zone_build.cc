@@ -126,6 +126,10 @@ class ZoneBuilder::Impl {
  public:
   explicit Impl(ZoneOptions opts)
       : opts_(std::move(opts)), writer_(opts_.ttl), pod_answers_(std::make_shared<AnswerLog>()) {
+    name_setup();
+  }
+
+  void name_setup() {
     apex_ = must_name(opts_.zone);
     svc_suffix_ = must_name("svc." + opts_.zone);
     pod_suffix_ = must_name("pod." + opts_.zone);
@@ -136,6 +140,7 @@ class ZoneBuilder::Impl {
   ZonePtr apply(const model::SnapshotPtr& snap, const model::Delta& delta) {
     stats_ = {};
     ops_.clear();
+    cur_ = snap.get();
     if (!snap->synced) {
       clear_all();
       prev_ = nullptr;
@@ -151,9 +156,14 @@ class ZoneBuilder::Impl {
                      delta.to_generation == snap->generation &&
                      prev_->generation != snap->generation;
       const model::Delta& d = follows ? delta : (diffed_ = model::diff(prev_.get(), *snap));
-      for (const auto& key : d.removed) remove_service(key);
+      touched_.clear();
+      for (const auto& key : d.removed) {
+        remove_service(key);
+        touched_.push_back(key);
+      }
       for (const auto* keys : {&d.changed, &d.added})
         for (const auto& key : *keys) {
+          touched_.push_back(key);
           const model::ServiceStatePtr* sp = snap->services.find(key);
           if (!sp) {
             remove_service(key);
@@ -164,11 +174,29 @@ class ZoneBuilder::Impl {
           remove_service(key);
           add_service(*sp);
         }
+      rechase();
       if (d.pods_changed && opts_.pod_mode != PodMode::kDisabled) update_pods(snap->pods);
     }
     materialize();
     prev_ = snap;
+    cur_ = nullptr;
     return publish(snap->generation, true);
+  }
+
+  // A new zone from the same snapshot under new options (a reloaded configuration): every
+  // block is built again; what drain support remembers of the old ones stays.
+  const ZoneOptions& options() const { return opts_; }
+
+  ZonePtr reconfigure(ZoneOptions opts) {
+    uint64_t generation = zone_ ? zone_->generation() : 0;
+    clear_all();
+    opts_ = std::move(opts);
+    writer_ = BlockWriter(opts_.ttl);
+    name_setup();
+    model::SnapshotPtr last = std::move(prev_);
+    prev_ = nullptr;
+    if (!last) return publish(generation, false);
+    return apply(last, model::Delta{});
   }
 
   std::optional<int64_t> last_served_ns(const IpAddr& a) const {
@@ -217,6 +245,7 @@ class ZoneBuilder::Impl {
     std::vector<std::pair<IpAddr, std::string_view>> ptrs;  // targets: names in `block`
     std::vector<IpAddr> pod_addresses;
     std::optional<WireName> ns_name;  // "<ns>.svc.<zone>", counted while the block has names
+    std::optional<model::ServiceKey> chases;  // ExternalName: the in-zone service it names
   };
   struct PtrName {
     std::vector<std::string_view> targets;
@@ -294,7 +323,29 @@ class ZoneBuilder::Impl {
       }
     }
     for (const IpAddr& a : e.pod_addresses) ref_pod(sp->key().ns, a, +1);
+    if (e.chases) chasers_[*e.chases].push_back(sp->key());
     services_.insert_or_assign(sp->key(), std::move(e));
+  }
+
+  // ExternalName services whose in-zone target changed in this apply: built again, so the
+  // records that follow their CNAME are the target's as of this snapshot.
+  void rechase() {
+    if (chasers_.empty()) return;
+    std::sort(touched_.begin(), touched_.end());
+    rebuilt_.clear();
+    for (const auto& key : touched_) {
+      auto it = chasers_.find(key);
+      if (it == chasers_.end()) continue;
+      for (const auto& c : it->second)
+        if (!std::binary_search(touched_.begin(), touched_.end(), c)) rebuilt_.push_back(c);
+    }
+    std::sort(rebuilt_.begin(), rebuilt_.end());
+    rebuilt_.erase(std::unique(rebuilt_.begin(), rebuilt_.end()), rebuilt_.end());
+    for (const auto& c : rebuilt_) {
+      const model::ServiceStatePtr* sp = cur_->services.find(c);
+      remove_service(c);
+      if (sp) add_service(*sp);
+    }
   }
 
   void remove_service(const model::ServiceKey& key) {
@@ -314,6 +365,13 @@ class ZoneBuilder::Impl {
       }
     }
     for (const IpAddr& a : e.pod_addresses) ref_pod(key.ns, a, -1);
+    if (e.chases) {
+      auto c = chasers_.find(*e.chases);
+      if (c != chasers_.end()) {
+        std::erase(c->second, key);
+        if (c->second.empty()) chasers_.erase(c);
+      }
+    }
     services_.erase(it);
   }
 
@@ -352,7 +410,7 @@ class ZoneBuilder::Impl {
 
   void update_pods(const std::vector<model::PodPtr>& next) {
     auto contribute = [&](const model::Pod& p, int delta) {
-      if (p.host_network || p.terminating) return;
+      if (p.host_network || p.terminating || !opts_.exposes(p.key.ns)) return;
       for (const IpAddr& a : p.pod_ips) ref_pod(p.key.ns, a, delta);
     };
     size_t i = 0, j = 0;
@@ -410,6 +468,7 @@ class ZoneBuilder::Impl {
   ServiceEntry build_service(const model::ServiceState& st) {
     ServiceEntry e;
     const model::Service& svc = st.service;
+    if (!opts_.exposes(svc.key.ns)) return e;  // outside the namespaces filter: NXDOMAIN
     if (opts_.pod_mode != PodMode::kDisabled)
       for (const auto& ep : st.endpoints)
         if (!ep.conditions.terminating) e.pod_addresses.push_back(ep.address);
@@ -421,7 +480,25 @@ class ZoneBuilder::Impl {
       auto target = name_from_text(svc.external_name);
       if (!target) return e;
       writer_.set_cname(b);
-      writer_.name_record(b, type::kCNAME, writer_.name(*target));
+      uint32_t t = writer_.name(*target);
+      writer_.name_record(b, type::kCNAME, t);
+      lowercase_name({target->bytes.data(), target->len});
+      if (auto key = service_named(*target)) {
+        // In the zone: A and AAAA answers carry the target's records after the CNAME, as
+        // CoreDNS answers (the client need not ask again).
+        e.chases = key;
+        const model::ServiceStatePtr* tp = cur_ ? cur_->services.find(*key) : nullptr;
+        std::vector<IpAddr> addrs = tp ? chased_addresses(**tp) : std::vector<IpAddr>{};
+        for (uint16_t set_type : {type::kA, type::kAAAA}) {
+          bool first = true;
+          for (const IpAddr& a : addrs) {
+            if ((a.is_v4() ? type::kA : type::kAAAA) != set_type) continue;
+            if (first) writer_.name_record_in(b, set_type, type::kCNAME, t);
+            first = false;
+            writer_.chased_address(b, set_type, t, a);
+          }
+        }
+      }
       e.block = writer_.finish();
       return e;
     }
@@ -438,6 +515,7 @@ class ZoneBuilder::Impl {
     };
     std::vector<std::pair<IpAddr, uint32_t>> ptrs;
     if (!svc.headless && !svc.cluster_ips.empty()) {
+      if (opts_.ignore_empty_service && !any_ready(st)) return e;  // NXDOMAIN
       std::vector<IpAddr> ips;
       for (const auto& ip : svc.cluster_ips)
         if (std::find(ips.begin(), ips.end(), ip) == ips.end()) ips.push_back(ip);
@@ -453,6 +531,7 @@ class ZoneBuilder::Impl {
         for (const auto& ip : ips) writer_.additional_address(names->first, type::kSRV, b, ip);
       }
     } else {
+      if (opts_.no_endpoints) return e;  // NXDOMAIN, as CoreDNS's noendpoints answers
       // Headless: the endpoints themselves, as the routing rule answers them (terminating ones
       // leave at once).
       std::vector<std::pair<const model::MergedEndpoint*, uint32_t>> eps;
@@ -495,6 +574,43 @@ class ZoneBuilder::Impl {
     e.block = writer_.finish();
     for (const auto& [a, id] : ptrs) e.ptrs.emplace_back(a, writer_.node_name(id));
     return e;
+  }
+
+  // The service that `name` (lower case) names when it is <service>.<namespace>.svc.<zone>.
+  std::optional<model::ServiceKey> service_named(const WireName& name) const {
+    size_t l1 = name.bytes[0];
+    if (l1 == 0 || 1 + l1 >= name.len) return std::nullopt;
+    size_t l2 = name.bytes[1 + l1];
+    size_t rest = 1 + l1 + 1 + l2;
+    if (l2 == 0 || rest + svc_suffix_.len != name.len ||
+        std::memcmp(name.bytes.data() + rest, svc_suffix_.bytes.data(), svc_suffix_.len) != 0)
+      return std::nullopt;
+    const char* p = reinterpret_cast<const char*>(name.bytes.data());  // our bytes
+    return model::ServiceKey{std::string(p + 2 + l1, l2), std::string(p + 1, l1)};
+  }
+
+  // The addresses an A or AAAA query for the service `st` gets: its cluster IPs, or a headless
+  // service's endpoints.
+  std::vector<IpAddr> chased_addresses(const model::ServiceState& st) const {
+    std::vector<IpAddr> out;
+    const model::Service& svc = st.service;
+    if (!opts_.exposes(svc.key.ns) || svc.type == model::ServiceType::kExternalName) return out;
+    if (!svc.headless && !svc.cluster_ips.empty()) {
+      if (opts_.ignore_empty_service && !any_ready(st)) return out;
+      for (const auto& ip : svc.cluster_ips)
+        if (std::find(out.begin(), out.end(), ip) == out.end()) out.push_back(ip);
+    } else if (!opts_.no_endpoints) {
+      for (const auto& ep : st.endpoints)
+        if (model::dns_answers(svc, ep) &&
+            std::find(out.begin(), out.end(), ep.address) == out.end())
+          out.push_back(ep.address);
+    }
+    return out;
+  }
+
+  static bool any_ready(const model::ServiceState& st) {
+    return std::any_of(st.endpoints.begin(), st.endpoints.end(),
+                       [](const model::MergedEndpoint& ep) { return ep.conditions.ready; });
   }
 
   BlockPtr build_ptr(const IpAddr& a, std::vector<std::string_view> targets) {
@@ -637,7 +753,11 @@ class ZoneBuilder::Impl {
   std::shared_ptr<AnswerLog> pod_answers_;
   WireName apex_, svc_suffix_, pod_suffix_, mname_, rname_;
   model::SnapshotPtr prev_;
+  const model::Snapshot* cur_ = nullptr;  // the snapshot apply() is building from
   model::Delta diffed_;
+  // In-zone ExternalName targets → the ExternalName services naming them.
+  std::unordered_map<model::ServiceKey, std::vector<model::ServiceKey>, KeyHash> chasers_;
+  std::vector<model::ServiceKey> touched_, rebuilt_;
   std::unordered_map<model::ServiceKey, ServiceEntry, KeyHash> services_;
   std::unordered_map<IpAddr, PtrName, model::IpAddrHash> ptrs_;
   std::unordered_map<std::string, SharedName> shared_;
@@ -656,6 +776,12 @@ ZoneBuilder::ZoneBuilder(ZoneOptions opts) : impl_(std::make_unique<Impl>(std::m
 ZoneBuilder::~ZoneBuilder() = default;
 ZonePtr ZoneBuilder::apply(const model::SnapshotPtr& snap, const model::Delta& delta) {
   return impl_->apply(snap, delta);
+}
+ZonePtr ZoneBuilder::reconfigure(ZoneOptions opts) {
+  return impl_->reconfigure(std::move(opts));
+}
+const ZoneOptions& ZoneBuilder::options() const {
+  return impl_->options();
 }
 ZonePtr ZoneBuilder::current() const {
   return impl_->zone_;

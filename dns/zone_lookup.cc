@@ -97,8 +97,11 @@ Zone::Lookup Zone::lookup(const WireName& q, uint16_t qtype) const {
     r.soa = n->soa_suffix != 0 && n->soa_suffix <= q.len;
     r.soa_at = static_cast<uint8_t>(r.soa ? q.len - n->soa_suffix : 0);
     if (n->cname && !n->sets.empty()) {
+      // The set of the type asked (a CNAME and the in-zone target's records), else the CNAME.
       r.kind = Kind::kAnswer;
-      r.set = n->sets.front().set;
+      for (const auto& [t, s] : n->sets)
+        if (t == qtype || (t == type::kCNAME && !r.set)) r.set = s;
+      if (!r.set) r.set = n->sets.front().set;
       return r;
     }
     for (const auto& [t, s] : n->sets) {
@@ -127,6 +130,9 @@ Zone::Lookup Zone::lookup(const WireName& q, uint16_t qtype) const {
     size_t rest = 1 + l1 + 1 + l2;
     if (rest + pod_suffix_.len != q.len ||
         std::memcmp(q.bytes.data() + rest, pod_suffix_.bytes.data(), pod_suffix_.len) != 0)
+      return r;
+    if (!opts_.namespaces.empty() &&
+        !opts_.exposes({reinterpret_cast<const char*>(q.bytes.data()) + 2 + l1, l2}))  // ours
       return r;
     char text[64] = {};
     size_t dashes = 0;

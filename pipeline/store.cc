@@ -42,10 +42,6 @@ bool Store::pending() const {
 }
 
 void Store::upsert(model::Service&& s) {
-  if (!s.service_proxy_name.empty()) {  // someone else's proxy owns it, as kube-proxy honours
-    remove(ObjectKind::kService, s.key);
-    return;
-  }
   auto it = services_.find(s.key);
   if (it != services_.end() && it->second.equal_spec(s)) {
     it->second.resource_version = std::move(s.resource_version);
@@ -56,7 +52,7 @@ void Store::upsert(model::Service&& s) {
 }
 
 void Store::upsert(model::EndpointSlice&& s) {
-  if (!s.service_proxy_name.empty() || s.service_name.empty()) {
+  if (s.service_name.empty()) {
     remove(ObjectKind::kEndpointSlice, s.key);
     return;
   }

@@ -58,7 +58,6 @@ void curl_init_once() {
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
-constexpr std::string_view kProxyNameSelector = "!service.kubernetes.io/service-proxy-name";
 constexpr size_t kMaxListBody = size_t{1} << 30;
 constexpr size_t kMaxErrorBody = 64 * 1024;
 
@@ -76,12 +75,6 @@ std::string query_escape(std::string_view s) {
     }
   }
   return out;
-}
-
-bool excluded_by_proxy_name(const model::Object& o) {
-  if (const auto* s = std::get_if<model::Service>(&o)) return !s->service_proxy_name.empty();
-  if (const auto* e = std::get_if<model::EndpointSlice>(&o)) return !e->service_proxy_name.empty();
-  return false;
 }
 
 model::ObjectKey key_of(const model::Object& o) {
@@ -245,9 +238,10 @@ class KubeClient::Watcher {
     cert_data_ = c.client_cert_data;
     key_data_ = c.client_key_data;
     base_url_ = c.server + std::string(collection_path(kind));
-    if (kind == model::ObjectKind::kService || kind == model::ObjectKind::kEndpointSlice) {
-      selectors_ = "&labelSelector=" + query_escape(kProxyNameSelector);
-    } else if (kind == model::ObjectKind::kPod) {
+    // Services and slices labelled service.kubernetes.io/service-proxy-name are listed too:
+    // only the dataplane leaves them to that proxy (model::has_proxy_rules); DNS and the feed
+    // serve them, as CoreDNS does.
+    if (kind == model::ObjectKind::kPod) {
       selectors_ = "&fieldSelector=" + query_escape("spec.nodeName=" + shared_->config.node_name);
     }
   }
@@ -582,14 +576,6 @@ class KubeClient::Watcher {
       count_decode_error(std::string(to_string(ev.type)) + " " +
                          (ev.key.ns.empty() ? "" : ev.key.ns + "/") + ev.key.name + " (rv " +
                          ev.resource_version + "): " + ev.decode_error);
-    } else if (excluded_by_proxy_name(*ev.object)) {
-      // Belongs to another proxy now (the label selector normally hides these).
-      if (ev.type == WatchEventType::kModified) {
-        model::Event out;
-        out.change = model::Remove{kind_, key_of(*ev.object)};
-        out.resource_version = ev.resource_version;
-        post(std::move(out));
-      }
     } else {
       model::Event out;
       out.change = model::Upsert{std::move(*ev.object)};
@@ -782,9 +768,7 @@ class KubeClient::Watcher {
       ++pages;
       for (const auto& err : decoded->errors) count_decode_error(err);
       r.keep.insert(r.keep.end(), decoded->failed.begin(), decoded->failed.end());
-      for (auto& o : decoded->objects) {
-        if (!excluded_by_proxy_name(o)) r.objects.push_back(std::move(o));
-      }
+      for (auto& o : decoded->objects) r.objects.push_back(std::move(o));
       // The first page's resourceVersion is the snapshot the whole list comes from.
       if (cont.empty()) r.resource_version = decoded->resource_version;
       if (decoded->continue_token.empty()) break;

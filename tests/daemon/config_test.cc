@@ -292,6 +292,22 @@ TEST(Config, BadInputsGiveOneErrorNamingTheKeyAndValue) {
        {{"dns-ttl", {"5s"}}},
        nullptr,
        R"(--dns-ttl: "5s" is not a whole number in 0..3600)"},
+      {"negative ttl",
+       {{"dns-negative-ttl", {"-1"}}},
+       nullptr,
+       R"(--dns-negative-ttl: "-1" is not a whole number in 0..3600)"},
+      {"namespace name",
+       {{"dns-namespaces", {"demo,Kube_System"}}},
+       nullptr,
+       R"(--dns-namespaces: "Kube_System" is not a namespace name (a DNS label: a-z, 0-9, '-', at most 63))"},
+      {"noendpoints",
+       {{"dns-noendpoints", {"maybe"}}},
+       nullptr,
+       R"(--dns-noendpoints: "maybe" is not true or false)"},
+      {"cache size",
+       {{"dns-cache-size", {"lots"}}},
+       nullptr,
+       R"(--dns-cache-size: "lots" is not a whole number in 0..10000000)"},
       {"peer timeout",
        {{"drain-peer-timeout-ms", {"0"}}},
        nullptr,
@@ -474,6 +490,26 @@ TEST(Config, TheCommandLineWinsBeforeTheFileIsChecked) {
   auto c = decode_config({{"dns-ttl", {"30"}}}, &file);
   ASSERT_TRUE(c) << c.error();
   EXPECT_EQ(c->dns_ttl, std::chrono::seconds(30));
+}
+
+// The CoreDNS options of the DNS zone, from the file (as a reload reads them) and the flags.
+TEST(Config, DnsZoneOptionsFromTheFileAndFlags) {
+  YAML::Node file = YAML::Load(
+      "dns-namespaces: [demo, kube-system]\ndns-noendpoints: true\n"
+      "dns-ignore-empty-service: true\ndns-negative-ttl: 30\ndns-cache-max-ttl: 600\n");
+  auto c = decode_config({{"dns-cache-size", {"500"}}}, &file);
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->dns_namespaces, (std::vector<std::string>{"demo", "kube-system"}));
+  EXPECT_TRUE(c->dns_noendpoints);
+  EXPECT_TRUE(c->dns_ignore_empty_service);
+  EXPECT_EQ(c->dns_negative_ttl, std::chrono::seconds(30));
+  EXPECT_EQ(c->dns_cache_max_ttl, std::chrono::seconds(600));
+  EXPECT_EQ(c->dns_cache_size, 500u);
+  auto d = decode_config({}, nullptr);
+  ASSERT_TRUE(d);
+  EXPECT_TRUE(d->dns_namespaces.empty());
+  EXPECT_FALSE(d->dns_noendpoints);
+  EXPECT_EQ(d->dns_negative_ttl, std::chrono::seconds(5));
 }
 
 TEST(Config, FileErrorsComeBackAsErrorsFromTheCommandLine) {

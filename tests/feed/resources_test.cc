@@ -114,6 +114,18 @@ TEST(XdsResources, PreferCloseMakesOtherZonesAFailoverPriority) {
   EXPECT_EQ(cla.endpoints(1).priority(), 0u);  // zone-b, the client's
 }
 
+// The feed serves another proxy's services too (only the dataplane leaves them to it).
+TEST(XdsResources, AnotherProxysServiceStillHasItsEndpoints) {
+  auto st = std::const_pointer_cast<model::ServiceState>(
+      service("default", "web", {{.ip = "10.0.0.1"}, {.ip = "10.0.0.2"}}));
+  st->service.service_proxy_name = "someone-else";
+  envoy::config::endpoint::v3::ClusterLoadAssignment cla;
+  ASSERT_TRUE(
+      build_resource(XdsType::kEndpoint, {{"default", "web"}, 80}, st.get(), {}).UnpackTo(&cla));
+  ASSERT_EQ(cla.endpoints_size(), 1);
+  EXPECT_EQ(cla.endpoints(0).lb_endpoints_size(), 2);
+}
+
 TEST(XdsResources, MissingServiceIsAnEmptyAssignment) {
   envoy::config::endpoint::v3::ClusterLoadAssignment cla;
   ASSERT_TRUE(

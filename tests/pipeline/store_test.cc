@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "model/routing.h"
+
 namespace endpointd::pipeline {
 namespace {
 
@@ -188,15 +190,20 @@ TEST_F(StoreTest, FirstListThenRelistOfEveryKind) {
   EXPECT_NE(s2->find_pod({"ns", "web-1"}), nullptr);
 }
 
-TEST_F(StoreTest, ServiceProxyNameLabelIsIgnored) {
+// Another proxy's services stay in the snapshot, labelled: DNS and the feed serve them, the
+// dataplane alone leaves them out (model::has_proxy_rules).
+TEST_F(StoreTest, ServiceProxyNameLabelIsKeptForDnsAndTheFeed) {
   auto s = svc("other");
   s.service_proxy_name = "someone-else";
   store.apply(up(s));
-  EXPECT_EQ(build()->find({"ns", "other"}), nullptr);
-  store.apply(up(svc("other")));
-  EXPECT_NE(build()->find({"ns", "other"}), nullptr);
-  store.apply(up(s));  // the label added later takes it away
-  EXPECT_EQ(build()->find({"ns", "other"}), nullptr);
+  auto snap = build();
+  ASSERT_NE(snap->find({"ns", "other"}), nullptr);
+  EXPECT_EQ(snap->find({"ns", "other"})->service.service_proxy_name, "someone-else");
+  EXPECT_FALSE(model::has_proxy_rules(snap->find({"ns", "other"})->service));
+  store.apply(up(svc("other")));  // the label taken off: the dataplane's again
+  snap = build();
+  ASSERT_NE(snap->find({"ns", "other"}), nullptr);
+  EXPECT_TRUE(model::has_proxy_rules(snap->find({"ns", "other"})->service));
 }
 
 TEST_F(StoreTest, NodesAndPods) {

@@ -111,11 +111,11 @@ TEST_F(KubeClientTest, InitialSyncPostsOneReplacePerKind) {
   EXPECT_EQ(req.header("accept"), "application/json");
   EXPECT_TRUE(req.header("user-agent").starts_with("endpointd/")) << req.header("user-agent");
   EXPECT_NE(req.header("accept-encoding").find("gzip"), std::string::npos);
-  EXPECT_EQ(req.param("labelSelector"), "!service.kubernetes.io/service-proxy-name");
+  // No label selector: another proxy's services are listed too, for DNS and the feed.
+  EXPECT_FALSE(req.has_param("labelSelector"));
   EXPECT_EQ(req.param("limit"), "500");
-  EXPECT_EQ(
-      list_requests("/apis/discovery.k8s.io/v1/endpointslices").front().param("labelSelector"),
-      "!service.kubernetes.io/service-proxy-name");
+  EXPECT_FALSE(
+      list_requests("/apis/discovery.k8s.io/v1/endpointslices").front().has_param("labelSelector"));
   EXPECT_FALSE(list_requests("/api/v1/nodes").front().has_param("labelSelector"));
 
   // The watch starts at the list's resourceVersion with bookmarks and a timeout.
@@ -420,18 +420,21 @@ TEST_F(KubeClientTest, OtherErrorEventReconnectsFromTheSamePosition) {
   EXPECT_EQ(metric("endpointd_watch_events_total", {{"kind", "Service"}, {"type", "ERROR"}}), 1);
 }
 
-TEST_F(KubeClientTest, ObjectsOfAnotherServiceProxyAreIgnored) {
+// Another proxy's services are listed and watched like any other: DNS and the feed serve them
+// (the dataplane's skipping them is model::has_proxy_rules, tested with the routing rules).
+TEST_F(KubeClientTest, ObjectsOfAnotherServiceProxyAreKept) {
   server_.apply(service_json("a"));
   server_.apply(service_json("other", "10.96.0.9", 80, "default",
                              R"("service.kubernetes.io/service-proxy-name":"someone-else")"));
   start(services_only());
   ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
-  EXPECT_EQ(recorder_.last_replace_size(ObjectKind::kService), 1u);
-  // Taking a service over by labelling it removes it.
+  EXPECT_EQ(recorder_.last_replace_size(ObjectKind::kService), 2u);
+  // Labelling a service later keeps it: an update, not a removal.
   server_.apply(service_json("a", "10.96.0.10", 80, "default",
                              R"("service.kubernetes.io/service-proxy-name":"someone-else")"));
-  ASSERT_TRUE(wait_until([&] { return !recorder_.has(kSvcA); }));
-  EXPECT_EQ(recorder_.removes(kSvcA), 1);
+  ASSERT_TRUE(wait_until([&] { return recorder_.upserts(kSvcA) >= 1; }));
+  EXPECT_TRUE(recorder_.has(kSvcA));
+  EXPECT_EQ(recorder_.removes(kSvcA), 0);
 }
 
 TEST_F(KubeClientTest, PodsAreWatchedForThisNodeOnly) {

@@ -282,7 +282,9 @@ TEST_F(ManifestSourceTest, ManagedFieldsAloneDoNotCauseADecode) {
         list("kubectl", R"("service.kubernetes.io/service-proxy-name":"someone-else")"));
   s = col_.wait_past(n);
   EXPECT_EQ(src_->decoded_objects(), 2u);
-  EXPECT_EQ(s->services.size(), 0u);  // another proxy's service now
+  // Another proxy's service now: still in the snapshot (DNS and the feed serve it), labelled.
+  ASSERT_EQ(s->services.size(), 1u);
+  EXPECT_EQ(s->find({"demo", "a"})->service.service_proxy_name, "someone-else");
 }
 
 // Renames: into the directory from elsewhere, within it (the objects stay), out of it (they
