@@ -36,6 +36,9 @@ Result<std::unique_ptr<watcher::Source>> make_source(const Config& cfg, watcher:
   watcher::KubeClientConfig kc;
   kc.node_name = cfg.node_name;
   kc.watch_pods = cfg.watch_pods && !cfg.node_name.empty();
+  // `pods verified` (CoreDNS's) answers a pod name only for a pod that exists, on any node.
+  kc.pods_cluster_wide =
+      kc.watch_pods && cfg.dns_listen && cfg.dns_pod_records == dns::PodMode::kVerified;
   kc.page_size = cfg.list_page_size;
   kc.watch_timeout = cfg.watch_timeout;
   kc.watch_stall_timeout = cfg.watch_stall_timeout;

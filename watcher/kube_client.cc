@@ -241,7 +241,7 @@ class KubeClient::Watcher {
     // Services and slices labelled service.kubernetes.io/service-proxy-name are listed too:
     // only the dataplane leaves them to that proxy (model::has_proxy_rules); DNS and the feed
     // serve them, as CoreDNS does.
-    if (kind == model::ObjectKind::kPod) {
+    if (kind == model::ObjectKind::kPod && !shared_->config.pods_cluster_wide) {
       selectors_ = "&fieldSelector=" + query_escape("spec.nodeName=" + shared_->config.node_name);
     }
   }
@@ -513,6 +513,16 @@ class KubeClient::Watcher {
 
   void post(model::Event ev) { shared_->sink(std::move(ev)); }
 
+  // Another node's pod (watched cluster-wide for DNS's verified pod records) keeps what DNS
+  // and the routing rules read of it: its key, node, addresses, phase and deletion; its labels
+  // and annotations (drain's, for this node's pods only) are dropped, for memory.
+  void slim(model::Object& o) const {
+    auto* p = std::get_if<model::Pod>(&o);
+    if (!p || p->node_name == shared_->config.node_name) return;
+    p->labels.clear();
+    p->annotations.clear();
+  }
+
   // --- watch -----------------------------------------------------------------------------
 
   // Handles one line of the watch stream; false ends the stream.
@@ -577,6 +587,7 @@ class KubeClient::Watcher {
                          (ev.key.ns.empty() ? "" : ev.key.ns + "/") + ev.key.name + " (rv " +
                          ev.resource_version + "): " + ev.decode_error);
     } else {
+      slim(*ev.object);
       model::Event out;
       out.change = model::Upsert{std::move(*ev.object)};
       out.resource_version = ev.resource_version;
@@ -768,7 +779,10 @@ class KubeClient::Watcher {
       ++pages;
       for (const auto& err : decoded->errors) count_decode_error(err);
       r.keep.insert(r.keep.end(), decoded->failed.begin(), decoded->failed.end());
-      for (auto& o : decoded->objects) r.objects.push_back(std::move(o));
+      for (auto& o : decoded->objects) {
+        slim(o);
+        r.objects.push_back(std::move(o));
+      }
       // The first page's resourceVersion is the snapshot the whole list comes from.
       if (cont.empty()) r.resource_version = decoded->resource_version;
       if (decoded->continue_token.empty()) break;

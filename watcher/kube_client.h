@@ -33,6 +33,9 @@ struct KubeClientConfig {
   bool watch_endpoint_slices = true;
   bool watch_nodes = true;
   bool watch_pods = false;
+  // Every node's pods, not only this node's: DNS's verified pod records answer pods that exist
+  // anywhere. Other nodes' pods are kept without labels and annotations.
+  bool pods_cluster_wide = false;
 
   size_t page_size = 500;  // list `limit`
   // The watch's timeoutSeconds is watch_timeout plus a uniform random share of

@@ -223,6 +223,32 @@ TEST_F(DnsOptionsTest, NamespacesFilterHidesTheOthers) {
   EXPECT_EQ(dig("+short 10-244-0-7.demo.pod.cluster.local A"), "10.244.0.7\n");
 }
 
+// `pods verified` answers a pod name only for a pod that exists, whichever node runs it;
+// `pods insecure` (kubeadm's default) answers any well-formed one.
+TEST_F(DnsOptionsTest, VerifiedPodRecordsAnswerPodsOfEveryNodeAndNothingElse) {
+  std::ofstream(dir_ / "pods.yaml") << R"(kind: Pod
+metadata: {name: here, namespace: demo, uid: u1}
+spec: {nodeName: node-a}
+status: {phase: Running, podIPs: [{ip: 10.244.2.5}]}
+---
+kind: Pod
+metadata: {name: there, namespace: demo, uid: u2}
+spec: {nodeName: node-b}
+status: {phase: Running, podIPs: [{ip: 10.244.3.5}]}
+)";
+  start([](Config& c) { c.dns_pod_records = dns::PodMode::kVerified; });
+  EXPECT_EQ(wait_for("+short 10-244-3-5.demo.pod.cluster.local A", "10.244.3.5\n"), "10.244.3.5\n");
+  EXPECT_EQ(dig("+short 10-244-2-5.demo.pod.cluster.local A"), "10.244.2.5\n");
+  EXPECT_TRUE(nxdomain("10-244-3-99.demo.pod.cluster.local"));
+  EXPECT_TRUE(nxdomain("10-244-3-5.elsewhere.pod.cluster.local")) << "a pod of another namespace";
+}
+
+TEST_F(DnsOptionsTest, InsecurePodRecordsAnswerAnyWellFormedName) {
+  start();
+  EXPECT_EQ(dig("+short 10-244-3-99.demo.pod.cluster.local A"), "10.244.3.99\n");
+  EXPECT_TRUE(nxdomain("10-244-3.demo.pod.cluster.local"));
+}
+
 TEST_F(DnsOptionsTest, NegativeTtlIsTheSoaMinimum) {
   start([](Config& c) { c.dns_negative_ttl = 17s; });
   std::string out = dig("+noall +authority nope.demo.svc.cluster.local A");

@@ -437,6 +437,40 @@ TEST_F(KubeClientTest, ObjectsOfAnotherServiceProxyAreKept) {
   EXPECT_EQ(recorder_.removes(kSvcA), 0);
 }
 
+// DNS's verified pod records need every node's pods: no field selector, and the other nodes'
+// pods arrive without the labels and annotations only this node's drains read.
+TEST_F(KubeClientTest, PodsClusterWideForVerifiedPodRecordsKeepOnlyWhatDnsReads) {
+  auto mine = kubetest::pod_json("mine", "node-1", "10.244.0.5");
+  auto theirs = kubetest::pod_json("theirs", "node-2", "10.244.1.5");
+  for (auto* j : {&mine, &theirs})
+    j->replace(j->find(R"("uid")"), 0, R"("labels":{"app":"web"},"annotations":{"a":"b"},)");
+  server_.apply(mine);
+  server_.apply(theirs);
+  auto cfg = services_only();
+  cfg.watch_services = false;
+  cfg.watch_pods = true;
+  cfg.pods_cluster_wide = true;
+  cfg.node_name = "node-1";
+  start(cfg);
+  ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
+  EXPECT_TRUE(recorder_.has("Pod:default/mine"));
+  EXPECT_TRUE(recorder_.has("Pod:default/theirs"));
+  EXPECT_FALSE(list_requests("/api/v1/pods").front().has_param("fieldSelector"));
+  auto pod = [&](const std::string& k) { return std::get<model::Pod>(*recorder_.get(k)); };
+  EXPECT_EQ(pod("Pod:default/mine").labels.size(), 1u);
+  EXPECT_EQ(pod("Pod:default/mine").annotations.size(), 1u);
+  EXPECT_TRUE(pod("Pod:default/theirs").labels.empty());
+  EXPECT_TRUE(pod("Pod:default/theirs").annotations.empty());
+  ASSERT_EQ(pod("Pod:default/theirs").pod_ips.size(), 1u);
+  EXPECT_EQ(pod("Pod:default/theirs").pod_ips[0].str(), "10.244.1.5");
+  // Watched too: a later pod of another node arrives, slimmed.
+  auto later = kubetest::pod_json("later", "node-2", "10.244.1.6");
+  later.replace(later.find(R"("uid")"), 0, R"("labels":{"app":"web"},)");
+  server_.apply(later);
+  ASSERT_TRUE(wait_until([&] { return recorder_.has("Pod:default/later"); }));
+  EXPECT_TRUE(pod("Pod:default/later").labels.empty());
+}
+
 TEST_F(KubeClientTest, PodsAreWatchedForThisNodeOnly) {
   server_.apply(kubetest::pod_json("mine", "node-1", "10.244.0.5"));
   server_.apply(kubetest::pod_json("theirs", "node-2", "10.244.1.5"));
