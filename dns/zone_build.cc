@@ -480,10 +480,13 @@ class ZoneBuilder::Impl {
       auto target = name_from_text(svc.external_name);
       if (!target) return e;
       writer_.set_cname(b);
-      uint32_t t = writer_.name(*target);
+      WireName lower = *target;
+      lowercase_name({lower.bytes.data(), lower.len});
+      auto key = service_named(lower);
+      // A name of the zone is written as the zone has it (lower case), any other as given.
+      uint32_t t = writer_.name(key ? lower : *target);
       writer_.name_record(b, type::kCNAME, t);
-      lowercase_name({target->bytes.data(), target->len});
-      if (auto key = service_named(*target)) {
+      if (key) {
         // In the zone: A and AAAA answers carry the target's records after the CNAME, as
         // CoreDNS answers (the client need not ask again).
         e.chases = key;

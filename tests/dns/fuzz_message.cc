@@ -11,6 +11,16 @@
 
 namespace {
 
+// An ExternalName into the zone: its A and AAAA answers carry db's records after the CNAME.
+endpointd::model::ServiceStatePtr alias() {
+  using namespace endpointd::dns::testing;
+  auto a = service("default", "alias", {});
+  auto& s = std::const_pointer_cast<endpointd::model::ServiceState>(a)->service;
+  s.type = endpointd::model::ServiceType::kExternalName;
+  s.external_name = "db.default.svc.cluster.local";
+  return a;
+}
+
 const endpointd::dns::Zone& zone() {
   using namespace endpointd::dns::testing;
   static auto z = [] {
@@ -20,7 +30,8 @@ const endpointd::dns::Zone& zone() {
     return endpointd::dns::Zone::build(
         *snapshot({service("default", "web", {"10.96.0.10", "fd00::10"}),
                    service("default", "db", {"None"},
-                           {endpoint("10.1.0.1", true, false, "db-0"), endpoint("10.1.0.2")})}),
+                           {endpoint("10.1.0.1", true, false, "db-0"), endpoint("10.1.0.2")}),
+                   alias()}),
         o);
   }();
   return *z;

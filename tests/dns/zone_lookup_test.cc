@@ -145,3 +145,43 @@ TEST_F(ZoneLookupTest, InsecurePodAnswersAreRememberedForDrain) {
 
 }  // namespace
 }  // namespace endpointd::dns
+
+namespace endpointd::dns {
+namespace {
+
+using namespace testing;
+
+// An ExternalName naming a service of the zone: A and AAAA carry the CNAME, then the target's
+// records owned by the target's name (compressed against the CNAME's rdata); other types get the
+// CNAME alone; the question's case does not break the pointers.
+TEST(ZoneLookupChase, InZoneExternalNameCarriesTheTargetsRecords) {
+  auto web = service("default", "web", {"10.96.0.10", "fd00::10"});
+  auto alias = service("default", "alias", {});
+  auto& e = std::const_pointer_cast<model::ServiceState>(alias)->service;
+  e.type = model::ServiceType::kExternalName;
+  e.external_name = "Web.Default.svc.cluster.local";
+  auto z = Zone::build(*snapshot({web, alias}), ZoneOptions{});
+  auto a = ask(*z, "ALIAS.default.svc.cluster.local", type::kA);
+  ASSERT_TRUE(a.msg);
+  ASSERT_EQ(a.msg->answer.size(), 2u);
+  EXPECT_EQ(a.msg->answer[0].type, type::kCNAME);
+  EXPECT_EQ(a.msg->answer[0].name, "ALIAS.default.svc.cluster.local.");  // the question's case
+  EXPECT_EQ(a.msg->answer[1].type, type::kA);
+  EXPECT_EQ(a.msg->answer[1].name, "web.default.svc.cluster.local.");
+  EXPECT_EQ(a.msg->answer[1].text, "10.96.0.10");
+  auto aaaa = ask(*z, "alias.default.svc.cluster.local", type::kAAAA);
+  ASSERT_EQ(aaaa.msg->answer.size(), 2u);
+  EXPECT_EQ(aaaa.msg->answer[1].text, "fd00::10");
+  for (uint16_t t : {type::kTXT, type::kCNAME, type::kSRV}) {
+    auto other = ask(*z, "alias.default.svc.cluster.local", t);
+    ASSERT_EQ(other.msg->answer.size(), 1u) << type_name(t);
+    EXPECT_EQ(other.msg->answer[0].type, type::kCNAME);
+  }
+  // A target outside the zone, or a service that does not exist: the CNAME alone.
+  e.external_name = "nope.default.svc.cluster.local";
+  auto z2 = Zone::build(*snapshot({web, alias}), ZoneOptions{});
+  EXPECT_EQ(ask(*z2, "alias.default.svc.cluster.local", type::kA).msg->answer.size(), 1u);
+}
+
+}  // namespace
+}  // namespace endpointd::dns
