@@ -553,6 +553,13 @@ class RuleExprs {
     nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, op);
     nftnl_expr_set_data(e, NFTNL_EXPR_CMP_DATA, &value, 4);
   }
+  // cmp eq with a value of any length (an address, a protocol byte, a port).
+  void cmp_bytes(uint32_t reg, const std::string& value) {
+    auto* e = add("cmp");
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_SREG, reg);
+    nftnl_expr_set_u32(e, NFTNL_EXPR_CMP_OP, NFT_CMP_EQ);
+    nftnl_expr_set_data(e, NFTNL_EXPR_CMP_DATA, value.data(), static_cast<uint32_t>(value.size()));
+  }
   void lookup(uint32_t sreg, const std::string& set, bool inverted, int dreg = -1) {
     auto* e = add("lookup");
     nftnl_expr_set_u32(e, NFTNL_EXPR_LOOKUP_SREG, sreg);
@@ -816,6 +823,20 @@ void add_rule(Builder& b, IpFamily f, const std::string& chain, const Rule& r) {
       x.lookup(NFT_REG_1, r.set, false);
       x.verdict(NF_DROP);
       break;
+    case RuleShape::kNotrackDaddr:
+    case RuleShape::kNotrackSaddr: {
+      // As nft writes `ip daddr A udp dport 53 notrack`: the address, the protocol (one byte),
+      // the port (two bytes, network order), each compared in register 1.
+      bool dst = r.shape == RuleShape::kNotrackDaddr;
+      x.payload(NFT_PAYLOAD_NETWORK_HEADER, dst ? daddr_off(f) : saddr_off(f), a, NFT_REG_1);
+      x.cmp_bytes(NFT_REG_1, r.addr);
+      x.meta(NFT_META_L4PROTO, NFT_REG_1);
+      x.cmp_bytes(NFT_REG_1, std::string(1, static_cast<char>(r.l4proto)));
+      x.payload(NFT_PAYLOAD_TRANSPORT_HEADER, dst ? 2 : 0, 2, NFT_REG_1);
+      x.cmp_bytes(NFT_REG_1, port_field(r.port).substr(0, 2));
+      x.add("notrack");
+      break;
+    }
   }
   auto* nlh = b.header(NFT_MSG_NEWRULE, f, NLM_F_CREATE | NLM_F_APPEND, "add rule to " + chain);
   nftnl_rule_nlmsg_build_payload(nlh, x.get());

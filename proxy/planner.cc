@@ -349,6 +349,24 @@ void Planner::base_table(IpFamily f) {
   ext_local.push_back(rule(RuleShape::kFibLocalVmap, {}, names::kServiceLb));
   ext_local.push_back(rule(RuleShape::kJump, names::kLocalLb));
   add(chain(names::kSvcExternalLocal, ext_local));
+
+  // Node-local DNS, as NodeLocal DNSCache's raw rules: queries to the address and its answers
+  // skip conntrack (no UDP conntrack race, no table entry per query). Output has both: the
+  // answers, and the queries of the node's own clients (host network).
+  if (planned_.dns_node_local && planned_.dns_node_local->family() == f) {
+    auto notrack = [&](RuleShape shape, uint8_t proto) {
+      Rule r = rule(shape);
+      r.addr = addr_field(*planned_.dns_node_local);
+      r.l4proto = proto;
+      r.port = planned_.dns_node_local_port;
+      return r;
+    };
+    add(base_chain(names::kDnsNotrackPrerouting, "filter", "prerouting", kRawPriority,
+                   {notrack(RuleShape::kNotrackDaddr, 17), notrack(RuleShape::kNotrackDaddr, 6)}));
+    add(base_chain(names::kDnsNotrackOutput, "filter", "output", kRawPriority,
+                   {notrack(RuleShape::kNotrackDaddr, 17), notrack(RuleShape::kNotrackDaddr, 6),
+                    notrack(RuleShape::kNotrackSaddr, 17), notrack(RuleShape::kNotrackSaddr, 6)}));
+  }
 }
 
 template <typename Emit>

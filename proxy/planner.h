@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -38,6 +39,10 @@ struct NodeContext {
   std::vector<model::IpPrefix> node_port_addresses;
   bool ipv4 = true;  // families this node has
   bool ipv6 = true;
+  // The node-local DNS address (--dns-node-local-address) and the port DNS answers on there:
+  // its queries and answers skip conntrack (dns-notrack-* chains in its family's table).
+  std::optional<model::IpAddr> dns_node_local;
+  uint16_t dns_node_local_port = 53;
   friend bool operator==(const NodeContext&, const NodeContext&) = default;
 };
 

@@ -226,6 +226,12 @@ std::string render_rule(IpFamily f, const Rule& r) {
       return ip + " daddr @" + r.set + " goto " + r.target;
     case RuleShape::kDaddrInSetDrop:
       return ip + " daddr @" + r.set + " drop";
+    case RuleShape::kNotrackDaddr:
+      return ip + " daddr " + addr_text(f, r.addr, 0) + " " + proto_text(r.l4proto) + " dport " +
+             std::to_string(r.port) + " notrack";
+    case RuleShape::kNotrackSaddr:
+      return ip + " saddr " + addr_text(f, r.addr, 0) + " " + proto_text(r.l4proto) + " sport " +
+             std::to_string(r.port) + " notrack";
   }
   return "";
 }

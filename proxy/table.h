@@ -191,6 +191,10 @@ enum class RuleShape : uint8_t {
   kIifnameVmap,     // iifname "<iifname>" <vip> vmap @<set>
   kDaddrInSetGoto,  // <daddr> @<set> goto <target>
   kDaddrInSetDrop,  // <daddr> @<set> drop
+  // Node-local DNS (NodeContext::dns_node_local): its traffic skips conntrack. Rule::addr is
+  // the address (register layout), Rule::l4proto P (tcp or udp), Rule::port the DNS port.
+  kNotrackDaddr,  // <daddr> <addr> P dport <port> notrack
+  kNotrackSaddr,  // <saddr> <addr> P sport <port> notrack
 };
 
 struct Rule {
@@ -200,10 +204,15 @@ struct Rule {
   uint32_t modulus = 0;
   std::string affinity{};  // kAffinityRecord: the map it records into
   uint32_t timeout_s = 0;  // kAffinityRecord: the record's lifetime
-  uint8_t l4proto = 0;     // kAffinityRecord: P
+  uint8_t l4proto = 0;     // kAffinityRecord, kNotrack*: P
   std::string iifname{};   // kIifnameNotJump, kIifnameVmap
+  std::string addr{};      // kNotrack*: the address, register layout
+  uint16_t port = 0;       // kNotrack*: the port
   friend bool operator==(const Rule&, const Rule&) = default;
 };
+
+// kube-proxy's hooks, and raw (-300, before conntrack at -200) for the node-local DNS chains.
+inline constexpr int kRawPriority = -300;
 
 struct BaseHook {
   std::string type;  // "filter" or "nat"
@@ -326,6 +335,9 @@ inline constexpr const char* kSvcInternal = "svc-internal";
 inline constexpr const char* kSvcExternal = "svc-external";
 inline constexpr const char* kSvcExternalLocal = "svc-external-local";
 inline constexpr const char* kDigests = "digests";
+// Node-local DNS: notrack for its queries and answers, at raw priority.
+inline constexpr const char* kDnsNotrackPrerouting = "dns-notrack-prerouting";
+inline constexpr const char* kDnsNotrackOutput = "dns-notrack-output";
 std::string backends(uint32_t n);                   // "backends-N"
 std::string local_backends(uint32_t n);             // "local-backends-N"
 std::string affinity_backends(uint32_t timeout_s);  // "affinity-backends-T"

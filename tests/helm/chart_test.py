@@ -120,6 +120,10 @@ def check_render(name, sets, namespace="endpointd"):
     check(("dns-listen" in cfg) == v["dns"]["enabled"], f"[{name}] dns-listen present iff dns.enabled")
     if v["dns"]["enabled"]:
         check(cfg["dns-listen"] == v["dns"]["listen"], f"[{name}] dns-listen {cfg.get('dns-listen')}")
+#Node-local DNS: the address as given, only with DNS on.
+    want_nla = v["dns"]["nodeLocalAddress"] if v["dns"]["enabled"] else ""
+    check(cfg.get("dns-node-local-address", "") == want_nla,
+          f"[{name}] dns-node-local-address {cfg.get('dns-node-local-address')}, want {want_nla!r}")
     check(("feed-listen" in cfg) == v["feed"]["enabled"], f"[{name}] feed-listen present iff feed.enabled")
     check(cfg["admin-listen"] == v["admin"]["listen"], f"[{name}] admin-listen {cfg['admin-listen']}")
     check(cfg["health-listen"] == v["health"]["listen"], f"[{name}] health-listen {cfg['health-listen']}")
@@ -301,6 +305,8 @@ def check_render(name, sets, namespace="endpointd"):
             check(sorted((p["port"], p["protocol"], p["targetPort"]) for p in svc["spec"]["ports"])
                   == [(53, "TCP", dns_port), (53, "UDP", dns_port)], f"[{name}] kube-dns ports {svc['spec']['ports']}")
             check(svc["spec"]["selector"].items() <= pod_labels.items(), f"[{name}] kube-dns does not select the agents")
+            check(svc["spec"].get("internalTrafficPolicy") == v["kubeDNS"]["internalTrafficPolicy"],
+                  f"[{name}] kube-dns internalTrafficPolicy {svc['spec'].get('internalTrafficPolicy')}")
     if v["metrics"]["serviceMonitor"]["enabled"]:
         sm_obj = one(objs, "ServiceMonitor")
         msvc = [o for o in objs if o["kind"] == "Service" and o["metadata"]["name"].endswith("-metrics")]
@@ -436,6 +442,10 @@ def run_config_with_binary(name, objs):
             args += ["--dns-listen", "127.0.0.1:0", "--dns-upstream", "127.0.0.1:1"]
         if "feed-listen" in yaml.safe_load(cm["data"]["config.yaml"]):
             args += ["--feed-listen", "127.0.0.1:0"]
+#The node-local address would go on an interface of this host: off here (the key is still
+#taken; its values are checked by tests/netns/dns_node_local_test.cc, which runs it).
+        if "dns-node-local-address" in yaml.safe_load(cm["data"]["config.yaml"]):
+            args += ["--dns-node-local-address", ""]
         p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(1.5)
         rc = p.poll()
@@ -465,7 +475,8 @@ def main():
               "drain.peerTimeoutMs=2000", "drain.releaseAfter=removed",
               "admin.listen=0.0.0.0:10249", "admin.tokenSecret.name=endpointd-admin", "admin.tokenSecret.key=bearer",
               "feed.tls.secretName=endpointd-feed-tls", "networkPolicy.enabled=true",
-              "networkPolicy.nodeCIDRs={192.168.0.0/16,fd00:1::/64}", "watchStallTimeoutSeconds=30"]
+              "networkPolicy.nodeCIDRs={192.168.0.0/16,fd00:1::/64}", "watchStallTimeoutSeconds=30",
+              "dns.nodeLocalAddress=169.254.20.10"]
     all_off = ["dataplane.enabled=false", "dns.enabled=false", "kubeDNS.enabled=false", "feed.enabled=false",
                "metrics.serviceMonitor.enabled=false", "exampleWorkload.enabled=false", "watchPods=false",
                "networkPolicy.enabled=false", "watchStallTimeoutSeconds=0"]
@@ -494,6 +505,12 @@ def main():
                                "feed.enabled=true", "dns.enabled=true", "dns.listen=0.0.0.0:5353"], "endpointd"),
         ("networkpolicy-health-off", ["networkPolicy.enabled=true", "networkPolicy.nodeCIDRs={10.0.0.0/8}",
                                       "health.listen="], "endpointd"),
+        ("node-local-dns", ["dns.enabled=true", "dns.nodeLocalAddress=169.254.20.10", "kubeDNS.enabled=true",
+                            "kubeDNS.clusterIP=10.96.0.10"], "kube-system"),
+        ("node-local-dns-v6", ["dns.enabled=true", "dns.listen=[::]:53", "dns.nodeLocalAddress=fd00::10"],
+         "endpointd"),
+        ("kube-dns-cluster-policy", ["dns.enabled=true", "kubeDNS.enabled=true", "kubeDNS.clusterIP=10.96.0.10",
+                                     "kubeDNS.internalTrafficPolicy=Cluster"], "kube-system"),
         ("other-socket", ["drain.socketDir=/var/run/edp", "drain.socketName=d.sock", "exampleWorkload.enabled=true",
                           "dns.enabled=true", "dns.listen=169.254.20.10:5353"], "endpointd"),
     ]
@@ -543,6 +560,10 @@ def main():
         (["dns.enabled=true", "kubeDNS.enabled=true", "kubeDNS.clusterIP=10.96.0.300"], "/kubeDNS/clusterIP"),
         (["kubeDNS.enabled=true", "kubeDNS.clusterIP=10.96.0.10"], "/dns/enabled"),
         (["log.format=xml"], "/log/format"),
+        (["dns.enabled=true", "dns.nodeLocalAddress=dns.local"], "/dns/nodeLocalAddress"),
+        (["dns.nodeLocalAddress=169.254.20.10"], "dns.nodeLocalAddress needs dns.enabled"),
+        (["dns.enabled=true", "kubeDNS.enabled=true", "kubeDNS.clusterIP=10.96.0.10",
+          "kubeDNS.internalTrafficPolicy=Nope"], "/kubeDNS/internalTrafficPolicy"),
         (["metrics.serviceMonitor.enabled=true", "admin.listen=127.0.0.1:10249"], "admin.listen"),
         (["metrics.serviceMonitor.enabled=true"], "admin.listen"),
         (["metrics.serviceMonitor.enabled=true", "admin.listen="], "admin.listen"),

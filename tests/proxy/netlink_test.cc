@@ -191,6 +191,19 @@ TEST(ProxyNetlink, DetectLocalModesAndClusterIpsCheckListLikeRender) {
   }
 }
 
+// Node-local DNS's notrack chains (IPv4 and IPv6 addresses): nft writes and lists the same.
+TEST(ProxyNetlink, NodeLocalDnsNotrackListsLikeRender) {
+  for (const char* addr : {"169.254.20.10", "fd00::10"}) {
+    SCOPED_TRACE(addr);
+    NodeContext c = testing::node_context();
+    c.dns_node_local = testing::ip(addr);
+    c.dns_node_local_port = 53;
+    Planner p(c);
+    p.reset(*testing::every_shape());
+    expect_sync_lists_like_render(p);
+  }
+}
+
 TEST(ProxyNetlink, IncrementalChangesEndLikeAFreshLoad) {
   NetNs by_nft(netns::unique_prefix() + "nft"), by_netlink(netns::unique_prefix() + "nl");
   Planner p(testing::node_context());

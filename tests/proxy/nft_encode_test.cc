@@ -616,6 +616,57 @@ TEST_F(Encode, AffinityMapAndRules) {
   EXPECT_NE(find(ms, NFT_MSG_DELSETELEM, "backends-3"), nullptr);
 }
 
+// Node-local DNS: the two raw-priority base chains and their notrack rules, in the expressions
+// nft writes for `ip daddr 169.254.20.10 udp dport 53 notrack` (netlink_test compares with nft).
+TEST_F(Encode, NodeLocalDnsNotrackChains) {
+  NodeContext c = node_context();
+  c.dns_node_local = ip("169.254.20.10");
+  c.dns_node_local_port = 53;
+  Planner p(c);
+  p.reset(*base);
+  std::vector<const Table*> ts;
+  for (IpFamily f : p.families()) ts.push_back(&p.table(f));
+  auto ms = decode(build_full_sync_batch(ts, {}, {}, 7));
+  const Msg* pre = find(ms, NFT_MSG_NEWCHAIN, "dns-notrack-prerouting");
+  const Msg* out = find(ms, NFT_MSG_NEWCHAIN, "dns-notrack-output");
+  ASSERT_NE(pre, nullptr);
+  ASSERT_NE(out, nullptr);
+  EXPECT_TRUE(pre->base);
+  EXPECT_EQ(pre->hook, static_cast<uint32_t>(NF_INET_PRE_ROUTING));
+  EXPECT_EQ(out->hook, static_cast<uint32_t>(NF_INET_LOCAL_OUT));
+  EXPECT_EQ(pre->prio, -300);
+  EXPECT_EQ(out->prio, -300);
+  EXPECT_EQ(pre->chain_type, "filter");
+  EXPECT_EQ(find(ms, NFT_MSG_NEWCHAIN, "dns-notrack-output", NFPROTO_IPV6), nullptr);
+  std::vector<std::string> pre_rules, out_rules;
+  for (const auto& m : ms) {
+    if (m.type != NFT_MSG_NEWRULE || m.family != NFPROTO_IPV4) continue;
+    if (m.name == "dns-notrack-prerouting") pre_rules.push_back(m.rule);
+    if (m.name == "dns-notrack-output") out_rules.push_back(m.rule);
+  }
+  ASSERT_EQ(pre_rules.size(), 2u);
+  ASSERT_EQ(out_rules.size(), 4u);
+  const std::string& q = pre_rules[0];  // ip daddr 169.254.20.10 udp dport 53 notrack
+  for (const char* expr :
+       {"[ payload load 4b @ network header + 16 => reg 1 ]", "[ cmp eq reg 1 0x0a14fea9 ]",
+        "[ meta load l4proto => reg 1 ]", "[ cmp eq reg 1 0x00000011 ]",
+        "[ payload load 2b @ transport header + 2 => reg 1 ]", "[ cmp eq reg 1 0x00003500 ]",
+        "[ notrack ]"})
+    EXPECT_NE(q.find(expr), std::string::npos) << expr << " in " << q;
+  EXPECT_NE(pre_rules[1].find("[ cmp eq reg 1 0x00000006 ]"), std::string::npos) << pre_rules[1];
+  // The answers: saddr (offset 12) and the source port (transport header + 0).
+  const std::string& a = out_rules[2];  // ip saddr 169.254.20.10 udp sport 53 notrack
+  EXPECT_NE(a.find("[ payload load 4b @ network header + 12 => reg 1 ]"), std::string::npos) << a;
+  EXPECT_NE(a.find("[ payload load 2b @ transport header + 0 => reg 1 ]"), std::string::npos) << a;
+  // Without the option, a full sync over a table that has the chains deletes them.
+  KernelTable k4;
+  k4.chains = {"dns-notrack-prerouting", "dns-notrack-output"};
+  planner.reset(*base);
+  ms = decode(build_full_sync_batch(tables(), k4, {}, 9));
+  EXPECT_NE(find(ms, NFT_MSG_DELCHAIN, "dns-notrack-prerouting"), nullptr);
+  EXPECT_NE(find(ms, NFT_MSG_DELCHAIN, "dns-notrack-output"), nullptr);
+}
+
 // Forgetting records: one NFT_MSG_DESTROYSETELEM (no error for one that expired meanwhile)
 // per 512 keys, on the family's affinity map.
 TEST_F(Encode, ForgetAffinityRecords) {

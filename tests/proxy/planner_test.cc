@@ -121,6 +121,53 @@ TEST(ProxyPlanner, EveryShape) {
             std::nullopt);
 }
 
+// Node-local DNS: two raw-priority chains in the address's family only, as NodeLocal
+// DNSCache's NOTRACK rules (queries in prerouting; answers and the node's own queries in output).
+TEST(ProxyPlanner, NodeLocalDnsNotrackChainsInItsFamilyOnly) {
+  NodeContext c = testing::node_context();
+  Planner off(c);
+  off.reset(*testing::every_shape());
+  for (IpFamily f : {IpFamily::kV4, IpFamily::kV6}) {
+    EXPECT_EQ(off.table(f).chains.count(names::kDnsNotrackPrerouting), 0u);
+    EXPECT_EQ(off.table(f).chains.count(names::kDnsNotrackOutput), 0u);
+  }
+  c.dns_node_local = testing::ip("169.254.20.10");
+  c.dns_node_local_port = 53;
+  Planner p(c);
+  p.reset(*testing::every_shape());
+  const Table& t = p.table(IpFamily::kV4);
+  const Chain& pre = t.chains.at(names::kDnsNotrackPrerouting);
+  ASSERT_TRUE(pre.base);
+  EXPECT_EQ(*pre.base, (BaseHook{"filter", "prerouting", -300}));
+  std::vector<std::string> pre_rules, out_rules;
+  for (const auto& r : pre.rules) pre_rules.push_back(render_rule(IpFamily::kV4, r));
+  const Chain& out = t.chains.at(names::kDnsNotrackOutput);
+  EXPECT_EQ(*out.base, (BaseHook{"filter", "output", -300}));
+  for (const auto& r : out.rules) out_rules.push_back(render_rule(IpFamily::kV4, r));
+  EXPECT_EQ(pre_rules, (std::vector<std::string>{
+                           "ip daddr 169.254.20.10 udp dport 53 notrack",
+                           "ip daddr 169.254.20.10 tcp dport 53 notrack",
+                       }));
+  EXPECT_EQ(out_rules, (std::vector<std::string>{
+                           "ip daddr 169.254.20.10 udp dport 53 notrack",
+                           "ip daddr 169.254.20.10 tcp dport 53 notrack",
+                           "ip saddr 169.254.20.10 udp sport 53 notrack",
+                           "ip saddr 169.254.20.10 tcp sport 53 notrack",
+                       }));
+  EXPECT_EQ(p.table(IpFamily::kV6).chains.count(names::kDnsNotrackPrerouting), 0u);
+  EXPECT_EQ(t.chains.size(), off.table(IpFamily::kV4).chains.size() + 2);
+
+  // An IPv6 address and another port: the ip6 table's chains.
+  c.dns_node_local = testing::ip("fd00::10");
+  c.dns_node_local_port = 5353;
+  Planner p6(c);
+  p6.reset(*testing::every_shape());
+  EXPECT_EQ(p6.table(IpFamily::kV4).chains.count(names::kDnsNotrackOutput), 0u);
+  const Chain& out6 = p6.table(IpFamily::kV6).chains.at(names::kDnsNotrackOutput);
+  ASSERT_EQ(out6.rules.size(), 4u);
+  EXPECT_EQ(render_rule(IpFamily::kV6, out6.rules[3]), "ip6 saddr fd00::10 tcp sport 5353 notrack");
+}
+
 // The rule the local-traffic test takes in each mode, in the two chains that use it.
 TEST(ProxyPlanner, DetectLocalModesServiceCidrsAndTheNodesLoadBalancerException) {
   auto rules = [](const Planner& p, const char* chain) {

@@ -33,6 +33,17 @@ TEST(ProxyRender, RuleShapesAsNftPrintsThem) {
             "ip daddr @cluster-ips goto reject-chain");
   EXPECT_EQ(render_rule(IpFamily::kV6, {RuleShape::kDaddrInSetDrop, "", "service-cidrs"}),
             "ip6 daddr @service-cidrs drop");
+  // Node-local DNS (nft lists them so: netlink_test).
+  Rule query{RuleShape::kNotrackDaddr, "", ""};
+  query.addr = addr_field(*model::IpAddr::parse("169.254.20.10"));
+  query.l4proto = 17;
+  query.port = 53;
+  EXPECT_EQ(render_rule(IpFamily::kV4, query), "ip daddr 169.254.20.10 udp dport 53 notrack");
+  Rule answer{RuleShape::kNotrackSaddr, "", ""};
+  answer.addr = addr_field(*model::IpAddr::parse("fd00::10"));
+  answer.l4proto = 6;
+  answer.port = 53;
+  EXPECT_EQ(render_rule(IpFamily::kV6, answer), "ip6 saddr fd00::10 tcp sport 53 notrack");
 }
 
 }  // namespace
