@@ -24,7 +24,7 @@ int run(const endpointd::daemon::RawFlags& flags) {
   }
   Config cfg = std::move(*loaded);
   resolve_defaults(cfg);
-  if (cfg.cleanup) return cleanup(std::cerr);
+  if (cfg.cleanup) return cleanup(cfg, std::cerr);
   setup_logging(cfg.log_format, cfg.log_level);
   for (const auto& note : cfg.notes) {
     if (note.warning) {

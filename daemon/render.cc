@@ -6,6 +6,7 @@
 
 #include "pipeline/store.h"
 #include "proxy/netlink.h"
+#include "proxy/node_local_address.h"
 #include "proxy/planner.h"
 #include "proxy/render.h"
 #include "watcher/manifest_source.h"
@@ -46,7 +47,17 @@ int render(const Config& cfg, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
-int cleanup(std::ostream& err) {
+int cleanup(const Config& cfg, std::ostream& err) {
+  // The node-local DNS address and its interface go with the tables that exempt it from
+  // conntrack.
+  if (cfg.dns_node_local_address) {
+    if (auto st = proxy::remove_node_local_address(*cfg.dns_node_local_address); !st) {
+      err << "endpointd: cleanup: node-local DNS address: " << st.error() << "\n";
+      return 1;
+    }
+    err << "endpointd: took " << cfg.dns_node_local_address->str() << " off the node ("
+        << proxy::kNodeLocalInterface << " deleted)\n";
+  }
   auto be = proxy::NetlinkBackend::open();
   if (!be) {
     err << "endpointd: nftables: " << be.error() << "\n";

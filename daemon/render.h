@@ -13,6 +13,6 @@ namespace endpointd::daemon {
 int render(const Config& cfg, std::ostream& out, std::ostream& err);
 
 // Deletes endpointd's nftables tables (ip and ip6 endpointd). Returns the exit status.
-int cleanup(std::ostream& err);
+int cleanup(const Config& cfg, std::ostream& err);
 
 }  // namespace endpointd::daemon

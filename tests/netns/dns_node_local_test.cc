@@ -139,6 +139,17 @@ TEST_F(DnsNodeLocalNetns, AnswersOnTheLinkLocalAddressWithoutConntrack) {
   EXPECT_EQ(local_tcp, 0);
   EXPECT_GE(control_udp, 5) << "a query dig sends from a new port each time is one entry";
   EXPECT_GE(control_tcp, 1);
+
+  // `run --cleanup` with the same settings takes the address off the node with the tables.
+  agent_->stop();
+  auto cleanup =
+      node().exec({ENDPOINTD_BIN, "run", "--cleanup", "--dns-listen",
+                   std::string(kNodeAddr) + ":53", "--dns-node-local-address", kNodeLocal});
+  EXPECT_TRUE(cleanup.ok()) << cleanup.output;
+  EXPECT_EQ(node().ip({"-4", "addr", "show"}).find(std::string(kNodeLocal) + "/32"),
+            std::string::npos);
+  EXPECT_EQ(node().ip({"link", "show"}).find("endpointd-dns"), std::string::npos);
+  EXPECT_FALSE(node().exec({"nft", "list", "table", "ip", "endpointd"}).ok());
 }
 
 Result<daemon::Config> decode(const std::map<std::string, std::string>& flags) {
