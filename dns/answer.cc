@@ -67,12 +67,26 @@ Reply answer(const Zone& zone, std::span<const uint8_t> pkt, const Query& q, uin
     case ParseStatus::kOk:
       break;
   }
-  if (q.qclass != kClassIN && q.qclass != kClassANY)
+  if (!wants_lookup(q))  // another class, or a zone transfer
     return error_reply(pkt, q, static_cast<uint16_t>(Rcode::kRefused), out, cap);
-  if (q.qtype == type::kAXFR || q.qtype == type::kIXFR)
-    return error_reply(pkt, q, static_cast<uint16_t>(Rcode::kRefused), out, cap);
+  return answer_lookup(zone, zone.lookup(q.qname_lower, q.qtype), pkt, q, out, cap, limit, now_ns);
+}
 
-  Zone::Lookup lk = zone.lookup(q.qname_lower, q.qtype);
+bool wants_lookup(const Query& q) {
+  return q.status == ParseStatus::kOk && (q.qclass == kClassIN || q.qclass == kClassANY) &&
+         q.qtype != type::kAXFR && q.qtype != type::kIXFR;
+}
+
+void prefetch_answer(const Zone::Lookup& lk) {
+  if (lk.kind != Zone::Kind::kAnswer) return;
+  __builtin_prefetch(lk.set);
+  __builtin_prefetch(lk.set->body.data());
+}
+
+Reply answer_lookup(const Zone& zone, const Zone::Lookup& lk_in, std::span<const uint8_t> pkt,
+                    const Query& q, uint8_t* out, size_t cap, size_t limit, int64_t now_ns) {
+  Reply r;
+  Zone::Lookup lk = lk_in;
   if (lk.kind == Zone::Kind::kNotOurs) {
     r.action = Reply::Action::kForward;
     return r;

@@ -24,6 +24,18 @@ struct Reply {
 Reply answer(const Zone& zone, std::span<const uint8_t> pkt, const Query& q, uint8_t* out,
              size_t cap, size_t limit, int64_t now_ns);
 
+// The two halves of answer(), for a worker that looks up a whole batch of queries before it
+// writes any reply, so that the cache misses of the batch's lookups overlap.
+// wants_lookup: whether the answer to `q` comes from the zone (a well-formed query of class
+// IN or ANY, not a zone transfer); answer_lookup: answer() for such a query, given
+// zone.lookup(q.qname_lower, q.qtype).
+bool wants_lookup(const Query& q);
+Reply answer_lookup(const Zone& zone, const Zone::Lookup& lk, std::span<const uint8_t> pkt,
+                    const Query& q, uint8_t* out, size_t cap, size_t limit, int64_t now_ns);
+// Starts loading what answer_lookup() will read of `lk` (its record set and the first bytes
+// of its body).
+void prefetch_answer(const Zone::Lookup& lk);
+
 // A reply carrying only the question (SERVFAIL, REFUSED, ...), never longer than the query
 // it answers; header-only when the question would make it longer.
 Reply error_reply(std::span<const uint8_t> pkt, const Query& q, uint16_t rcode, uint8_t* out,

@@ -11,7 +11,59 @@ namespace endpointd::dns {
 namespace {
 
 uint8_t lower(uint8_t c) {
-  return (c >= 'A' && c <= 'Z') ? static_cast<uint8_t>(c + 32) : c;
+  return static_cast<uint8_t>(c | (static_cast<unsigned>(c - 'A') < 26u ? 0x20 : 0));
+}
+
+// read_name's walk over a (possibly compressed) name. Copies it to `out` and, lower-cased, to
+// `out_lower` where they are not null; sets `*len` to its uncompressed length.
+bool walk_name(std::span<const uint8_t> pkt, size_t* pos, uint8_t* out, uint8_t* out_lower,
+               size_t* len) {
+  size_t p = *pos;
+  size_t out_len = 0;
+  size_t end_after = 0;  // where the name ends in its original place
+  bool jumped = false;
+  int jumps = 0;
+  size_t lowest = p;  // pointers must go strictly below every place we have read from
+  const uint8_t* d = pkt.data();
+  while (true) {
+    if (p >= pkt.size()) return false;
+    uint8_t l = d[p];
+    if ((l & 0xC0) == 0xC0) {
+      if (p + 1 >= pkt.size()) return false;
+      size_t target = (static_cast<size_t>(l & 0x3F) << 8) | d[p + 1];
+      if (!jumped) end_after = p + 2;
+      if (target >= lowest) return false;  // loops and forward pointers
+      if (++jumps > 127) return false;
+      jumped = true;
+      lowest = target;
+      p = target;
+      continue;
+    }
+    if ((l & 0xC0) != 0) return false;  // 0x40 / 0x80: extended and reserved label types
+    if (l == 0) {
+      if (out_len + 1 > kMaxNameWire) return false;
+      if (out) out[out_len] = 0;
+      if (out_lower) out_lower[out_len] = 0;
+      ++out_len;
+      if (!jumped) end_after = p + 1;
+      break;
+    }
+    if (p + 1 + l > pkt.size()) return false;
+    if (out_len + 1 + l + 1 > kMaxNameWire) return false;
+    if (out) {
+      out[out_len] = l;
+      std::memcpy(out + out_len + 1, d + p + 1, l);
+    }
+    if (out_lower) {
+      out_lower[out_len] = l;
+      for (size_t k = 1; k <= l; ++k) out_lower[out_len + k] = lower(d[p + k]);
+    }
+    out_len += 1 + l;
+    p += 1 + l;
+  }
+  *len = out_len;
+  *pos = end_after;
+  return true;
 }
 
 }  // namespace
@@ -69,42 +121,9 @@ void lowercase_name(std::span<uint8_t> wire) {
 }
 
 bool read_name(std::span<const uint8_t> pkt, size_t* pos, WireName* out) {
-  size_t p = *pos;
-  size_t out_len = 0;
-  size_t end_after = 0;  // where the name ends in its original place
-  bool jumped = false;
-  int jumps = 0;
-  size_t lowest = p;  // pointers must go strictly below every place we have read from
-  while (true) {
-    if (p >= pkt.size()) return false;
-    uint8_t l = pkt[p];
-    if ((l & 0xC0) == 0xC0) {
-      if (p + 1 >= pkt.size()) return false;
-      size_t target = (static_cast<size_t>(l & 0x3F) << 8) | pkt[p + 1];
-      if (!jumped) end_after = p + 2;
-      if (target >= lowest) return false;  // loops and forward pointers
-      if (++jumps > 127) return false;
-      jumped = true;
-      lowest = target;
-      p = target;
-      continue;
-    }
-    if ((l & 0xC0) != 0) return false;  // 0x40 / 0x80: extended and reserved label types
-    if (l == 0) {
-      if (out_len + 1 > kMaxNameWire) return false;
-      out->bytes[out_len++] = 0;
-      if (!jumped) end_after = p + 1;
-      break;
-    }
-    if (p + 1 + l > pkt.size()) return false;
-    if (out_len + 1 + l + 1 > kMaxNameWire) return false;
-    out->bytes[out_len] = l;
-    std::memcpy(out->bytes.data() + out_len + 1, pkt.data() + p + 1, l);
-    out_len += 1 + l;
-    p += 1 + l;
-  }
-  out->len = static_cast<uint8_t>(out_len);
-  *pos = end_after;
+  size_t len = 0;
+  if (!walk_name(pkt, pos, out->bytes.data(), nullptr, &len)) return false;
+  out->len = static_cast<uint8_t>(len);
   return true;
 }
 
@@ -115,43 +134,57 @@ uint16_t Query::udp_limit() const {
 
 Query parse_query(std::span<const uint8_t> pkt) {
   Query q;
-  if (pkt.size() < kHeaderSize) return q;  // kDrop
+  parse_query(pkt, &q);
+  return q;
+}
+
+void parse_query(std::span<const uint8_t> pkt, Query* out) {
+  Query& q = *out;
+  q.status = ParseStatus::kDrop;
+  q.id = q.flags = q.qtype = q.qclass = 0;
+  q.qname.len = q.qname_lower.len = 0;
+  q.edns = false;
+  q.edns_udp_size = 0;
+  q.edns_version = 0;
+  q.edns_do = false;
+  if (pkt.size() < kHeaderSize) return;  // kDrop
   const uint8_t* h = pkt.data();
   q.id = load_u16(h);
   q.flags = load_u16(h + 2);
-  if (q.flags & flag::kQR) return q;  // a response: answering it would make a reflection loop
+  if (q.flags & flag::kQR) return;  // a response: answering it would make a reflection loop
   uint16_t qd = load_u16(h + 4), an = load_u16(h + 6), ns = load_u16(h + 8), ar = load_u16(h + 10);
   if (q.opcode() != 0) {
     q.status = ParseStatus::kNotImp;
-    return q;
+    return;
   }
   q.status = ParseStatus::kFormErr;
-  if (qd != 1) return q;
+  if (qd != 1) return;
   size_t pos = kHeaderSize;
-  if (!read_name(pkt, &pos, &q.qname)) return q;
-  if (pos + 4 > pkt.size()) return q;
+  size_t len = 0;
+  // The name as received (echoed in the reply) and lower-cased (looked up), in one pass.
+  if (!walk_name(pkt, &pos, q.qname.bytes.data(), q.qname_lower.bytes.data(), &len)) return;
+  q.qname.len = q.qname_lower.len = static_cast<uint8_t>(len);
+  if (pos + 4 > pkt.size()) return;
   q.qtype = load_u16(h + pos);
   q.qclass = load_u16(h + pos + 2);
   pos += 4;
-  if (q.qtype == type::kOPT) return q;
-  q.qname_lower = q.qname;
-  lowercase_name({q.qname_lower.bytes.data(), q.qname_lower.len});
+  if (q.qtype == type::kOPT) return;
   // Skip answer and authority records (a query should have none); look for OPT in additional.
   uint32_t total = uint32_t{an} + ns + ar;
   for (uint32_t i = 0; i < total; ++i) {
-    WireName owner;
-    if (!read_name(pkt, &pos, &owner)) return q;
-    if (pos + 10 > pkt.size()) return q;
+    size_t owner_len = 0;
+    if (!walk_name(pkt, &pos, nullptr, nullptr, &owner_len)) return;
+    if (pos + 10 > pkt.size()) return;
     uint16_t t = load_u16(h + pos);
     uint16_t cls = load_u16(h + pos + 2);
     uint32_t ttl = load_u32(h + pos + 4);
     uint16_t rdlen = load_u16(h + pos + 8);
     pos += 10;
-    if (pos + rdlen > pkt.size()) return q;
+    if (pos + rdlen > pkt.size()) return;
     if (t == type::kOPT) {
-      if (i < uint32_t{an} + ns) return q;  // OPT only in additional
-      if (q.edns) return q;                 // more than one OPT
-      if (owner.len != 1) return q;         // owner must be the root
+      if (i < uint32_t{an} + ns) return;  // OPT only in additional
+      if (q.edns) return;                 // more than one OPT
+      if (owner_len != 1) return;         // owner must be the root
       q.edns = true;
       q.edns_udp_size = cls;
       q.edns_version = static_cast<uint8_t>(ttl >> 16);
@@ -159,9 +192,9 @@ Query parse_query(std::span<const uint8_t> pkt) {
       // Options are not interpreted, but must be well formed.
       size_t o = pos, oend = pos + rdlen;
       while (o < oend) {
-        if (o + 4 > oend) return q;
+        if (o + 4 > oend) return;
         uint16_t olen = load_u16(h + o + 2);
-        if (o + 4 + olen > oend) return q;
+        if (o + 4 + olen > oend) return;
         o += 4 + olen;
       }
     }
@@ -169,7 +202,6 @@ Query parse_query(std::span<const uint8_t> pkt) {
   }
   // Trailing garbage after the last record is tolerated, as most servers do.
   q.status = (q.edns && q.edns_version > 0) ? ParseStatus::kBadVers : ParseStatus::kOk;
-  return q;
 }
 
 bool Writer::fits(size_t n) {

@@ -89,6 +89,10 @@ struct Query {
 // labels past the packet or longer than 63, names longer than 255, qdcount != 1, more than
 // one OPT, an OPT not owned by the root.
 Query parse_query(std::span<const uint8_t> pkt);
+// The same into a Query the caller keeps (a server worker, one per query of a batch): its
+// name buffers are not cleared first, only their first `len` bytes are written and mean
+// anything, so parsing costs what the packet holds and not the Query's size.
+void parse_query(std::span<const uint8_t> pkt, Query* q);
 
 // Writes a message into a caller's buffer. Every write is bounds-checked: once something
 // does not fit, `ok()` turns false and nothing more is written. Names are compressed against

@@ -147,6 +147,11 @@ class Zone {
   // `qname_lower` in wire form, lower case. No allocation, no lock.
   Lookup lookup(const WireName& qname_lower, uint16_t qtype) const;
   const ZoneNode* find(std::string_view name_lower) const;
+  // For a worker that looks up a batch of names: prefetch(h, stage) for stage 0, 1, 2, 3 in
+  // turn, each over the whole batch, starts loading what the next stage (and at last
+  // lookup()) reads of the index, so that the batch's cache misses overlap. `h`: name_hash().
+  void prefetch(uint64_t name_hash, int stage) const;
+  Lookup lookup(const WireName& qname_lower, uint16_t qtype, uint64_t name_hash) const;
 
   const WireName& apex() const { return apex_; }
   std::span<const uint8_t> soa_tail() const { return soa_tail_; }  // type..rdata of the SOA
@@ -179,6 +184,7 @@ class Zone {
 
  private:
   friend class ZoneBuilder;
+  const ZoneNode* find_hashed(std::string_view name_lower, uint64_t hash) const;
 
   ZoneOptions opts_;
   WireName apex_;

@@ -79,8 +79,33 @@ bool Zone::in_zone(const WireName& q) const {
   return label_at_boundary_suffix(q, apex_, nullptr);
 }
 
+void Zone::prefetch(uint64_t h, int stage) const {
+  const Shard* s = shards_[h & (kShards - 1)].get();
+  if (!s) return;
+  if (stage == 0) {
+    __builtin_prefetch(s);
+    return;
+  }
+  size_t mask = s->slots.size() - 1;
+  const Entry& e = s->slots[(h >> kShardBits) & mask];
+  if (stage == 1) {
+    __builtin_prefetch(&e);
+    return;
+  }
+  if (!e.node || e.hash != h) return;
+  if (stage == 2) {
+    __builtin_prefetch(e.node.get());
+    return;
+  }
+  __builtin_prefetch(e.node->name.data());
+  __builtin_prefetch(e.node->sets.data());
+}
+
 const ZoneNode* Zone::find(std::string_view name) const {
-  uint64_t h = name_hash(name);
+  return find_hashed(name, name_hash(name));
+}
+
+const ZoneNode* Zone::find_hashed(std::string_view name, uint64_t h) const {
   const Shard* s = shards_[h & (kShards - 1)].get();
   if (!s) return nullptr;
   size_t mask = s->slots.size() - 1;
@@ -92,8 +117,12 @@ const ZoneNode* Zone::find(std::string_view name) const {
 }
 
 Zone::Lookup Zone::lookup(const WireName& q, uint16_t qtype) const {
+  return lookup(q, qtype, name_hash(q.view()));
+}
+
+Zone::Lookup Zone::lookup(const WireName& q, uint16_t qtype, uint64_t h) const {
   Lookup r;
-  if (const ZoneNode* n = find(q.view())) {
+  if (const ZoneNode* n = find_hashed(q.view(), h)) {
     r.soa = n->soa_suffix != 0 && n->soa_suffix <= q.len;
     r.soa_at = static_cast<uint8_t>(r.soa ? q.len - n->soa_suffix : 0);
     if (n->cname && !n->sets.empty()) {

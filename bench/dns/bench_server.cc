@@ -1,7 +1,8 @@
 // Serves the DNS benchmark's cluster (see gen_zone.py: the same records) with endpointd's
 // DNS sink until SIGINT/SIGTERM. Usage: bench_server PORT [services] [endpoints-per-service]
 // [workers] [upstream ADDR:PORT [cache-entries]]: with an upstream, names outside the cluster
-// zone are forwarded to it (bench/dns/run-forward), else they are REFUSED.
+// zone are forwarded to it (bench/dns/run-forward), else they are REFUSED. Its metrics count
+// into a registry, as the daemon's do (nothing serves them).
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -10,6 +11,8 @@
 #include <string>
 
 #include <unistd.h>
+
+#include <prometheus/registry.h>
 
 #include "bench/dns/cluster.h"
 #include "dns/sink.h"
@@ -37,7 +40,8 @@ int main(int argc, char** argv) {
     o.upstreams = {argv[5]};
     o.cache_entries = argc > 6 ? std::strtoul(argv[6], nullptr, 10) : 100000;
   }
-  dns::DnsSink sink(o, nullptr, nullptr);
+  prometheus::Registry registry;
+  dns::DnsSink sink(o, nullptr, &registry);
   if (auto st = sink.start(); !st) {
     std::fprintf(stderr, "%s\n", st.error().c_str());
     return 1;

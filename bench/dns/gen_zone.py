@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Writes the DNS benchmark's records for NSD and Knot as a zone file, and dnsperf's queries.
+"""Writes the DNS benchmark's records for NSD and Knot as zone files, and dnsperf's queries.
 
 The same deterministic cluster that bench_server builds as a Snapshot (keep the two in step):
   services i = 0..N-1: name svc<i>, namespace ns<i % 100>, ClusterIP 10.96.<i/256>.<i%256>,
   one named port http/TCP 80, E endpoints each 10.<128 + (i*E+j)/65536>.<((i*E+j)/256)%256>.<(i*E+j)%256>
   (port 8080); every tenth service is headless (its ready endpoints are its A records,
-  ep-<j> hostnames).
+  ep-<j> hostnames). PTR records for every ClusterIP and headless endpoint address go to a
+  second zone, 10.in-addr.arpa (endpointd serves them beside the cluster zone).
+Queries: 60 % A of a service, 10 % AAAA (NODATA), 10 % NXDOMAIN, 10 % SRV, 10 % PTR.
 Usage: gen_zone.py OUTDIR [--services N] [--endpoints-per-service E]
 """
 import argparse
@@ -49,17 +51,36 @@ with open(os.path.join(a.out, "cluster.local.zone"), "w") as f:
             f.write(f"{base} IN A {cip(i)}\n")
             f.write(f"_http._tcp.{base} IN SRV 0 100 80 {base}.{Z}.\n")
 
+def rev(ip):
+    return ".".join(reversed(ip.split("."))) + ".in-addr.arpa"
+
+
+with open(os.path.join(a.out, "10.in-addr.arpa.zone"), "w") as f:
+    f.write("$ORIGIN 10.in-addr.arpa.\n$TTL 5\n")
+    f.write(f"@ IN SOA ns.dns.{Z}. hostmaster.{Z}. 1 7200 1800 86400 5\n")
+    f.write(f"@ IN NS ns.dns.{Z}.\n")
+    for i in range(N):
+        base = f"svc{i}.ns{i % 100}.svc.{Z}."
+        if i % 10 == 0:
+            for j in range(E):
+                f.write(f"{rev(eip(i, j))}. IN PTR ep-{j}.{base}\n")
+        else:
+            f.write(f"{rev(cip(i))}. IN PTR {base}\n")
+
 rng = random.Random(1)
 with open(os.path.join(a.out, "queries.txt"), "w") as f:
     for _ in range(a.queries):
         i = rng.randrange(N)
         base = f"svc{i}.ns{i % 100}.svc.{Z}"
         r = rng.random()
-        if r < 0.7:
+        if r < 0.6:
             f.write(f"{base} A\n")
-        elif r < 0.8:
+        elif r < 0.7:
             f.write(f"{base} AAAA\n")  # NODATA
-        elif r < 0.9:
+        elif r < 0.8:
             f.write(f"nope{i}.ns{i % 100}.svc.{Z} A\n")  # NXDOMAIN
-        else:
+        elif r < 0.9:
             f.write(f"_http._tcp.{base} SRV\n")
+        else:
+            ip = eip(i, rng.randrange(E)) if i % 10 == 0 else cip(i)
+            f.write(f"{rev(ip)} PTR\n")

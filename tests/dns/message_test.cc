@@ -25,6 +25,52 @@ TEST(Message, QueryRoundTrip) {
   EXPECT_EQ(q.udp_limit(), 1232);
 }
 
+// A worker parses every query of a batch into a Query it keeps: what the previous packet left
+// in it (a longer name, EDNS, another status) must not show through.
+TEST(Message, ParseIntoAReusedQueryForgetsThePreviousOne) {
+  Query q;
+  parse_query(query("A-Long-Name.With.Many.Labels.default.svc.cluster.local", type::kSRV, 4096, 7),
+              &q);
+  ASSERT_EQ(q.status, ParseStatus::kOk);
+  ASSERT_TRUE(q.edns);
+  parse_query(query("Web.X", type::kA, 0, 9), &q);
+  ASSERT_EQ(q.status, ParseStatus::kOk);
+  EXPECT_EQ(q.id, 9);
+  EXPECT_EQ(q.qtype, type::kA);
+  EXPECT_FALSE(q.edns);
+  EXPECT_EQ(q.edns_udp_size, 0);
+  EXPECT_EQ(q.udp_limit(), kMinUdpSize);
+  EXPECT_EQ(name_to_text(q.qname.span()), "Web.X.");
+  EXPECT_EQ(q.qname_lower.view(), name_from_text("web.x")->view());
+  // A packet that is not a query at all: nothing of the last one is left to answer.
+  std::vector<uint8_t> short_pkt(5, 0);
+  parse_query(short_pkt, &q);
+  EXPECT_EQ(q.status, ParseStatus::kDrop);
+  EXPECT_EQ(q.qname.len, 0);
+  EXPECT_EQ(q.qname_lower.len, 0);
+  EXPECT_EQ(q.qtype, 0);
+}
+
+// Every byte value in a label: only A-Z change in the lookup name; the echoed name keeps them.
+TEST(Message, LowercasesOnlyAsciiLetters) {
+  std::vector<uint8_t> pkt = query("x.y", type::kA);
+  // Replace the first label "x" by one of 63 bytes covering the values around 'A'..'Z'.
+  std::vector<uint8_t> label;
+  for (int c = '@' - 20; label.size() < 63; ++c) label.push_back(static_cast<uint8_t>(c));
+  pkt.erase(pkt.begin() + 12, pkt.begin() + 14);
+  pkt.insert(pkt.begin() + 12, static_cast<uint8_t>(label.size()));
+  pkt.insert(pkt.begin() + 13, label.begin(), label.end());
+  Query q = parse_query(pkt);
+  ASSERT_EQ(q.status, ParseStatus::kOk);
+  ASSERT_EQ(q.qname_lower.len, q.qname.len);
+  for (size_t i = 0; i < label.size(); ++i) {
+    uint8_t c = label[i];
+    uint8_t want = (c >= 'A' && c <= 'Z') ? static_cast<uint8_t>(c + 32) : c;
+    EXPECT_EQ(q.qname.bytes[1 + i], c);
+    EXPECT_EQ(q.qname_lower.bytes[1 + i], want) << "byte " << int{c};
+  }
+}
+
 TEST(Message, UdpLimitClamped) {
   Query q = parse_query(query("a.b", type::kA, 65535));
   EXPECT_EQ(q.udp_limit(), kMaxUdpSize);
