@@ -1,8 +1,10 @@
 // CoreDNS's kubernetes-plugin behaviours, end to end: the daemon on a manifest directory
 // serving DNS, dig as the client. Each option as a cluster operator replacing CoreDNS sets it:
 // another proxy's services, ExternalName into the zone, noendpoints, ignore empty_service,
-// namespaces, the negative TTL, and a reload that changes them without a restart.
+// namespaces, pod records, the negative TTL, health lameduck, and a reload that changes them
+// without a restart.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <unistd.h>
 
@@ -283,6 +285,32 @@ TEST_F(DnsOptionsTest, ReloadAppliesTheZoneOptionsWithoutARestart) {
   // Edits after a reload still reach the zone (the builder kept following snapshots).
   std::ofstream(dir_ / "web.yaml", std::ios::trunc) << web_service("10.96.0.12");
   EXPECT_EQ(wait_for("+short web.demo.svc.cluster.local A", "10.96.0.12\n"), "10.96.0.12\n");
+}
+
+// CoreDNS's health lameduck: once shutdown begins (SIGTERM) readiness fails at once while DNS
+// goes on answering for --dns-lameduck, so resolvers move on before the socket closes.
+TEST_F(DnsOptionsTest, LameduckAnswersWhileReadinessFails) {
+  start([](Config& c) {
+    c.health_listen = model::HostPort{"127.0.0.1", 0};
+    c.dns_lameduck = 3s;
+  });
+  httplib::Client health("127.0.0.1", d_->health_port());
+  auto deadline = Clock::now() + 10s;
+  while (Clock::now() < deadline) {
+    auto r = health.Get("/readyz");
+    if (r && r->status == 200) break;
+    std::this_thread::sleep_for(5ms);  // polling a probe: nothing to await
+  }
+  auto ready = health.Get("/readyz");
+  ASSERT_TRUE(ready && ready->status == 200);
+  EXPECT_EQ(dig("+short web.demo.svc.cluster.local A"), "10.96.0.10\n");
+  EXPECT_EQ(d_->begin_lameduck(), 3s);
+  auto r = health.Get("/readyz");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_NE(r->body.find("lameduck"), std::string::npos) << r->body;
+  EXPECT_EQ(dig("+short web.demo.svc.cluster.local A"), "10.96.0.10\n")
+      << "DNS still answers in lameduck";
 }
 
 // A mounted ConfigMap changes by a symlink swap: the content is what is compared.
