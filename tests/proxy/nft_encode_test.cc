@@ -24,6 +24,7 @@
 
 #include "proxy/nftnl_util.h"
 #include "tests/proxy/fixtures.h"
+#include "tests/proxy/nl_walk.h"
 
 namespace endpointd::proxy {
 namespace {
@@ -42,17 +43,6 @@ std::string hex(const void* p, size_t n) {
   return out;
 }
 
-// Calls f for each attribute in [p, p+len) (libmnl's walk macros do not compile as C++).
-template <typename F>
-void each_attr(const void* p, size_t len, F f) {
-  auto* a = static_cast<const nlattr*>(p);
-  int left = static_cast<int>(len);
-  while (mnl_attr_ok(a, left)) {
-    f(a);
-    left -= static_cast<int>(MNL_ALIGN(a->nla_len));
-    a = reinterpret_cast<const nlattr*>(reinterpret_cast<const char*>(a) + MNL_ALIGN(a->nla_len));
-  }
-}
 template <typename F>
 void each_nested(const nlattr* a, F f) {
   each_attr(mnl_attr_get_payload(a), mnl_attr_get_payload_len(a), f);
