@@ -78,9 +78,14 @@ int run(const endpointd::daemon::RawFlags& flags) {
     // ends the wait at once.
     spdlog::info("received {}: DNS answers for {} ms more (lameduck), readiness fails",
                  strsignal(sig), lameduck.count());
+    // SIGHUP (a reload) does not end it: only SIGTERM or SIGINT, or the time.
+    sigset_t stop_set;
+    sigemptyset(&stop_set);
+    sigaddset(&stop_set, SIGTERM);
+    sigaddset(&stop_set, SIGINT);
     timespec ts{static_cast<time_t>(lameduck.count() / 1000),
                 static_cast<long>((lameduck.count() % 1000) * 1000000)};
-    sigtimedwait(&set, nullptr, &ts);
+    sigtimedwait(&stop_set, nullptr, &ts);
   }
   spdlog::info("received {}, stopping (the dataplane stays as it is)", strsignal(sig));
   d.stop();
