@@ -9,15 +9,12 @@
 #include <atomic>
 #include <filesystem>
 #include <map>
-#include <mutex>
 
 #include "daemon/admin.h"
 #include "daemon/conntrack_flows.h"
 #include "daemon/health.h"
 #include "daemon/sources.h"
 #include "daemon/state_json.h"
-#include "dns/metrics.h"
-#include "dns/server.h"
 #include "dns/sink.h"
 #include "drain/coordinator.h"
 #include "feed/feed.h"
@@ -69,16 +66,6 @@ struct Daemon::Impl {
   std::map<std::pair<std::string, std::string>, uint64_t> listener_drops_seen;
   std::unique_ptr<proxy::Dataplane> dataplane;
   std::unique_ptr<dns::DnsSink> dns_sink;
-  // Node-local DNS on its own address (--dns-node-local-address) when --dns-listen binds
-  // another: one more server over the DNS sink's zones and forwarder, its zone slot kept in
-  // step with the sink's (sync_node_local_zone). Declared after dns_sink: destroyed first.
-  struct NodeLocalDns {
-    dns::ZoneSlot zones;
-    std::mutex mu;  // the sync's load, compare, publish
-    std::unique_ptr<dns::Metrics> metrics;
-    std::unique_ptr<dns::Server> server;
-  };
-  std::unique_ptr<NodeLocalDns> node_local;
   std::unique_ptr<feed::FeedSink> feed_sink;
   // Without the nftables dataplane, drain/ still counts flows in conntrack.
   std::unique_ptr<proxy::Conntrack> own_conntrack;
@@ -87,8 +74,7 @@ struct Daemon::Impl {
 
   Status start_proxy();
   Status start_dns();
-  Status start_node_local_dns();
-  void sync_node_local_zone();
+  Result<std::optional<std::string>> node_local_dns();
   Status start_feed();
   Status start_drain();
 
@@ -235,7 +221,6 @@ Status Daemon::reload(const Config& next) {
     return Error{"reload: changing dns-node-local-address needs a restart"};
   if (auto st = m.dns_sink->reconfigure(dns_options(next)); !st)
     return prefixed("reload", st.error());
-  m.sync_node_local_zone();
   return {};
 }
 
@@ -332,9 +317,6 @@ void Daemon::stop() {
   if (m.health) m.health->stop();
   if (m.loop) m.loop->stop();
   if (m.drain) m.drain->stop();
-  // The node-local server first: stopping a server stops the forwarder the two share, whose
-  // last callbacks still need the other's sockets.
-  if (m.node_local) m.node_local->server->stop();
   if (m.dns_sink) m.dns_sink->stop();
   if (m.feed_sink) m.feed_sink->stop();
 }
@@ -427,17 +409,23 @@ Status Daemon::Impl::start_feed() {
 
 Status Daemon::Impl::start_dns() {
   dns::DnsOptions o = dns_options(cfg);
+  if (cfg.dns_node_local_address) {
+    auto also = node_local_dns();
+    if (!also) return Error{also.error()};
+    if (*also) o.also_listen.push_back(**also);
+  }
   dns_sink = std::make_unique<dns::DnsSink>(o, &board, registry.get());
   if (auto st = dns_sink->start(); !st) return prefixed("DNS", st.error());
   loop->add_sink(dns_sink.get());
   spdlog::info("DNS on {} (port {}) for zone {}", o.listen, dns_sink->port(), cfg.dns_zone);
-  if (cfg.dns_node_local_address) return start_node_local_dns();
   return {};
 }
 
-// NodeLocal DNSCache's shape: the address on a dummy interface of this node, answered by this
-// agent, its traffic exempt from conntrack (the proxy's dns-notrack-* chains).
-Status Daemon::Impl::start_node_local_dns() {
+// NodeLocal DNSCache's shape: the address on a dummy interface of this node (`lo` where the
+// kernel has no dummy driver), answered by the DNS sink beside --dns-listen, its queries kept
+// out of conntrack by the dataplane's notrack chains. The address the sink must listen on as
+// well, or nothing when a wildcard --dns-listen already answers on it.
+Result<std::optional<std::string>> Daemon::Impl::node_local_dns() {
   const model::IpAddr& addr = *cfg.dns_node_local_address;
   auto where = proxy::ensure_node_local_address(addr);
   if (!where) return prefixed("node-local DNS", where.error());
@@ -453,36 +441,10 @@ Status Daemon::Impl::start_node_local_dns() {
                                      (listen->family() == addr.family() || listen->is_v6())))) {
     spdlog::info("node-local DNS on {} (interface {}), answered by the server on {}", addr.str(),
                  *where, cfg.dns_listen->str());
-    return {};
+    return std::optional<std::string>();
   }
-  auto n = std::make_unique<NodeLocalDns>();
-  n->zones.publish(dns_sink->zone());
-  model::HostPort hp{addr.str(), cfg.dns_listen->port};
-  // CoreDNS's metric names get a server label of their own, as a second server block would.
-  n->metrics = std::make_unique<dns::Metrics>(registry.get(), "dns://" + hp.str());
-  dns::DnsOptions sink_opts = dns_sink->options();
-  dns::ServerOptions so;
-  so.listen_address = hp.host;
-  so.port = hp.port;
-  so.workers = sink_opts.workers;
-  so.tcp_max_connections = sink_opts.tcp_max_connections;
-  so.tcp_idle_timeout = sink_opts.tcp_idle_timeout;
-  so.forward_allow = sink_opts.forward_allow;  // with the sink's default filled in
-  n->server = std::make_unique<dns::Server>(so, &n->zones, dns_sink->forwarder(), n->metrics.get());
-  if (auto st = n->server->start(); !st) return prefixed("node-local DNS", st.error());
-  node_local = std::move(n);
-  board.on_change([this] { sync_node_local_zone(); });
-  sync_node_local_zone();  // an apply before the observer was added
-  spdlog::info("node-local DNS on {} (interface {})", hp.str(), *where);
-  return {};
-}
-
-// After the DNS sink swaps in a zone (it then reports to the board) or a reload rebuilt it.
-void Daemon::Impl::sync_node_local_zone() {
-  if (!node_local || !dns_sink) return;
-  std::lock_guard lk(node_local->mu);
-  auto z = dns_sink->zone();
-  if (z != node_local->zones.load()) node_local->zones.publish(std::move(z));
+  spdlog::info("node-local DNS on {} (interface {})", addr.str(), *where);
+  return std::optional<std::string>(model::HostPort{addr.str(), cfg.dns_listen->port}.str());
 }
 
 }  // namespace endpointd::daemon

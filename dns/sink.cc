@@ -25,20 +25,26 @@ ZoneOptions zone_options(const DnsOptions& o) {
   return z;
 }
 
+// Forwarding only for loopback and the private ranges unless told otherwise: the agent is
+// never an open resolver.
+DnsOptions with_defaults(DnsOptions o) {
+  if (o.forward_allow.empty())
+    for (const char* p : {"127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+                          "100.64.0.0/10", "::1/128", "fc00::/7"})
+      o.forward_allow.push_back(*model::IpPrefix::parse(p));
+  return o;
+}
+
 }  // namespace
 
 DnsSink::DnsSink(DnsOptions opts, pipeline::AckBoard* board, prometheus::Registry* registry)
-    : opts_(std::move(opts)),
-      zone_opts_(zone_options(opts_)),
+    : opts_(with_defaults(std::move(opts))),
       max_ttl_(opts_.ttl),
       board_(board),
+      registry_(registry),
       metrics_(std::make_unique<Metrics>(registry, "dns://" + opts_.listen)),
-      builder_(zone_opts_) {
-  zones_.publish(Zone::unsynced(zone_opts_));
-  if (opts_.forward_allow.empty())
-    for (const char* p : {"127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
-                          "100.64.0.0/10", "::1/128", "fc00::/7"})
-      opts_.forward_allow.push_back(*model::IpPrefix::parse(p));
+      builder_(zone_options(opts_)) {
+  zones_.publish(Zone::unsynced(zone_options(opts_)));
   if (board_) board_->add("dns", model::RouteView::kDns);
 }
 
@@ -47,11 +53,18 @@ DnsSink::~DnsSink() {
 }
 
 Status DnsSink::start() {
-  // The server binds an address: a bare port or a host name is not enough.
-  auto listen = model::parse_host_port(opts_.listen, 53);
-  if (!listen || !model::IpAddr::parse(listen->host))
-    return Error{"dns: bad listen address '" + opts_.listen +
-                 "': not ADDR, ADDR:PORT or [IPv6]:PORT"};
+  // Each server binds an address: a bare port or a host name is not enough.
+  std::vector<model::HostPort> listens;
+  for (const std::string* text : [this] {
+         std::vector<const std::string*> v{&opts_.listen};
+         for (const auto& a : opts_.also_listen) v.push_back(&a);
+         return v;
+       }()) {
+    auto hp = model::parse_host_port(*text, 53);
+    if (!hp || !model::IpAddr::parse(hp->host))
+      return Error{"dns: bad listen address '" + *text + "': not ADDR, ADDR:PORT or [IPv6]:PORT"};
+    listens.push_back(*hp);
+  }
   if (!name_from_text(opts_.zone)) return Error{"dns: bad zone '" + opts_.zone + "'"};
   if (opts_.forwarding) {
     ForwarderOptions fo;
@@ -65,25 +78,35 @@ Status DnsSink::start() {
     forwarder_->set_metrics(metrics_.get());
     if (auto st = forwarder_->start(); !st) return prefixed("dns", st.error());
   }
-  ServerOptions so;
-  so.listen_address = listen->host;
-  so.port = listen->port;
-  so.workers = opts_.workers;
-  so.tcp_max_connections = opts_.tcp_max_connections;
-  so.tcp_idle_timeout = opts_.tcp_idle_timeout;
-  so.forward_allow = opts_.forward_allow;
-  server_ = std::make_unique<Server>(so, &zones_, forwarder_.get(), metrics_.get());
-  if (auto st = server_->start(); !st) {
-    server_.reset();
-    return st;
+  for (const auto& hp : listens) {
+    ServerOptions so;
+    so.listen_address = hp.host;
+    so.port = hp.port;
+    so.workers = opts_.workers;
+    so.tcp_max_connections = opts_.tcp_max_connections;
+    so.tcp_idle_timeout = opts_.tcp_idle_timeout;
+    so.forward_allow = opts_.forward_allow;
+    Listener l;
+    // CoreDNS's metrics get a server label per address, as a server block of its own would.
+    if (!servers_.empty()) l.metrics = std::make_unique<Metrics>(registry_, "dns://" + hp.str());
+    l.server = std::make_unique<Server>(so, &zones_, forwarder_.get(),
+                                        l.metrics ? l.metrics.get() : metrics_.get());
+    if (auto st = l.server->start(); !st) {
+      stop();
+      servers_.clear();
+      return st;
+    }
+    spdlog::info("dns: serving {} on {} port {} ({} workers)", opts_.zone, hp.host,
+                 l.server->port(), opts_.workers);
+    servers_.push_back(std::move(l));
   }
-  spdlog::info("dns: serving {} on {} port {} ({} workers)", opts_.zone, listen->host,
-               server_->port(), opts_.workers);
   return {};
 }
 
 void DnsSink::stop() {
-  if (server_) server_->stop();  // stops the forwarder too
+  // A server's stop stops the forwarder they share (its last callbacks send on that server's
+  // sockets), so every server stops before the forwarder's callbacks could reach a stopped one.
+  for (auto& l : servers_) l.server->stop();
   if (forwarder_) forwarder_->stop();
 }
 
@@ -101,31 +124,16 @@ void DnsSink::apply(const model::SnapshotPtr& snap, const model::Delta& delta) {
 }
 
 Status DnsSink::reconfigure(const DnsOptions& next) {
-  std::lock_guard lk(mu_);
   if (next.zone != opts_.zone)
     return Error{"dns: the zone changed from " + opts_.zone + " to " + next.zone +
                  ": that needs a restart"};
-  ZoneOptions z = zone_options(next);
-  opts_.ttl = next.ttl;
-  opts_.negative_ttl = next.negative_ttl;
-  opts_.pod_mode = next.pod_mode;
-  opts_.loadbalance = next.loadbalance;
-  opts_.endpoint_pod_names = next.endpoint_pod_names;
-  opts_.no_endpoints = next.no_endpoints;
-  opts_.ignore_empty_service = next.ignore_empty_service;
-  opts_.namespaces = next.namespaces;
+  std::lock_guard lk(mu_);
   max_ttl_ = std::max(max_ttl_, next.ttl);
-  zone_opts_ = z;
   auto t0 = Clock::now();
-  zones_.publish(builder_.reconfigure(std::move(z)));
+  zones_.publish(builder_.reconfigure(zone_options(next)));
   metrics_->programming(std::chrono::duration<double>(Clock::now() - t0).count());
   spdlog::info("dns: options reloaded, zone {} built again", opts_.zone);
   return {};
-}
-
-DnsOptions DnsSink::options() const {
-  std::lock_guard lk(mu_);
-  return opts_;
 }
 
 int64_t DnsSink::horizon_ns() const {

@@ -47,6 +47,10 @@ struct DnsOptions {
   size_t cache_entries = 10000;
   uint32_t cache_max_ttl = 3600;
   bool forwarding = true;  // false: names outside the zone get REFUSED
+  // More addresses ("ADDR:PORT") the same zone is answered on, each by a server of its own
+  // over the sink's zone and forwarder, with its own `server` label in the metrics (the
+  // node-local address beside the cluster DNS address).
+  std::vector<std::string> also_listen;
 };
 
 class DnsSink : public pipeline::Sink {
@@ -60,7 +64,7 @@ class DnsSink : public pipeline::Sink {
   // snapshot is applied).
   Status start();
   void stop();
-  uint16_t port() const { return server_ ? server_->port() : 0; }
+  uint16_t port() const { return servers_.empty() ? 0 : servers_.front().server->port(); }
 
   std::string name() const override { return "dns"; }
   void apply(const model::SnapshotPtr& snap, const model::Delta& delta) override;
@@ -75,24 +79,28 @@ class DnsSink : public pipeline::Sink {
   // the last snapshot and swapped in; answers already sent stay on record for drain support.
   // Changing the zone name needs a restart: an error says so and nothing changes.
   Status reconfigure(const DnsOptions& next);
-  DnsOptions options() const;
   ZonePtr zone() const { return zones_.load(); }
   Forwarder* forwarder() { return forwarder_.get(); }
-  Server* server() { return server_.get(); }
+  Server* server() { return servers_.empty() ? nullptr : servers_.front().server.get(); }
 
  private:
   int64_t horizon_ns() const;  // replies older than this have expired everywhere
 
-  DnsOptions opts_;  // guarded by mu_ once started (reconfigure)
-  ZoneOptions zone_opts_;
-  uint32_t max_ttl_ = 0;  // the longest TTL any reply carried: drain waits out the longest
+  const DnsOptions opts_;  // as started: a reload changes only the builder's zone options
+  uint32_t max_ttl_ = 0;   // the longest TTL any reply carried: drain waits out the longest
   pipeline::AckBoard* board_;
+  prometheus::Registry* registry_;
   std::unique_ptr<Metrics> metrics_;
   ZoneSlot zones_;
   std::unique_ptr<Forwarder> forwarder_;
-  std::unique_ptr<Server> server_;
+  struct Listener {
+    std::unique_ptr<Metrics> metrics;  // null for the first: it counts into metrics_
+    std::unique_ptr<Server> server;
+  };
+  std::vector<Listener> servers_;  // opts_.listen, then opts_.also_listen
 
-  mutable std::mutex mu_;  // guards builder_, opts_, max_ttl_: apply() against the drain queries
+  mutable std::mutex mu_;  // guards builder_, max_ttl_: apply() and reconfigure() against the
+                           // drain queries
   ZoneBuilder builder_;
 };
 

@@ -221,7 +221,6 @@ class ZoneBuilder {
   // The zone of the snapshot applied last, built whole again under `opts` (a reloaded
   // configuration). Drain support keeps what it knew of the replies already sent.
   ZonePtr reconfigure(ZoneOptions opts);
-  const ZoneOptions& options() const;
   ZonePtr current() const;
 
   struct Stats {

@@ -185,7 +185,6 @@ class ZoneBuilder::Impl {
 
   // A new zone from the same snapshot under new options (a reloaded configuration): every
   // block is built again; what drain support remembers of the old ones stays.
-  const ZoneOptions& options() const { return opts_; }
 
   ZonePtr reconfigure(ZoneOptions opts) {
     uint64_t generation = zone_ ? zone_->generation() : 0;
@@ -782,9 +781,6 @@ ZonePtr ZoneBuilder::apply(const model::SnapshotPtr& snap, const model::Delta& d
 }
 ZonePtr ZoneBuilder::reconfigure(ZoneOptions opts) {
   return impl_->reconfigure(std::move(opts));
-}
-const ZoneOptions& ZoneBuilder::options() const {
-  return impl_->options();
 }
 ZonePtr ZoneBuilder::current() const {
   return impl_->zone_;

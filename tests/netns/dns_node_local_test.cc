@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "daemon/config.h"
@@ -139,6 +140,22 @@ TEST_F(DnsNodeLocalNetns, AnswersOnTheLinkLocalAddressWithoutConntrack) {
   EXPECT_EQ(local_tcp, 0);
   EXPECT_GE(control_udp, 5) << "a query dig sends from a new port each time is one entry";
   EXPECT_GE(control_tcp, 1);
+
+  // Both addresses answer from the one zone the sink builds: an edit reaches them together.
+  {
+    std::string yaml;
+    {
+      std::ifstream in(dir_ + "/manifests/web.yaml");
+      yaml.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    yaml.replace(yaml.find("10.96.0.10"), 10, "10.96.0.11");
+    std::ofstream(dir_ + "/manifests/web.yaml.tmp") << yaml;
+    std::filesystem::rename(dir_ + "/manifests/web.yaml.tmp", dir_ + "/manifests/web.yaml");
+  }
+  ASSERT_TRUE(eventually([&] { return dig(pod(), kNodeLocal, false) == "10.96.0.11\n"; },
+                         std::chrono::seconds(5)));
+  EXPECT_EQ(dig(pod(), kNodeAddr, false), "10.96.0.11\n");
+  EXPECT_EQ(dig(pod(), kNodeLocal, true), "10.96.0.11\n");
 
   // `run --cleanup` with the same settings takes the address off the node with the tables.
   agent_->stop();
