@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <utility>
+#include <vector>
 
 namespace endpointd::dns {
 namespace {
@@ -127,6 +130,7 @@ Reply answer_lookup(const Zone& zone, const Zone::Lookup& lk_in, std::span<const
         w.bytes({s.body.data(), body});
       }
       stamp(&s, now_ns);
+      r.chase = lk.chase;
     }
   } else if (lk.kind == Zone::Kind::kPodAddress) {
     w.header(q.id, reply_flags(q, true, 0), 1, 1, 0, q.edns ? 1 : 0);
@@ -167,6 +171,62 @@ Reply answer_lookup(const Zone& zone, const Zone::Lookup& lk_in, std::span<const
   }
   r.size = w.size();
   return r;
+}
+
+Query chase_query(const Query& q, std::string_view target) {
+  Query t;
+  t.status = ParseStatus::kOk;
+  t.id = q.id;
+  t.flags = flag::kRD;
+  t.qname.len = static_cast<uint8_t>(std::min(target.size(), kMaxNameWire));
+  std::memcpy(t.qname.bytes.data(), target.data(), t.qname.len);
+  t.qname_lower = t.qname;
+  lowercase_name({t.qname_lower.bytes.data(), t.qname_lower.len});
+  t.qtype = q.qtype;
+  t.qclass = kClassIN;
+  t.edns = q.edns;
+  t.edns_udp_size = q.edns_udp_size;
+  return t;
+}
+
+size_t chase_reply(const Query& q, std::span<const uint8_t> cname,
+                   std::span<const uint8_t> upstream, uint8_t* out, size_t cap) {
+  auto mine = parse_message(cname);
+  auto theirs = parse_message(upstream);
+  if (!mine || !theirs || mine->answer.empty() || mine->answer.front().type != type::kCNAME)
+    return 0;
+  const Record& alias = mine->answer.front();
+  auto target = name_from_text(alias.text);
+  if (!target) return 0;
+  // What the upstream adds: the target's addresses and the CNAMEs on the way to them.
+  std::vector<std::pair<const Record*, std::optional<WireName>>> add;
+  for (const Record& rr : theirs->answer) {
+    bool wanted = rr.type == type::kCNAME || rr.type == q.qtype;
+    if (rr.cls != kClassIN || !wanted) continue;
+    auto owner = name_from_text(rr.name);
+    if (!owner) return 0;
+    add.emplace_back(&rr, owner);
+  }
+  Writer w(out, cap);
+  w.header(q.id, load_u16(cname.data() + 2), 1, static_cast<uint16_t>(1 + add.size()), 0,
+           q.edns ? 1 : 0);
+  question(w, q);
+  size_t at = w.begin_rr(q.qname.span(), type::kCNAME, kClassIN, alias.ttl);
+  w.name(target->span());
+  w.end_rr(at);
+  for (const auto& [rr, owner] : add) {
+    at = w.begin_rr(owner->span(), rr->type, kClassIN, rr->ttl);
+    if (rr->type == type::kCNAME) {
+      auto t = name_from_text(rr->text);
+      if (!t) return 0;
+      w.name(t->span());
+    } else {
+      w.bytes(rr->rdata);
+    }
+    w.end_rr(at);
+  }
+  if (q.edns) w.opt(kOurUdpSize, 0, 0, false);
+  return w.ok() ? w.size() : 0;
 }
 
 }  // namespace endpointd::dns

@@ -57,6 +57,13 @@ model::IpAddr peer_ip(const sockaddr_storage& ss) {
   return model::IpAddr::from_bytes(model::IpFamily::kV6, b);
 }
 
+model::IpAddr peer_of(int connected_fd) {
+  sockaddr_storage ss{};
+  socklen_t sl = sizeof ss;
+  getpeername(connected_fd, reinterpret_cast<sockaddr*>(&ss), &sl);
+  return peer_ip(ss);
+}
+
 std::optional<std::pair<sockaddr_storage, socklen_t>> make_addr(const std::string& addr,
                                                                 uint16_t port) {
   auto ip = model::IpAddr::parse(addr);
@@ -120,6 +127,32 @@ size_t truncated_reply(const Query& q, uint16_t flags, uint8_t* out, size_t cap)
   return w.ok() ? w.size() : 0;
 }
 
+// An ExternalName's CNAME reply (`out`, `r->size` bytes) completed from the forwarder's cache
+// with the target's records: true when the cache had them (r->size is the new reply's).
+bool chase_from_cache(Forwarder* f, const Query& q, const Query& t, Reply* r, uint8_t* out,
+                      size_t cap) {
+  std::array<uint8_t, kMaxUdpSize> up, whole;
+  size_t n = f->cached(t, up.data(), up.size());
+  if (!n) return false;
+  size_t m =
+      chase_reply(q, {out, r->size}, {up.data(), n}, whole.data(), std::min(cap, whole.size()));
+  if (m) {
+    std::memcpy(out, whole.data(), m);
+    r->size = m;
+  }
+  return true;  // asked and answered: a reply that did not fit leaves the CNAME alone
+}
+
+// The reply to send once the forwarder answered the chase: the whole, or the CNAME alone.
+std::vector<uint8_t> chased(const Query& q, std::span<const uint8_t> cname,
+                            std::span<const uint8_t> upstream) {
+  std::vector<uint8_t> whole(65535);
+  size_t m = chase_reply(q, cname, upstream, whole.data(), whole.size());
+  if (!m) return {cname.begin(), cname.end()};
+  whole.resize(m);
+  return whole;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -164,6 +197,32 @@ size_t Server::Worker::handle(std::span<const uint8_t> pkt, const Query& q, cons
   }
   Reply r = lk ? answer_lookup(*zone_, *lk, pkt, q, out, kMaxUdpSize, q.udp_limit(), now)
                : answer(*zone_, pkt, q, out, kMaxUdpSize, q.udp_limit(), now);
+  if (!r.chase.empty() && s_->forwarder_ && allowed(s_->opts_.forward_allow, peer_ip(from))) {
+    // An ExternalName out of the zone: its target's records from upstream, after the CNAME.
+    Forwarder* f = s_->forwarder_;
+    Query t = chase_query(q, r.chase);
+    if (chase_from_cache(f, q, t, &r, out, kMaxUdpSize)) {
+      if (r.size > q.udp_limit()) r.size = truncated_reply(q, load_u16(out + 2), out, kMaxUdpSize);
+    } else {
+      int fd = fd_.fd;
+      size_t limit = q.udp_limit();
+      auto done = [fd, from, fromlen, limit, q, cname = std::vector<uint8_t>(out, out + r.size)](
+                      std::span<const uint8_t> reply) {
+        std::vector<uint8_t> send = chased(q, cname, reply);
+        if (send.size() > limit) {
+          send.resize(kMaxNameWire + 32);
+          send.resize(truncated_reply(q, load_u16(cname.data() + 2), send.data(), send.size()));
+        }
+        sendto(fd, send.data(), send.size(), MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&from),
+               fromlen);
+      };
+      if (f->forward(t, std::move(done))) {
+        counts_.count(q.qtype, rcode_slot(r.rcode));
+        return 0;
+      }
+      // Shed by the forwarder's limit: the CNAME alone.
+    }
+  }
   if (r.action == Reply::Action::kForward) {
     Forwarder* f = s_->forwarder_;
     if (!f || !allowed(s_->opts_.forward_allow, peer_ip(from))) {
@@ -440,12 +499,22 @@ bool Server::TcpServer::read_conn(uint64_t id, Conn& c) {
     Query q = parse_query(pkt);
     if (q.status == ParseStatus::kDrop) return false;
     Reply r = answer(*zone, pkt, q, out_buf_.data(), 65535, 65535, now_ns());
-    if (r.action == Reply::Action::kForward) {
-      sockaddr_storage ss{};
-      socklen_t sl = sizeof ss;
-      getpeername(c.fd.fd, reinterpret_cast<sockaddr*>(&ss), &sl);
+    if (!r.chase.empty() && s_->forwarder_ && allowed(s_->opts_.forward_allow, peer_of(c.fd.fd))) {
       Forwarder* f = s_->forwarder_;
-      if (!f || !allowed(s_->opts_.forward_allow, peer_ip(ss))) {
+      Query t = chase_query(q, r.chase);
+      if (!chase_from_cache(f, q, t, &r, out_buf_.data(), 65535)) {
+        auto done = [this, id, q,
+                     cname = std::vector<uint8_t>(out_buf_.data(), out_buf_.data() + r.size)](
+                        std::span<const uint8_t> reply) { deliver(id, chased(q, cname, reply)); };
+        if (f->forward(t, std::move(done))) {
+          counts_.count(q.qtype, rcode_slot(r.rcode));
+          continue;
+        }
+      }
+    }
+    if (r.action == Reply::Action::kForward) {
+      Forwarder* f = s_->forwarder_;
+      if (!f || !allowed(s_->opts_.forward_allow, peer_of(c.fd.fd))) {
         r = error_reply(pkt, q, static_cast<uint16_t>(Rcode::kRefused), out_buf_.data(), 65535);
       } else if (size_t n = f->cached(q, out_buf_.data(), 65535); n) {
         r.action = Reply::Action::kSend;

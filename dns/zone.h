@@ -91,6 +91,11 @@ struct ZoneNode {
   // Negative answers carry the SOA owned by the last `soa_suffix` bytes of the name: the
   // cluster zone's apex, or in-addr.arpa / ip6.arpa for reverse names.
   uint8_t soa_suffix = 0;
+  // ExternalName to a name outside the zone: its wire form (as the service gives it) follows
+  // `name` in the block's bytes; A and AAAA answers are completed through the forwarder with
+  // the target's records, as CoreDNS asks its upstream.
+  uint8_t chase_len = 0;
+  std::string_view chase_target() const { return {name.data() + name.size(), chase_len}; }
 };
 
 // Names built together, immutable once built, shared by every zone that holds them.
@@ -137,6 +142,9 @@ class Zone {
     bool soa = true;            // negative answers: add the SOA
     uint8_t soa_at = 0;         // where the SOA's owner starts inside the question name
     model::IpAddr pod_address;  // kPodAddress (insecure pod mode, name not pre-encoded)
+    // An A or AAAA answer that is an ExternalName's CNAME to a name outside the zone: that
+    // name (wire form), whose records of the type asked the server may add from upstream.
+    std::string_view chase;
   };
 
   // A zone built whole from `snap` (a fresh ZoneBuilder; tests and one-off uses).
@@ -201,6 +209,8 @@ class Zone {
 using ZonePtr = std::shared_ptr<const Zone>;
 
 uint64_t name_hash(std::string_view wire);
+// Whether `name` is `apex` or below it (label boundaries; both lower case).
+bool name_under(const WireName& name, const WireName& apex);
 
 // Builds zones from snapshots, keeping the blocks of the previous one: apply() rebuilds the
 // names of the services a Delta lists (and the reverse and pod names they own) and shares

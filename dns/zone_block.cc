@@ -32,6 +32,7 @@ BlockPtr BlockWriter::finish() {
     NodeSpec& n = nodes_.back();
     node_of_[r.set_owner] = static_cast<uint32_t>(nodes_.size() - 1);
     n.cname = n.cname || cname_[r.set_owner];
+    if (chase_[r.set_owner] != kNone) n.chase = chase_[r.set_owner];
     if (r.section == kExists) continue;
     if (sets_.size() == n.set_begin || sets_.back().type != r.set_type)
       sets_.push_back({static_cast<uint32_t>(k), static_cast<uint32_t>(k), r.set_type});
@@ -53,6 +54,10 @@ BlockPtr BlockWriter::finish() {
     const WireName& n = names_[nodes_[i].name];
     name_at[i] = static_cast<uint32_t>(b.bytes_.size());
     b.bytes_.insert(b.bytes_.end(), n.bytes.begin(), n.bytes.begin() + n.len);
+    if (nodes_[i].chase != kNone) {  // right after the name: ZoneNode::chase_target()
+      const WireName& t = names_[nodes_[i].chase];
+      b.bytes_.insert(b.bytes_.end(), t.bytes.begin(), t.bytes.begin() + t.len);
+    }
   }
   // Every byte is in place: now the spans.
   for (size_t i = 0; i < sets_.size(); ++i) {
@@ -67,6 +72,7 @@ BlockPtr BlockWriter::finish() {
               names_[nodes_[i].name].len};
     z.sets = {b.typed_.data() + nodes_[i].set_begin, nodes_[i].set_end - nodes_[i].set_begin};
     z.cname = nodes_[i].cname;
+    if (nodes_[i].chase != kNone) z.chase_len = names_[nodes_[i].chase].len;
     z.soa_suffix = soa_suffix_;
   }
   last_ = block;

@@ -24,14 +24,18 @@ class BlockWriter {
     names_.clear();
     recs_.clear();
     cname_.clear();
+    chase_.clear();
     soa_suffix_ = soa_suffix;
   }
   uint32_t name(const WireName& n) {
     names_.push_back(n);
     cname_.push_back(false);
+    chase_.push_back(kNone);
     return static_cast<uint32_t>(names_.size() - 1);
   }
   void set_cname(uint32_t node) { cname_[node] = true; }
+  // The CNAME of `node` leads out of the zone, to name `target`: see ZoneNode::chase_len.
+  void chase_out(uint32_t node, uint32_t target) { chase_[node] = target; }
   // The name exists even without records (an empty non-terminal: NODATA, not NXDOMAIN).
   void exists(uint32_t node) {
     Rec& r = add(node, 0, kExists, 0, node);
@@ -108,6 +112,7 @@ class BlockWriter {
   struct NodeSpec {
     uint32_t name, set_begin, set_end;
     bool cname;
+    uint32_t chase = kNone;
   };
   struct SetSpec {
     uint32_t begin, end;  // in order_
@@ -143,6 +148,7 @@ class BlockWriter {
   std::vector<uint8_t> scratch_;
   std::vector<WireName> names_;
   std::vector<bool> cname_;
+  std::vector<uint32_t> chase_;
   std::vector<Rec> recs_;
   std::vector<uint32_t> order_;
   std::vector<NodeSpec> nodes_;

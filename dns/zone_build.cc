@@ -485,6 +485,7 @@ class ZoneBuilder::Impl {
       // A name of the zone is written as the zone has it (lower case), any other as given.
       uint32_t t = writer_.name(key ? lower : *target);
       writer_.name_record(b, type::kCNAME, t);
+      if (!name_under(lower, apex_)) writer_.chase_out(b, t);
       if (key) {
         // In the zone: A and AAAA answers carry the target's records after the CNAME, as
         // CoreDNS answers (the client need not ask again).

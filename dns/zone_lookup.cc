@@ -62,6 +62,10 @@ bool label_at_boundary_suffix(const WireName& name, const WireName& suffix, size
 
 }  // namespace
 
+bool name_under(const WireName& name, const WireName& apex) {
+  return label_at_boundary_suffix(name, apex, nullptr);
+}
+
 std::vector<std::string> Zone::names() const {
   std::vector<std::string> out;
   for (const auto& s : shards_)
@@ -131,6 +135,7 @@ Zone::Lookup Zone::lookup(const WireName& q, uint16_t qtype, uint64_t h) const {
       for (const auto& [t, s] : n->sets)
         if (t == qtype || (t == type::kCNAME && !r.set)) r.set = s;
       if (!r.set) r.set = n->sets.front().set;
+      if (n->chase_len && (qtype == type::kA || qtype == type::kAAAA)) r.chase = n->chase_target();
       return r;
     }
     for (const auto& [t, s] : n->sets) {

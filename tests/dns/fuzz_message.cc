@@ -21,6 +21,16 @@ endpointd::model::ServiceStatePtr alias() {
   return a;
 }
 
+// An ExternalName out of the zone: its A and AAAA answers are completed from upstream.
+endpointd::model::ServiceStatePtr outside() {
+  using namespace endpointd::dns::testing;
+  auto a = service("default", "out", {});
+  auto& s = std::const_pointer_cast<endpointd::model::ServiceState>(a)->service;
+  s.type = endpointd::model::ServiceType::kExternalName;
+  s.external_name = "example.org";
+  return a;
+}
+
 const endpointd::dns::Zone& zone() {
   using namespace endpointd::dns::testing;
   static auto z = [] {
@@ -31,7 +41,7 @@ const endpointd::dns::Zone& zone() {
         *snapshot({service("default", "web", {"10.96.0.10", "fd00::10"}),
                    service("default", "db", {"None"},
                            {endpoint("10.1.0.1", true, false, "db-0"), endpoint("10.1.0.2")}),
-                   alias()}),
+                   alias(), outside()}),
         o);
   }();
   return *z;
@@ -53,5 +63,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!parse_message({out.data(), r.size})) __builtin_trap();
   }
   (void)parse_message(pkt);
+  // The bytes as the upstream's reply to an ExternalName's chase: spliced or refused, never
+  // more than the buffer, and what comes out parses.
+  static const std::vector<uint8_t> asked =
+      testing::query("out.default.svc.cluster.local", type::kA, 1232);
+  static const Query aq = parse_query(asked);
+  static std::vector<uint8_t> cname(4096);
+  static const size_t cname_size =
+      answer(zone(), asked, aq, cname.data(), cname.size(), aq.udp_limit(), 1).size;
+  size_t n = chase_reply(aq, {cname.data(), cname_size}, pkt, out.data(), 600);
+  if (n > 600 || (n && !parse_message({out.data(), n}))) __builtin_trap();
   return 0;
 }

@@ -557,6 +557,53 @@ TEST_F(ServerTest, ForwardsToUpstream) {
   EXPECT_EQ(parse_message(rs[0])->answer.at(0).text, "192.0.2.1");
 }
 
+// CoreDNS's answer for an ExternalName to a name outside the zone: the CNAME, then the
+// target's records of the type asked, from upstream (and the forwarding cache after).
+TEST_F(ServerTest, ExternalNameOutsideTheZoneCarriesTheTargetsRecordsFromUpstream) {
+  auto external = [](const std::string& name, const std::string& target) {
+    auto st = service("default", name, {});
+    auto& svc = std::const_pointer_cast<model::ServiceState>(st)->service;
+    svc.type = model::ServiceType::kExternalName;
+    svc.external_name = target;
+    return st;
+  };
+  sink_->apply(
+      snapshot(
+          {external("ext", "example.org"), external("stray", "nope.default.svc.cluster.local")}, 7),
+      model::Delta{});
+  EXPECT_EQ(dig("+short ext.default.svc.cluster.local A"), "example.org.\n192.0.2.1\n");
+  int seen = upstream_.queries();
+  // The target's records now come from the forwarding cache: upstream is not asked again.
+  auto m =
+      parse_message(udp_ask(port_, query("Ext.default.svc.cluster.local", type::kA, 1232, 77)));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->id, 77);
+  EXPECT_EQ(m->rcode, 0);
+  EXPECT_EQ(m->qname, "Ext.default.svc.cluster.local.");
+  ASSERT_EQ(m->answer.size(), 2u);
+  EXPECT_EQ(m->answer[0].type, type::kCNAME);
+  EXPECT_EQ(m->answer[0].text, "example.org.");
+  EXPECT_EQ(m->answer[0].ttl, 5u);
+  EXPECT_EQ(m->answer[1].name, "example.org.");
+  EXPECT_EQ(m->answer[1].text, "192.0.2.1");
+  EXPECT_LE(m->answer[1].ttl, 2u);  // the upstream's TTL, aged in the cache
+  EXPECT_TRUE(m->edns);
+  EXPECT_EQ(upstream_.queries(), seen);
+  // Over TCP, the same.
+  EXPECT_EQ(dig("+tcp +short ext.default.svc.cluster.local A"), "example.org.\n192.0.2.1\n");
+  // The upstream has nothing for AAAA (it stays silent, the forwarder gives up): the CNAME
+  // alone, NOERROR, as CoreDNS answers when its upstream lookup fails.
+  std::string aaaa = dig("ext.default.svc.cluster.local AAAA");
+  EXPECT_NE(aaaa.find("status: NOERROR"), std::string::npos) << aaaa;
+  EXPECT_NE(aaaa.find("ANSWER: 1,"), std::string::npos) << aaaa;
+  // Other types get the CNAME alone without asking upstream; so does a CNAME into the zone
+  // that names no service (the zone is ours: nothing to ask anyone).
+  seen = upstream_.queries();
+  EXPECT_EQ(dig("+short ext.default.svc.cluster.local TXT"), "example.org.\n");
+  EXPECT_EQ(dig("+short stray.default.svc.cluster.local A"), "nope.default.svc.cluster.local.\n");
+  EXPECT_EQ(upstream_.queries(), seen);
+}
+
 TEST_F(ServerTest, MetricsCount) {
   sync();
   ask("web.default.svc.cluster.local", type::kA);
