@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include <ares.h>
+#include <arpa/inet.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -62,10 +63,29 @@ Status Forwarder::start() {
     rc = ares_set_servers_ports_csv(channel_->ch, csv.c_str());
     if (rc != ARES_SUCCESS) return Error{"bad upstream list '" + csv + "': " + ares_strerror(rc)};
   }
+  if (metrics_) metrics_->forward_to(upstream_label());
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) return Error{std::string("eventfd: ") + std::strerror(errno)};
   thread_ = std::thread([this] { run(); });
   return {};
+}
+
+// The upstreams as c-ares has them (the configured ones, or /etc/resolv.conf's): "ADDR:PORT"
+// or "[V6]:PORT", comma-separated, for CoreDNS's `to` label.
+std::string Forwarder::upstream_label() const {
+  ares_addr_port_node* list = nullptr;
+  if (ares_get_servers_ports(channel_->ch, &list) != ARES_SUCCESS) return "unknown";
+  std::string out;
+  for (auto* n = list; n; n = n->next) {
+    char text[INET6_ADDRSTRLEN] = {};
+    ares_inet_ntop(n->family, &n->addr, text, sizeof text);
+    int port = n->udp_port ? n->udp_port : 53;
+    if (!out.empty()) out += ',';
+    out += n->family == AF_INET6 ? "[" + std::string(text) + "]" : std::string(text);
+    out += ":" + std::to_string(port);
+  }
+  ares_free_data(list);
+  return out.empty() ? "none" : out;
 }
 
 void Forwarder::stop() {
@@ -192,6 +212,9 @@ void Forwarder::finish(Request* r, int status, std::span<const uint8_t> reply) {
   if (status == ARES_SUCCESS && reply.size() >= kHeaderSize) {
     std::vector<uint8_t> copy(reply.begin(), reply.end());
     store_u16(copy.data(), r->q.id);  // c-ares chose its own ID upstream
+    if (metrics_)
+      metrics_->forward_response(copy[3] & 0xF,
+                                 std::chrono::duration<double>(Clock::now() - r->started).count());
     store(r->key, copy);
     r->done(copy);
   } else {
@@ -236,6 +259,7 @@ void Forwarder::run() {
       size_t n = write_query(0, r->q.qname.span(), r->q.qtype, true, r->q.edns ? kOurUdpSize : 0,
                              qbuf, sizeof qbuf);
       Request* raw = r.release();
+      if (metrics_) metrics_->forward_request();
       ares_send(channel_->ch, qbuf, static_cast<int>(n), &Forwarder::on_answer, raw);
     }
     if (stopping_) break;

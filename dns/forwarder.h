@@ -81,6 +81,7 @@ class Forwarder {
   void run();
   void finish(Request* r, int status, std::span<const uint8_t> reply);
   void store(const std::string& key, std::span<const uint8_t> reply);
+  std::string upstream_label() const;
 
   ForwarderOptions opts_;
   Metrics* metrics_ = nullptr;

@@ -56,12 +56,15 @@ void LocalCounts::latency(double seconds, size_t n) {
   latency_sum += seconds * static_cast<double>(n);
 }
 
-Metrics::Metrics(prometheus::Registry* r, const std::string& server) {
+namespace {
+const char* const kTypes[kTypeSlots] = {"A",     "AAAA", "SRV", "PTR", "TXT",
+                                        "CNAME", "SOA",  "NS",  "ANY", "other"};
+const char* const kRcodes[kRcodeSlots] = {"NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN",
+                                          "NOTIMP",  "REFUSED", "BADVERS",  "dropped"};
+}  // namespace
+
+Metrics::Metrics(prometheus::Registry* r, const std::string& server) : registry_(r) {
   if (!r) return;
-  static const char* kTypes[kTypeSlots] = {"A",     "AAAA", "SRV", "PTR", "TXT",
-                                           "CNAME", "SOA",  "NS",  "ANY", "other"};
-  static const char* kRcodes[kRcodeSlots] = {"NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN",
-                                             "NOTIMP",  "REFUSED", "BADVERS",  "dropped"};
   auto& q = prometheus::BuildCounter()
                 .Name("endpointd_dns_queries_total")
                 .Help("DNS queries answered, by query type and response code")
@@ -174,11 +177,68 @@ void Metrics::cache_miss() {
   if (cache_misses_) cache_misses_->Increment();
   if (cd_cache_misses_) cd_cache_misses_->Increment();
 }
+void Metrics::forward_to(const std::string& to) {
+  if (!registry_) return;
+  prometheus::Registry& r = *registry_;
+  cd_fwd_requests_ = &prometheus::BuildCounter()
+                          .Name("coredns_forward_requests_total")
+                          .Help("Queries sent upstream (CoreDNS's name before 1.11)")
+                          .Register(r)
+                          .Add({{"to", to}});
+  auto& responses = prometheus::BuildCounter()
+                        .Name("coredns_forward_responses_total")
+                        .Help("Upstream responses, by rcode (CoreDNS's name before 1.11)")
+                        .Register(r);
+  auto& fwd = prometheus::BuildHistogram()
+                  .Name("coredns_forward_request_duration_seconds")
+                  .Help("Time an upstream took to answer (CoreDNS's name before 1.11)")
+                  .Register(r);
+  auto& proxy = prometheus::BuildHistogram()
+                    .Name("coredns_proxy_request_duration_seconds")
+                    .Help("Time an upstream took to answer (CoreDNS's name from 1.11)")
+                    .Register(r);
+  // CoreDNS's buckets: 0.25 ms doubling to 8 s.
+  prometheus::Histogram::BucketBoundaries b;
+  for (double v = 0.00025; b.size() < 16; v *= 2) b.push_back(v);
+  for (size_t c = 0; c < kRcodeSlots; ++c) {
+    // An upstream's rcode past REFUSED other than BADVERS lands in the last slot: "other".
+    const char* rc = c + 1 < kRcodeSlots ? kRcodes[c] : "other";
+    cd_fwd_responses_[c] = &responses.Add({{"to", to}, {"rcode", rc}});
+    cd_fwd_latency_[c] = &fwd.Add({{"to", to}, {"rcode", rc}}, b);
+    cd_proxy_latency_[c] = &proxy.Add({{"proxy_name", "forward"}, {"to", to}, {"rcode", rc}}, b);
+  }
+  cd_fwd_broken_ =
+      &prometheus::BuildCounter()
+           .Name("coredns_forward_healthcheck_broken_total")
+           .Help(
+               "Forwarded queries every upstream failed (CoreDNS's name; endpointd has no "
+               "separate health check: a query that exhausted every upstream counts)")
+           .Register(r)
+           .Add({});
+  cd_fwd_rejects_ = &prometheus::BuildCounter()
+                         .Name("coredns_forward_max_concurrent_rejects_total")
+                         .Help(
+                             "Queries refused because the forwarder had the most in flight "
+                             "(CoreDNS's name)")
+                         .Register(r)
+                         .Add({});
+}
+void Metrics::forward_request() {
+  if (cd_fwd_requests_) cd_fwd_requests_->Increment();
+}
+void Metrics::forward_response(uint16_t rcode, double seconds) {
+  size_t c = rcode_slot(rcode);
+  if (cd_fwd_responses_[c]) cd_fwd_responses_[c]->Increment();
+  if (cd_fwd_latency_[c]) cd_fwd_latency_[c]->Observe(seconds);
+  if (cd_proxy_latency_[c]) cd_proxy_latency_[c]->Observe(seconds);
+}
 void Metrics::forward_error() {
   if (forward_errors_) forward_errors_->Increment();
+  if (cd_fwd_broken_) cd_fwd_broken_->Increment();
 }
 void Metrics::forward_shed() {
   if (forward_shed_) forward_shed_->Increment();
+  if (cd_fwd_rejects_) cd_fwd_rejects_->Increment();
 }
 void Metrics::cache_eviction() {
   if (cache_evictions_) cache_evictions_->Increment();

@@ -39,6 +39,14 @@ class Metrics {
   void flush(LocalCounts& local);
   void cache_hit();
   void cache_miss();
+  // The forwarder's figures, under endpointd's names and CoreDNS's forward plugin's:
+  // forward_to() names the upstreams once they are known (CoreDNS's `to` label; before it,
+  // nothing is counted under CoreDNS's forward names), then a request as it is sent, a
+  // response with its rcode and time, an error (every upstream failed: CoreDNS's
+  // healthcheck_broken), a request shed at the in-flight limit (max_concurrent_rejects).
+  void forward_to(const std::string& to);
+  void forward_request();
+  void forward_response(uint16_t rcode, double seconds);
   void forward_error();
   void forward_shed();
   void cache_eviction();
@@ -67,6 +75,17 @@ class Metrics {
   prometheus::Histogram* cd_latency_ = nullptr;
   prometheus::Counter* cd_cache_hits_ = nullptr;
   prometheus::Counter* cd_cache_misses_ = nullptr;
+  // coredns_forward_requests_total{to}, coredns_forward_responses_total{to,rcode},
+  // coredns_forward_request_duration_seconds{to,rcode} (CoreDNS before 1.11) and
+  // coredns_proxy_request_duration_seconds{proxy_name="forward",to,rcode} (1.11 on),
+  // coredns_forward_healthcheck_broken_total, coredns_forward_max_concurrent_rejects_total.
+  prometheus::Registry* registry_ = nullptr;
+  prometheus::Counter* cd_fwd_requests_ = nullptr;
+  std::array<prometheus::Counter*, kRcodeSlots> cd_fwd_responses_{};
+  std::array<prometheus::Histogram*, kRcodeSlots> cd_fwd_latency_{};
+  std::array<prometheus::Histogram*, kRcodeSlots> cd_proxy_latency_{};
+  prometheus::Counter* cd_fwd_broken_ = nullptr;
+  prometheus::Counter* cd_fwd_rejects_ = nullptr;
 };
 
 }  // namespace endpointd::dns

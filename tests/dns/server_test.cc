@@ -555,6 +555,28 @@ TEST_F(ServerTest, ForwardsToUpstream) {
   auto rs = tcp_ask(port_, {query("example.org", type::kA, 0, 9)});
   ASSERT_EQ(rs.size(), 1u);
   EXPECT_EQ(parse_message(rs[0])->answer.at(0).text, "192.0.2.1");
+
+  // Counted under CoreDNS's forward plugin's names (`to`: the upstream), for its dashboards:
+  // example.org (with EDNS and, over TCP, without: two cache keys), missing.example,
+  // refused.example and silent.example went upstream.
+  std::string text = prometheus::TextSerializer().Serialize(registry_.Collect());
+  std::string to = "to=\"127.0.0.1:" + std::to_string(upstream_.port()) + "\"";
+  auto value = [&](const std::string& series) {
+    auto at = text.find("\n" + series + " ");
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + series.size() + 2));
+  };
+  EXPECT_EQ(value("coredns_forward_requests_total{" + to + "}"), 5) << text;
+  EXPECT_EQ(value("coredns_forward_responses_total{rcode=\"NOERROR\"," + to + "}"), 2) << text;
+  EXPECT_EQ(value("coredns_forward_responses_total{rcode=\"NXDOMAIN\"," + to + "}"), 1);
+  EXPECT_EQ(value("coredns_forward_responses_total{rcode=\"REFUSED\"," + to + "}"), 1);
+  EXPECT_EQ(value("coredns_proxy_request_duration_seconds_count{proxy_name=\"forward\","
+                  "rcode=\"NOERROR\"," +
+                  to + "}"),
+            2);
+  EXPECT_EQ(value("coredns_forward_request_duration_seconds_count{rcode=\"NXDOMAIN\"," + to + "}"),
+            1);
+  EXPECT_EQ(value("coredns_forward_healthcheck_broken_total"), 1);  // silent.example
+  EXPECT_EQ(value("coredns_forward_max_concurrent_rejects_total"), 0);
 }
 
 // CoreDNS's answer for an ExternalName to a name outside the zone: the CNAME, then the
@@ -741,6 +763,9 @@ TEST(ForwarderCache, ExpiresWithTheTtlAndShedsOverTheLimit) {
   ForwarderOptions tiny = o;
   tiny.max_inflight = 1;
   Forwarder g(tiny);
+  prometheus::Registry registry;
+  Metrics metrics(&registry);
+  g.set_metrics(&metrics);
   ASSERT_TRUE(g.start().ok());
   Query sq = parse_query(query("silent.example", type::kA));
   std::promise<void> done;
@@ -749,6 +774,9 @@ TEST(ForwarderCache, ExpiresWithTheTtlAndShedsOverTheLimit) {
   EXPECT_EQ(g.shed(), 1u);
   done.get_future().wait();
   g.stop();
+  std::string text = prometheus::TextSerializer().Serialize(registry.Collect());
+  EXPECT_NE(text.find("\ncoredns_forward_max_concurrent_rejects_total 1\n"), std::string::npos)
+      << text;
 }
 
 TEST(ForwarderCache, FullCacheEvictsTheOldestAndCountsIt) {
