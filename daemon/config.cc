@@ -498,6 +498,8 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
   }
   cfg.dns_cache_size = static_cast<size_t>(d.integer("dns-cache-size", 0, 10'000'000, 10000));
   cfg.dns_cache_max_ttl = std::chrono::seconds(d.integer("dns-cache-max-ttl", 0, 86400, 3600));
+  cfg.dns_cache_denial_max_ttl =
+      std::chrono::seconds(d.integer("dns-cache-denial-max-ttl", 0, 86400, 1800));
   cfg.dns_forward_allow = d.cidrs("dns-forward-allow");
   // Any unicast address pods can route to the node. 169.254.0.0/16 is the one to use for IPv4
   // (never routed off a node, so it shadows no real host); others are accepted for IPv6, whose
@@ -726,8 +728,13 @@ void add_run_flags(CLI::App& app) {
   add(app, "dns-cache-size", "Entries of the forwarder's cache (0..10000000)",
       std::to_string(def.dns_cache_size));
   add(app, "dns-cache-max-ttl",
-      "Longest time a forwarded answer stays cached, in seconds (0..86400)",
+      "Longest time a forwarded answer stays cached, in seconds (0..86400; CoreDNS's cache "
+      "success TTL); the TTLs the client is given are capped with it",
       std::to_string(def.dns_cache_max_ttl.count()));
+  add(app, "dns-cache-denial-max-ttl",
+      "Longest time a forwarded NXDOMAIN or NODATA stays cached, in seconds (0..86400; "
+      "CoreDNS's cache denial TTL; 0: never cached)",
+      std::to_string(def.dns_cache_denial_max_ttl.count()));
   add(app, "dns-forward-allow",
       "Client CIDRs that may use forwarding (default: loopback and private ranges)");
   add(app, "dns-node-local-address",

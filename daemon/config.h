@@ -111,6 +111,7 @@ struct Config {
   // The forwarder's cache (CoreDNS's cache capacity and its TTL cap).
   size_t dns_cache_size = 10000;
   std::chrono::seconds dns_cache_max_ttl{3600};
+  std::chrono::seconds dns_cache_denial_max_ttl{1800};
   std::vector<model::IpPrefix> dns_forward_allow;
   // Node-local DNS (NodeLocal DNSCache's 169.254.20.10): an address put on the dummy interface
   // endpointd-dns and answered on dns_listen's port, its traffic exempt from conntrack.

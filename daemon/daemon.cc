@@ -47,6 +47,7 @@ dns::DnsOptions dns_options(const Config& cfg) {
   o.forward_allow = cfg.dns_forward_allow;
   o.cache_entries = cfg.dns_cache_size;
   o.cache_max_ttl = static_cast<uint32_t>(cfg.dns_cache_max_ttl.count());
+  o.cache_denial_max_ttl = static_cast<uint32_t>(cfg.dns_cache_denial_max_ttl.count());
   return o;
 }
 

@@ -158,7 +158,7 @@ bool Forwarder::forward(const Query& q, Done done) {
   return true;
 }
 
-void Forwarder::store(const std::string& key, std::span<const uint8_t> reply) {
+void Forwarder::store(const std::string& key, std::span<uint8_t> reply) {
   auto m = parse_message(reply);
   if (!m || m->tc()) return;
   uint32_t ttl = 0;
@@ -166,16 +166,21 @@ void Forwarder::store(const std::string& key, std::span<const uint8_t> reply) {
   if (m->rcode == 0 && !m->answer.empty()) {
     ttl = UINT32_MAX;
     for (const auto& r : m->answer) ttl = std::min(ttl, r.ttl);
+    ttl = std::min(ttl, opts_.cache_max_ttl);
   } else if (m->rcode == 0 || m->rcode == 3) {
     // Negative answers live as long as the SOA allows (RFC 2308): min(TTL, MINIMUM).
     for (const auto& r : m->authority)
       if (r.type == type::kSOA && r.rdata.size() >= 20)
         ttl = std::min(r.ttl, load_u32(r.rdata.data() + r.rdata.size() - 4));
+    ttl = std::min(ttl, opts_.cache_denial_max_ttl);
   }
-  ttl = std::min(ttl, opts_.cache_max_ttl);
   if (ttl == 0) return;
+  // No record may outlive the entry, in this reply or in any served from the cache.
   for (const auto* sec : {&m->answer, &m->authority, &m->additional})
-    for (const auto& r : *sec) e.ttls.emplace_back(r.ttl_offset, r.ttl);
+    for (const auto& r : *sec) {
+      e.ttls.emplace_back(r.ttl_offset, std::min(r.ttl, ttl));
+      if (r.ttl > ttl) store_u32(reply.data() + r.ttl_offset, ttl);
+    }
   e.msg.assign(reply.begin(), reply.end());
   e.stored = opts_.now();
   e.expires = e.stored + std::chrono::seconds(ttl);

@@ -32,7 +32,11 @@ struct ForwarderOptions {
   int tries = 2;
   size_t max_inflight = 1024;
   size_t cache_entries = 10000;
+  // The longest an answer stays cached: a positive one (CoreDNS's cache `success` TTL), a
+  // negative one, NXDOMAIN or NODATA (its `denial` TTL). The TTLs in the replies, the first
+  // included, are capped with it, as CoreDNS's cache caps them.
   uint32_t cache_max_ttl = 3600;
+  uint32_t cache_denial_max_ttl = 1800;
   std::function<std::chrono::steady_clock::time_point()> now = [] {
     return std::chrono::steady_clock::now();
   };
@@ -80,7 +84,8 @@ class Forwarder {
   static void on_answer(void* arg, int status, int timeouts, unsigned char* abuf, int alen);
   void run();
   void finish(Request* r, int status, std::span<const uint8_t> reply);
-  void store(const std::string& key, std::span<const uint8_t> reply);
+  // Caches `reply` (when it may be) and caps its TTLs at the time it stays cached.
+  void store(const std::string& key, std::span<uint8_t> reply);
   std::string upstream_label() const;
 
   ForwarderOptions opts_;

@@ -74,6 +74,7 @@ Status DnsSink::start() {
     fo.max_inflight = opts_.forward_max_inflight;
     fo.cache_entries = opts_.cache_entries;
     fo.cache_max_ttl = opts_.cache_max_ttl;
+    fo.cache_denial_max_ttl = opts_.cache_denial_max_ttl;
     forwarder_ = std::make_unique<Forwarder>(fo);
     forwarder_->set_metrics(metrics_.get());
     if (auto st = forwarder_->start(); !st) return prefixed("dns", st.error());

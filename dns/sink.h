@@ -45,8 +45,9 @@ struct DnsOptions {
   int forward_tries = 2;
   size_t forward_max_inflight = 1024;
   size_t cache_entries = 10000;
-  uint32_t cache_max_ttl = 3600;
-  bool forwarding = true;  // false: names outside the zone get REFUSED
+  uint32_t cache_max_ttl = 3600;         // ForwarderOptions::cache_max_ttl
+  uint32_t cache_denial_max_ttl = 1800;  // ForwarderOptions::cache_denial_max_ttl
+  bool forwarding = true;                // false: names outside the zone get REFUSED
   // More addresses ("ADDR:PORT") the same zone is answered on, each by a server of its own
   // over the sink's zone and forwarder, with its own `server` label in the metrics (the
   // node-local address beside the cluster DNS address).

@@ -308,6 +308,10 @@ TEST(Config, BadInputsGiveOneErrorNamingTheKeyAndValue) {
        {{"dns-cache-size", {"lots"}}},
        nullptr,
        R"(--dns-cache-size: "lots" is not a whole number in 0..10000000)"},
+      {"cache denial cap",
+       {{"dns-cache-denial-max-ttl", {"-1"}}},
+       nullptr,
+       R"(--dns-cache-denial-max-ttl: "-1" is not a whole number in 0..86400)"},
       {"peer timeout",
        {{"drain-peer-timeout-ms", {"0"}}},
        nullptr,
@@ -496,7 +500,8 @@ TEST(Config, TheCommandLineWinsBeforeTheFileIsChecked) {
 TEST(Config, DnsZoneOptionsFromTheFileAndFlags) {
   YAML::Node file = YAML::Load(
       "dns-namespaces: [demo, kube-system]\ndns-noendpoints: true\n"
-      "dns-ignore-empty-service: true\ndns-negative-ttl: 30\ndns-cache-max-ttl: 600\n");
+      "dns-ignore-empty-service: true\ndns-negative-ttl: 30\ndns-cache-max-ttl: 600\n"
+      "dns-cache-denial-max-ttl: 0\n");
   auto c = decode_config({{"dns-cache-size", {"500"}}}, &file);
   ASSERT_TRUE(c) << c.error();
   EXPECT_EQ(c->dns_namespaces, (std::vector<std::string>{"demo", "kube-system"}));
@@ -504,12 +509,14 @@ TEST(Config, DnsZoneOptionsFromTheFileAndFlags) {
   EXPECT_TRUE(c->dns_ignore_empty_service);
   EXPECT_EQ(c->dns_negative_ttl, std::chrono::seconds(30));
   EXPECT_EQ(c->dns_cache_max_ttl, std::chrono::seconds(600));
+  EXPECT_EQ(c->dns_cache_denial_max_ttl, std::chrono::seconds(0));
   EXPECT_EQ(c->dns_cache_size, 500u);
   auto d = decode_config({}, nullptr);
   ASSERT_TRUE(d);
   EXPECT_TRUE(d->dns_namespaces.empty());
   EXPECT_FALSE(d->dns_noendpoints);
   EXPECT_EQ(d->dns_negative_ttl, std::chrono::seconds(5));
+  EXPECT_EQ(d->dns_cache_denial_max_ttl, std::chrono::seconds(1800));
 }
 
 TEST(Config, FileErrorsComeBackAsErrorsFromTheCommandLine) {

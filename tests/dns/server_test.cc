@@ -665,6 +665,42 @@ TEST_F(ServerTest, TerminatingEndpointLeavesButItsLastAnswerIsRemembered) {
   EXPECT_FALSE(sink_->last_answer_expiry(ip("10.9.9.9")));
 }
 
+// CoreDNS's cache `success` and `denial` TTLs: a forwarded answer stays cached no longer than
+// its cap, and its TTLs say so from the first reply on; a denial cap of 0 caches no NXDOMAIN.
+TEST(ServerCacheCaps, SuccessAndDenialCapsSeenByDig) {
+  FakeUpstream up;
+  DnsOptions o;
+  o.listen = "127.0.0.1:0";
+  o.upstreams = {"127.0.0.1:" + std::to_string(up.port())};
+  o.forward_timeout = std::chrono::milliseconds(300);
+  o.forward_tries = 1;
+  o.cache_max_ttl = 1;         // example.org's A comes with TTL 2
+  o.cache_denial_max_ttl = 0;  // missing.example's NXDOMAIN with SOA minimum 1
+  DnsSink sink(o, nullptr, nullptr);
+  ASSERT_TRUE(sink.start().ok());
+  auto dig = [&](const std::string& args) {
+    return run("dig -p " + std::to_string(sink.port()) +
+               " @127.0.0.1 +time=2 +tries=1 +noall +answer +authority " + args + " 2>&1");
+  };
+  // The first reply already carries the capped TTL (the upstream said 2).
+  std::string first = dig("example.org A");
+  EXPECT_NE(first.find("example.org.\t\t1\tIN\tA\t192.0.2.1"), std::string::npos) << first;
+  int seen = up.queries();
+  std::string again = dig("example.org A");  // from the cache, within the second
+  EXPECT_NE(again.find("192.0.2.1"), std::string::npos) << again;
+  EXPECT_EQ(up.queries(), seen);
+  // Past the cap the upstream is asked again, although its TTL (2 s) has not run out.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  EXPECT_NE(dig("example.org A").find("192.0.2.1"), std::string::npos);
+  EXPECT_EQ(up.queries(), seen + 1);
+  // Denial cap 0: every NXDOMAIN goes upstream.
+  seen = up.queries();
+  for (int i = 0; i < 3; ++i) EXPECT_NE(dig("missing.example A").find("SOA"), std::string::npos);
+  EXPECT_EQ(up.queries(), seen + 3);
+  EXPECT_EQ(sink.forwarder()->cache_size(), 1u);  // example.org alone
+  sink.stop();
+}
+
 TEST(ServerTcpLimit, ConnectionsPastTheLimitAreClosedAndCounted) {
   DnsOptions o;
   o.listen = "127.0.0.1:0";
