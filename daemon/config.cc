@@ -15,6 +15,7 @@
 
 #include "daemon/kubeproxy_config.h"
 #include "dns/message.h"
+#include "dns/zone.h"
 #include "model/time.h"
 
 namespace endpointd::daemon {
@@ -477,6 +478,33 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
     if (zone->empty() || !dns::name_from_text(*zone)) d.fail_last(*zone, "is not a DNS name");
     cfg.dns_zone = *zone;
   }
+  if (auto l = d.list("dns-extra-zones")) {
+    // Lower case, without the root's dot: the form the zone builder and the reload compare.
+    auto canonical = [](std::string z) {
+      if (!z.empty() && z.back() == '.') z.pop_back();
+      for (char& c : z) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return z;
+    };
+    auto first = dns::name_from_text(canonical(cfg.dns_zone));
+    for (const auto& text : l->second) {
+      std::string z = canonical(text);
+      auto w = dns::name_from_text(z);
+      if (z.empty() || !w) {
+        d.fail(l->first, text, "is not a DNS name");
+        break;
+      }
+      if (first && dns::name_under(*w, *first)) {
+        d.fail(l->first, text, "is inside the zone " + cfg.dns_zone + ", which answers it already");
+        break;
+      }
+      if (std::find(cfg.dns_extra_zones.begin(), cfg.dns_extra_zones.end(), z) !=
+          cfg.dns_extra_zones.end()) {
+        d.fail(l->first, text, "is listed twice");
+        break;
+      }
+      cfg.dns_extra_zones.push_back(z);
+    }
+  }
   cfg.dns_upstream = d.upstreams("dns-upstream");
   cfg.dns_pod_records = d.choice("dns-pod-records", kPodRecords, cfg.dns_pod_records);
   cfg.dns_loadbalance = d.boolean("dns-loadbalance", cfg.dns_loadbalance);
@@ -621,6 +649,9 @@ void add_run_flags(CLI::App& app) {
       std::string(to_string(def.dataplane)));
   add(app, "dns-listen", "IP:PORT for the DNS server (empty: DNS off)");
   add(app, "dns-zone", "Cluster DNS zone", def.dns_zone);
+  add(app, "dns-extra-zones",
+      "More zones answering the same names, e.g. example.com (CoreDNS's additional zones of "
+      "the kubernetes plugin); reverse lookups answer names of --dns-zone");
   add(app, "dns-upstream", "Upstream DNS servers IP[:PORT],... (default: /etc/resolv.conf)");
   add(app, "feed-listen", "ADDR:PORT for the gRPC feed and xDS (empty: off)");
   add(app, "feed-tls-cert", "PEM certificate of the feed server (with --feed-tls-key: TLS)");

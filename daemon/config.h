@@ -92,6 +92,7 @@ struct Config {
   // DNS.
   std::optional<model::HostPort> dns_listen;  // an IP address and a port
   std::string dns_zone = "cluster.local";
+  std::vector<std::string> dns_extra_zones;  // lower case, no trailing dot
   std::vector<model::HostPort>
       dns_upstream;  // IP addresses, port 53 unless given; empty: resolv.conf
   dns::PodMode dns_pod_records = dns::PodMode::kInsecure;

@@ -35,6 +35,7 @@ dns::DnsOptions dns_options(const Config& cfg) {
   dns::DnsOptions o;
   o.listen = cfg.dns_listen ? cfg.dns_listen->str() : std::string();
   o.zone = cfg.dns_zone;
+  o.extra_zones = cfg.dns_extra_zones;
   for (const auto& u : cfg.dns_upstream) o.upstreams.push_back(u.str());
   o.ttl = static_cast<uint32_t>(cfg.dns_ttl.count());
   o.negative_ttl = static_cast<uint32_t>(cfg.dns_negative_ttl.count());

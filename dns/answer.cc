@@ -86,10 +86,11 @@ void prefetch_answer(const Zone::Lookup& lk) {
   __builtin_prefetch(lk.set->body.data());
 }
 
-Reply answer_lookup(const Zone& zone, const Zone::Lookup& lk_in, std::span<const uint8_t> pkt,
+Reply answer_lookup(const Zone& asked, const Zone::Lookup& lk_in, std::span<const uint8_t> pkt,
                     const Query& q, uint8_t* out, size_t cap, size_t limit, int64_t now_ns) {
   Reply r;
   Zone::Lookup lk = lk_in;
+  const Zone& zone = lk.zone ? *lk.zone : asked;  // an additional zone's own SOA and TTL
   if (lk.kind == Zone::Kind::kNotOurs) {
     r.action = Reply::Action::kForward;
     return r;

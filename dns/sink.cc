@@ -11,9 +11,13 @@ namespace endpointd::dns {
 
 namespace {
 
-ZoneOptions zone_options(const DnsOptions& o) {
+// The options of the zone `index` (0: DnsOptions::zone, then the extra zones in order).
+ZoneOptions zone_options(const DnsOptions& o, size_t index = 0) {
   ZoneOptions z;
-  z.zone = o.zone;
+  z.zone = index == 0 ? o.zone : o.extra_zones[index - 1];
+  z.reverse = index == 0;
+  for (size_t i = 0; i <= o.extra_zones.size(); ++i)
+    if (i != index) z.other_zones.push_back(i == 0 ? o.zone : o.extra_zones[i - 1]);
   z.ttl = o.ttl;
   z.negative_ttl = o.negative_ttl;
   z.pod_mode = o.pod_mode;
@@ -23,6 +27,12 @@ ZoneOptions zone_options(const DnsOptions& o) {
   z.ignore_empty_service = o.ignore_empty_service;
   z.namespaces = o.namespaces;
   return z;
+}
+
+std::string zone_list(const DnsOptions& o) {
+  std::string s = o.zone;
+  for (const auto& z : o.extra_zones) s += " " + z;
+  return s;
 }
 
 // Forwarding only for loopback and the private ranges unless told otherwise: the agent is
@@ -44,7 +54,12 @@ DnsSink::DnsSink(DnsOptions opts, pipeline::AckBoard* board, prometheus::Registr
       registry_(registry),
       metrics_(std::make_unique<Metrics>(registry, "dns://" + opts_.listen)),
       builder_(zone_options(opts_)) {
-  zones_.publish(Zone::unsynced(zone_options(opts_)));
+  std::vector<ZonePtr> also;
+  for (size_t i = 1; i <= opts_.extra_zones.size(); ++i) {
+    extra_builders_.push_back(std::make_unique<ZoneBuilder>(zone_options(opts_, i)));
+    also.push_back(Zone::unsynced(zone_options(opts_, i)));
+  }
+  zones_.publish(Zone::with_also(Zone::unsynced(zone_options(opts_)), std::move(also)));
   if (board_) board_->add("dns", model::RouteView::kDns);
 }
 
@@ -66,6 +81,8 @@ Status DnsSink::start() {
     listens.push_back(*hp);
   }
   if (!name_from_text(opts_.zone)) return Error{"dns: bad zone '" + opts_.zone + "'"};
+  for (const auto& z : opts_.extra_zones)
+    if (!name_from_text(z)) return Error{"dns: bad zone '" + z + "'"};
   if (opts_.forwarding) {
     ForwarderOptions fo;
     fo.upstreams = opts_.upstreams;
@@ -117,24 +134,35 @@ void DnsSink::apply(const model::SnapshotPtr& snap, const model::Delta& delta) {
   auto t0 = Clock::now();
   {
     std::lock_guard lk(mu_);
-    zones_.publish(builder_.apply(snap, delta));
+    std::vector<ZonePtr> also;
+    for (auto& b : extra_builders_) also.push_back(b->apply(snap, delta));
+    zones_.publish(Zone::with_also(builder_.apply(snap, delta), std::move(also)));
     metrics_->programming(std::chrono::duration<double>(Clock::now() - t0).count());
-    builder_.harvest(horizon_ns());
+    harvest();
   }
   if (board_) board_->applied("dns", snap);
 }
 
 Status DnsSink::reconfigure(const DnsOptions& next) {
-  if (next.zone != opts_.zone)
-    return Error{"dns: the zone changed from " + opts_.zone + " to " + next.zone +
+  if (next.zone != opts_.zone || next.extra_zones != opts_.extra_zones)
+    return Error{"dns: the zones changed from " + zone_list(opts_) + " to " + zone_list(next) +
                  ": that needs a restart"};
   std::lock_guard lk(mu_);
   max_ttl_ = std::max(max_ttl_, next.ttl);
   auto t0 = Clock::now();
-  zones_.publish(builder_.reconfigure(zone_options(next)));
+  std::vector<ZonePtr> also;
+  for (size_t i = 0; i < extra_builders_.size(); ++i)
+    also.push_back(extra_builders_[i]->reconfigure(zone_options(next, i + 1)));
+  zones_.publish(Zone::with_also(builder_.reconfigure(zone_options(next)), std::move(also)));
   metrics_->programming(std::chrono::duration<double>(Clock::now() - t0).count());
   spdlog::info("dns: options reloaded, zone {} built again", opts_.zone);
   return {};
+}
+
+void DnsSink::harvest() {
+  int64_t horizon = horizon_ns();
+  builder_.harvest(horizon);
+  for (auto& b : extra_builders_) b->harvest(horizon);
 }
 
 int64_t DnsSink::horizon_ns() const {
@@ -148,8 +176,10 @@ std::optional<DnsSink::Clock::time_point> DnsSink::last_answer_expiry(const mode
   uint32_t ttl = 0;
   {
     std::lock_guard lk(mu_);
-    builder_.harvest(horizon_ns());
+    harvest();
     ns = builder_.last_served_ns(a);
+    for (auto& b : extra_builders_)
+      if (auto n = b->last_served_ns(a); n && (!ns || *n > *ns)) ns = n;
     ttl = max_ttl_;
   }
   if (!ns) return std::nullopt;

@@ -26,6 +26,9 @@ namespace endpointd::dns {
 struct DnsOptions {
   std::string listen = "127.0.0.1:53";  // "ADDR:PORT" or "[V6]:PORT"; port 0 picks a free one
   std::string zone = "cluster.local";
+  // CoreDNS's additional zones (`kubernetes cluster.local example.com`): the same names under
+  // each, built by a builder of their own; reverse (PTR) names only under `zone`.
+  std::vector<std::string> extra_zones;
   std::vector<std::string> upstreams;  // "ADDR[:PORT]"; empty: /etc/resolv.conf
   uint32_t ttl = 5;
   uint32_t negative_ttl = 5;
@@ -86,6 +89,7 @@ class DnsSink : public pipeline::Sink {
 
  private:
   int64_t horizon_ns() const;  // replies older than this have expired everywhere
+  void harvest();              // every builder's, under mu_
 
   const DnsOptions opts_;  // as started: a reload changes only the builder's zone options
   uint32_t max_ttl_ = 0;   // the longest TTL any reply carried: drain waits out the longest
@@ -100,9 +104,10 @@ class DnsSink : public pipeline::Sink {
   };
   std::vector<Listener> servers_;  // opts_.listen, then opts_.also_listen
 
-  mutable std::mutex mu_;  // guards builder_, max_ttl_: apply() and reconfigure() against the
-                           // drain queries
+  mutable std::mutex mu_;  // guards the builders, max_ttl_: apply() and reconfigure() against
+                           // the drain queries
   ZoneBuilder builder_;
+  std::vector<std::unique_ptr<ZoneBuilder>> extra_builders_;  // opts_.extra_zones, in order
 };
 
 }  // namespace endpointd::dns

@@ -51,6 +51,13 @@ struct ZoneOptions {
   // CoreDNS's `namespaces`: only these namespaces' names exist (services, their endpoints,
   // pods); empty: every namespace.
   std::vector<std::string> namespaces;
+  // PTR names for the services' and endpoints' addresses (in-addr.arpa, ip6.arpa). An
+  // additional zone leaves them to the first, as CoreDNS answers reverse lookups with names
+  // of its primary zone.
+  bool reverse = true;
+  // The agent's other zones: an ExternalName naming something in one of them is answered
+  // with the CNAME alone, never asked of the upstream.
+  std::vector<std::string> other_zones;
 
   bool exposes(std::string_view ns) const {
     return namespaces.empty() ||
@@ -142,6 +149,9 @@ class Zone {
     bool soa = true;            // negative answers: add the SOA
     uint8_t soa_at = 0;         // where the SOA's owner starts inside the question name
     model::IpAddr pod_address;  // kPodAddress (insecure pod mode, name not pre-encoded)
+    // The zone that answered when it is not the one asked: an additional zone (its SOA, TTL
+    // and pod log are the ones to use). Null: the zone asked.
+    const Zone* zone = nullptr;
     // An A or AAAA answer that is an ExternalName's CNAME to a name outside the zone: that
     // name (wire form), whose records of the type asked the server may add from upstream.
     std::string_view chase;
@@ -151,6 +161,10 @@ class Zone {
   static std::shared_ptr<const Zone> build(const model::Snapshot& snap, const ZoneOptions& opts);
   // The zone before the first sync: every name inside it answers SERVFAIL.
   static std::shared_ptr<const Zone> unsynced(const ZoneOptions& opts);
+  // `first` answering for `also` too (CoreDNS's additional zones): a name outside `first`
+  // is looked up in the zone of `also` it falls in. Shares first's index.
+  static std::shared_ptr<const Zone> with_also(const std::shared_ptr<const Zone>& first,
+                                               std::vector<std::shared_ptr<const Zone>> also);
 
   // `qname_lower` in wire form, lower case. No allocation, no lock.
   Lookup lookup(const WireName& qname_lower, uint16_t qtype) const;
@@ -204,6 +218,7 @@ class Zone {
   std::vector<std::shared_ptr<const Shard>> shards_ =
       std::vector<std::shared_ptr<const Shard>>(kShards);
   std::shared_ptr<const AnswerLog> pod_answers_;
+  std::vector<std::shared_ptr<const Zone>> also_;  // additional zones (with_also)
 };
 
 using ZonePtr = std::shared_ptr<const Zone>;

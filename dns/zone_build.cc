@@ -485,7 +485,7 @@ class ZoneBuilder::Impl {
       // A name of the zone is written as the zone has it (lower case), any other as given.
       uint32_t t = writer_.name(key ? lower : *target);
       writer_.name_record(b, type::kCNAME, t);
-      if (!name_under(lower, apex_)) writer_.chase_out(b, t);
+      if (!ours(lower)) writer_.chase_out(b, t);
       if (key) {
         // In the zone: A and AAAA answers carry the target's records after the CNAME, as
         // CoreDNS answers (the client need not ask again).
@@ -575,8 +575,20 @@ class ZoneBuilder::Impl {
       }
     }
     e.block = writer_.finish();
-    for (const auto& [a, id] : ptrs) e.ptrs.emplace_back(a, writer_.node_name(id));
+    if (opts_.reverse)
+      for (const auto& [a, id] : ptrs) e.ptrs.emplace_back(a, writer_.node_name(id));
     return e;
+  }
+
+  // Whether `name` (lower case) is in this zone or in one of the agent's other zones.
+  bool ours(const WireName& name) const {
+    if (name_under(name, apex_)) return true;
+    for (const auto& z : opts_.other_zones)
+      if (auto w = name_from_text(z)) {
+        lowercase_name({w->bytes.data(), w->len});
+        if (name_under(name, *w)) return true;
+      }
+    return false;
   }
 
   // The service that `name` (lower case) names when it is <service>.<namespace>.svc.<zone>.
@@ -805,6 +817,14 @@ std::shared_ptr<const Zone> Zone::build(const model::Snapshot& snap, const ZoneO
   ZoneBuilder b(opts);
   // The builder keeps the snapshot it applied; a copy that shares its services suffices.
   return b.apply(std::make_shared<model::Snapshot>(snap));
+}
+
+std::shared_ptr<const Zone> Zone::with_also(const std::shared_ptr<const Zone>& first,
+                                            std::vector<std::shared_ptr<const Zone>> also) {
+  if (also.empty()) return first;
+  auto z = std::make_shared<Zone>(*first);
+  z->also_ = std::move(also);
+  return z;
 }
 
 std::shared_ptr<const Zone> Zone::unsynced(const ZoneOptions& opts) {

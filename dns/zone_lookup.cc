@@ -148,7 +148,15 @@ Zone::Lookup Zone::lookup(const WireName& q, uint16_t qtype, uint64_t h) const {
     r.kind = Kind::kNoData;
     return r;
   }
-  if (!in_zone(q)) return r;  // kNotOurs
+  if (!in_zone(q)) {
+    for (const auto& z : also_)
+      if (z->in_zone(q)) {
+        Lookup l = z->lookup(q, qtype, h);
+        if (!l.zone) l.zone = z.get();
+        return l;
+      }
+    return r;  // kNotOurs
+  }
   if (!synced_) {
     r.kind = Kind::kNotSynced;
     return r;

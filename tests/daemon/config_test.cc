@@ -308,6 +308,18 @@ TEST(Config, BadInputsGiveOneErrorNamingTheKeyAndValue) {
        {{"dns-cache-size", {"lots"}}},
        nullptr,
        R"(--dns-cache-size: "lots" is not a whole number in 0..10000000)"},
+      {"extra zone inside the zone",
+       {{"dns-extra-zones", {"example.com,svc2.cluster.local"}}},
+       nullptr,
+       R"(--dns-extra-zones: "svc2.cluster.local" is inside the zone cluster.local, which answers it already)"},
+      {"extra zone not a name",
+       {{"dns-extra-zones", {"a..b"}}},
+       nullptr,
+       R"(--dns-extra-zones: "a..b" is not a DNS name)"},
+      {"extra zone twice",
+       {{"dns-extra-zones", {"Example.com,example.com."}}},
+       nullptr,
+       R"(--dns-extra-zones: "example.com." is listed twice)"},
       {"cache denial cap",
        {{"dns-cache-denial-max-ttl", {"-1"}}},
        nullptr,
@@ -501,7 +513,7 @@ TEST(Config, DnsZoneOptionsFromTheFileAndFlags) {
   YAML::Node file = YAML::Load(
       "dns-namespaces: [demo, kube-system]\ndns-noendpoints: true\n"
       "dns-ignore-empty-service: true\ndns-negative-ttl: 30\ndns-cache-max-ttl: 600\n"
-      "dns-cache-denial-max-ttl: 0\n");
+      "dns-cache-denial-max-ttl: 0\ndns-extra-zones: [Example.COM., corp.internal]\n");
   auto c = decode_config({{"dns-cache-size", {"500"}}}, &file);
   ASSERT_TRUE(c) << c.error();
   EXPECT_EQ(c->dns_namespaces, (std::vector<std::string>{"demo", "kube-system"}));
@@ -510,6 +522,7 @@ TEST(Config, DnsZoneOptionsFromTheFileAndFlags) {
   EXPECT_EQ(c->dns_negative_ttl, std::chrono::seconds(30));
   EXPECT_EQ(c->dns_cache_max_ttl, std::chrono::seconds(600));
   EXPECT_EQ(c->dns_cache_denial_max_ttl, std::chrono::seconds(0));
+  EXPECT_EQ(c->dns_extra_zones, (std::vector<std::string>{"example.com", "corp.internal"}));
   EXPECT_EQ(c->dns_cache_size, 500u);
   auto d = decode_config({}, nullptr);
   ASSERT_TRUE(d);

@@ -701,6 +701,64 @@ TEST(ServerCacheCaps, SuccessAndDenialCapsSeenByDig) {
   sink.stop();
 }
 
+// CoreDNS's additional zones (`kubernetes cluster.local example.com`): every name under each
+// zone, SRV targets and negative answers in the zone asked, reverse names in the first; none of
+// it goes upstream.
+TEST(ServerExtraZones, EveryNameUnderEachZoneReverseUnderTheFirst) {
+  FakeUpstream up;
+  DnsOptions o;
+  o.listen = "127.0.0.1:0";
+  o.extra_zones = {"example.com"};
+  o.upstreams = {"127.0.0.1:" + std::to_string(up.port())};
+  o.forward_timeout = std::chrono::milliseconds(300);
+  o.forward_tries = 1;
+  DnsSink sink(o, nullptr, nullptr);
+  ASSERT_TRUE(sink.start().ok());
+  auto dig = [&](const std::string& args) {
+    return run("dig -p " + std::to_string(sink.port()) + " @127.0.0.1 +time=2 +tries=1 " + args +
+               " 2>&1");
+  };
+  // Before the first sync both zones say SERVFAIL (nothing is forwarded).
+  EXPECT_NE(dig("web.default.svc.example.com A").find("status: SERVFAIL"), std::string::npos);
+  auto alias = service("default", "alias", {});
+  auto& a = std::const_pointer_cast<model::ServiceState>(alias)->service;
+  a.type = model::ServiceType::kExternalName;
+  a.external_name = "web.default.svc.example.com";
+  sink.apply(
+      snapshot(
+          {service("default", "web", {"10.96.0.10"}),
+           service("default", "db", {"None"}, {endpoint("10.1.0.1", true, false, "db-0")}), alias},
+          3),
+      model::Delta{});
+  EXPECT_EQ(dig("+short web.default.svc.example.com A"), "10.96.0.10\n");
+  EXPECT_EQ(dig("+short WEB.default.svc.Example.COM A"), "10.96.0.10\n");
+  EXPECT_EQ(dig("+short web.default.svc.cluster.local A"), "10.96.0.10\n");
+  EXPECT_EQ(dig("+short db-0.db.default.svc.example.com A"), "10.1.0.1\n");
+  EXPECT_EQ(dig("+short _http._tcp.db.default.svc.example.com SRV"),
+            "0 100 8080 db-0.db.default.svc.example.com.\n");
+  std::string nx = dig("nope.default.svc.example.com A");
+  EXPECT_NE(nx.find("status: NXDOMAIN"), std::string::npos) << nx;
+  EXPECT_NE(nx.find("example.com.\t\t5\tIN\tSOA\tns.dns.example.com."), std::string::npos) << nx;
+  EXPECT_EQ(dig("+short -x 10.96.0.10"), "web.default.svc.cluster.local.\n");
+  // An ExternalName into the other zone: the CNAME alone, not asked upstream.
+  EXPECT_EQ(dig("+short alias.default.svc.cluster.local A"), "web.default.svc.example.com.\n");
+  EXPECT_EQ(up.queries(), 0);
+  // Changes reach both zones.
+  sink.apply(snapshot({service("default", "web", {"10.96.0.20"})}, 4), model::Delta{});
+  EXPECT_EQ(dig("+short web.default.svc.example.com A"), "10.96.0.20\n");
+  EXPECT_EQ(dig("+short web.default.svc.cluster.local A"), "10.96.0.20\n");
+  // A reload may not change the zones.
+  DnsOptions next = o;
+  next.extra_zones = {"example.org"};
+  auto st = sink.reconfigure(next);
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.error().find("cluster.local example.com to cluster.local example.org"),
+            std::string::npos)
+      << st.error();
+  EXPECT_EQ(dig("+short web.default.svc.example.com A"), "10.96.0.20\n");
+  sink.stop();
+}
+
 TEST(ServerTcpLimit, ConnectionsPastTheLimitAreClosedAndCounted) {
   DnsOptions o;
   o.listen = "127.0.0.1:0";

@@ -124,6 +124,10 @@ def check_render(name, sets, namespace="endpointd"):
     want_nla = v["dns"]["nodeLocalAddress"] if v["dns"]["enabled"] else ""
     check(cfg.get("dns-node-local-address", "") == want_nla,
           f"[{name}] dns-node-local-address {cfg.get('dns-node-local-address')}, want {want_nla!r}")
+#Additional zones: as given, only with DNS on.
+    want_zones = v["dns"]["extraZones"] if v["dns"]["enabled"] else []
+    check(cfg.get("dns-extra-zones", []) == want_zones,
+          f"[{name}] dns-extra-zones {cfg.get('dns-extra-zones')}, want {want_zones!r}")
     check(("feed-listen" in cfg) == v["feed"]["enabled"], f"[{name}] feed-listen present iff feed.enabled")
     check(cfg["admin-listen"] == v["admin"]["listen"], f"[{name}] admin-listen {cfg['admin-listen']}")
     check(cfg["health-listen"] == v["health"]["listen"], f"[{name}] health-listen {cfg['health-listen']}")
@@ -507,6 +511,7 @@ def main():
                                       "health.listen="], "endpointd"),
         ("node-local-dns", ["dns.enabled=true", "dns.nodeLocalAddress=169.254.20.10", "kubeDNS.enabled=true",
                             "kubeDNS.clusterIP=10.96.0.10"], "kube-system"),
+        ("dns-extra-zones", ["dns.enabled=true", "dns.extraZones={example.com,corp.internal}"], "endpointd"),
         ("node-local-dns-v6", ["dns.enabled=true", "dns.listen=[::]:53", "dns.nodeLocalAddress=fd00::10"],
          "endpointd"),
         ("kube-dns-cluster-policy", ["dns.enabled=true", "kubeDNS.enabled=true", "kubeDNS.clusterIP=10.96.0.10",
@@ -562,6 +567,7 @@ def main():
         (["log.format=xml"], "/log/format"),
         (["dns.enabled=true", "dns.nodeLocalAddress=dns.local"], "/dns/nodeLocalAddress"),
         (["dns.nodeLocalAddress=169.254.20.10"], "dns.nodeLocalAddress needs dns.enabled"),
+        (["dns.enabled=true", "dns.extraZones={Bad_Zone}"], "/dns/extraZones"),
         (["dns.enabled=true", "kubeDNS.enabled=true", "kubeDNS.clusterIP=10.96.0.10",
           "kubeDNS.internalTrafficPolicy=Nope"], "/kubeDNS/internalTrafficPolicy"),
         (["metrics.serviceMonitor.enabled=true", "admin.listen=127.0.0.1:10249"], "admin.listen"),
