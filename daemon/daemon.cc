@@ -6,6 +6,7 @@
 #include <prometheus/registry.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <map>
@@ -20,6 +21,7 @@
 #include "feed/feed.h"
 #include "pipeline/ack_board.h"
 #include "pipeline/update_loop.h"
+#include "proxy/address_monitor.h"
 #include "proxy/conntrack.h"
 #include "proxy/conntrack_sysctl.h"
 #include "proxy/dataplane.h"
@@ -68,6 +70,9 @@ struct Daemon::Impl {
   std::map<std::pair<std::string, std::string>, uint64_t> listener_drops_seen;
   std::unique_ptr<proxy::Dataplane> dataplane;
   std::unique_ptr<dns::DnsSink> dns_sink;
+  // Puts the node-local DNS address back when something takes it off the node (an operator's
+  // `ip addr flush`, a network agent that owns the interfaces), as NodeLocal DNSCache does.
+  std::unique_ptr<proxy::AddressMonitor> node_local_watch;
   std::unique_ptr<feed::FeedSink> feed_sink;
   // Without the nftables dataplane, drain/ still counts flows in conntrack.
   std::unique_ptr<proxy::Conntrack> own_conntrack;
@@ -319,6 +324,7 @@ void Daemon::stop() {
   if (m.health) m.health->stop();
   if (m.loop) m.loop->stop();
   if (m.drain) m.drain->stop();
+  m.node_local_watch.reset();
   if (m.dns_sink) m.dns_sink->stop();
   if (m.feed_sink) m.feed_sink->stop();
 }
@@ -431,6 +437,20 @@ Result<std::optional<std::string>> Daemon::Impl::node_local_dns() {
   const model::IpAddr& addr = *cfg.dns_node_local_address;
   auto where = proxy::ensure_node_local_address(addr);
   if (!where) return prefixed("node-local DNS", where.error());
+  auto watch = proxy::AddressMonitor::start([addr] {
+    auto have = proxy::host_addresses();
+    if (std::find(have.begin(), have.end(), addr) != have.end()) return;
+    if (auto again = proxy::ensure_node_local_address(addr); again)
+      spdlog::warn("node-local DNS: {} was taken off the node; put back on {}", addr.str(), *again);
+    else
+      spdlog::error("node-local DNS: {} was taken off the node and cannot be put back: {}",
+                    addr.str(), again.error());
+  });
+  if (watch)
+    node_local_watch = std::move(*watch);
+  else
+    spdlog::warn("node-local DNS on {}: not watched, nothing puts it back if it is removed: {}",
+                 addr.str(), watch.error());
   if (!dataplane)
     spdlog::warn(
         "node-local DNS on {}: without the nftables dataplane there are no notrack rules, so "

@@ -204,6 +204,7 @@ size_t chase_reply(const Query& q, std::span<const uint8_t> cname,
   for (const Record& rr : theirs->answer) {
     bool wanted = rr.type == type::kCNAME || rr.type == q.qtype;
     if (rr.cls != kClassIN || !wanted) continue;
+    if (rr.type != type::kCNAME && rr.rdata.size() != (rr.type == type::kA ? 4u : 16u)) continue;
     auto owner = name_from_text(rr.name);
     if (!owner) return 0;
     add.emplace_back(&rr, owner);

@@ -37,12 +37,19 @@ const endpointd::dns::Zone& zone() {
     endpointd::dns::ZoneOptions o;
     o.pod_mode = endpointd::dns::PodMode::kInsecure;
     o.loadbalance = true;  // db's two A records are rotated
-    return endpointd::dns::Zone::build(
-        *snapshot({service("default", "web", {"10.96.0.10", "fd00::10"}),
-                   service("default", "db", {"None"},
-                           {endpoint("10.1.0.1", true, false, "db-0"), endpoint("10.1.0.2")}),
-                   alias(), outside()}),
-        o);
+    auto snap =
+        snapshot({service("default", "web", {"10.96.0.10", "fd00::10"}),
+                  service("default", "db", {"None"},
+                          {endpoint("10.1.0.1", true, false, "db-0"), endpoint("10.1.0.2")}),
+                  alias(), outside()});
+    // An additional zone (CoreDNS's `kubernetes cluster.local example.com`) served beside it.
+    endpointd::dns::ZoneOptions extra = o;
+    extra.zone = "example.com";
+    extra.reverse = false;
+    extra.other_zones = {"cluster.local"};
+    o.other_zones = {"example.com"};
+    return endpointd::dns::Zone::with_also(endpointd::dns::Zone::build(*snap, o),
+                                           {endpointd::dns::Zone::build(*snap, extra)});
   }();
   return *z;
 }

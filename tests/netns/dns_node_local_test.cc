@@ -157,6 +157,14 @@ TEST_F(DnsNodeLocalNetns, AnswersOnTheLinkLocalAddressWithoutConntrack) {
   EXPECT_EQ(dig(pod(), kNodeAddr, false), "10.96.0.11\n");
   EXPECT_EQ(dig(pod(), kNodeLocal, true), "10.96.0.11\n");
 
+  // Someone takes the address off the node: the agent puts it back and answers on it again.
+  ASSERT_TRUE(node().exec({"ip", "addr", "del", std::string(kNodeLocal) + "/32", "dev", on}).ok());
+  EXPECT_TRUE(eventually([&] { return dig(pod(), kNodeLocal, false) == "10.96.0.11\n"; },
+                         std::chrono::seconds(5)))
+      << agent_->log();
+  EXPECT_NE(agent_->log().find("was taken off the node; put back on " + on), std::string::npos)
+      << agent_->log();
+
   // `run --cleanup` with the same settings takes the address off the node with the tables.
   agent_->stop();
   auto cleanup =
