@@ -144,6 +144,9 @@ struct ProxySink::Metrics {
   prometheus::Counter* rejected = nullptr;
   prometheus::Counter* conntrack_deleted = nullptr;
   prometheus::Counter* conntrack_failures = nullptr;
+  // kube-proxy's conntrack reconciler names: the entries deleted, and each cleanup's time.
+  prometheus::Counter* reconciler_deleted = nullptr;
+  prometheus::Histogram* reconciler_duration = nullptr;
   prometheus::Counter* elements_full = nullptr;
   prometheus::Counter* elements_partial = nullptr;
 };
@@ -235,6 +238,13 @@ ProxySink::ProxySink(Backend* backend, pipeline::AckBoard* board, Options opts)
         counter("endpointd_proxy_conntrack_deleted_total", "Stale UDP conntrack entries deleted.");
     metrics_->conntrack_failures = counter("endpointd_proxy_conntrack_cleanup_failures_total",
                                            "UDP conntrack cleanups that failed.");
+    metrics_->reconciler_deleted =
+        counter("kubeproxy_conntrack_reconciler_deleted_entries_total",
+                "Stale UDP conntrack entries deleted (kube-proxy's name; no ip_family label).");
+    metrics_->reconciler_duration =
+        hist("kubeproxy_conntrack_reconciler_sync_duration_seconds",
+             "Time of one UDP conntrack cleanup: the sweep after a full sync, or the entries of "
+             "the endpoints a batch removed (kube-proxy's name).");
     auto& written = prometheus::BuildCounter()
                         .Name("endpointd_proxy_elements_written_total")
                         .Help(
@@ -509,6 +519,8 @@ void ProxySink::after_commit(const model::Snapshot* before, const model::Snapsho
                                             [&](const FlowMatch& m) { return m.matches(f); });
     })
                              : opts_.conntrack->delete_flows(stale);
+    if (metrics_->reconciler_duration)
+      metrics_->reconciler_duration->Observe(seconds(Clock::now() - started));
     if (!r) {
       ++conntrack_failures_;
       if (metrics_->conntrack_failures) metrics_->conntrack_failures->Increment();
@@ -524,8 +536,10 @@ void ProxySink::after_commit(const model::Snapshot* before, const model::Snapsho
                     std::chrono::duration<double, std::milli>(Clock::now() - started).count());
       }
       conntrack_deleted_ += *r;
-      if (metrics_->conntrack_deleted)
+      if (metrics_->conntrack_deleted) {
         metrics_->conntrack_deleted->Increment(static_cast<double>(*r));
+        metrics_->reconciler_deleted->Increment(static_cast<double>(*r));
+      }
     }
   }
   if (opts_.health_checks && health)

@@ -129,11 +129,17 @@ class SweepTest : public ::testing::Test {
     o.backoff_min = std::chrono::milliseconds(10);
     return std::make_unique<ProxySink>(&backend_, &board_, o);
   }
-  double deleted_metric() {
+  double metric(const std::string& series) {
     std::string text = prometheus::TextSerializer().Serialize(registry_.Collect());
-    auto pos = text.find("\nendpointd_proxy_conntrack_deleted_total ");
+    auto pos = text.find("\n" + series + " ");
     if (pos == std::string::npos) return -1;
-    return std::stod(text.substr(pos + 41));
+    return std::stod(text.substr(pos + series.size() + 2));
+  }
+  // endpointd's name and kube-proxy's count the same.
+  double deleted_metric() {
+    double ours = metric("endpointd_proxy_conntrack_deleted_total");
+    double theirs = metric("kubeproxy_conntrack_reconciler_deleted_entries_total");
+    return ours == theirs ? ours : -2;
   }
 
   support::AcceptingBackend backend_;
@@ -174,6 +180,8 @@ TEST_F(SweepTest, ANewSinkDeletesEntriesOfEndpointsThatLeftWhileItWasDown) {
   EXPECT_EQ(ct_.list()->size(), 2u);
   EXPECT_EQ(sink->conntrack_deleted(), 2u);
   EXPECT_EQ(deleted_metric(), 2);
+  // Each cleanup is timed under kube-proxy's reconciler name: the sweep and the delta's.
+  EXPECT_EQ(metric("kubeproxy_conntrack_reconciler_sync_duration_seconds_count"), 2);
 }
 
 TEST_F(SweepTest, AServiceThatHadNoEndpointsLosesItsBlackholedEntriesAtStart) {
