@@ -11,26 +11,6 @@
 
 namespace {
 
-// An ExternalName into the zone: its A and AAAA answers carry db's records after the CNAME.
-endpointd::model::ServiceStatePtr alias() {
-  using namespace endpointd::dns::testing;
-  auto a = service("default", "alias", {});
-  auto& s = std::const_pointer_cast<endpointd::model::ServiceState>(a)->service;
-  s.type = endpointd::model::ServiceType::kExternalName;
-  s.external_name = "db.default.svc.cluster.local";
-  return a;
-}
-
-// An ExternalName out of the zone: its A and AAAA answers are completed from upstream.
-endpointd::model::ServiceStatePtr outside() {
-  using namespace endpointd::dns::testing;
-  auto a = service("default", "out", {});
-  auto& s = std::const_pointer_cast<endpointd::model::ServiceState>(a)->service;
-  s.type = endpointd::model::ServiceType::kExternalName;
-  s.external_name = "example.org";
-  return a;
-}
-
 const endpointd::dns::Zone& zone() {
   using namespace endpointd::dns::testing;
   static auto z = [] {
@@ -41,7 +21,10 @@ const endpointd::dns::Zone& zone() {
         snapshot({service("default", "web", {"10.96.0.10", "fd00::10"}),
                   service("default", "db", {"None"},
                           {endpoint("10.1.0.1", true, false, "db-0"), endpoint("10.1.0.2")}),
-                  alias(), outside()});
+                  // ExternalNames: into the zone (A and AAAA answers carry db's records after
+                  // the CNAME), and out of it (completed from upstream).
+                  external_name("default", "alias", "db.default.svc.cluster.local"),
+                  external_name("default", "out", "example.org")});
     // An additional zone (CoreDNS's `kubernetes cluster.local example.com`) served beside it.
     endpointd::dns::ZoneOptions extra = o;
     extra.zone = "example.com";

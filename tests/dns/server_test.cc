@@ -582,17 +582,10 @@ TEST_F(ServerTest, ForwardsToUpstream) {
 // CoreDNS's answer for an ExternalName to a name outside the zone: the CNAME, then the
 // target's records of the type asked, from upstream (and the forwarding cache after).
 TEST_F(ServerTest, ExternalNameOutsideTheZoneCarriesTheTargetsRecordsFromUpstream) {
-  auto external = [](const std::string& name, const std::string& target) {
-    auto st = service("default", name, {});
-    auto& svc = std::const_pointer_cast<model::ServiceState>(st)->service;
-    svc.type = model::ServiceType::kExternalName;
-    svc.external_name = target;
-    return st;
-  };
-  sink_->apply(
-      snapshot(
-          {external("ext", "example.org"), external("stray", "nope.default.svc.cluster.local")}, 7),
-      model::Delta{});
+  sink_->apply(snapshot({external_name("default", "ext", "example.org"),
+                         external_name("default", "stray", "nope.default.svc.cluster.local")},
+                        7),
+               model::Delta{});
   EXPECT_EQ(dig("+short ext.default.svc.cluster.local A"), "example.org.\n192.0.2.1\n");
   int seen = upstream_.queries();
   // The target's records now come from the forwarding cache: upstream is not asked again.
@@ -720,10 +713,7 @@ TEST(ServerExtraZones, EveryNameUnderEachZoneReverseUnderTheFirst) {
   };
   // Before the first sync both zones say SERVFAIL (nothing is forwarded).
   EXPECT_NE(dig("web.default.svc.example.com A").find("status: SERVFAIL"), std::string::npos);
-  auto alias = service("default", "alias", {});
-  auto& a = std::const_pointer_cast<model::ServiceState>(alias)->service;
-  a.type = model::ServiceType::kExternalName;
-  a.external_name = "web.default.svc.example.com";
+  auto alias = external_name("default", "alias", "web.default.svc.example.com");
   sink.apply(
       snapshot(
           {service("default", "web", {"10.96.0.10"}),

@@ -46,6 +46,15 @@ inline model::ServiceStatePtr service(const std::string& ns, const std::string& 
   return st;
 }
 
+// An ExternalName service `ns/name` naming `target`.
+inline model::ServiceStatePtr external_name(const std::string& ns, const std::string& name,
+                                            const std::string& target) {
+  auto st = std::const_pointer_cast<model::ServiceState>(service(ns, name, {}));
+  st->service.type = model::ServiceType::kExternalName;
+  st->service.external_name = target;
+  return st;
+}
+
 inline model::SnapshotPtr snapshot(std::vector<model::ServiceStatePtr> services, uint64_t gen = 1,
                                    bool synced = true) {
   auto s = std::make_shared<model::Snapshot>();
