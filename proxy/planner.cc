@@ -194,13 +194,17 @@ std::vector<IpFamily> Planner::families() const {
 }
 
 void Planner::forget_service(const PlannedService& p) {
-  no_local_internal_ -= p.no_local_internal ? 1 : 0;
-  no_local_external_ -= p.no_local_external ? 1 : 0;
+  for (size_t f = 0; f < 2; ++f) {
+    no_local_internal_[f] -= p.no_local_internal[f] ? 1 : 0;
+    no_local_external_[f] -= p.no_local_external[f] ? 1 : 0;
+  }
 }
 
 void Planner::remember_service(const PlannedService& p) {
-  no_local_internal_ += p.no_local_internal ? 1 : 0;
-  no_local_external_ += p.no_local_external ? 1 : 0;
+  for (size_t f = 0; f < 2; ++f) {
+    no_local_internal_[f] += p.no_local_internal[f] ? 1 : 0;
+    no_local_external_[f] += p.no_local_external[f] ? 1 : 0;
+  }
 }
 
 // The fixed part of the layout: base chains at kube-proxy's hooks and priorities, the class
@@ -507,7 +511,7 @@ void Planner::plan_service(const ServiceState& st, bool count_skips, PlannedServ
           // kube-proxy: no endpoints at all -> reject; none on this node for
           // internalTrafficPolicy Local -> drop.
           bool drop = itp_local && !cluster.empty();
-          if (drop) plan.no_local_internal = true;
+          if (drop) plan.no_local_internal[family_index(fam)] = true;
           put(drop ? SetKind::kNoEndpointDrop : SetKind::kNoEndpointReject,
               Element{key, {}, {}, Verdict::kNone, {}});
           continue;
@@ -568,7 +572,7 @@ void Planner::plan_service(const ServiceState& st, bool count_skips, PlannedServ
         put_backends(key, cluster, false);
         if (!etp_local) continue;
         if (local.empty()) {
-          plan.no_local_external = true;  // local-lb ends in drop
+          plan.no_local_external[family_index(fam)] = true;  // local-lb ends in drop
           continue;
         }
         put_backends(key, local, true);
@@ -679,8 +683,7 @@ void Planner::reset(const model::Snapshot& snap) {
   services_.clear();
   base_table(IpFamily::kV4);
   base_table(IpFamily::kV6);
-  no_local_internal_ = 0;
-  no_local_external_ = 0;
+  for (size_t f = 0; f < 2; ++f) no_local_internal_[f] = no_local_external_[f] = 0;
   for (const auto& st : snap.services) {
     PlannedService p{st};
     if (Status s = add_service(*st, true, p, nullptr); !s) {

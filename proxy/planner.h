@@ -89,9 +89,13 @@ class Planner {
   // The families this node programs (a table for a family the node lacks is not created).
   std::vector<IpFamily> families() const;
   const PlanStats& last_stats() const { return stats_; }
-  // Current no-local-endpoints counts (kube-proxy's gauge-like counters).
-  uint64_t no_local_internal() const { return no_local_internal_; }
-  uint64_t no_local_external() const { return no_local_external_; }
+  // Current no-local-endpoints counts (kube-proxy's gauge-like counters): services of a
+  // family, or of either (a dual-stack service counts once per family it has an address of).
+  uint64_t no_local_internal(IpFamily f) const { return no_local_internal_[family_index(f)]; }
+  uint64_t no_local_external(IpFamily f) const { return no_local_external_[family_index(f)]; }
+  uint64_t no_local_internal() const { return no_local_internal_[0] + no_local_internal_[1]; }
+  uint64_t no_local_external() const { return no_local_external_[0] + no_local_external_[1]; }
+  static size_t family_index(IpFamily f) { return f == IpFamily::kV4 ? 0 : 1; }
 
  private:
   // The sets a service's elements go to: fixed ones, and the per-size backend maps.
@@ -118,8 +122,8 @@ class Planner {
   // instead of keeping a copy of every element per service.
   struct PlannedService {
     model::ServiceStatePtr state;
-    bool no_local_internal = false;
-    bool no_local_external = false;
+    bool no_local_internal[2] = {};  // by family_index
+    bool no_local_external[2] = {};
   };
   struct FamilyState {
     Set* fixed[kFixedSets] = {};  // into the family's Table (its map's nodes do not move)
@@ -175,8 +179,8 @@ class Planner {
   FamilyState s6_;
   std::map<model::ServiceKey, PlannedService> services_;
   PlanStats stats_;
-  uint64_t no_local_internal_ = 0;
-  uint64_t no_local_external_ = 0;
+  uint64_t no_local_internal_[2] = {};  // by family_index
+  uint64_t no_local_external_[2] = {};
 };
 
 // The map of one backend-map size (shared by the planner and tests).

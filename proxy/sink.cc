@@ -8,8 +8,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <set>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 
@@ -123,23 +125,21 @@ bool UdpServiceIndex::stale(const Flow& f) const {
   return !std::binary_search(targets.begin(), targets.end(), Key{f.reply_src, f.reply_src_port});
 }
 
+// kube-proxy's metrics carry `ip_family` (kube-proxy 1.33): one series per family, indexed by
+// Planner::family_index. One endpointd commit programs every family of the node at once, so a
+// sync's duration, time stamps and failures count under each family the node has; per-service
+// figures under the families the service has addresses of.
 struct ProxySink::Metrics {
-  prometheus::Histogram* sync = nullptr;
-  prometheus::Histogram* full = nullptr;
-  prometheus::Histogram* partial = nullptr;
-  prometheus::Histogram* programming = nullptr;
+  using PerFamily = std::array<prometheus::Histogram*, 2>;
+  PerFamily sync{}, full{}, partial{}, programming{};
   prometheus::Histogram* queued_to_commit = nullptr;
-  prometheus::Gauge* last_sync = nullptr;
-  prometheus::Gauge* last_queued = nullptr;
+  std::array<prometheus::Gauge*, 2> last_sync{}, last_queued{};
   prometheus::Gauge* elements_v4 = nullptr;
   prometheus::Gauge* elements_v6 = nullptr;
-  prometheus::Gauge* no_local_internal = nullptr;
-  prometheus::Gauge* no_local_external = nullptr;
-  prometheus::Counter* endpoint_changes = nullptr;
-  prometheus::Counter* service_changes = nullptr;
-  prometheus::Gauge* endpoint_pending = nullptr;
-  prometheus::Gauge* service_pending = nullptr;
-  prometheus::Counter* failures = nullptr;
+  std::array<prometheus::Gauge*, 2> no_local_internal{}, no_local_external{};
+  std::array<prometheus::Counter*, 2> endpoint_changes{}, service_changes{};
+  std::array<prometheus::Gauge*, 2> endpoint_pending{}, service_pending{};
+  std::array<prometheus::Counter*, 2> failures{};
   prometheus::Counter* skipped = nullptr;
   prometheus::Counter* rejected = nullptr;
   prometheus::Counter* conntrack_deleted = nullptr;
@@ -154,6 +154,13 @@ struct ProxySink::Metrics {
 namespace {
 double seconds(ProxySink::Clock::duration d) {
   return std::chrono::duration<double>(d).count();
+}
+
+// `fn(metric, family_index)` for each family's series the node has.
+template <typename Metric>
+void each(const std::array<Metric*, 2>& m, auto&& fn) {
+  for (size_t f = 0; f < 2; ++f)
+    if (m[f]) fn(*m[f], f);
 }
 }  // namespace
 
@@ -174,38 +181,60 @@ ProxySink::ProxySink(Backend* backend, pipeline::AckBoard* board, Options opts)
     auto hist = [&](const char* name, const char* help) {
       return &prometheus::BuildHistogram().Name(name).Help(help).Register(*r).Add({}, b);
     };
-    auto gauge = [&](const char* name, const char* help,
-                     std::map<std::string, std::string> labels = {}) {
-      return &prometheus::BuildGauge().Name(name).Help(help).Register(*r).Add(labels);
-    };
     auto counter = [&](const char* name, const char* help) {
       return &prometheus::BuildCounter().Name(name).Help(help).Register(*r).Add({});
     };
-    metrics_->sync = hist("kubeproxy_sync_proxy_rules_duration_seconds",
-                          "Time to apply one update to the kernel.");
+    // One series per family the node has, labelled as kube-proxy labels them (a family the
+    // node lacks has none: an alert on a stale time stamp must not fire for it).
+    const std::array<bool, 2> has = {opts_.node.ipv4, opts_.node.ipv6};
+    const char* kFamily[2] = {"IPv4", "IPv6"};
+    auto per_family = [&](auto& family, std::map<std::string, std::string> labels, auto... args) {
+      std::array<std::remove_reference_t<decltype(family.Add(labels, args...))>*, 2> out{};
+      for (size_t f = 0; f < 2; ++f) {
+        if (!has[f]) continue;
+        auto l = labels;
+        l["ip_family"] = kFamily[f];
+        out[f] = &family.Add(l, args...);
+      }
+      return out;
+    };
+    auto hist2 = [&](const char* name, const char* help) {
+      return per_family(prometheus::BuildHistogram().Name(name).Help(help).Register(*r),
+                        std::map<std::string, std::string>{}, b);
+    };
+    auto gauge2 = [&](const char* name, const char* help) {
+      return per_family(prometheus::BuildGauge().Name(name).Help(help).Register(*r),
+                        std::map<std::string, std::string>{});
+    };
+    auto counter2 = [&](const char* name, const char* help) {
+      return per_family(prometheus::BuildCounter().Name(name).Help(help).Register(*r),
+                        std::map<std::string, std::string>{});
+    };
+    metrics_->sync = hist2("kubeproxy_sync_proxy_rules_duration_seconds",
+                           "Time to apply one update to the kernel.");
     metrics_->full =
-        hist("kubeproxy_sync_full_proxy_rules_duration_seconds", "Time of a full sync.");
-    metrics_->partial =
-        hist("kubeproxy_sync_partial_proxy_rules_duration_seconds", "Time of an incremental sync.");
+        hist2("kubeproxy_sync_full_proxy_rules_duration_seconds", "Time of a full sync.");
+    metrics_->partial = hist2("kubeproxy_sync_partial_proxy_rules_duration_seconds",
+                              "Time of an incremental sync.");
     // kube-proxy's buckets for it: 0.25 s to 5 min.
     prometheus::Histogram::BucketBoundaries programming = {0.25, 0.5};
     for (int i = 1; i <= 59; ++i) programming.push_back(i);
     for (int i = 60; i <= 115; i += 5) programming.push_back(i);
     for (int i = 120; i <= 300; i += 30) programming.push_back(i);
-    metrics_->programming = &prometheus::BuildHistogram()
-                                 .Name("kubeproxy_network_programming_duration_seconds")
-                                 .Help(
-                                     "From an EndpointSlice's last-change-trigger-time to the "
-                                     "kernel committing the rules for it, per service and change.")
-                                 .Register(*r)
-                                 .Add({}, programming);
+    metrics_->programming = per_family(
+        prometheus::BuildHistogram()
+            .Name("kubeproxy_network_programming_duration_seconds")
+            .Help("From an EndpointSlice's last-change-trigger-time to the kernel committing the "
+                  "rules for it, per service and change.")
+            .Register(*r),
+        std::map<std::string, std::string>{}, programming);
     metrics_->queued_to_commit =
         hist("endpointd_proxy_queued_to_commit_duration_seconds",
              "From an update being handed to the proxy to its batch committed.");
-    metrics_->last_sync = gauge("kubeproxy_sync_proxy_rules_last_timestamp_seconds",
-                                "Last successful sync (unix time).");
-    metrics_->last_queued = gauge("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
-                                  "Last update queued to the proxy (unix time).");
+    metrics_->last_sync = gauge2("kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+                                 "Last successful sync (unix time).");
+    metrics_->last_queued = gauge2("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+                                   "Last update queued to the proxy (unix time).");
     auto& elems = prometheus::BuildGauge()
                       .Name("kubeproxy_sync_proxy_rules_nftables_elements")
                       .Help("Map and set elements in endpointd's nftables tables.")
@@ -216,18 +245,18 @@ ProxySink::ProxySink(Backend* backend, pipeline::AckBoard* board, Options opts)
                         .Name("kubeproxy_sync_proxy_rules_no_local_endpoints_total")
                         .Help("Services with a Local traffic policy and no endpoint on this node.")
                         .Register(*r);
-    metrics_->no_local_internal = &nolocal.Add({{"traffic_policy", "internal"}});
-    metrics_->no_local_external = &nolocal.Add({{"traffic_policy", "external"}});
+    metrics_->no_local_internal = per_family(nolocal, {{"traffic_policy", "internal"}});
+    metrics_->no_local_external = per_family(nolocal, {{"traffic_policy", "external"}});
     metrics_->endpoint_changes =
-        counter("kubeproxy_sync_proxy_rules_endpoint_changes_total", "Endpoint changes applied.");
+        counter2("kubeproxy_sync_proxy_rules_endpoint_changes_total", "Endpoint changes applied.");
     metrics_->service_changes =
-        counter("kubeproxy_sync_proxy_rules_service_changes_total", "Service changes applied.");
-    metrics_->endpoint_pending = gauge("kubeproxy_sync_proxy_rules_endpoint_changes_pending",
-                                       "Endpoint changes not yet applied.");
-    metrics_->service_pending = gauge("kubeproxy_sync_proxy_rules_service_changes_pending",
-                                      "Service changes not yet applied.");
-    metrics_->failures = counter("kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
-                                 "Batches the kernel rejected.");
+        counter2("kubeproxy_sync_proxy_rules_service_changes_total", "Service changes applied.");
+    metrics_->endpoint_pending = gauge2("kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+                                        "Endpoint changes not yet applied.");
+    metrics_->service_pending = gauge2("kubeproxy_sync_proxy_rules_service_changes_pending",
+                                       "Service changes not yet applied.");
+    metrics_->failures = counter2("kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+                                  "Batches the kernel rejected.");
     metrics_->skipped =
         counter("endpointd_proxy_skipped_total",
                 "Service ports or addresses skipped because the kernel cannot take them.");
@@ -271,9 +300,8 @@ ProxySink::~ProxySink() {
 void ProxySink::note_queued(Clock::time_point t) {
   std::lock_guard<std::mutex> l(mu_);
   if (last_queued_ <= last_applied_) last_queued_ = t;
-  if (metrics_->last_queued) {
-    metrics_->last_queued->Set(seconds(std::chrono::system_clock::now().time_since_epoch()));
-  }
+  double now = seconds(std::chrono::system_clock::now().time_since_epoch());
+  each(metrics_->last_queued, [&](prometheus::Gauge& m, size_t) { m.Set(now); });
 }
 
 bool ProxySink::healthy(Clock::time_point now) const {
@@ -317,41 +345,64 @@ bool ProxySink::wait_idle(std::chrono::milliseconds timeout) {
 namespace {
 // Services whose spec changed and services whose endpoints changed from `old` to `snap`, over
 // the services `d` names (kube-proxy's service and endpoint change counts).
-std::pair<uint64_t, uint64_t> change_counts(const model::Snapshot* old, const model::Snapshot& snap,
-                                            const model::Delta& d) {
-  uint64_t svc = 0, eps = 0;
+// The families a service has addresses of (its service addresses, else its endpoints'), as
+// Planner::family_index bits: kube-proxy counts a change under each family's proxier.
+unsigned families_of(const model::ServiceState* st) {
+  unsigned bits = 0;
+  if (!st) return 0;
+  const model::Service& s = st->service;
+  for (const auto* list : {&s.cluster_ips, &s.external_ips, &s.load_balancer_ips})
+    for (const auto& a : *list) bits |= 1u << Planner::family_index(a.family());
+  if (bits == 0)
+    for (const auto& e : st->endpoints) bits |= 1u << Planner::family_index(e.address.family());
+  return bits;
+}
+
+struct ChangeCounts {
+  std::array<uint64_t, 2> services{}, endpoints{};  // by family_index
+};
+
+// Services whose spec changed and services whose endpoints changed from `old` to `snap`, over
+// the services `d` names (kube-proxy's service and endpoint change counts), per family.
+ChangeCounts change_counts(const model::Snapshot* old, const model::Snapshot& snap,
+                           const model::Delta& d) {
+  ChangeCounts c;
   auto compare = [&](const model::ServiceKey& k) {
     const auto* a = old ? old->find(k) : nullptr;
     const auto* b = snap.find(k);
-    if (!a || !b) {
-      ++svc;
-      if ((a && !a->endpoints.empty()) || (b && !b->endpoints.empty())) ++eps;
-      return;
+    unsigned fams = families_of(a) | families_of(b);
+    bool svc = !a || !b || !a->service.equal_spec(b->service);
+    bool eps = (!a || !b) ? (a && !a->endpoints.empty()) || (b && !b->endpoints.empty())
+                          : !(a->endpoints == b->endpoints);
+    for (size_t f = 0; f < 2; ++f) {
+      if (!(fams & (1u << f))) continue;
+      c.services[f] += svc;
+      c.endpoints[f] += eps;
     }
-    if (!a->service.equal_spec(b->service)) ++svc;
-    if (!(a->endpoints == b->endpoints)) ++eps;
   };
   for (const auto& k : d.added) compare(k);
   for (const auto& k : d.changed) compare(k);
   for (const auto& k : d.removed) compare(k);
-  return {svc, eps};
+  return c;
 }
 }  // namespace
 
 void ProxySink::count_changes(const model::Snapshot* old, const model::Snapshot& snap,
                               const model::Delta& d) {
-  if (!metrics_->service_changes) return;
-  auto [svc, eps] = change_counts(old, snap, d);
-  metrics_->service_changes->Increment(static_cast<double>(svc));
-  metrics_->endpoint_changes->Increment(static_cast<double>(eps));
+  ChangeCounts c = change_counts(old, snap, d);
+  each(metrics_->service_changes,
+       [&](prometheus::Counter& m, size_t f) { m.Increment(static_cast<double>(c.services[f])); });
+  each(metrics_->endpoint_changes,
+       [&](prometheus::Counter& m, size_t f) { m.Increment(static_cast<double>(c.endpoints[f])); });
 }
 
 void ProxySink::publish_pending() {
-  if (!metrics_->service_pending) return;
-  std::pair<uint64_t, uint64_t> c{0, 0};
+  ChangeCounts c;
   if (latest_ && latest_ != applied_) c = change_counts(applied_.get(), *latest_, pending_);
-  metrics_->service_pending->Set(static_cast<double>(c.first));
-  metrics_->endpoint_pending->Set(static_cast<double>(c.second));
+  each(metrics_->service_pending,
+       [&](prometheus::Gauge& m, size_t f) { m.Set(static_cast<double>(c.services[f])); });
+  each(metrics_->endpoint_pending,
+       [&](prometheus::Gauge& m, size_t f) { m.Set(static_cast<double>(c.endpoints[f])); });
 }
 
 void ProxySink::record_success(const model::SnapshotPtr& snap, bool full,
@@ -374,18 +425,26 @@ void ProxySink::record_success(const model::SnapshotPtr& snap, bool full,
                     snap->generation, why);
     }
   }
-  if (metrics_->sync) {
-    metrics_->sync->Observe(seconds(now - started));
-    (full ? metrics_->full : metrics_->partial)->Observe(seconds(now - started));
+  if (metrics_->queued_to_commit) {
+    double took = seconds(now - started);
+    double wall = seconds(std::chrono::system_clock::now().time_since_epoch());
+    each(metrics_->sync, [&](prometheus::Histogram& m, size_t) { m.Observe(took); });
+    each(full ? metrics_->full : metrics_->partial,
+         [&](prometheus::Histogram& m, size_t) { m.Observe(took); });
     if (last_queued_ != Clock::time_point{})
       metrics_->queued_to_commit->Observe(seconds(now - last_queued_));
-    metrics_->last_sync->Set(seconds(std::chrono::system_clock::now().time_since_epoch()));
+    each(metrics_->last_sync, [&](prometheus::Gauge& m, size_t) { m.Set(wall); });
     metrics_->elements_v4->Set(static_cast<double>(planner_->table(IpFamily::kV4).element_count()));
     metrics_->elements_v6->Set(static_cast<double>(planner_->table(IpFamily::kV6).element_count()));
-    metrics_->no_local_internal->Set(static_cast<double>(planner_->no_local_internal()));
-    metrics_->no_local_external->Set(static_cast<double>(planner_->no_local_external()));
-    metrics_->endpoint_pending->Set(0);
-    metrics_->service_pending->Set(0);
+    const IpFamily fam[2] = {IpFamily::kV4, IpFamily::kV6};
+    each(metrics_->no_local_internal, [&](prometheus::Gauge& m, size_t f) {
+      m.Set(static_cast<double>(planner_->no_local_internal(fam[f])));
+    });
+    each(metrics_->no_local_external, [&](prometheus::Gauge& m, size_t f) {
+      m.Set(static_cast<double>(planner_->no_local_external(fam[f])));
+    });
+    each(metrics_->endpoint_pending, [](prometheus::Gauge& m, size_t) { m.Set(0); });
+    each(metrics_->service_pending, [](prometheus::Gauge& m, size_t) { m.Set(0); });
     if (skipped) metrics_->skipped->Increment(static_cast<double>(skipped));
     if (stats.rejected) metrics_->rejected->Increment(static_cast<double>(stats.rejected));
   }
@@ -401,7 +460,7 @@ bool ProxySink::full_sync_locked(const model::SnapshotPtr& snap) {
   ++full_syncs_;
   if (!r) {
     ++failures_;
-    if (metrics_->failures) metrics_->failures->Increment();
+    each(metrics_->failures, [](prometheus::Counter& m, size_t) { m.Increment(); });
     // Bounded, jittered exponential backoff before the next attempt.
     auto base = opts_.backoff_min * (1 << std::min(attempt_, 16));
     if (base > opts_.backoff_max) base = opts_.backoff_max;
@@ -459,9 +518,12 @@ void ProxySink::observe_programming(const model::Snapshot* before, const model::
       if (trigger <= it->second) return;  // observed already: the change was something else
       it->second = trigger;
     }
-    if (observe && metrics_->programming) {
-      metrics_->programming->Observe(
-          std::max(0.0, std::chrono::duration<double>(at - trigger).count()));
+    if (observe) {
+      unsigned fams = families_of(st);
+      double took = std::max(0.0, std::chrono::duration<double>(at - trigger).count());
+      each(metrics_->programming, [&](prometheus::Histogram& m, size_t f) {
+        if (fams & (1u << f)) m.Observe(took);
+      });
     }
   };
   if (!before) {
@@ -592,7 +654,7 @@ void ProxySink::apply(const model::SnapshotPtr& snap, const model::Delta& delta)
   auto r = backend_->apply(changes);
   if (!r) {
     ++failures_;
-    if (metrics_->failures) metrics_->failures->Increment();
+    each(metrics_->failures, [](prometheus::Counter& m, size_t) { m.Increment(); });
     spdlog::error("proxy: batch for generation {} rejected: {}; full resync", snap->generation,
                   r.error());
     need_full_ = true;  // the planner's model is ahead of the kernel now

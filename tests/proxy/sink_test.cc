@@ -166,8 +166,9 @@ TEST(ProxySink, RejectedBatchResyncsWithBackoffAndKeepsTheLastGoodState) {
   EXPECT_GE(gap1, milliseconds(10));
   EXPECT_GE(gap2, milliseconds(20));
   std::string text = prometheus::TextSerializer().Serialize(reg.Collect());
-  EXPECT_NE(text.find("kubeproxy_sync_proxy_rules_nftables_sync_failures_total 3"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family=\"IPv4\"} 3"),
+      std::string::npos)
       << text;
 }
 
@@ -213,20 +214,27 @@ TEST(ProxySink, MetricsUnderKubeProxyNames) {
   sink.apply(s2, delta(s1, s2));
   std::string text = prometheus::TextSerializer().Serialize(reg.Collect());
   for (const char* name :
-       {"kubeproxy_sync_proxy_rules_duration_seconds_count 2",
-        "kubeproxy_sync_full_proxy_rules_duration_seconds_count 1",
-        "kubeproxy_sync_partial_proxy_rules_duration_seconds_count 1",
-        "kubeproxy_network_programming_duration_seconds_count 0",  // no trigger times here
+       // kube-proxy 1.33's ip_family label: one commit programs both of the node's families,
+       // so each sync counts under both; web is IPv4 only, so its changes count under IPv4.
+       {"kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 2",
+        "kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family=\"IPv6\"} 2",
+        "kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 1",
+        "kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 1",
+        // no trigger times here
+        "kubeproxy_network_programming_duration_seconds_count{ip_family=\"IPv4\"} 0",
         "endpointd_proxy_queued_to_commit_duration_seconds_count 2",
-        "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
-        "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
-        "kubeproxy_sync_proxy_rules_endpoint_changes_total 2",
-        "kubeproxy_sync_proxy_rules_service_changes_total 1",
-        "kubeproxy_sync_proxy_rules_endpoint_changes_pending 0",
-        "kubeproxy_sync_proxy_rules_service_changes_pending 0",
-        "kubeproxy_sync_proxy_rules_nftables_sync_failures_total 0",
-        "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"internal\"} 0",
-        "kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy=\"external\"} 0",
+        "kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"}",
+        "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family=\"IPv6\"}",
+        "kubeproxy_sync_proxy_rules_endpoint_changes_total{ip_family=\"IPv4\"} 2",
+        "kubeproxy_sync_proxy_rules_endpoint_changes_total{ip_family=\"IPv6\"} 0",
+        "kubeproxy_sync_proxy_rules_service_changes_total{ip_family=\"IPv4\"} 1",
+        "kubeproxy_sync_proxy_rules_endpoint_changes_pending{ip_family=\"IPv4\"} 0",
+        "kubeproxy_sync_proxy_rules_service_changes_pending{ip_family=\"IPv4\"} 0",
+        "kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family=\"IPv4\"} 0",
+        "kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family=\"IPv4\",traffic_policy="
+        "\"internal\"} 0",
+        "kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family=\"IPv6\",traffic_policy="
+        "\"external\"} 0",
         // What the backend reported each batch changed: the full sync's 7 (the fake's), then
         // the elements of the one incremental batch.
         "endpointd_proxy_elements_written_total{sync=\"full\"} 7"}) {
@@ -243,6 +251,24 @@ TEST(ProxySink, MetricsUnderKubeProxyNames) {
   EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
 }
 
+// A single-stack node has no series for the family it lacks: an alert on a stale sync time
+// stamp (`time() - kubeproxy_sync_proxy_rules_last_timestamp_seconds`) must not fire for it.
+TEST(ProxySink, ASingleStackNodeHasNoSeriesForTheOtherFamily) {
+  FakeBackend be;
+  pipeline::AckBoard board;
+  prometheus::Registry reg;
+  auto o = metered(&reg);
+  o.node.ipv6 = false;
+  ProxySink sink(&be, &board, o);
+  auto s1 = web(1, 1);
+  sink.apply(s1, delta(nullptr, s1));
+  std::string text = prometheus::TextSerializer().Serialize(reg.Collect());
+  EXPECT_NE(text.find("kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"}"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("ip_family=\"IPv6\""), std::string::npos) << text;
+}
+
 // kube-proxy's *_changes_pending: changes given and not yet in the kernel, counted while a
 // rejected batch waits for its resync, back to 0 once the kernel has them.
 TEST(ProxySink, PendingChangesAreCountedUntilTheKernelHasThem) {
@@ -253,8 +279,9 @@ TEST(ProxySink, PendingChangesAreCountedUntilTheKernelHasThem) {
   auto metrics = [&] { return prometheus::TextSerializer().Serialize(reg.Collect()); };
   auto s1 = web(1, 1);
   sink.apply(s1, delta(nullptr, s1));
-  EXPECT_NE(metrics().find("kubeproxy_sync_proxy_rules_endpoint_changes_pending 0"),
-            std::string::npos);
+  EXPECT_NE(
+      metrics().find("kubeproxy_sync_proxy_rules_endpoint_changes_pending{ip_family=\"IPv4\"} 0"),
+      std::string::npos);
   {
     std::lock_guard l(be.mu);
     be.fail_apply = 1;
@@ -263,9 +290,11 @@ TEST(ProxySink, PendingChangesAreCountedUntilTheKernelHasThem) {
   auto s2 = web(2, 3);  // web's endpoints change
   sink.apply(s2, delta(s1, s2));
   std::string text = metrics();
-  EXPECT_NE(text.find("kubeproxy_sync_proxy_rules_endpoint_changes_pending 1"), std::string::npos)
+  EXPECT_NE(text.find("kubeproxy_sync_proxy_rules_endpoint_changes_pending{ip_family=\"IPv4\"} 1"),
+            std::string::npos)
       << text;
-  EXPECT_NE(text.find("kubeproxy_sync_proxy_rules_service_changes_pending 0"), std::string::npos)
+  EXPECT_NE(text.find("kubeproxy_sync_proxy_rules_service_changes_pending{ip_family=\"IPv4\"} 0"),
+            std::string::npos)
       << text;
   {
     std::lock_guard l(be.mu);
@@ -273,7 +302,8 @@ TEST(ProxySink, PendingChangesAreCountedUntilTheKernelHasThem) {
   }
   ASSERT_TRUE(sink.wait_idle(milliseconds(5000)));
   text = metrics();
-  EXPECT_NE(text.find("kubeproxy_sync_proxy_rules_endpoint_changes_pending 0"), std::string::npos)
+  EXPECT_NE(text.find("kubeproxy_sync_proxy_rules_endpoint_changes_pending{ip_family=\"IPv4\"} 0"),
+            std::string::npos)
       << text;
 }
 

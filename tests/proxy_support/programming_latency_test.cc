@@ -27,14 +27,24 @@ struct Histogram {
   std::vector<double> bounds;
 };
 
-Histogram histogram(prometheus::Registry& registry, const std::string& name) {
+// The series of `name` labelled ip_family=`family` (kube-proxy's label); "": the series
+// without that label (endpointd's own figures).
+Histogram histogram(prometheus::Registry& registry, const std::string& name,
+                    const std::string& family = "IPv4") {
   Histogram h;
-  for (const auto& family : registry.Collect()) {
-    if (family.name != name || family.metric.empty()) continue;
-    const auto& m = family.metric.front().histogram;
-    h.count = m.sample_count;
-    h.sum = m.sample_sum;
-    for (const auto& b : m.bucket) h.bounds.push_back(b.upper_bound);
+  for (const auto& f : registry.Collect()) {
+    if (f.name != name) continue;
+    for (const auto& metric : f.metric) {
+      std::string labelled;
+      for (const auto& l : metric.label)
+        if (l.name == "ip_family") labelled = l.value;
+      bool ours = labelled == family;
+      if (!ours) continue;
+      const auto& m = metric.histogram;
+      h.count = m.sample_count;
+      h.sum = m.sample_sum;
+      for (const auto& b : m.bucket) h.bounds.push_back(b.upper_bound);
+    }
   }
   return h;
 }
@@ -113,6 +123,16 @@ TEST_F(ProgrammingLatencyTest, FromTheTriggerTimeToTheCommitOncePerServiceAndTri
   h = programming();
   EXPECT_EQ(h.count, 2u);
   EXPECT_GE(h.sum, 3.0);
+  // kube-proxy's ip_family: these services are IPv4 only; the IPv6 series saw none of them.
+  EXPECT_EQ(histogram(registry_, kProgramming, "IPv6").count, 0u);
+
+  // A dual-stack service's change is programmed in both families, and observed in each.
+  auto e = std::const_pointer_cast<model::ServiceState>(svc("e", "10.96.0.14", 1, t0_ - 1s));
+  e->service.cluster_ips.push_back(ip("fd00::14"));
+  publish({a, svc("b", "10.96.0.11", 2, t0_ - 2h), svc("c", "10.96.0.12", 1, t0_ - 1s),
+           svc("d", "10.96.0.13", 1, {}), e});
+  EXPECT_EQ(programming().count, 3u);
+  EXPECT_EQ(histogram(registry_, kProgramming, "IPv6").count, 1u);
 }
 
 TEST_F(ProgrammingLatencyTest, ARejectedBatchIsObservedWhenTheRepairCommits) {
@@ -139,7 +159,8 @@ TEST_F(ProgrammingLatencyTest, AServiceRemovedAndMadeAgainIsObservedAgain) {
 TEST_F(ProgrammingLatencyTest, TheQueuedToCommitFigureKeepsItsOwnName) {
   sink_->note_queued();
   publish({svc("a", "10.96.0.10", 1, {})});
-  EXPECT_EQ(histogram(registry_, "endpointd_proxy_queued_to_commit_duration_seconds").count, 1u);
+  EXPECT_EQ(histogram(registry_, "endpointd_proxy_queued_to_commit_duration_seconds", "").count,
+            1u);
   EXPECT_EQ(programming().count, 0u);
 }
 
