@@ -124,6 +124,9 @@ Result<ClusterConfig> parse_kubeconfig(const YAML::Node& root, const std::string
     return Error{where + ": " + cl_path + ".server '" + *server +
                  "' must start with https:// or http://"};
   }
+  // A host after the scheme (the fuzz target found "https://" taken, then cut to "https:").
+  if (size_t host = server->find("://") + 3; host >= server->size() || (*server)[host] == '/')
+    return Error{where + ": " + cl_path + ".server '" + *server + "' names no host"};
   cfg.server = *server;
   while (!cfg.server.empty() && cfg.server.back() == '/') cfg.server.pop_back();
 

@@ -112,6 +112,14 @@ TEST(Kubeconfig, ErrorsNameTheField) {
        "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  "
        "cluster: {server: 'ftp://x'}\n",
        "must start with https://"},
+      {"no host",
+       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  "
+       "cluster: {server: 'https://'}\n",
+       "clusters[name=c].cluster.server 'https://' names no host"},
+      {"no host, a path",
+       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  "
+       "cluster: {server: 'http:///api'}\n",
+       "names no host"},
       {"bad base64",
        "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  "
        "cluster: {server: 'https://x', certificate-authority-data: '@@@'}\n",
