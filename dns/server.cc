@@ -143,6 +143,17 @@ bool chase_from_cache(Forwarder* f, const Query& q, const Query& t, Reply* r, ui
   return true;  // asked and answered: a reply that did not fit leaves the CNAME alone
 }
 
+// From the forwarder's thread: `reply` to a UDP client, or "ask again over TCP" when it is
+// larger than the client takes.
+void send_udp(int fd, const sockaddr_storage& to, socklen_t tolen, const Query& q, size_t limit,
+              std::span<const uint8_t> reply) {
+  uint8_t tc[kMaxNameWire + 32];
+  if (reply.size() > limit)
+    reply = {tc, truncated_reply(q, load_u16(reply.data() + 2), tc, sizeof tc)};
+  sendto(fd, reply.data(), reply.size(), MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&to),
+         tolen);
+}
+
 // The reply to send once the forwarder answered the chase: the whole, or the CNAME alone.
 std::vector<uint8_t> chased(const Query& q, std::span<const uint8_t> cname,
                             std::span<const uint8_t> upstream) {
@@ -208,13 +219,7 @@ size_t Server::Worker::handle(std::span<const uint8_t> pkt, const Query& q, cons
       size_t limit = q.udp_limit();
       auto done = [fd, from, fromlen, limit, q, cname = std::vector<uint8_t>(out, out + r.size)](
                       std::span<const uint8_t> reply) {
-        std::vector<uint8_t> send = chased(q, cname, reply);
-        if (send.size() > limit) {
-          send.resize(kMaxNameWire + 32);
-          send.resize(truncated_reply(q, load_u16(cname.data() + 2), send.data(), send.size()));
-        }
-        sendto(fd, send.data(), send.size(), MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&from),
-               fromlen);
+        send_udp(fd, from, fromlen, q, limit, chased(q, cname, reply));
       };
       if (f->forward(t, std::move(done))) {
         counts_.count(q.qtype, rcode_slot(r.rcode));
@@ -235,12 +240,7 @@ size_t Server::Worker::handle(std::span<const uint8_t> pkt, const Query& q, cons
       int fd = fd_.fd;
       size_t limit = q.udp_limit();
       auto done = [fd, from, fromlen, limit, q](std::span<const uint8_t> reply) {
-        uint8_t tc[kMaxNameWire + 32];
-        std::span<const uint8_t> send = reply;
-        if (reply.size() > limit)
-          send = {tc, truncated_reply(q, load_u16(reply.data() + 2), tc, sizeof tc)};
-        sendto(fd, send.data(), send.size(), MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&from),
-               fromlen);
+        send_udp(fd, from, fromlen, q, limit, reply);
       };
       if (f->forward(q, std::move(done))) return 0;
       r = error_reply(pkt, q, static_cast<uint16_t>(Rcode::kRefused), out, kMaxUdpSize);

@@ -52,14 +52,13 @@ DnsSink::DnsSink(DnsOptions opts, pipeline::AckBoard* board, prometheus::Registr
       max_ttl_(opts_.ttl),
       board_(board),
       registry_(registry),
-      metrics_(std::make_unique<Metrics>(registry, "dns://" + opts_.listen)),
-      builder_(zone_options(opts_)) {
-  std::vector<ZonePtr> also;
-  for (size_t i = 1; i <= opts_.extra_zones.size(); ++i) {
-    extra_builders_.push_back(std::make_unique<ZoneBuilder>(zone_options(opts_, i)));
-    also.push_back(Zone::unsynced(zone_options(opts_, i)));
+      metrics_(std::make_unique<Metrics>(registry, "dns://" + opts_.listen)) {
+  std::vector<ZonePtr> unsynced;
+  for (size_t i = 0; i <= opts_.extra_zones.size(); ++i) {
+    builders_.push_back(std::make_unique<ZoneBuilder>(zone_options(opts_, i)));
+    unsynced.push_back(Zone::unsynced(zone_options(opts_, i)));
   }
-  zones_.publish(Zone::with_also(Zone::unsynced(zone_options(opts_)), std::move(also)));
+  publish(std::move(unsynced));
   if (board_) board_->add("dns", model::RouteView::kDns);
 }
 
@@ -69,15 +68,13 @@ DnsSink::~DnsSink() {
 
 Status DnsSink::start() {
   // Each server binds an address: a bare port or a host name is not enough.
+  std::vector<std::string> texts{opts_.listen};
+  texts.insert(texts.end(), opts_.also_listen.begin(), opts_.also_listen.end());
   std::vector<model::HostPort> listens;
-  for (const std::string* text : [this] {
-         std::vector<const std::string*> v{&opts_.listen};
-         for (const auto& a : opts_.also_listen) v.push_back(&a);
-         return v;
-       }()) {
-    auto hp = model::parse_host_port(*text, 53);
+  for (const auto& text : texts) {
+    auto hp = model::parse_host_port(text, 53);
     if (!hp || !model::IpAddr::parse(hp->host))
-      return Error{"dns: bad listen address '" + *text + "': not ADDR, ADDR:PORT or [IPv6]:PORT"};
+      return Error{"dns: bad listen address '" + text + "': not ADDR, ADDR:PORT or [IPv6]:PORT"};
     listens.push_back(*hp);
   }
   if (!name_from_text(opts_.zone)) return Error{"dns: bad zone '" + opts_.zone + "'"};
@@ -134,9 +131,9 @@ void DnsSink::apply(const model::SnapshotPtr& snap, const model::Delta& delta) {
   auto t0 = Clock::now();
   {
     std::lock_guard lk(mu_);
-    std::vector<ZonePtr> also;
-    for (auto& b : extra_builders_) also.push_back(b->apply(snap, delta));
-    zones_.publish(Zone::with_also(builder_.apply(snap, delta), std::move(also)));
+    std::vector<ZonePtr> zones;
+    for (auto& b : builders_) zones.push_back(b->apply(snap, delta));
+    publish(std::move(zones));
     metrics_->programming(std::chrono::duration<double>(Clock::now() - t0).count());
     harvest();
   }
@@ -150,19 +147,24 @@ Status DnsSink::reconfigure(const DnsOptions& next) {
   std::lock_guard lk(mu_);
   max_ttl_ = std::max(max_ttl_, next.ttl);
   auto t0 = Clock::now();
-  std::vector<ZonePtr> also;
-  for (size_t i = 0; i < extra_builders_.size(); ++i)
-    also.push_back(extra_builders_[i]->reconfigure(zone_options(next, i + 1)));
-  zones_.publish(Zone::with_also(builder_.reconfigure(zone_options(next)), std::move(also)));
+  std::vector<ZonePtr> zones;
+  for (size_t i = 0; i < builders_.size(); ++i)
+    zones.push_back(builders_[i]->reconfigure(zone_options(next, i)));
+  publish(std::move(zones));
   metrics_->programming(std::chrono::duration<double>(Clock::now() - t0).count());
   spdlog::info("dns: options reloaded, zone {} built again", opts_.zone);
   return {};
 }
 
+void DnsSink::publish(std::vector<ZonePtr> zones) {
+  ZonePtr first = std::move(zones.front());
+  zones.erase(zones.begin());
+  zones_.publish(Zone::with_also(first, std::move(zones)));
+}
+
 void DnsSink::harvest() {
   int64_t horizon = horizon_ns();
-  builder_.harvest(horizon);
-  for (auto& b : extra_builders_) b->harvest(horizon);
+  for (auto& b : builders_) b->harvest(horizon);
 }
 
 int64_t DnsSink::horizon_ns() const {
@@ -177,8 +179,7 @@ std::optional<DnsSink::Clock::time_point> DnsSink::last_answer_expiry(const mode
   {
     std::lock_guard lk(mu_);
     harvest();
-    ns = builder_.last_served_ns(a);
-    for (auto& b : extra_builders_)
+    for (auto& b : builders_)
       if (auto n = b->last_served_ns(a); n && (!ns || *n > *ns)) ns = n;
     ttl = max_ttl_;
   }

@@ -106,8 +106,10 @@ class DnsSink : public pipeline::Sink {
 
   mutable std::mutex mu_;  // guards the builders, max_ttl_: apply() and reconfigure() against
                            // the drain queries
-  ZoneBuilder builder_;
-  std::vector<std::unique_ptr<ZoneBuilder>> extra_builders_;  // opts_.extra_zones, in order
+  // One per zone: opts_.zone, then opts_.extra_zones in order (zone_options' index).
+  std::vector<std::unique_ptr<ZoneBuilder>> builders_;
+  // What the servers answer from: the first builder's zone, serving the others' through it.
+  void publish(std::vector<ZonePtr> zones);
 };
 
 }  // namespace endpointd::dns

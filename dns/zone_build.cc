@@ -135,6 +135,8 @@ class ZoneBuilder::Impl {
     pod_suffix_ = must_name("pod." + opts_.zone);
     mname_ = must_name("ns.dns." + opts_.zone);
     rname_ = must_name("hostmaster." + opts_.zone);
+    other_apexes_.clear();
+    for (const auto& z : opts_.other_zones) other_apexes_.push_back(must_name(z));
   }
 
   ZonePtr apply(const model::SnapshotPtr& snap, const model::Delta& delta) {
@@ -583,12 +585,8 @@ class ZoneBuilder::Impl {
   // Whether `name` (lower case) is in this zone or in one of the agent's other zones.
   bool ours(const WireName& name) const {
     if (name_under(name, apex_)) return true;
-    for (const auto& z : opts_.other_zones)
-      if (auto w = name_from_text(z)) {
-        lowercase_name({w->bytes.data(), w->len});
-        if (name_under(name, *w)) return true;
-      }
-    return false;
+    return std::any_of(other_apexes_.begin(), other_apexes_.end(),
+                       [&](const WireName& z) { return name_under(name, z); });
   }
 
   // The service that `name` (lower case) names when it is <service>.<namespace>.svc.<zone>.
@@ -767,6 +765,7 @@ class ZoneBuilder::Impl {
   BlockWriter writer_;
   std::shared_ptr<AnswerLog> pod_answers_;
   WireName apex_, svc_suffix_, pod_suffix_, mname_, rname_;
+  std::vector<WireName> other_apexes_;  // opts_.other_zones, lower case
   model::SnapshotPtr prev_;
   const model::Snapshot* cur_ = nullptr;  // the snapshot apply() is building from
   model::Delta diffed_;
