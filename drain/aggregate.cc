@@ -26,6 +26,7 @@ void Aggregator::set_members(const std::vector<std::string>& members, TimePoint 
   members_ = std::move(m);
   std::erase_if(excluded_, [&](const std::string& n) { return !members_.count(n); });
   std::erase_if(suspects_, [&](const auto& kv) { return !members_.count(kv.first); });
+  std::erase_if(asked_, [&](const auto& kv) { return !members_.count(kv.first); });
   std::erase_if(returning_, [&](const std::string& n) { return !members_.count(n); });
   relayout(now);
 }
@@ -56,9 +57,13 @@ void Aggregator::relayout(TimePoint now) {
     if (!parent_.empty()) leave_.insert(parent_);
     parent_ = std::move(parent);
     parent_since_ = now;
+    // Asked already, while the one before it was found silent: its deadline runs from then.
+    if (auto it = asked_.find(parent_); it != asked_.end())
+      parent_since_ = std::min(now, it->second);
     parent_answered_ = false;
     last_up_.reset();  // the new parent has heard nothing yet
   }
+  leave_.erase(parent_);  // heard from again and the parent once more: it is not left
   auto children = tree_.children(self_);
   std::map<std::string, TimePoint> since;
   for (const auto& c : children) {
@@ -85,6 +90,7 @@ bool Aggregator::adopt(const std::vector<std::string>& excluded, uint64_t epoch)
   // What the root excluded is its business now: this agent's own evidence is spent.
   std::erase_if(lapsed_, [&](const std::string& n) { return ex.count(n) > 0; });
   std::erase_if(suspects_, [&](const auto& kv) { return ex.count(kv.first) > 0; });
+  std::erase_if(asked_, [&](const auto& kv) { return ex.count(kv.first) > 0; });
   if (ex != excluded_) {
     excluded_ = std::move(ex);
     layout_dirty_ = true;
@@ -102,10 +108,15 @@ void Aggregator::receive(const Message& m, TimePoint now) {
     return;
   }
   if (suspects_.erase(from)) layout_dirty_ = true;  // heard from: not silent after all
+  asked_.erase(from);
   lapsed_.erase(from);
   // Whatever an excluded agent says, it is alive: the root takes it back.
   if (excluded_.count(from)) returning_.insert(from);
   if (const auto* up = std::get_if<UpReport>(&m)) {
+    if (up->probe) {
+      answer_.insert(from);
+      return;
+    }
     // A child (or a former one) that holds a newer exclusion decision than this agent passes
     // it up with its list: the newest decision spreads over every link until all agree.
     if (!up->excluded.empty() || up->leaving) adopt(up->excluded, up->epoch);
@@ -143,6 +154,36 @@ void Aggregator::receive(const Message& m, TimePoint now) {
   // The parent's watermark holds under the decision it was made with; one made under an older
   // decision than this agent's (the parent has not heard of the newer one yet) waits.
   if (down.epoch == epoch_) cluster_ = bounded_cluster(from, down.watermark);
+}
+
+void Aggregator::ask_ahead(TimePoint now, std::vector<Send>& out) {
+  // The parents this agent would try after the new one, should it be silent too, asked now: a
+  // run of stopped agents ahead of this one in the layout (a stopped root and its stopped
+  // children) then costs one probe deadline, not one each.
+  std::vector<std::string> live;
+  for (const auto& m : members_)
+    if (!excluded_.count(m) && !suspects_.count(m)) live.push_back(m);
+  std::vector<std::string> order = Tree(std::move(live), opts_.fan_in).members();
+  std::string p = parent_;
+  for (size_t i = 0; i < opts_.fan_in && !p.empty(); ++i) {
+    std::erase(order, p);
+    auto self = std::find(order.begin(), order.end(), self_);
+    std::string next;
+    if (self == order.end()) {
+      if (!order.empty()) next = order.front();
+    } else if (self != order.begin()) {
+      next = order[(static_cast<size_t>(self - order.begin()) - 1) / opts_.fan_in];
+    }
+    if (next.empty()) break;
+    if (asked_.emplace(next, now).second) {
+      UpReport ask;
+      ask.from = self_;
+      ask.probe = true;
+      out.push_back({next, std::move(ask)});
+      ++stats_.up_sent;
+    }
+    p = std::move(next);
+  }
 }
 
 uint64_t Aggregator::bounded_cluster(const std::string& from, uint64_t watermark) {
@@ -202,16 +243,21 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
     for (auto& [c, since] : child_since_) since = now;
     for (auto& [n, r] : reports_) r.at = now;
     for (auto& [p, since] : suspects_) since = now;
+    for (auto& [n, since] : asked_) since = now;
   }
   last_poll_ = now;
+  std::erase_if(asked_, [&](const auto& kv) { return now - kv.second > 2 * opts_.silence; });
   if (layout_dirty_) relayout(now);
   // A parent silent past the deadline is suspected at once; the next one in the layout is
-  // tried, each with a fresh deadline.
+  // tried, with a deadline from when it was first asked.
+  bool suspected = false;
   while (!parent_.empty() &&
          now - parent_since_ > (parent_answered_ ? opts_.silence : opts_.probe)) {
     suspects_.emplace(parent_, parent_since_);
     relayout(now);
+    suspected = true;
   }
+  if (suspected) ask_ahead(now, out);
 
   for (const auto& to : leave_) {
     UpReport bye;
@@ -222,6 +268,21 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
     out.push_back({to, std::move(bye)});
   }
   leave_.clear();
+  for (const auto& to : answer_) {
+    out.push_back({to, DownReport{self_, cluster_, sorted(excluded_), epoch_}});
+    ++stats_.down_sent;
+  }
+  answer_.clear();
+  if (!suspects_.empty() && now - last_suspect_probe_at_ >= opts_.heartbeat) {
+    last_suspect_probe_at_ = now;
+    for (const auto& [p, since] : suspects_) {
+      UpReport ask;
+      ask.from = self_;
+      ask.probe = true;
+      out.push_back({p, std::move(ask)});
+      ++stats_.up_sent;
+    }
+  }
   UpReport agg = aggregate(now);
   if (parent_.empty()) {
     // The root: what is reported silent (by others or, for its own former parents, by itself)
@@ -294,7 +355,7 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
 }
 
 Aggregator::TimePoint Aggregator::next_deadline() const {
-  if (layout_dirty_ || !leave_.empty()) return TimePoint::min();
+  if (layout_dirty_ || !leave_.empty() || !answer_.empty()) return TimePoint::min();
   // Deadlines the last poll already saw pass were acted on then (a silent child stays reported
   // until the root's word comes back): only those still ahead wake the agent.
   const TimePoint after = last_poll_ ? *last_poll_ : TimePoint::min();
@@ -307,6 +368,7 @@ Aggregator::TimePoint Aggregator::next_deadline() const {
     consider(parent_since_ + (parent_answered_ ? opts_.silence : opts_.probe));
   }
   for (const auto& [p, since] : suspects_) consider(since + opts_.silence);
+  if (!suspects_.empty()) consider(last_suspect_probe_at_ + opts_.heartbeat);
   for (const auto& [c, since] : child_since_)
     if (!reports_.count(c)) consider(since + opts_.silence);
   consider(last_down_at_ + opts_.heartbeat);

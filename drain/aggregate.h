@@ -17,10 +17,14 @@
 // the root excludes it and sends the exclusion down; every agent lays the tree out again without
 // it, so its children reattach elsewhere and only the silent agent is left out. A child whose
 // parent is silent suspects it at once (and reports it up), so the children of a dead interior
-// agent do not wait for the root's word that they cannot receive. An excluded agent that is heard
-// from again is reported as returning, and the root takes it back. Members come from the Node list
-// (Ready, not being deleted); a node that joins mid-drain enters with watermark 0 and holds the
-// watermark until its consumers applied a state (its kernel may hold rules from before).
+// agent do not wait for the root's word that they cannot receive. A suspect is asked again every
+// heartbeat (a probe it answers with a down report): one that was only slow (a paused process, a
+// saturated machine) is heard from, suspected no more and never reported, instead of being
+// reported after `silence` because, no longer a parent, it had no reason to speak. An excluded
+// agent that is heard from again is reported as returning, and the root takes it back. Members come
+// from the Node list (Ready, not being deleted); a node that joins mid-drain enters with watermark
+// 0 and holds the watermark until its consumers applied a state (its kernel may hold rules from
+// before).
 #pragma once
 
 #include <chrono>
@@ -44,6 +48,9 @@ struct UpReport {
   std::vector<std::string> silent;     // agents below `from` that missed their deadline
   std::vector<std::string> returning;  // excluded agents heard from again
   bool leaving = false;  // `from` reports to another parent from now on: forget it, it is alive
+  // `from` suspects this agent (a parent that did not answer it in time) and asks whether it
+  // is there: answered with a down report, counted nowhere.
+  bool probe = false;
   // The sender's exclusion decision (see DownReport::epoch). The list goes with it when the
   // sender leaves, or holds a newer decision than its parent sent it, so that an agent that
   // was excluded while it was not running (and may believe it is the root) learns it, and so
@@ -137,6 +144,7 @@ class Aggregator {
     TimePoint at;
   };
   void relayout(TimePoint now);
+  void ask_ahead(TimePoint now, std::vector<Send>& out);
   UpReport aggregate(TimePoint now);
   // Takes a newer exclusion decision; false when `epoch` is not newer than the one held.
   bool adopt(const std::vector<std::string>& excluded, uint64_t epoch);
@@ -161,6 +169,9 @@ class Aggregator {
   std::set<std::string> lapsed_;     // agents whose reports stopped: reported silent
   std::set<std::string> leave_;      // agents to tell, at the next poll, that this one is not
                                      // their child (a former parent, a parent by another layout)
+  std::set<std::string> answer_;     // agents that probed this one: a down report at the next poll
+  TimePoint last_suspect_probe_at_{};
+  std::map<std::string, TimePoint> asked_;  // the next parents, asked ahead and not heard from
   uint64_t local_ = 0;
   uint64_t cluster_ = 0;
   std::optional<UpReport> last_up_;

@@ -54,6 +54,7 @@ Result<Message> from_wire(const pb::PeerMessage& m) {
     copy_names(u.silent(), r.silent);
     copy_names(u.returning(), r.returning);
     r.leaving = u.leaving();
+    r.probe = u.probe();
     copy_names(u.excluded(), r.excluded);
     r.epoch = u.epoch();
     return Message{std::move(r)};
@@ -82,6 +83,7 @@ pb::PeerMessage to_wire(const Message& m) {
     for (const auto& s : u->silent) w->add_silent(s);
     for (const auto& s : u->returning) w->add_returning(s);
     w->set_leaving(u->leaving);
+    w->set_probe(u->probe);
     for (const auto& s : u->excluded) w->add_excluded(s);
     w->set_epoch(u->epoch);
   } else {
