@@ -107,6 +107,8 @@ void Aggregator::receive(const Message& m, TimePoint now) {
     ++stats_.ignored;
     return;
   }
+  // An answer to this agent's probe, when it comes from an agent it asked.
+  const bool asked = suspects_.count(from) > 0 || asked_.count(from) > 0;
   if (suspects_.erase(from)) layout_dirty_ = true;  // heard from: not silent after all
   asked_.erase(from);
   lapsed_.erase(from);
@@ -142,9 +144,9 @@ void Aggregator::receive(const Message& m, TimePoint now) {
   if (from != parent_) {
     // A former parent, one by another layout, or a root probing the excluded: its watermark
     // does not count here, but a newer decision does (with the watermark made under it); and
-    // it is told that this agent is not its child.
+    // it is told that this agent is not its child (unless it only answered a probe).
     if (adopt(down.excluded, down.epoch)) cluster_ = bounded_cluster(from, down.watermark);
-    leave_.insert(from);
+    if (!asked) leave_.insert(from);
     return;
   }
   parent_since_ = now;
@@ -276,6 +278,9 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
   if (!suspects_.empty() && now - last_suspect_probe_at_ >= opts_.heartbeat) {
     last_suspect_probe_at_ = now;
     for (const auto& [p, since] : suspects_) {
+      // Reported silent already: the root's decision settles it (an agent that runs after all
+      // is heard from and taken back), no more asking.
+      if (now - since > opts_.silence) continue;
       UpReport ask;
       ask.from = self_;
       ask.probe = true;
