@@ -251,15 +251,17 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
   std::erase_if(asked_, [&](const auto& kv) { return now - kv.second > 2 * opts_.silence; });
   if (layout_dirty_) relayout(now);
   // A parent silent past the deadline is suspected at once; the next one in the layout is
-  // tried, with a deadline from when it was first asked.
-  bool suspected = false;
+  // tried, with a deadline from when it was first asked. The parents ahead are asked when one
+  // that had answered fell silent (it died, and others around it may have too); not when a new
+  // parent never answered (a DaemonSet still rolling out: those ahead are not up either).
+  bool fell_silent = false;
   while (!parent_.empty() &&
          now - parent_since_ > (parent_answered_ ? opts_.silence : opts_.probe)) {
+    fell_silent = fell_silent || parent_answered_;
     suspects_.emplace(parent_, parent_since_);
     relayout(now);
-    suspected = true;
   }
-  if (suspected) ask_ahead(now, out);
+  if (fell_silent) ask_ahead(now, out);
 
   for (const auto& to : leave_) {
     UpReport bye;

@@ -207,7 +207,7 @@ Outcome rollout_with_a_fifth_stopped(uint32_t seed, Jitter j) {
 }
 
 // Seeds 1-20 with this code: no running agent ever excluded, no drain past the deadline (worst
-// 4.7-8.5 s), every stopped agent excluded 30.8-44.2 s after the stop. With the code before the
+// 4.4-8.8 s), every stopped agent excluded 22.4-43.6 s after the stop. With the code before the
 // probe of suspects and the parents asked ahead: a running agent excluded in 14 of 20 (a parent
 // only paused when a new child first reported stayed suspected by it for good, was reported
 // silent and excluded although it ran, and its readmission set the watermark back to 0),

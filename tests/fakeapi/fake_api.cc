@@ -4,11 +4,13 @@
 
 #include <httplib.h>
 #include <simdjson.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -564,6 +566,45 @@ void FakeApiServer::handle(const httplib::Request& req, httplib::Response& res) 
   }
 }
 
+namespace {
+
+// gzip at `level`, or nothing when zlib fails.
+std::optional<std::string> gzip(const std::string& in, int level) {
+  z_stream z{};
+  if (deflateInit2(&z, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+    return std::nullopt;
+  std::string out(deflateBound(&z, in.size()), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  int rc = deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  if (rc != Z_STREAM_END) return std::nullopt;
+  return out;
+}
+
+}  // namespace
+
+void FakeApiServer::set_list_body(const httplib::Request& req, httplib::Response& res,
+                                  std::string body) {
+  // As the API server answers a list: gzip at level 1 when the client accepts it and the body
+  // is 128 KiB or more, as it is otherwise (its response writer's level and threshold). The
+  // content type carries its charset so that cpp-httplib, which compresses a body typed exactly
+  // "application/json" on its own (level 6, and brotli first), leaves it as it is.
+  constexpr size_t kThreshold = 128 * 1024;
+  const std::string accept = req.get_header_value("Accept-Encoding");
+  if (body.size() >= kThreshold && accept.find("gzip") != std::string::npos) {
+    if (auto z = gzip(body, 1)) {
+      res.set_header("Content-Encoding", "gzip");
+      res.set_content(std::move(*z), "application/json;charset=utf-8");
+      return;
+    }
+  }
+  res.set_content(std::move(body), "application/json;charset=utf-8");
+}
+
 void FakeApiServer::handle_list(Resource& r, const httplib::Request& req, httplib::Response& res,
                                 std::unique_lock<std::mutex>&) {
   std::vector<std::shared_ptr<const Stored>> items;
@@ -633,7 +674,7 @@ void FakeApiServer::handle_list(Resource& r, const httplib::Request& req, httpli
   }
   body += "]}";
   res.status = 200;
-  res.set_content(body, "application/json");
+  set_list_body(req, res, std::move(body));
 }
 
 void FakeApiServer::handle_watch(Resource& r, const httplib::Request& req, httplib::Response& res,

@@ -134,6 +134,7 @@ class FakeApiServer {
   struct Watch;
 
   void handle(const httplib::Request& req, httplib::Response& res);
+  static void set_list_body(const httplib::Request& req, httplib::Response& res, std::string body);
   void handle_list(Resource& r, const httplib::Request& req, httplib::Response& res,
                    std::unique_lock<std::mutex>& lock);
   void handle_watch(Resource& r, const httplib::Request& req, httplib::Response& res,

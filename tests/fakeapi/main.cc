@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
   std::string tls_cert, tls_key, client_ca;
   int poll_ms = 1000;
   size_t threads = 64;
+  int bookmark_ms = 60000;
   app.add_option("--listen", listen, "ADDR:PORT to listen on (port 0: any)");
   app.add_option("--dir", dir, "directory of *.json / *.yaml manifests (or a single file)")
       ->required();
@@ -37,6 +39,10 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads,
                  "requests served at once; every open watch holds one (agents x kinds)")
       ->check(CLI::Range(1, 20000));
+  app.add_option("--bookmark-ms", bookmark_ms,
+                 "a BOOKMARK to every watch that asked for them this often, as the API server's "
+                 "watch cache sends one about every minute (0: never)")
+      ->check(CLI::Range(0, 3600000));
   CLI11_PARSE(app, argc, argv);
 
   endpointd::fakeapi::Options opts;
@@ -48,6 +54,7 @@ int main(int argc, char** argv) {
   opts.host = listen.substr(0, colon);
   opts.port = std::stoi(listen.substr(colon + 1));
   opts.threads = threads;
+  opts.bookmark_interval = std::chrono::milliseconds(bookmark_ms);
   if (!tls_cert.empty()) opts.tls = endpointd::fakeapi::TlsOptions{tls_cert, tls_key, client_ca};
   endpointd::fakeapi::FakeApiServer server(opts);
   if (!server.ok()) {
