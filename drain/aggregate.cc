@@ -72,6 +72,23 @@ void Aggregator::relayout(TimePoint now) {
   }
   child_since_ = std::move(since);
   children_ = std::move(children);
+  // The watch ring: the next member in the layout's order (wrapping), unless the tree already
+  // links the two. Its silence counts from when it became the one watched.
+  std::string next;
+  const auto& order = tree_.members();
+  if (order.size() > 2) {
+    auto self = std::find(order.begin(), order.end(), self_);
+    if (self != order.end()) {
+      ++self;
+      next = self == order.end() ? order.front() : *self;
+      const std::string* its_parent = tree_.parent(next);
+      if (next == parent_ || (its_parent && *its_parent == self_)) next.clear();
+    }
+  }
+  if (next != ring_next_) {
+    ring_next_ = std::move(next);
+    ring_heard_ = now;
+  }
   // Reports of agents that are no longer children stay until they lapse or the agent says it
   // left: while layouts differ, it may still count this one as its parent.
   last_down_.reset();
@@ -108,7 +125,8 @@ void Aggregator::receive(const Message& m, TimePoint now) {
     return;
   }
   // An answer to this agent's probe, when it comes from an agent it asked.
-  const bool asked = suspects_.count(from) > 0 || asked_.count(from) > 0;
+  const bool asked = suspects_.count(from) > 0 || asked_.count(from) > 0 || (from == ring_next_);
+  if (from == ring_next_) ring_heard_ = now;
   if (suspects_.erase(from)) layout_dirty_ = true;  // heard from: not silent after all
   asked_.erase(from);
   lapsed_.erase(from);
@@ -226,6 +244,7 @@ UpReport Aggregator::aggregate(TimePoint now) {
     ++it;
   }
   silent.insert(lapsed_.begin(), lapsed_.end());
+  if (!ring_next_.empty() && now - ring_heard_ > opts_.silence) silent.insert(ring_next_);
   for (const auto& c : children_)
     if (!reports_.count(c) && now - child_since_[c] > opts_.silence) silent.insert(c);
   up.silent = sorted(silent);
@@ -246,6 +265,7 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
     for (auto& [n, r] : reports_) r.at = now;
     for (auto& [p, since] : suspects_) since = now;
     for (auto& [n, since] : asked_) since = now;
+    ring_heard_ = now;
   }
   last_poll_ = now;
   std::erase_if(asked_, [&](const auto& kv) { return now - kv.second > 2 * opts_.silence; });
@@ -289,6 +309,16 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
       out.push_back({p, std::move(ask)});
       ++stats_.up_sent;
     }
+  }
+  // The ring's next member is asked every heartbeat: it answers, or its silence is seen here
+  // whatever the tree around it (its parent may be stopped too).
+  if (!ring_next_.empty() && now - last_ring_probe_at_ >= opts_.heartbeat) {
+    last_ring_probe_at_ = now;
+    UpReport ask;
+    ask.from = self_;
+    ask.probe = true;
+    out.push_back({ring_next_, std::move(ask)});
+    ++stats_.up_sent;
   }
   UpReport agg = aggregate(now);
   if (parent_.empty()) {
@@ -376,6 +406,10 @@ Aggregator::TimePoint Aggregator::next_deadline() const {
   }
   for (const auto& [p, since] : suspects_) consider(since + opts_.silence);
   if (!suspects_.empty()) consider(last_suspect_probe_at_ + opts_.heartbeat);
+  if (!ring_next_.empty()) {
+    consider(last_ring_probe_at_ + opts_.heartbeat);
+    consider(ring_heard_ + opts_.silence);
+  }
   for (const auto& [c, since] : child_since_)
     if (!reports_.count(c)) consider(since + opts_.silence);
   consider(last_down_at_ + opts_.heartbeat);

@@ -20,7 +20,12 @@
 // agent do not wait for the root's word that they cannot receive. A suspect is asked again every
 // heartbeat (a probe it answers with a down report): one that was only slow (a paused process, a
 // saturated machine) is heard from, suspected no more and never reported, instead of being
-// reported after `silence` because, no longer a parent, it had no reason to speak. An excluded
+// reported after `silence` because, no longer a parent, it had no reason to speak. Besides the
+// tree, every agent asks the next member in the layout's order (a ring) every heartbeat and
+// reports it silent after `silence` without an answer: an agent whose tree neighbours are all
+// stopped too (a stopped root with stopped children, a stopped leaf under a stopped parent) is
+// still seen by someone from the start, instead of only after its neighbours are excluded and
+// the layout moves it under a running parent, one deadline per round. An excluded
 // agent that is heard from again is reported as returning, and the root takes it back. Members come
 // from the Node list (Ready, not being deleted); a node that joins mid-drain enters with watermark
 // 0 and holds the watermark until its consumers applied a state (its kernel may hold rules from
@@ -172,6 +177,9 @@ class Aggregator {
   std::set<std::string> answer_;     // agents that probed this one: a down report at the next poll
   TimePoint last_suspect_probe_at_{};
   std::map<std::string, TimePoint> asked_;  // the next parents, asked ahead and not heard from
+  std::string ring_next_;                   // the member this one watches besides the tree
+  TimePoint ring_heard_{};
+  TimePoint last_ring_probe_at_{};
   uint64_t local_ = 0;
   uint64_t cluster_ = 0;
   std::optional<UpReport> last_up_;

@@ -3,8 +3,9 @@
 // proto/endpointd/v1/drain.proto). A child opens the stream to its parent and sends its up
 // reports on it; the parent answers with down reports on the same stream. An agent therefore
 // holds one outgoing stream per parent it reports to (one, plus a former parent for a moment
-// after the layout changed) and one incoming stream per child: k + 1, whatever the cluster size
-// and however many endpoints drain.
+// after the layout changed) and one incoming stream per child, plus one to the member it watches
+// on the ring and one from the member that watches it: k + 3, whatever the cluster size and
+// however many endpoints drain.
 //
 // Bounds (a hostile neighbour on the peer port): a stream must name its node within `hello`
 // or it is closed; a name that is not a member of the Node list, that changes, or (mutual TLS)
