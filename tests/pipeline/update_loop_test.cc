@@ -133,7 +133,16 @@ TEST(UpdateLoop, LongestWaitNamesAStuckSinkAndClearsWhenItFinishes) {
   auto s1 = loop.wait_for([](const model::Snapshot& s) { return s.find({"ns", "first"}); }, 5s);
   ASSERT_TRUE(s1);
   ASSERT_TRUE(board.wait_all(s1->generation, std::chrono::steady_clock::now() + 5s));
-  EXPECT_EQ(loop.longest_wait(std::chrono::steady_clock::now()).age.count(), 0);
+  // applied() is reported inside apply(); the runner clears its wait just after it returns (a
+  // clean-clone run once looked in between: 0.28 ms).
+  auto nothing_waits = [&] {
+    auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (loop.longest_wait(std::chrono::steady_clock::now()).age.count() != 0 &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
+    return loop.longest_wait(std::chrono::steady_clock::now()).age.count() == 0;
+  };
+  EXPECT_TRUE(nothing_waits());
 
   sink.close_gate();
   loop.post(up(svc("b")));
@@ -149,12 +158,7 @@ TEST(UpdateLoop, LongestWaitNamesAStuckSinkAndClearsWhenItFinishes) {
 
   sink.open_gate();
   ASSERT_TRUE(board.wait_all(loop.current()->generation, std::chrono::steady_clock::now() + 5s));
-  // applied() is reported inside apply(); the runner clears its wait just after it returns.
-  auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (loop.longest_wait(std::chrono::steady_clock::now()).age.count() != 0 &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(1ms);
-  EXPECT_EQ(loop.longest_wait(std::chrono::steady_clock::now()).age.count(), 0);
+  EXPECT_TRUE(nothing_waits());
   loop.stop();
 }
 
