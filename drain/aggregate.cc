@@ -176,6 +176,14 @@ void Aggregator::receive(const Message& m, TimePoint now) {
   if (down.epoch == epoch_) cluster_ = bounded_cluster(from, down.watermark);
 }
 
+void Aggregator::ask(const std::string& to, std::vector<Send>& out) {
+  UpReport probe;
+  probe.from = self_;
+  probe.probe = true;
+  out.push_back({to, std::move(probe)});
+  ++stats_.up_sent;
+}
+
 void Aggregator::ask_ahead(TimePoint now, std::vector<Send>& out) {
   // The parents this agent would try after the new one, should it be silent too, asked now: a
   // run of stopped agents ahead of this one in the layout (a stopped root and its stopped
@@ -195,13 +203,7 @@ void Aggregator::ask_ahead(TimePoint now, std::vector<Send>& out) {
       next = order[(static_cast<size_t>(self - order.begin()) - 1) / opts_.fan_in];
     }
     if (next.empty()) break;
-    if (asked_.emplace(next, now).second) {
-      UpReport ask;
-      ask.from = self_;
-      ask.probe = true;
-      out.push_back({next, std::move(ask)});
-      ++stats_.up_sent;
-    }
+    if (asked_.emplace(next, now).second) ask(next, out);
     p = std::move(next);
   }
 }
@@ -302,23 +304,14 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
     for (const auto& [p, since] : suspects_) {
       // Reported silent already: the root's decision settles it (an agent that runs after all
       // is heard from and taken back), no more asking.
-      if (now - since > opts_.silence) continue;
-      UpReport ask;
-      ask.from = self_;
-      ask.probe = true;
-      out.push_back({p, std::move(ask)});
-      ++stats_.up_sent;
+      if (now - since <= opts_.silence) ask(p, out);
     }
   }
   // The ring's next member is asked every heartbeat: it answers, or its silence is seen here
   // whatever the tree around it (its parent may be stopped too).
   if (!ring_next_.empty() && now - last_ring_probe_at_ >= opts_.heartbeat) {
     last_ring_probe_at_ = now;
-    UpReport ask;
-    ask.from = self_;
-    ask.probe = true;
-    out.push_back({ring_next_, std::move(ask)});
-    ++stats_.up_sent;
+    ask(ring_next_, out);
   }
   UpReport agg = aggregate(now);
   if (parent_.empty()) {

@@ -149,6 +149,8 @@ class Aggregator {
     TimePoint at;
   };
   void relayout(TimePoint now);
+  // A probe to `to`: "are you there?", answered with a down report.
+  void ask(const std::string& to, std::vector<Send>& out);
   void ask_ahead(TimePoint now, std::vector<Send>& out);
   UpReport aggregate(TimePoint now);
   // Takes a newer exclusion decision; false when `epoch` is not newer than the one held.
