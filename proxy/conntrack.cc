@@ -128,15 +128,15 @@ class NetlinkConntrack final : public Conntrack {
     return flows;
   }
 
-  Result<size_t> delete_flows(const std::vector<FlowMatch>& matches) override {
-    if (matches.empty()) return size_t{0};
+  Result<DeletedFlows> delete_flows(const std::vector<FlowMatch>& matches) override {
+    if (matches.empty()) return DeletedFlows{};
     return delete_flows_if([&](const Flow& f) {
       return std::any_of(matches.begin(), matches.end(),
                          [&](const FlowMatch& m) { return m.matches(f); });
     });
   }
 
-  Result<size_t> delete_flows_if(const std::function<bool(const Flow&)>& stale) override {
+  Result<DeletedFlows> delete_flows_if(const std::function<bool(const Flow&)>& stale) override {
     auto sock = connect_ctnetlink();
     if (!sock) return Error{sock.error()};
     DumpContext ctx;
@@ -145,18 +145,18 @@ class NetlinkConntrack final : public Conntrack {
     if (!r) return Error{r.error()};
     // Back to the default handler for the acknowledgements of the deletions.
     nl_socket_modify_cb(sock->get(), NL_CB_VALID, NL_CB_DEFAULT, nullptr, nullptr);
-    size_t deleted = 0;
+    DeletedFlows deleted;
     std::string first_error;
     for (const auto& ct : ctx.kept) {
       int err = nfnl_ct_del(sock->get(), ct.get(), 0);
       if (err >= 0) {
-        ++deleted;
+        deleted.count(nfnl_ct_get_family(ct.get()) == AF_INET6);
       } else if (err != -NLE_OBJ_NOTFOUND && first_error.empty()) {
         first_error = nl_geterror(err);
       }
     }
     if (!first_error.empty()) {
-      return Error{"conntrack: delete failed after " + std::to_string(deleted) +
+      return Error{"conntrack: delete failed after " + std::to_string(deleted.total()) +
                    " entries: " + first_error};
     }
     return deleted;

@@ -57,17 +57,25 @@ using model::FlowCount;
 // Adds one entry's contribution (if reply_src is `endpoint`) to `count`.
 void count_flow(const Flow& f, const model::IpAddr& endpoint, FlowCount& count);
 
+// What a deletion removed, per family (kube-proxy counts its reconciler's deletions under
+// `ip_family`).
+struct DeletedFlows {
+  size_t ipv4 = 0, ipv6 = 0;
+  size_t total() const { return ipv4 + ipv6; }
+  void count(bool v6) { ++(v6 ? ipv6 : ipv4); }
+};
+
 class Conntrack {
  public:
   virtual ~Conntrack() = default;
   // Every entry of every family.
   virtual Result<std::vector<Flow>> list() = 0;
   // Deletes every entry matching any of `matches`, in one walk of the table. Returns how many
-  // it deleted (entries that vanished meanwhile are not errors and not counted).
-  virtual Result<size_t> delete_flows(const std::vector<FlowMatch>& matches) = 0;
+  // it deleted, per family (entries that vanished meanwhile are not errors and not counted).
+  virtual Result<DeletedFlows> delete_flows(const std::vector<FlowMatch>& matches) = 0;
   // Deletes every entry `stale` selects, in one walk of the table (the sweep after a full sync,
   // whose test is a lookup, not a list of matches). Counted as delete_flows counts.
-  virtual Result<size_t> delete_flows_if(const std::function<bool(const Flow&)>& stale) = 0;
+  virtual Result<DeletedFlows> delete_flows_if(const std::function<bool(const Flow&)>& stale) = 0;
   // The connections whose reply source is `endpoint` (any port).
   virtual Result<FlowCount> count_flows_to(const model::IpAddr& endpoint) = 0;
   // The same for several endpoints in one walk of the table (a rolling update drains many at

@@ -144,9 +144,10 @@ struct ProxySink::Metrics {
   prometheus::Counter* rejected = nullptr;
   prometheus::Counter* conntrack_deleted = nullptr;
   prometheus::Counter* conntrack_failures = nullptr;
-  // kube-proxy's conntrack reconciler names: the entries deleted, and each cleanup's time.
-  prometheus::Counter* reconciler_deleted = nullptr;
-  prometheus::Histogram* reconciler_duration = nullptr;
+  // kube-proxy's conntrack reconciler names: the entries deleted per family, and each
+  // cleanup's time (one walk covers both families: observed under each family of the node).
+  std::array<prometheus::Counter*, 2> reconciler_deleted{};
+  PerFamily reconciler_duration{};
   prometheus::Counter* elements_full = nullptr;
   prometheus::Counter* elements_partial = nullptr;
 };
@@ -268,12 +269,12 @@ ProxySink::ProxySink(Backend* backend, pipeline::AckBoard* board, Options opts)
     metrics_->conntrack_failures = counter("endpointd_proxy_conntrack_cleanup_failures_total",
                                            "UDP conntrack cleanups that failed.");
     metrics_->reconciler_deleted =
-        counter("kubeproxy_conntrack_reconciler_deleted_entries_total",
-                "Stale UDP conntrack entries deleted (kube-proxy's name; no ip_family label).");
+        counter2("kubeproxy_conntrack_reconciler_deleted_entries_total",
+                 "Stale UDP conntrack entries deleted, by the entry's family.");
     metrics_->reconciler_duration =
-        hist("kubeproxy_conntrack_reconciler_sync_duration_seconds",
-             "Time of one UDP conntrack cleanup: the sweep after a full sync, or the entries of "
-             "the endpoints a batch removed (kube-proxy's name).");
+        hist2("kubeproxy_conntrack_reconciler_sync_duration_seconds",
+              "Time of one UDP conntrack cleanup: the sweep after a full sync, or the entries of "
+              "the endpoints a batch removed (one walk of the table for both families).");
     auto& written = prometheus::BuildCounter()
                         .Name("endpointd_proxy_elements_written_total")
                         .Help(
@@ -576,13 +577,13 @@ void ProxySink::after_commit(const model::Snapshot* before, const model::Snapsho
   }
   if (sweep || !stale.empty()) {
     auto started = Clock::now();
-    Result<size_t> r = sweep ? opts_.conntrack->delete_flows_if([&](const Flow& f) {
+    Result<DeletedFlows> r = sweep ? opts_.conntrack->delete_flows_if([&](const Flow& f) {
       return index->stale(f) || std::any_of(stale.begin(), stale.end(),
                                             [&](const FlowMatch& m) { return m.matches(f); });
     })
-                             : opts_.conntrack->delete_flows(stale);
-    if (metrics_->reconciler_duration)
-      metrics_->reconciler_duration->Observe(seconds(Clock::now() - started));
+                                   : opts_.conntrack->delete_flows(stale);
+    const double took = seconds(Clock::now() - started);
+    each(metrics_->reconciler_duration, [&](prometheus::Histogram& h, size_t) { h.Observe(took); });
     if (!r) {
       ++conntrack_failures_;
       if (metrics_->conntrack_failures) metrics_->conntrack_failures->Increment();
@@ -591,17 +592,20 @@ void ProxySink::after_commit(const model::Snapshot* before, const model::Snapsho
     } else {
       if (sweep) {
         swept_ = true;
-        spdlog::log(*r ? spdlog::level::info : spdlog::level::debug,
+        spdlog::log(r->total() ? spdlog::level::info : spdlog::level::debug,
                     "proxy: UDP conntrack sweep of generation {} ({} service addresses): {} stale "
                     "entries deleted in {:.1f} ms",
-                    now.generation, index->addresses(), *r,
+                    now.generation, index->addresses(), r->total(),
                     std::chrono::duration<double, std::milli>(Clock::now() - started).count());
       }
-      conntrack_deleted_ += *r;
-      if (metrics_->conntrack_deleted) {
-        metrics_->conntrack_deleted->Increment(static_cast<double>(*r));
-        metrics_->reconciler_deleted->Increment(static_cast<double>(*r));
-      }
+      conntrack_deleted_ += r->total();
+      if (metrics_->conntrack_deleted)
+        metrics_->conntrack_deleted->Increment(static_cast<double>(r->total()));
+      // An entry of a family the node has no series for (none is programmed) counts in the
+      // total only.
+      each(metrics_->reconciler_deleted, [&](prometheus::Counter& c, size_t f) {
+        c.Increment(static_cast<double>(f == 0 ? r->ipv4 : r->ipv6));
+      });
     }
   }
   if (opts_.health_checks && health)

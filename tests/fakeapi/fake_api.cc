@@ -587,26 +587,118 @@ std::optional<std::string> gzip(const std::string& in, int level) {
 
 }  // namespace
 
+namespace {
+
+// As the API server compresses a list: gzip at level 1 when the body is 128 KiB or more, and
+// not at all otherwise (its response writer's level and threshold).
+std::optional<std::string> compress_list(const std::string& body) {
+  constexpr size_t kThreshold = 128 * 1024;
+  if (body.size() < kThreshold) return std::nullopt;
+  return gzip(body, 1);
+}
+
+bool accepts_gzip(const httplib::Request& req) {
+  return req.get_header_value("Accept-Encoding").find("gzip") != std::string::npos;
+}
+
+// The content type carries its charset so that cpp-httplib, which compresses a body typed
+// exactly "application/json" on its own (level 6, and brotli first), leaves it as it is.
+constexpr const char* kListType = "application/json;charset=utf-8";
+
+std::string list_body(std::string_view kind, std::string_view api_version, uint64_t rv,
+                      const std::string& next, const std::vector<std::string_view>& items) {
+  std::string body = "{\"kind\":\"" + std::string(kind) + "List\",\"apiVersion\":\"" +
+                     std::string(api_version) + "\",\"metadata\":{\"resourceVersion\":\"" +
+                     std::to_string(rv) + "\"";
+  if (!next.empty()) body += ",\"continue\":\"" + next + "\"";
+  body += "},\"items\":[";
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) body.push_back(',');
+    body += items[i];
+  }
+  body += "]}";
+  return body;
+}
+
+}  // namespace
+
 void FakeApiServer::set_list_body(const httplib::Request& req, httplib::Response& res,
                                   std::string body) {
-  // As the API server answers a list: gzip at level 1 when the client accepts it and the body
-  // is 128 KiB or more, as it is otherwise (its response writer's level and threshold). The
-  // content type carries its charset so that cpp-httplib, which compresses a body typed exactly
-  // "application/json" on its own (level 6, and brotli first), leaves it as it is.
-  constexpr size_t kThreshold = 128 * 1024;
-  const std::string accept = req.get_header_value("Accept-Encoding");
-  if (body.size() >= kThreshold && accept.find("gzip") != std::string::npos) {
-    if (auto z = gzip(body, 1)) {
+  if (accepts_gzip(req)) {
+    if (auto z = compress_list(body)) {
       res.set_header("Content-Encoding", "gzip");
-      res.set_content(std::move(*z), "application/json;charset=utf-8");
+      res.set_content(std::move(*z), kListType);
       return;
     }
   }
-  res.set_content(std::move(body), "application/json;charset=utf-8");
+  res.set_content(std::move(body), kListType);
+}
+
+void FakeApiServer::prepare_lists(size_t limit) {
+  std::lock_guard lock(mu_);
+  prepared_.clear();
+  if (limit == 0) return;
+  for (auto& [name, r] : resources_) {
+    Prepared p;
+    p.rv = rv_;
+    p.limit = limit;
+    p.snapshot = next_snapshot_id_++;
+    auto& items = snapshots_[p.snapshot];
+    for (const auto& [_, s] : r->objects) items.push_back(s);
+    snapshot_rv_[p.snapshot] = rv_;
+    size_t offset = 0;
+    do {
+      size_t end = std::min(items.size(), offset + limit);
+      std::string next =
+          end < items.size() ? std::to_string(p.snapshot) + ":" + std::to_string(end) : "";
+      std::vector<std::string_view> page;
+      for (size_t i = offset; i < end; ++i) page.push_back(items[i]->json);
+      p.raw.push_back(list_body(r->info.kind, r->info.api_version, rv_, next, page));
+      p.gzipped.push_back(compress_list(p.raw.back()).value_or(std::string()));
+      offset = end;
+    } while (offset < items.size());
+    prepared_[name] = std::move(p);
+  }
+}
+
+bool FakeApiServer::serve_prepared(Resource& r, const httplib::Request& req,
+                                   httplib::Response& res) {
+  auto it = prepared_.find(r.info.resource);
+  if (it == prepared_.end() || expire_next_continue_) return false;
+  const Prepared& p = it->second;
+  if (req.has_param("labelSelector") || req.has_param("fieldSelector") ||
+      req.get_param_value("limit") != std::to_string(p.limit))
+    return false;
+  size_t page = 0;
+  const std::string cont = req.get_param_value("continue");
+  if (cont.empty()) {
+    if (p.rv != rv_) return false;
+  } else {
+    const std::string prefix = std::to_string(p.snapshot) + ":";
+    if (!cont.starts_with(prefix)) return false;
+    size_t offset = 0;
+    try {
+      offset = std::stoull(cont.substr(prefix.size()));
+    } catch (const std::exception&) {
+      return false;
+    }
+    if (offset % p.limit != 0 || offset / p.limit >= p.raw.size()) return false;
+    page = offset / p.limit;
+  }
+  res.status = 200;
+  if (accepts_gzip(req) && !p.gzipped[page].empty()) {
+    res.set_header("Content-Encoding", "gzip");
+    res.set_content(p.gzipped[page], kListType);
+  } else {
+    res.set_content(p.raw[page], kListType);
+  }
+  ++prepared_served_;
+  return true;
 }
 
 void FakeApiServer::handle_list(Resource& r, const httplib::Request& req, httplib::Response& res,
-                                std::unique_lock<std::mutex>&) {
+                                std::unique_lock<std::mutex>& lock) {
+  if (serve_prepared(r, req, res)) return;
   std::vector<std::shared_ptr<const Stored>> items;
   uint64_t list_rv = rv_;
   size_t offset = 0;
@@ -663,16 +755,13 @@ void FakeApiServer::handle_list(Resource& r, const httplib::Request& req, httpli
     }
     next = std::to_string(id) + ":" + std::to_string(end);
   }
-  std::string body = "{\"kind\":\"" + std::string(r.info.kind) + "List\",\"apiVersion\":\"" +
-                     r.info.api_version + "\",\"metadata\":{\"resourceVersion\":\"" +
-                     std::to_string(list_rv) + "\"";
-  if (!next.empty()) body += ",\"continue\":\"" + next + "\"";
-  body += "},\"items\":[";
-  for (size_t i = offset; i < end; ++i) {
-    if (i > offset) body.push_back(',');
-    body += items[i]->json;
-  }
-  body += "]}";
+  std::vector<std::string_view> page;
+  for (size_t i = offset; i < end; ++i) page.push_back(items[i]->json);
+  std::string body = list_body(r.info.kind, r.info.api_version, list_rv, next, page);
+  // The items are shared and immutable: compressing needs no lock, and two lists (as an
+  // agent's Services and EndpointSlices at start) are compressed at once, as the API server
+  // would.
+  lock.unlock();
   res.status = 200;
   set_list_body(req, res, std::move(body));
 }

@@ -119,6 +119,11 @@ class FakeApiServer {
   void send_bookmarks();
   // Requests must carry "Authorization: Bearer <token>" (empty: no check).
   void set_required_token(std::string token);
+  // Encodes (and gzips) now every page of every resource's whole list at `limit` objects a
+  // page, and answers such a list from them while nothing changes: a benchmark's agent then
+  // does not share its cores with the encoding, as it does not with a real API server's.
+  // Lists with selectors, another limit, or after a change are answered as always.
+  void prepare_lists(size_t limit);
 
   // --- what happened -----------------------------------------------------------------
   std::vector<RecordedRequest> requests() const;
@@ -126,6 +131,8 @@ class FakeApiServer {
   // Watches being held silent now (see silence_next_watch).
   size_t silent_watches() const;
   size_t watch_events_sent() const { return events_sent_.load(); }
+  // List pages answered from prepare_lists's pages.
+  size_t prepared_pages_served() const { return prepared_served_.load(); }
 
  private:
   struct Stored;
@@ -135,6 +142,8 @@ class FakeApiServer {
 
   void handle(const httplib::Request& req, httplib::Response& res);
   static void set_list_body(const httplib::Request& req, httplib::Response& res, std::string body);
+  // A prepared page for this list request, served; false when there is none.
+  bool serve_prepared(Resource& r, const httplib::Request& req, httplib::Response& res);
   void handle_list(Resource& r, const httplib::Request& req, httplib::Response& res,
                    std::unique_lock<std::mutex>& lock);
   void handle_watch(Resource& r, const httplib::Request& req, httplib::Response& res,
@@ -178,8 +187,16 @@ class FakeApiServer {
   uint64_t next_snapshot_id_ = 1;
   std::map<uint64_t, std::vector<std::shared_ptr<const Stored>>> snapshots_;
   std::map<uint64_t, uint64_t> snapshot_rv_;
+  struct Prepared {
+    uint64_t rv = 0;  // of the state they were encoded from
+    size_t limit = 0;
+    uint64_t snapshot = 0;                  // their continue tokens' snapshot
+    std::vector<std::string> raw, gzipped;  // gzipped[i] empty: page i goes uncompressed
+  };
+  std::map<std::string, Prepared> prepared_;  // by resource name
   size_t open_watches_ = 0;
   std::atomic<size_t> events_sent_{0};
+  std::atomic<size_t> prepared_served_{0};
 };
 
 // Loads the objects of *.json (and, when built with YAML support, *.yaml / *.yml) files in

@@ -135,10 +135,14 @@ class SweepTest : public ::testing::Test {
     if (pos == std::string::npos) return -1;
     return std::stod(text.substr(pos + series.size() + 2));
   }
-  // endpointd's name and kube-proxy's count the same.
+  double reconciler_deleted(const char* family) {
+    return metric(std::string("kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"") +
+                  family + "\"}");
+  }
+  // endpointd's name and kube-proxy's (summed over its families) count the same.
   double deleted_metric() {
     double ours = metric("endpointd_proxy_conntrack_deleted_total");
-    double theirs = metric("kubeproxy_conntrack_reconciler_deleted_entries_total");
+    double theirs = reconciler_deleted("IPv4") + reconciler_deleted("IPv6");
     return ours == theirs ? ours : -2;
   }
 
@@ -165,6 +169,7 @@ TEST_F(SweepTest, ANewSinkDeletesEntriesOfEndpointsThatLeftWhileItWasDown) {
   EXPECT_EQ(*ct_.list(), (std::vector<Flow>{to_b, other}));
   EXPECT_EQ(sink->conntrack_deleted(), 1u);
   EXPECT_EQ(deleted_metric(), 1);
+  EXPECT_EQ(reconciler_deleted("IPv4"), 1);
 
   // Incremental commits do not sweep; a full sync (here: requested, as after a foreign
   // change) does.
@@ -180,8 +185,40 @@ TEST_F(SweepTest, ANewSinkDeletesEntriesOfEndpointsThatLeftWhileItWasDown) {
   EXPECT_EQ(ct_.list()->size(), 2u);
   EXPECT_EQ(sink->conntrack_deleted(), 2u);
   EXPECT_EQ(deleted_metric(), 2);
-  // Each cleanup is timed under kube-proxy's reconciler name: the sweep and the delta's.
-  EXPECT_EQ(metric("kubeproxy_conntrack_reconciler_sync_duration_seconds_count"), 2);
+  // Each cleanup is timed under kube-proxy's reconciler name: the sweep and the delta's, one
+  // walk for both of the node's families.
+  for (const char* f : {"IPv4", "IPv6"})
+    EXPECT_EQ(metric(std::string("kubeproxy_conntrack_reconciler_sync_duration_seconds_count{"
+                                 "ip_family=\"") +
+                     f + "\"}"),
+              2)
+        << f;
+}
+
+// kube-proxy counts its reconciler's deletions per family; so does endpointd, by each
+// entry's own family, though one walk takes both.
+TEST_F(SweepTest, DeletedEntriesAreCountedUnderTheirFamily) {
+  auto v4 = udp_service("dns", "10.96.0.10", 53);
+  auto v6 = udp_service("dns6", "fd00:96::10", 53);
+  auto v6_flow = [](const char* src, uint16_t client_port) {
+    Flow f = udp_flow("fd00:96::10", 53, src, 5353, client_port);
+    f.orig_src = f.reply_dst = ip("fd00:244:9::9");
+    return f;
+  };
+  ct_.add(udp_flow("10.96.0.10", 53, "10.244.1.10", 5353, 40001));  // endpoint gone
+  ct_.add(v6_flow("fd00:244:1::10", 40002));                        // endpoint gone
+  ct_.add(v6_flow("fd00:244:1::11", 40003));                        // gone too
+  Flow kept = v6_flow("fd00:244:1::12", 40004);
+  ct_.add(kept);
+  auto sink = start_sink();
+  auto s1 = snapshot(1, {state(v4, {udp_endpoint("10.244.1.11", 5353)}),
+                         state(v6, {udp_endpoint("fd00:244:1::12", 5353)})});
+  sink->apply(s1, model::diff(nullptr, *s1));
+  ASSERT_TRUE(sink->synced());
+  EXPECT_EQ(*ct_.list(), std::vector<Flow>{kept});
+  EXPECT_EQ(reconciler_deleted("IPv4"), 1);
+  EXPECT_EQ(reconciler_deleted("IPv6"), 2);
+  EXPECT_EQ(deleted_metric(), 3);
 }
 
 TEST_F(SweepTest, AServiceThatHadNoEndpointsLosesItsBlackholedEntriesAtStart) {

@@ -36,24 +36,20 @@ class FakeConntrack : public Conntrack {
     if (!error_.empty()) return Error{error_};
     return flows_;
   }
-  Result<size_t> delete_flows(const std::vector<FlowMatch>& matches) override {
+  Result<DeletedFlows> delete_flows(const std::vector<FlowMatch>& matches) override {
     std::lock_guard lock(mu_);
     delete_calls_.push_back(matches);
     if (!error_.empty()) return Error{error_};
-    size_t before = flows_.size();
-    std::erase_if(flows_, [&](const Flow& f) {
+    return erase_counted([&](const Flow& f) {
       return std::any_of(matches.begin(), matches.end(),
                          [&](const FlowMatch& m) { return m.matches(f); });
     });
-    return before - flows_.size();
   }
-  Result<size_t> delete_flows_if(const std::function<bool(const Flow&)>& stale) override {
+  Result<DeletedFlows> delete_flows_if(const std::function<bool(const Flow&)>& stale) override {
     std::lock_guard lock(mu_);
     ++sweeps_;
     if (!error_.empty()) return Error{error_};
-    size_t before = flows_.size();
-    std::erase_if(flows_, [&](const Flow& f) { return stale(f); });
-    return before - flows_.size();
+    return erase_counted(stale);
   }
   // How many delete_flows_if walks were made (delete_calls() lists delete_flows calls only).
   size_t sweeps() const {
@@ -79,6 +75,18 @@ class FakeConntrack : public Conntrack {
   }
 
  private:
+  // Erases what `stale` selects, counted per family (the netlink table's family is the
+  // addresses').
+  DeletedFlows erase_counted(const std::function<bool(const Flow&)>& stale) {
+    DeletedFlows d;
+    std::erase_if(flows_, [&](const Flow& f) {
+      if (!stale(f)) return false;
+      d.count(f.orig_src.is_v6());
+      return true;
+    });
+    return d;
+  }
+
   mutable std::mutex mu_;
   std::vector<Flow> flows_;
   std::vector<std::vector<FlowMatch>> delete_calls_;

@@ -177,6 +177,28 @@ TEST_F(KubeClientTest, ListIsPagedWithLimitAndContinue) {
   EXPECT_EQ(client_->stats(ObjectKind::kService).list_pages, 4u);
 }
 
+// The benchmarks' fake API can answer lists from pages it encoded beforehand; the client reads
+// them as it reads live ones (compressed pages included), and a change makes lists live again.
+TEST_F(KubeClientTest, PreparedListPagesReadAsLiveOnes) {
+  for (int i = 0; i < 1200; ++i)
+    server_.apply(service_json("s" + std::to_string(i),
+                               "10.96." + std::to_string(i / 200) + "." + std::to_string(i % 200)));
+  server_.prepare_lists(500);
+  start(services_only());
+  ASSERT_TRUE(wait_until([&] { return client_->synced(); }));
+  EXPECT_EQ(recorder_.last_replace_size(ObjectKind::kService), 1200u);
+  EXPECT_TRUE(recorder_.has("Service:default/s1199"));
+  EXPECT_EQ(server_.prepared_pages_served(), 3u);
+  EXPECT_EQ(client_->stats(ObjectKind::kService).list_pages, 3u);
+  client_.reset();
+
+  server_.apply(service_json("late", "10.96.9.1"));
+  start(services_only());
+  ASSERT_TRUE(wait_until([&] { return client_->synced(); }));
+  EXPECT_EQ(recorder_.last_replace_size(ObjectKind::kService), 1201u);
+  EXPECT_EQ(server_.prepared_pages_served(), 3u);
+}
+
 TEST_F(KubeClientTest, ExpiredContinueTokenRestartsTheList) {
   for (int i = 0; i < 4; ++i)
     server_.apply(service_json("s" + std::to_string(i), "10.96.1." + std::to_string(i + 1)));
