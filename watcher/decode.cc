@@ -745,4 +745,39 @@ Result<DecodedList> decode_list(std::string_view json, ObjectKind kind, bool pad
   return out;
 }
 
+Result<ListMeta> peek_list_meta(std::string_view json) {
+  static_assert(kJsonPadding >= simdjson::SIMDJSON_PADDING);
+  namespace od = simdjson::ondemand;
+  thread_local od::parser parser;
+  od::document doc;
+  od::object root;
+  if (auto err = parser.iterate(json.data(), json.size(), json.size() + kJsonPadding).get(doc);
+      err != simdjson::SUCCESS)
+    return Error{std::string("malformed list JSON: ") + simdjson::error_message(err)};
+  if (auto err = doc.get_object().get(root); err != simdjson::SUCCESS)
+    return Error{std::string("list is not an object: ") + simdjson::error_message(err)};
+  ListMeta out;
+  // The API server writes metadata before items; found later, the items are skipped over.
+  for (auto field : root) {
+    std::string_view key;
+    if (field.unescaped_key().get(key) != simdjson::SUCCESS)
+      return Error{"malformed list JSON: a key"};
+    if (key != "metadata") continue;
+    od::object meta;
+    if (field.value().get_object().get(meta) != simdjson::SUCCESS)
+      return Error{"list: metadata is not an object"};
+    for (auto m : meta) {
+      std::string_view name, v;
+      if (m.unescaped_key().get(name) != simdjson::SUCCESS)
+        return Error{"malformed list JSON: a metadata key"};
+      // As decode_list reads them: a value that is no string is no value.
+      if ((name == "resourceVersion" || name == "continue") &&
+          m.value().get_string().get(v) == simdjson::SUCCESS)
+        (name == "continue" ? out.continue_token : out.resource_version) = v;
+    }
+    return out;
+  }
+  return out;
+}
+
 }  // namespace endpointd::watcher

@@ -53,4 +53,12 @@ struct DecodedList {
 inline constexpr size_t kJsonPadding = 64;
 Result<DecodedList> decode_list(std::string_view json, model::ObjectKind kind, bool padded = false);
 
+// A list's metadata alone, read without decoding its items: what the next page's request needs
+// while this page is decoded elsewhere. `json` must be padded (kJsonPadding bytes after it).
+struct ListMeta {
+  std::string resource_version;
+  std::string continue_token;
+};
+Result<ListMeta> peek_list_meta(std::string_view json);
+
 }  // namespace endpointd::watcher

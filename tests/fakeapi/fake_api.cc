@@ -10,6 +10,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -238,6 +239,10 @@ FakeApiServer::FakeApiServer(Options options) : options_(std::move(options)) {
   // Every open watch holds one of these threads.
   server_->new_task_queue = [n = options_.threads] { return new httplib::ThreadPool(n); };
   server_->set_keep_alive_timeout(1);
+  // As the API server's (Go's) connections: no Nagle delay between a response's header and
+  // body writes, and no cap on the requests a kept-alive connection carries.
+  server_->set_tcp_nodelay(true);
+  server_->set_keep_alive_max_count(std::numeric_limits<size_t>::max());
   auto handler = [this](const httplib::Request& req, httplib::Response& res) { handle(req, res); };
   server_->Get(".*", handler);
   if (options_.port == 0) {

@@ -245,6 +245,34 @@ TEST(Decode, ListParsedInPlaceWhenPadded) {
   EXPECT_EQ(std::get<model::Service>(l->objects[0]).key.name, "a");
 }
 
+// The next page's request needs only the metadata: read without the items, wherever it is.
+TEST(Decode, ListMetaIsPeekedWithoutTheItems) {
+  auto peek = [](std::string body) {
+    const size_t n = body.size();
+    body.append(kJsonPadding, 'x');
+    return peek_list_meta(std::string_view(body.data(), n));
+  };
+  auto m = peek(R"({"kind":"ServiceList","metadata":{"resourceVersion":"5","continue":"t:1",
+      "remainingItemCount":3},"items":[{"metadata":{"name":"a"}}]})");
+  ASSERT_TRUE(m) << m.error();
+  EXPECT_EQ(m->resource_version, "5");
+  EXPECT_EQ(m->continue_token, "t:1");
+  // The last page: no continue; metadata after the items is found too.
+  m = peek(
+      R"({"items":[{"metadata":{"name":"a","continue":"no"}}],"metadata":{"resourceVersion":"6"}})");
+  ASSERT_TRUE(m) << m.error();
+  EXPECT_EQ(m->resource_version, "6");
+  EXPECT_EQ(m->continue_token, "");
+  // A value that is no string is read as decode_list reads it: none.
+  m = peek(R"({"metadata":{"resourceVersion":7,"continue":null},"items":[]})");
+  ASSERT_TRUE(m) << m.error();
+  EXPECT_EQ(m->resource_version, "");
+  EXPECT_EQ(m->continue_token, "");
+  EXPECT_FALSE(peek(R"({"metadata":{"resourceVersion":"5",)"));
+  EXPECT_FALSE(peek(R"([1,2])"));
+  EXPECT_FALSE(peek(R"({"metadata":[]})"));
+}
+
 TEST(Decode, OversizedObjectRefusedBeforeParsing) {
   std::string big = R"({"kind":"Service","metadata":{"name":"a","annotations":{"x":")" +
                     std::string(kMaxObjectBytes, 'x') + R"("}},"spec":{}})";
