@@ -1,6 +1,8 @@
-// libFuzzer target: the object decoder, with and without a kind hint. Any input must give
-// either an object or an error; never a crash, a leak or undefined behaviour.
+// libFuzzer target: the object decoder, with and without a kind hint, and the list metadata
+// peek (on a padded copy, as the client reads a page). Any input must give either a result or
+// an error; never a crash, a leak or undefined behaviour.
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "watcher/decode.h"
@@ -14,5 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)endpointd::watcher::decode_json(in.substr(1), hint);
     (void)endpointd::watcher::decode_list(in.substr(1), hint);
   }
+  std::string padded(in);
+  padded.append(endpointd::watcher::kJsonPadding, '\0');
+  (void)endpointd::watcher::peek_list_meta(std::string_view(padded.data(), size));
   return 0;
 }
