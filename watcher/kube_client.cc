@@ -795,7 +795,6 @@ class KubeClient::Watcher {
     ListResult r;
     std::string cont;
     int restarts = 0;
-    uint64_t pages = 0;
     // Pages of one list are about the same size: each body is given room for the largest so
     // far up front, rather than grown (and copied) by doubling from nothing, page after page.
     size_t page_bytes = 0;
@@ -811,7 +810,7 @@ class KubeClient::Watcher {
         r.reason = "bad_response";
         return false;
       }
-      ++pages;
+      ++r.pages;
       for (const auto& err : decoded->errors) count_decode_error(err);
       r.keep.insert(r.keep.end(), decoded->failed.begin(), decoded->failed.end());
       for (auto& o : decoded->objects) {
@@ -891,9 +890,8 @@ class KubeClient::Watcher {
     r.decoding = decoder.busy();
     {
       std::lock_guard lock(stats_mu_);
-      stats_.list_pages += pages;
+      stats_.list_pages += r.pages;
     }
-    r.pages = pages;
     r.ok = true;
     return r;
   }

@@ -590,10 +590,6 @@ std::optional<std::string> gzip(const std::string& in, int level) {
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 // As the API server compresses a list: gzip at level 1 when the body is 128 KiB or more, and
 // not at all otherwise (its response writer's level and threshold).
 std::optional<std::string> compress_list(const std::string& body) {
