@@ -3,7 +3,10 @@
 #include "pipeline/store.h"
 
 #include <algorithm>
+#include <atomic>
+#include <optional>
 #include <string_view>
+#include <thread>
 
 namespace endpointd::pipeline {
 
@@ -215,20 +218,43 @@ model::SnapshotPtr Store::build(const model::SnapshotPtr& prev) {
   // Services: rebuild the dirty ones; every chunk of the list without one is shared.
   std::vector<std::pair<model::ServiceKey, model::ServiceStatePtr>> changes;
   size_t endpoints = p.endpoints;
-  for (const auto& key : dirty_) {
+  // Each dirty service's state is built from the held objects alone (read, never changed
+  // here), so when there are many (the first lists: every service) they are built on a few
+  // threads at once, then compared and taken in key order as one by one.
+  std::vector<const model::ServiceKey*> keys;
+  keys.reserve(dirty_.size());
+  for (const auto& key : dirty_) keys.push_back(&key);
+  std::vector<std::optional<model::ServiceState>> built(keys.size());
+  std::atomic<size_t> next_key{0};
+  auto build_some = [&] {
+    std::vector<const model::EndpointSlice*> slices;
+    for (size_t i; (i = next_key.fetch_add(1)) < keys.size();) {
+      auto svc = services_.find(*keys[i]);
+      if (svc == services_.end()) continue;
+      slices.clear();
+      if (auto idx = slices_by_service_.find(*keys[i]); idx != slices_by_service_.end())
+        for (const auto& sk : idx->second) slices.push_back(&slices_.at(sk));
+      built[i] = model::build_service_state(svc->second, slices);
+    }
+  };
+  constexpr size_t kServicesPerThread = 2048;  // below this a thread costs more than it saves
+  size_t threads = std::min<size_t>(
+      {std::max(1u, std::thread::hardware_concurrency()), keys.size() / kServicesPerThread + 1, 4});
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < threads; ++t) helpers.emplace_back(build_some);
+  build_some();
+  for (auto& t : helpers) t.join();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const auto& key = *keys[i];
     model::ServiceStatePtr old = p.find_ptr(key);
-    auto svc = services_.find(key);
-    if (svc == services_.end()) {
+    if (!built[i]) {
       if (old) {
         endpoints -= old->endpoints.size();
         changes.emplace_back(key, nullptr);
       }
       continue;
     }
-    std::vector<const model::EndpointSlice*> slices;
-    if (auto idx = slices_by_service_.find(key); idx != slices_by_service_.end())
-      for (const auto& sk : idx->second) slices.push_back(&slices_.at(sk));
-    auto state = model::build_service_state(svc->second, slices);
+    auto& state = *built[i];
     // Same content: keep the old pointer, so sinks see no change.
     if (old && old->service.equal_spec(state.service) && old->endpoints == state.endpoints)
       continue;

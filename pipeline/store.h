@@ -1,5 +1,6 @@
 // The Store: every object endpointd knows, by key, and the next Snapshot built from it.
-// Owned by the update loop's thread alone; not thread-safe by design.
+// Owned by the update loop's thread alone; not thread-safe by design (a build of many
+// services spreads their states over a few threads of its own, reading the held objects only).
 #pragma once
 
 #include <map>

@@ -413,6 +413,25 @@ void ManifestSource::load_file(const fs::path& path, FileState& st, bool force, 
   st.errors = std::move(errors);
 }
 
+void ManifestSource::load_files(const std::vector<Load>& files, Scratch& scratch) {
+  // A thread more per kLoadsPerThread files, up to the cores: one file or a few (the usual
+  // change) are read right here, without starting any.
+  constexpr size_t kLoadsPerThread = 16;
+  size_t threads =
+      std::min<size_t>({std::max(1u, std::thread::hardware_concurrency()),
+                        (files.size() + kLoadsPerThread - 1) / kLoadsPerThread, kMaxLoadThreads});
+  std::atomic<size_t> next{0};
+  auto work = [&](Scratch& s) {
+    for (size_t i; (i = next.fetch_add(1)) < files.size();)
+      load_file(*files[i].path, *files[i].state, false, *files[i].out, s);
+  };
+  std::vector<std::thread> helpers;
+  std::vector<Scratch> scratches(threads > 1 ? threads - 1 : 0);
+  for (auto& s : scratches) helpers.emplace_back(work, std::ref(s));
+  work(scratch);
+  for (auto& t : helpers) t.join();
+}
+
 void ManifestSource::rescan() {
   rescan_files(nullptr);
 }
@@ -435,6 +454,7 @@ void ManifestSource::rescan_files(const std::set<std::string>* names) {
   }
   std::map<std::string, Decoded> decoded;  // by file, what was decoded in this scan
   Scratch scratch;
+  std::vector<Load> to_load;  // in name order
   const bool first = reloads_.load() == 0;
   bool changed = first;  // the first read always posts: it marks the kinds synced
   model::Event ev;
@@ -502,11 +522,18 @@ void ManifestSource::rescan_files(const std::set<std::string>* names) {
       st.mtime_ns = mtime;
       st.size = sb.st_size;
       forget(file, st);
-      load_file(file, st, false, decoded[file], scratch);
-      learn(st);
+      to_load.push_back({&it->first, &st, &decoded[file]});
       changed = true;
-      for (const auto& e : st.errors) {
-        spdlog::error("manifest {}: {}; keeping its last good objects", file, e);
+    }
+    // Reading and decoding a file touches only its own state: the files are read on a few
+    // threads at once (a directory of a whole cluster's objects is most of a start), then
+    // learnt in name order. Forgetting every old file before learning any new one is what
+    // learning each right after its forgetting was: each only adds or drops its own name.
+    load_files(to_load, scratch);
+    for (const auto& l : to_load) {
+      learn(*l.state);
+      for (const auto& e : l.state->errors) {
+        spdlog::error("manifest {}: {}; keeping its last good objects", *l.path, e);
         error_count_.fetch_add(1);
         if (metrics_->file_errors) metrics_->file_errors->Increment();
       }

@@ -75,6 +75,15 @@ class ManifestSource {
   // Re-reads one file: decodes the objects whose text changed (all of them with `force`).
   void load_file(const std::filesystem::path& path, FileState& st, bool force, Decoded& out,
                  Scratch& scratch);
+  // One file to re-read in a scan: its name, its state and where its decoded objects go.
+  struct Load {
+    const std::string* path;
+    FileState* state;
+    Decoded* out;
+  };
+  // load_file() for each (not forced), on up to kMaxLoadThreads threads when there are many.
+  static constexpr size_t kMaxLoadThreads = 4;
+  void load_files(const std::vector<Load>& files, Scratch& scratch);
 
   std::filesystem::path dir_;
   Post post_;

@@ -93,6 +93,53 @@ TEST_F(StoreTest, UnchangedServicesKeepTheirPointer) {
   EXPECT_EQ(d.changed[0].name, "b");
 }
 
+// A first list of many services is built on several threads (Store::build): every service
+// gets its own slices' endpoints, removed services go, and a relist that changes a few keeps
+// every other service's pointer, as a build one by one does.
+TEST_F(StoreTest, ManyServicesBuiltTogetherMatchTheirSlices) {
+  constexpr int kServices = 6000;  // several threads' worth
+  std::vector<model::Object> services, slices;
+  std::vector<std::string> names;
+  for (int i = 0; i < kServices; ++i) names.push_back("s" + std::to_string(i));
+  auto addr = [](int i, int k) {
+    return "10.1." + std::to_string(i / 250) + "." + std::to_string(i % 250 + k);
+  };
+  for (int i = 0; i < kServices; ++i) {
+    services.push_back(svc(names[i].c_str()));
+    std::string a = addr(i, 0), b = addr(i, 1);
+    slices.push_back(
+        slice((names[i] + "-1").c_str(), names[i].c_str(), {a.c_str(), b.c_str()}, i % 3 != 0));
+  }
+  store.apply(model::Event{model::Replace{ObjectKind::kService, services}});
+  store.apply(model::Event{model::Replace{ObjectKind::kEndpointSlice, slices}});
+  auto s1 = build();
+  ASSERT_EQ(s1->services.size(), static_cast<size_t>(kServices));
+  EXPECT_EQ(s1->endpoint_count(), 2u * kServices);
+  for (int i : {0, 1, 2, 2047, 2048, 4095, 5999}) {
+    auto* st = s1->find({"ns", names[i]});
+    ASSERT_NE(st, nullptr) << names[i];
+    ASSERT_EQ(st->endpoints.size(), 2u) << names[i];
+    EXPECT_EQ(st->endpoints[0].address.str(), addr(i, 0)) << names[i];
+    EXPECT_EQ(st->endpoints[0].conditions.ready, i % 3 != 0) << names[i];
+  }
+  // Relist: service 7 gone, service 8's slice has one address more, the rest the same.
+  services.erase(services.begin() + 7);
+  std::string extra = "10.2.0.1", a8 = addr(8, 0), b8 = addr(8, 1);
+  slices[8] = slice("s8-1", "s8", {a8.c_str(), b8.c_str(), extra.c_str()});
+  store.apply(model::Event{model::Replace{ObjectKind::kService, services}});
+  store.apply(model::Event{model::Replace{ObjectKind::kEndpointSlice, slices}});
+  auto s2 = build();
+  EXPECT_EQ(s2->services.size(), static_cast<size_t>(kServices - 1));
+  EXPECT_EQ(s2->find({"ns", "s7"}), nullptr);
+  ASSERT_NE(s2->find({"ns", "s8"}), nullptr);
+  EXPECT_EQ(s2->find({"ns", "s8"})->endpoints.size(), 3u);
+  EXPECT_EQ(s2->find_ptr({"ns", "s9"}), s1->find_ptr({"ns", "s9"}));
+  EXPECT_EQ(s2->endpoint_count(), 2u * kServices - 2 + 1);
+  auto d = model::diff(s1.get(), *s2);
+  EXPECT_EQ(d.changed.size(), 1u);
+  EXPECT_EQ(d.removed.size(), 1u);
+}
+
 TEST_F(StoreTest, SliceBeforeItsServiceAppearsWithIt) {
   store.apply(up(slice("web-1", "web", {"10.0.0.1"})));
   auto s1 = build();

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <cstdio>
 #include <fstream>
 #include <mutex>
 
@@ -103,6 +104,49 @@ TEST_F(ManifestSourceTest, ReadsTheDirectoryAtStart) {
   auto s = col_.wait_past(0);
   EXPECT_EQ(endpoints(s), 2u);
   EXPECT_TRUE(src_->errors().empty());
+}
+
+// A directory of many files is read on several threads (ManifestSource::load_files): every
+// object arrives, an object two files define is the later file's, and each broken file is
+// named once with its error, as when the files were read one by one.
+TEST_F(ManifestSourceTest, ManyFilesReadTogetherKeepNameOrderAndTheirErrors) {
+  constexpr int kFiles = 64;  // several threads' worth
+  auto name = [](int i) {
+    char b[32];
+    std::snprintf(b, sizeof b, "svc-%03d.yaml", i);
+    return std::string(b);
+  };
+  for (int i = 0; i < kFiles; ++i) {
+    if (i % 16 == 5) {
+      write(name(i), "kind: Service\nmetadata: {name: broken\n");  // unclosed
+      continue;
+    }
+    // Each file defines its own service; every file also defines `shared`, whose cluster IP
+    // says which file it came from.
+    write(name(i), "kind: Service\nmetadata: {name: own-" + std::to_string(i) +
+                       ", namespace: demo}\nspec: {ports: [{port: 80}]}\n---\n"
+                       "kind: Service\nmetadata: {name: shared, namespace: demo}\n"
+                       "spec: {clusterIP: 10.96.1." +
+                       std::to_string(i) + ", ports: [{port: 80}]}\n");
+  }
+  start();
+  auto s = col_.wait_past(0);
+  int own = 0;
+  for (int i = 0; i < kFiles; ++i)
+    if (s->find({"demo", "own-" + std::to_string(i)})) ++own;
+  EXPECT_EQ(own, kFiles - kFiles / 16);
+  auto* shared = s->find({"demo", "shared"});
+  ASSERT_NE(shared, nullptr);
+  ASSERT_EQ(shared->service.cluster_ips.size(), 1u);
+  EXPECT_EQ(shared->service.cluster_ips[0].str(), "10.96.1." + std::to_string(kFiles - 1));
+  auto errs = src_->errors();
+  ASSERT_EQ(errs.size(), static_cast<size_t>(kFiles / 16));
+  for (size_t k = 0; k < errs.size(); ++k) {
+    EXPECT_NE(errs[k].file.find(name(static_cast<int>(16 * k + 5))), std::string::npos);
+    EXPECT_NE(errs[k].reason.find("YAML"), std::string::npos) << errs[k].reason;
+  }
+  EXPECT_EQ(src_->error_count(), static_cast<uint64_t>(kFiles / 16));
+  EXPECT_EQ(src_->decoded_objects(), 2u * (kFiles - kFiles / 16));
 }
 
 TEST_F(ManifestSourceTest, EditInPlaceAndRenameArePickedUp) {
