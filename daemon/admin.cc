@@ -5,28 +5,14 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <fstream>
+
+#include "daemon/process_metrics.h"
 
 namespace endpointd::daemon {
 
 namespace {
-
-// process_resident_memory_bytes, as Prometheus' process collectors name it.
-std::string process_metrics() {
-  long pages = 0, resident = 0;
-  std::ifstream statm("/proc/self/statm");
-  statm >> pages >> resident;
-  double rss = static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE));
-  char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
-                "# TYPE process_resident_memory_bytes gauge\n"
-                "process_resident_memory_bytes %.0f\n",
-                rss);
-  return buf;
-}
 
 httpd::Response probe(const std::function<Probe()>& fn) {
   Probe p = fn ? fn() : Probe{};

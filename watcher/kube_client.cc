@@ -8,6 +8,7 @@
 #include <netinet/tcp.h>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <simdjson.h>
 #include <spdlog/spdlog.h>
@@ -141,6 +142,16 @@ uint64_t KindStats::reconnect_count(const std::string& reason) const {
   return it == reconnects.end() ? 0 : it->second;
 }
 
+// The host of a server URL as client-go's rest_client_* metrics label it (Go's url.URL.Host:
+// the authority without user info, with its port when the URL names one).
+std::string url_host(std::string_view url) {
+  if (auto scheme = url.find("://"); scheme != std::string_view::npos)
+    url.remove_prefix(scheme + 3);
+  url = url.substr(0, url.find_first_of("/?#"));
+  if (auto at = url.rfind('@'); at != std::string_view::npos) url.remove_prefix(at + 1);
+  return std::string(url);
+}
+
 std::string_view collection_path(model::ObjectKind kind) {
   switch (kind) {
     case model::ObjectKind::kService:
@@ -185,10 +196,44 @@ struct KubeClient::Shared {
                    .Name("endpointd_watch_stalls_total")
                    .Help("Watches abandoned because nothing arrived on them for the stall "
                          "timeout; each is re-established from its last resourceVersion")
-                   .Register(registry)) {
+                   .Register(registry)),
+        // client-go's request metrics, under its names, labels and buckets.
+        requests(prometheus::BuildCounter()
+                     .Name("rest_client_requests_total")
+                     .Help("Number of HTTP requests, partitioned by status code, method, and host.")
+                     .Register(registry)),
+        request_duration(prometheus::BuildHistogram()
+                             .Name("rest_client_request_duration_seconds")
+                             .Help("Request latency in seconds. Broken down by verb, and host.")
+                             .Register(registry)),
+        response_size(prometheus::BuildHistogram()
+                          .Name("rest_client_response_size_bytes")
+                          .Help("Response size in bytes. Broken down by verb and host.")
+                          .Register(registry)) {
     user_agent = config.user_agent.empty() ? std::string("endpointd/") + ENDPOINTD_VERSION
                                            : config.user_agent;
     while (!cluster.server.empty() && cluster.server.back() == '/') cluster.server.pop_back();
+    host = url_host(cluster.server);
+  }
+
+  // One request's outcome in the rest_client_* metrics. `status` 0: no response (client-go's
+  // code "<error>"). A watch's latency is until its response head arrived (its stream lasts
+  // minutes); a list page's, until its whole body did.
+  void count_request(long status, Clock::duration latency, std::optional<size_t> response_bytes) {
+    static const prometheus::Histogram::BucketBoundaries kLatency = {
+        0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0};
+    static const prometheus::Histogram::BucketBoundaries kSize = {
+        64, 256, 512, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216};
+    requests
+        .Add({{"code", status > 0 ? std::to_string(status) : std::string("<error>")},
+              {"method", "GET"},
+              {"host", host}})
+        .Increment();
+    request_duration.Add({{"verb", "GET"}, {"host", host}}, kLatency)
+        .Observe(std::chrono::duration<double>(latency).count());
+    if (response_bytes)
+      response_size.Add({{"verb", "GET"}, {"host", host}}, kSize)
+          .Observe(static_cast<double>(*response_bytes));
   }
 
   ClusterConfig cluster;
@@ -202,6 +247,10 @@ struct KubeClient::Shared {
   prometheus::Family<prometheus::Counter>& decode_errors;
   prometheus::Family<prometheus::Counter>& bookmarks;
   prometheus::Family<prometheus::Counter>& stalls;
+  prometheus::Family<prometheus::Counter>& requests;
+  prometheus::Family<prometheus::Histogram>& request_duration;
+  prometheus::Family<prometheus::Histogram>& response_size;
+  std::string host;  // of the server URL, for the rest_client_* labels
 
   std::atomic<bool> stop{false};
   std::mutex sleep_mu;
@@ -290,6 +339,8 @@ class KubeClient::Watcher {
     // 0: none. Otherwise the transfer ends (kStalled) once nothing arrived for this long.
     milliseconds stall_timeout{0};
     Clock::time_point last_byte;  // the request's start, then the newest header or body bytes
+    Clock::time_point started;    // the request's start
+    bool counted = false;         // in the rest_client_* metrics already (a watch, once answered)
   };
 
   struct Outcome {
@@ -303,6 +354,17 @@ class KubeClient::Watcher {
     std::string_view line(data, size * n);
     if (line.starts_with("HTTP/")) {
       t->retry_after.reset();
+      return size * n;
+    }
+    if ((line == "\r\n" || line == "\n") && t->streaming && !t->counted) {
+      // The end of a watch's response head: it is counted now, as client-go counts it, with
+      // the time it took to be answered (its stream then lasts minutes).
+      long status = 0;
+      curl_easy_getinfo(t->self->easy_.get(), CURLINFO_RESPONSE_CODE, &status);
+      if (status >= 200) {
+        t->self->shared_->count_request(status, t->last_byte - t->started, std::nullopt);
+        t->counted = true;
+      }
       return size * n;
     }
     constexpr std::string_view kName = "retry-after:";
@@ -437,6 +499,7 @@ class KubeClient::Watcher {
     line_buffer_.clear();
 
     Outcome out;
+    t.started = Clock::now();
     if (curl_multi_add_handle(multi_.get(), e) != CURLM_OK) {
       out.curl = CURLE_FAILED_INIT;
       out.curl_error = "curl_multi_add_handle failed";
@@ -485,6 +548,12 @@ class KubeClient::Watcher {
     }
     curl_multi_remove_handle(multi_.get(), e);
     if (t.status == 0) curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &t.status);
+    // A request this agent's own stop cut short before any answer is not the server's doing.
+    if (!t.counted && (t.status != 0 || t.abort != Transfer::Abort::kStop)) {
+      shared_->count_request(
+          t.status, Clock::now() - t.started,
+          t.streaming || t.status == 0 ? std::nullopt : std::optional<size_t>(t.body.size()));
+    }
     out.curl_error =
         errbuf_[0] != '\0' ? std::string(errbuf_.data()) : curl_easy_strerror(out.curl);
     return out;

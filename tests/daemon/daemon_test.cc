@@ -108,6 +108,8 @@ TEST_F(DaemonTest, ProbesAndMetrics) {
   EXPECT_NE(m->body.find("endpointd_snapshot_generation"), std::string::npos);
   EXPECT_NE(m->body.find("endpointd_event_to_snapshot_seconds_bucket"), std::string::npos);
   EXPECT_NE(m->body.find("process_resident_memory_bytes"), std::string::npos);
+  EXPECT_NE(m->body.find("process_cpu_seconds_total"), std::string::npos);
+  EXPECT_NE(m->body.find("endpointd_build_info{version=\""), std::string::npos);
 }
 
 TEST_F(DaemonTest, HealthListenerServesOnlyTheProbes) {

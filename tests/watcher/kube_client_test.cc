@@ -2,6 +2,7 @@
 // dropped streams, backoff, token rotation, malformed objects, selectors, prompt stop.
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 #include <chrono>
 #include <memory>
@@ -344,6 +345,69 @@ TEST_F(KubeClientTest, ServerErrorsAreRetriedWithBackoff) {
       metric("endpointd_watch_reconnects_total", {{"kind", "Service"}, {"reason", "server_error"}}),
       3);
   EXPECT_EQ(recorder_.replaces(ObjectKind::kService), 1);
+}
+
+// client-go's request metrics (what kube-proxy's dashboards read): every request by status
+// code, method and the server's host:port; list pages and watches in the latency histogram,
+// list pages in the response size one; a server that cannot be reached is code "<error>".
+TEST_F(KubeClientTest, RequestsAreCountedUnderClientGosMetrics) {
+  server_.apply(service_json("a"));
+  server_.fail_next_requests(2, 503);
+  start(services_only());
+  ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
+  std::string host = server_.url().substr(std::string("http://").size());
+  EXPECT_EQ(
+      metric("rest_client_requests_total", {{"code", "503"}, {"method", "GET"}, {"host", host}}),
+      2);
+  EXPECT_EQ(
+      metric("rest_client_requests_total", {{"code", "200"}, {"method", "GET"}, {"host", host}}),
+      2);  // the list and the watch
+  auto histogram = [&](const std::string& name) -> const prometheus::ClientMetric::Histogram {
+    for (const auto& fam : registry_.Collect())
+      if (fam.name == name)
+        for (const auto& m : fam.metric) {
+          std::map<std::string, std::string> l;
+          for (const auto& x : m.label) l[x.name] = x.value;
+          if (l == std::map<std::string, std::string>{{"verb", "GET"}, {"host", host}})
+            return m.histogram;
+        }
+    return {};
+  };
+  auto latency = histogram("rest_client_request_duration_seconds");
+  EXPECT_EQ(latency.sample_count, 4u);
+  ASSERT_FALSE(latency.bucket.empty());
+  EXPECT_DOUBLE_EQ(latency.bucket.front().upper_bound, 0.005);
+  EXPECT_DOUBLE_EQ(latency.bucket[latency.bucket.size() - 2].upper_bound, 60.0);
+  // A watch's latency is until its answer began, not its life so far.
+  EXPECT_LT(latency.sample_sum, 5.0);
+  auto size = histogram("rest_client_response_size_bytes");
+  EXPECT_EQ(size.sample_count, 3u);  // the list page and the two error bodies; not the watch
+  EXPECT_GT(size.sample_sum, 100.0);
+
+  // Nothing listens here any more.
+  std::string gone_url;
+  {
+    FakeApiServer gone;
+    gone_url = gone.url();
+  }
+  prometheus::Registry other;
+  ClusterConfig cluster;
+  cluster.server = gone_url;
+  Recorder rec;
+  KubeClient c2(cluster, services_only(), rec.sink(), other);
+  c2.start();
+  std::string gone_host = gone_url.substr(std::string("http://").size());
+  ASSERT_TRUE(wait_until([&] {
+    for (const auto& fam : other.Collect())
+      if (fam.name == "rest_client_requests_total")
+        for (const auto& m : fam.metric)
+          for (const auto& l : m.label)
+            if (l.name == "code" && l.value == "<error>" && m.counter.value >= 2) return true;
+    return false;
+  }));
+  auto text = prometheus::TextSerializer().Serialize(other.Collect());
+  EXPECT_NE(text.find("host=\"" + gone_host + "\""), std::string::npos) << text;
+  c2.stop();
 }
 
 TEST_F(KubeClientTest, TooManyRequestsHonoursRetryAfter) {
