@@ -472,6 +472,7 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
   duration("conntrack-udp-timeout-stream", cfg.conntrack.udp_stream_timeout);
   cfg.conntrack.tcp_be_liberal = d.boolean("conntrack-tcp-be-liberal", false);
   cfg.cleanup = d.boolean("cleanup", cfg.cleanup);
+  cfg.init_only = d.boolean("init-only", cfg.init_only);
 
   cfg.dns_listen = d.listen("dns-listen", Host::kIp, cfg.dns_listen);
   if (auto zone = d.one("dns-zone")) {
@@ -726,6 +727,10 @@ void add_run_flags(CLI::App& app) {
   app.add_flag("--cleanup")
       ->description(
           "Delete endpointd's nftables tables and exit (the agent never does so on its own)");
+  app.add_flag("--init-only")
+      ->description(
+          "Write the --conntrack-* settings (they need a writable /proc/sys) and exit: run so "
+          "in a privileged init container, and the agent finds them in place");
   add(app, "dns-pod-records",
       "Pod A records a-b-c-d.<ns>.pod.<zone>: disabled, insecure or verified",
       std::string(to_string(def.dns_pod_records)));

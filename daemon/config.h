@@ -88,6 +88,8 @@ struct Config {
   // left as the node has them.
   proxy::ConntrackSysctls conntrack;
   bool cleanup = false;
+  // Apply the settings that need a writable /proc/sys (the conntrack sysctls) and exit.
+  bool init_only = false;
 
   // DNS.
   std::optional<model::HostPort> dns_listen;  // an IP address and a port

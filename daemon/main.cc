@@ -25,6 +25,7 @@ int run(const endpointd::daemon::RawFlags& flags) {
   Config cfg = std::move(*loaded);
   resolve_defaults(cfg);
   if (cfg.cleanup) return cleanup(cfg, std::cerr);
+  if (cfg.init_only) return init_only(cfg, std::cerr);
   setup_logging(cfg.log_format, cfg.log_level);
   for (const auto& note : cfg.notes) {
     if (note.warning) {

@@ -5,6 +5,7 @@
 #include <ostream>
 
 #include "pipeline/store.h"
+#include "proxy/conntrack_sysctl.h"
 #include "proxy/netlink.h"
 #include "proxy/node_local_address.h"
 #include "proxy/planner.h"
@@ -69,6 +70,19 @@ int cleanup(const Config& cfg, std::ostream& err) {
     return 1;
   }
   err << "endpointd: deleted the ip and ip6 endpointd tables\n";
+  return 0;
+}
+
+int init_only(const Config& cfg, std::ostream& err) {
+  auto ct = proxy::apply_conntrack_sysctls(cfg.conntrack);
+  if (!ct) {
+    err << "endpointd: init-only: conntrack: " << ct.error() << "\n";
+    return 1;
+  }
+  // Each value written is logged by the writer, with the one it replaced.
+  if (!ct->read_only_sys.empty()) err << "endpointd: init-only: " << ct->read_only_sys << "\n";
+  err << "endpointd: init-only: " << ct->written.size() << " conntrack settings written"
+      << (ct->written.empty() ? " (every one given already in place)" : "") << "\n";
   return 0;
 }
 

@@ -45,6 +45,7 @@ TEST(Config, FlagsHaveTheDocumentedDefaults) {
   EXPECT_EQ(c->log_level, LogLevel::kInfo);
   EXPECT_FALSE(c->masquerade_all);
   EXPECT_FALSE(c->cleanup);
+  EXPECT_FALSE(c->init_only);
   EXPECT_TRUE(c->notes.empty());
 }
 

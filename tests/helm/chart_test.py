@@ -1,4 +1,4 @@
-#!/ usr / bin / env python3
+#!/usr/bin/env python3
 """Checks the endpointd Helm chart: helm lint, helm template with the default values and with
 every feature switched on and off, the rendered objects, the example workload's prestop
 wiring, and that invalid values fail naming the value.
@@ -200,6 +200,29 @@ def check_render(name, sets, namespace="endpointd"):
     res = c.get("resources", {})
     check(res.get("requests", {}).get("cpu") and res.get("requests", {}).get("memory")
           and res.get("limits", {}).get("memory"), f"[{name}] resources {res}")
+
+    # The conntrack settings: in the config file under their flags' names, and written by a
+    # privileged init container (`run --init-only`) unless the agent itself is privileged.
+    ct_names = {"maxPerCore": "conntrack-max-per-core", "min": "conntrack-min",
+                "tcpTimeoutEstablished": "conntrack-tcp-timeout-established",
+                "tcpTimeoutCloseWait": "conntrack-tcp-timeout-close-wait",
+                "tcpBeLiberal": "conntrack-tcp-be-liberal", "udpTimeout": "conntrack-udp-timeout",
+                "udpTimeoutStream": "conntrack-udp-timeout-stream"}
+    ct_given = {flag: v["conntrack"][k] for k, flag in ct_names.items() if v["conntrack"][k]}
+    ct_cfg = {k: val for k, val in cfg.items() if k.startswith("conntrack-")}
+    check({k: str(val).lower() for k, val in ct_cfg.items()} == {k: str(val).lower() for k, val in ct_given.items()},
+          f"[{name}] conntrack keys in the config {ct_cfg}, want {ct_given}")
+    inits = ds["spec"]["template"]["spec"].get("initContainers", [])
+    if ct_given and not v["privileged"]:
+        check(len(inits) == 1, f"[{name}] conntrack settings without their init container: {inits}")
+        if inits:
+            ic = inits[0]
+            want_args = ["run", "--init-only"] + [f"--{k}={str(val).lower()}" for k, val in ct_given.items()]
+            check(sorted(ic.get("args", [])) == sorted(want_args), f"[{name}] init container args {ic.get('args')}, want {want_args}")
+            check(ic.get("securityContext", {}).get("privileged") is True, f"[{name}] init container not privileged")
+            check(ic.get("image") == c["image"], f"[{name}] init container image {ic.get('image')}")
+    else:
+        check(inits == [], f"[{name}] an init container without conntrack settings to write (or privileged): {inits}")
 
     sc = c["securityContext"]
     if v["privileged"]:
@@ -516,6 +539,12 @@ def main():
          "endpointd"),
         ("kube-dns-cluster-policy", ["dns.enabled=true", "kubeDNS.enabled=true", "kubeDNS.clusterIP=10.96.0.10",
                                      "kubeDNS.internalTrafficPolicy=Cluster"], "kube-system"),
+        ("conntrack", ["conntrack.maxPerCore=32768", "conntrack.min=131072",
+                       "conntrack.tcpTimeoutEstablished=24h0m0s", "conntrack.tcpTimeoutCloseWait=1h",
+                       "conntrack.tcpBeLiberal=true", "conntrack.udpTimeout=30s",
+                       "conntrack.udpTimeoutStream=2m"], "endpointd"),
+        ("conntrack-one", ["conntrack.udpTimeout=45s"], "endpointd"),
+        ("conntrack-privileged", ["conntrack.udpTimeout=45s", "privileged=true"], "endpointd"),
         ("other-socket", ["drain.socketDir=/var/run/edp", "drain.socketName=d.sock", "exampleWorkload.enabled=true",
                           "dns.enabled=true", "dns.listen=169.254.20.10:5353"], "endpointd"),
     ]
@@ -586,6 +615,9 @@ def main():
         (["networkPolicy.enabled=true", "networkPolicy.nodeCIDRs={10.0.0.0/33}"], "nodeCIDRs"),
         (["networkPolicy.enabled=true", "networkPolicy.nodeCIDRs={10.0.0.0/8}", "feed.enabled=true",
           "networkPolicy.feedClients=null"], "networkPolicy.feedClients"),
+        (["conntrack.udpTimeout=45x"], "/conntrack/udpTimeout"),
+        (["conntrack.maxPerCore=-1"], "/conntrack/maxPerCore"),
+        (["conntrack.tcpTimeout=1h"], "tcpTimeout"),
         (["unknownValue=1"], "unknownValue"),
     ]
     for sets, named in bad:

@@ -28,6 +28,33 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{/* The conntrack settings given, as `endpointd run` flags, one per line (none: empty). */}}
+{{- define "endpointd.conntrackFlags" -}}
+{{- with .Values.conntrack -}}
+{{- if .maxPerCore }}
+--conntrack-max-per-core={{ int64 .maxPerCore }}
+{{- end }}
+{{- if .min }}
+--conntrack-min={{ int64 .min }}
+{{- end }}
+{{- with .tcpTimeoutEstablished }}
+--conntrack-tcp-timeout-established={{ . }}
+{{- end }}
+{{- with .tcpTimeoutCloseWait }}
+--conntrack-tcp-timeout-close-wait={{ . }}
+{{- end }}
+{{- if .tcpBeLiberal }}
+--conntrack-tcp-be-liberal=true
+{{- end }}
+{{- with .udpTimeout }}
+--conntrack-udp-timeout={{ . }}
+{{- end }}
+{{- with .udpTimeoutStream }}
+--conntrack-udp-timeout-stream={{ . }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+
 {{/* The port of an ADDR:PORT (IPv6 in brackets). */}}
 {{- define "endpointd.port" -}}
 {{- splitList ":" . | last -}}
