@@ -14,6 +14,7 @@
 #include <set>
 
 #include "daemon/kubeproxy_config.h"
+#include "daemon/version.h"
 #include "dns/message.h"
 #include "dns/zone.h"
 #include "model/time.h"
@@ -473,6 +474,7 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
   cfg.conntrack.tcp_be_liberal = d.boolean("conntrack-tcp-be-liberal", false);
   cfg.cleanup = d.boolean("cleanup", cfg.cleanup);
   cfg.init_only = d.boolean("init-only", cfg.init_only);
+  cfg.write_config_to = d.text("write-config-to", cfg.write_config_to);
 
   cfg.dns_listen = d.listen("dns-listen", Host::kIp, cfg.dns_listen);
   if (auto zone = d.one("dns-zone")) {
@@ -727,6 +729,9 @@ void add_run_flags(CLI::App& app) {
   app.add_flag("--cleanup")
       ->description(
           "Delete endpointd's nftables tables and exit (the agent never does so on its own)");
+  add(app, "write-config-to",
+      "Write the configuration (these flags and the --config file, a KubeProxyConfiguration "
+      "included, with every default) to this file as endpointd's own config file, and exit");
   app.add_flag("--init-only")
       ->description(
           "Write the --conntrack-* settings (they need a writable /proc/sys) and exit: run so "
@@ -840,6 +845,59 @@ RawFlags raw_flags(const CLI::App& app) {
     const std::string& name = o->get_lnames().front();
     if (name == "help") continue;
     out[name] = o->results();
+  }
+  return out;
+}
+
+Result<std::string> write_config(const CLI::App& app, const RawFlags& flags) {
+  // The same checks as `run`: nothing is written that `run` would refuse.
+  if (auto cfg = load_config(flags); !cfg) return Error{cfg.error()};
+  std::map<std::string, Given> file;
+  if (auto it = flags.find("config");
+      it != flags.end() && !it->second.empty() && !it->second.back().empty()) {
+    auto root = read_config_file(it->second.back());
+    if (!root) return Error{root.error()};
+    if (root->IsMap()) {
+      std::vector<ConfigNote> notes;
+      auto s = is_kubeproxy_configuration(*root) ? kubeproxy_settings(*root, notes)
+                                                 : own_file_settings(*root);
+      if (!s) return Error{s.error()};
+      file = std::move(*s);
+    }
+  }
+  // What the file cannot hold: the file itself and the one-shot actions.
+  static const std::set<std::string> kNotSettings = {"help", "config", "write-config-to", "cleanup",
+                                                     "init-only"};
+  std::string out = std::string("# endpointd run --config: every setting of endpointd ") +
+                    kVersion + ", as given or by default (--write-config-to)\n";
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->get_lnames().empty()) continue;
+    const std::string& name = o->get_lnames().front();
+    if (kNotSettings.count(name)) continue;
+    std::vector<std::string> values;
+    if (auto f = flags.find(name); f != flags.end()) {
+      values = f->second;
+    } else if (auto g = file.find(name); g != file.end()) {
+      values = g->second.values;
+    } else if (!o->get_default_str().empty()) {
+      values = {o->get_default_str()};
+    } else if (o->get_items_expected_max() == 0) {
+      values = {"false"};  // a switch not given
+    } else {
+      out += "# " + name + ": (not set)\n";
+      continue;
+    }
+    // The value as YAML writes it (quoted where a plain scalar would read otherwise).
+    YAML::Emitter v;
+    if (values.size() == 1) {
+      v << values[0];
+    } else {
+      v << YAML::Flow << YAML::BeginSeq;
+      for (const auto& x : values) v << x;
+      v << YAML::EndSeq;
+    }
+    if (!v.good()) return Error{"writing " + name + ": " + v.GetLastError()};
+    out += name + ": " + v.c_str() + "\n";
   }
   return out;
 }

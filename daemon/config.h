@@ -90,6 +90,8 @@ struct Config {
   bool cleanup = false;
   // Apply the settings that need a writable /proc/sys (the conntrack sysctls) and exit.
   bool init_only = false;
+  // Write the configuration to this file and exit (write_config()).
+  std::string write_config_to;
 
   // DNS.
   std::optional<model::HostPort> dns_listen;  // an IP address and a port
@@ -186,6 +188,15 @@ void add_run_flags(CLI::App& app);
 void add_render_flags(CLI::App& app);
 // After app.parse(): what the command line gave to the flags of `app`.
 RawFlags raw_flags(const CLI::App& app);
+
+// `endpointd run --write-config-to FILE` (kube-proxy's flag): the configuration `flags` give, as
+// a config file of endpointd's own keys, in the order of `app`'s flags (endpointd run's). Each
+// setting has its value from the command line, else the config file (endpointd's own or a
+// KubeProxyConfiguration, converted: a kube-proxy config becomes endpointd's), else its
+// default; a setting with none of these is written as a comment. Read back with --config, it
+// is the same configuration, and writing it out again gives the same text. An error when the
+// configuration does not decode (the error `run` would give).
+Result<std::string> write_config(const CLI::App& app, const RawFlags& flags);
 
 // Fills defaults that depend on the environment ($NODE_NAME, the host name).
 void resolve_defaults(Config& cfg);

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <fstream>
 #include <iostream>
 
 #include "daemon/config.h"
@@ -125,7 +126,31 @@ int main(int argc, char** argv) {
     std::cout << "endpointd " << endpointd::kVersion << "\n";
     return 0;
   }
-  if (*run_cmd) return run(endpointd::daemon::raw_flags(*run_cmd));
+  if (*run_cmd) {
+    auto flags = endpointd::daemon::raw_flags(*run_cmd);
+    if (auto to = flags.find("write-config-to"); to != flags.end()) {
+      auto text = endpointd::daemon::write_config(*run_cmd, flags);
+      if (!text) {
+        std::cerr << "endpointd run: " << text.error() << "\n";
+        return 2;
+      }
+      // What a KubeProxyConfiguration mapped and what it dropped, as `run` would log it.
+      if (auto cfg = endpointd::daemon::load_config(flags); cfg)
+        for (const auto& note : cfg->notes)
+          std::cerr << (note.warning ? "warning: " : "") << note.line << "\n";
+      const std::string& path = to->second.back();
+      std::ofstream f(path, std::ios::trunc);
+      f << *text;
+      f.close();
+      if (!f) {
+        std::cerr << "endpointd run: --write-config-to: cannot write " << path << "\n";
+        return 1;
+      }
+      std::cerr << "endpointd: wrote the configuration to " << path << "\n";
+      return 0;
+    }
+    return run(flags);
+  }
   if (*render_cmd) {
     auto cfg = endpointd::daemon::decode_config(endpointd::daemon::raw_flags(*render_cmd), nullptr);
     if (!cfg) {

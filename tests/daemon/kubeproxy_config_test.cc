@@ -246,6 +246,56 @@ TEST(KubeProxyConfig, RunConfigFlagTakesTheFileAndFlagsStillWin) {
   }
 }
 
+// --write-config-to: a kubeadm cluster's kube-proxy config, with a flag on top, becomes
+// endpointd's own config file holding every setting; read back it is the same configuration,
+// and written out again the same text.
+TEST(KubeProxyConfig, WriteConfigToTurnsAKubeProxyConfigIntoEndpointdsOwn) {
+  testing::TempFile kpc(kKubeadm);
+  auto text = testing::write_args({"--config", kpc.path(), "--dns-ttl", "7"});
+  ASSERT_TRUE(text) << text.error();
+  for (const char* line :
+       {"cluster-cidr: [10.244.0.0/16, fd00:10:244::/56]\n", "masquerade-all: true\n",
+        "admin-listen: 0.0.0.0:10249\n", "conntrack-max-per-core: 32768\n",
+        "conntrack-tcp-timeout-established: 24h0m0s\n", "dns-ttl: 7\n", "dataplane: nftables\n",
+        "# dns-listen: (not set)\n", "drain-peer-insecure: false\n"})
+    EXPECT_NE(text->find(line), std::string::npos) << line << " not in\n" << *text;
+  // Not settings: the file itself and the one-shot actions.
+  for (const char* key : {"\nconfig:", "\nwrite-config-to", "cleanup", "init-only"})
+    EXPECT_EQ(text->find(key), std::string::npos) << key;
+
+  testing::TempFile own(*text);
+  auto back = testing::run_args({"--config", own.path()});
+  auto orig = testing::run_args({"--config", kpc.path(), "--dns-ttl", "7"});
+  ASSERT_TRUE(back) << back.error();
+  ASSERT_TRUE(orig) << orig.error();
+  EXPECT_TRUE(back->notes.empty());  // endpointd's own keys: nothing to report
+  auto strs = [](const std::vector<model::IpPrefix>& v) {
+    std::vector<std::string> out;
+    for (const auto& p : v) out.push_back(p.str());
+    return out;
+  };
+  EXPECT_EQ(strs(back->cluster_cidr), strs(orig->cluster_cidr));
+  EXPECT_EQ(strs(back->nodeport_addresses), strs(orig->nodeport_addresses));
+  EXPECT_EQ(back->masquerade_all, orig->masquerade_all);
+  EXPECT_EQ(back->admin_listen->str(), orig->admin_listen->str());
+  EXPECT_EQ(back->health_listen->str(), orig->health_listen->str());
+  EXPECT_EQ(back->kubeconfig, orig->kubeconfig);
+  EXPECT_EQ(back->dns_ttl, orig->dns_ttl);
+  EXPECT_EQ(back->conntrack.max_per_core, orig->conntrack.max_per_core);
+  EXPECT_EQ(back->conntrack.tcp_established_timeout, orig->conntrack.tcp_established_timeout);
+  EXPECT_EQ(back->drain_peer_listen->str(), orig->drain_peer_listen->str());
+  EXPECT_EQ(back->dataplane, orig->dataplane);
+
+  auto again = testing::write_args({"--config", own.path()});
+  ASSERT_TRUE(again) << again.error();
+  EXPECT_EQ(*again, *text);
+
+  // A configuration `run` refuses is not written: the same error.
+  auto bad = testing::write_args({"--dns-ttl", "9000"});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().find("--dns-ttl"), std::string::npos) << bad.error();
+}
+
 TEST(KubeProxyConfig, RunSubcommandAppliesAPlainConfigFileAndRejectsUnknownKeys) {
   testing::TempFile good(
       "dataplane: none\nadmin-listen: 0.0.0.0:10256\ncluster-cidr: [10.244.0.0/16]\n"

@@ -27,6 +27,21 @@ inline Result<Config> run_args(const std::vector<std::string>& args) {
   return load_config(raw_flags(*run));
 }
 
+// `endpointd run ARGS... --write-config-to F`: the text main.cc writes to F.
+inline Result<std::string> write_args(const std::vector<std::string>& args) {
+  CLI::App app;
+  auto* run = app.add_subcommand("run");
+  add_run_flags(*run);
+  std::vector<const char*> argv = {"endpointd", "run", "--write-config-to", "/dev/null"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::ParseError& e) {
+    return Error{std::string("CLI11: ") + e.what()};
+  }
+  return write_config(*run, raw_flags(*run));
+}
+
 // A file that holds `text` while it lives.
 class TempFile {
  public:
