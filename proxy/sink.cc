@@ -455,9 +455,11 @@ void ProxySink::record_success(const model::SnapshotPtr& snap, bool full,
 bool ProxySink::full_sync_locked(const model::SnapshotPtr& snap) {
   auto started = Clock::now();
   planner_->reset(*snap);
+  const auto planned = Clock::now();
   std::vector<const Table*> tables;
   for (IpFamily f : planner_->families()) tables.push_back(&planner_->table(f));
   auto r = backend_->full_sync(tables);
+  const auto synced = Clock::now();
   ++full_syncs_;
   if (!r) {
     ++failures_;
@@ -482,8 +484,11 @@ bool ProxySink::full_sync_locked(const model::SnapshotPtr& snap) {
   // already right).
   spdlog::info(
       "proxy: full sync of generation {}: {} elements changed, {} messages, {} bytes ({} sets "
-      "listed, {} left alone by their digests)",
-      snap->generation, r->elements, r->messages, r->bytes, r->sets_listed, r->sets_unchanged);
+      "listed, {} left alone by their digests; {} ms planning, {} ms listing, encoding and "
+      "committing)",
+      snap->generation, r->elements, r->messages, r->bytes, r->sets_listed, r->sets_unchanged,
+      std::chrono::duration_cast<std::chrono::milliseconds>(planned - started).count(),
+      std::chrono::duration_cast<std::chrono::milliseconds>(synced - planned).count());
   if (metrics_->elements_full) metrics_->elements_full->Increment(static_cast<double>(r->elements));
   model::SnapshotPtr before = applied_;
   // What changed since the kernel last had a whole generation: the deltas given since then,

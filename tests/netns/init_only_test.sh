@@ -12,6 +12,9 @@ root=$2
 ns=epd-$$-init
 work=$(mktemp -d)
 cleanup() {
+  # Every process in the namespace (the agent runs under ip netns exec, unshare and setpriv:
+  # the background job's pid is only the first of them).
+  ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null || true
   [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
   ip netns del "$ns" 2>/dev/null || true
   rm -rf "$work"
