@@ -6,6 +6,7 @@
 #include <atomic>
 #include <optional>
 #include <string_view>
+#include <system_error>
 #include <thread>
 
 namespace endpointd::pipeline {
@@ -241,7 +242,13 @@ model::SnapshotPtr Store::build(const model::SnapshotPtr& prev) {
   size_t threads = std::min<size_t>(
       {std::max(1u, std::thread::hardware_concurrency()), keys.size() / kServicesPerThread + 1, 4});
   std::vector<std::thread> helpers;
-  for (size_t t = 1; t < threads; ++t) helpers.emplace_back(build_some);
+  for (size_t t = 1; t < threads; ++t) {
+    try {
+      helpers.emplace_back(build_some);
+    } catch (const std::system_error&) {
+      break;  // no thread to be had: this one builds the rest
+    }
+  }
   build_some();
   for (auto& t : helpers) t.join();
   for (size_t i = 0; i < keys.size(); ++i) {

@@ -115,6 +115,16 @@ int on_sockopt(void* clientp, curl_socket_t fd, curlsocktype purpose) {
   return CURL_SOCKOPT_OK;
 }
 
+// The host of a server URL as client-go's rest_client_* metrics label it (Go's url.URL.Host:
+// the authority without user info, with its port when the URL names one).
+std::string url_host(std::string_view url) {
+  if (auto scheme = url.find("://"); scheme != std::string_view::npos)
+    url.remove_prefix(scheme + 3);
+  url = url.substr(0, url.find_first_of("/?#"));
+  if (auto at = url.rfind('@'); at != std::string_view::npos) url.remove_prefix(at + 1);
+  return std::string(url);
+}
+
 }  // namespace
 
 bool tune_api_socket(int fd, const KubeClientConfig& config) {
@@ -140,16 +150,6 @@ uint64_t KindStats::reconnects_total() const {
 uint64_t KindStats::reconnect_count(const std::string& reason) const {
   auto it = reconnects.find(reason);
   return it == reconnects.end() ? 0 : it->second;
-}
-
-// The host of a server URL as client-go's rest_client_* metrics label it (Go's url.URL.Host:
-// the authority without user info, with its port when the URL names one).
-std::string url_host(std::string_view url) {
-  if (auto scheme = url.find("://"); scheme != std::string_view::npos)
-    url.remove_prefix(scheme + 3);
-  url = url.substr(0, url.find_first_of("/?#"));
-  if (auto at = url.rfind('@'); at != std::string_view::npos) url.remove_prefix(at + 1);
-  return std::string(url);
 }
 
 std::string_view collection_path(model::ObjectKind kind) {

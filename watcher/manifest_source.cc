@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <system_error>
 
 #include "watcher/decode.h"
 #include "watcher/yaml_json.h"
@@ -427,7 +428,13 @@ void ManifestSource::load_files(const std::vector<Load>& files, Scratch& scratch
   };
   std::vector<std::thread> helpers;
   std::vector<Scratch> scratches(threads > 1 ? threads - 1 : 0);
-  for (auto& s : scratches) helpers.emplace_back(work, std::ref(s));
+  for (auto& s : scratches) {
+    try {
+      helpers.emplace_back(work, std::ref(s));
+    } catch (const std::system_error&) {
+      break;  // no thread to be had: this one reads the rest
+    }
+  }
   work(scratch);
   for (auto& t : helpers) t.join();
 }
