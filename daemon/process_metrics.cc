@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -65,7 +66,12 @@ std::optional<uint64_t> boot_time_seconds() {
 void gauge(std::ostringstream& out, const char* name, const char* type, const char* help,
            double v) {
   out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
-      << name << ' ' << std::fixed << v << '\n';
+      << name << ' ';
+  // Whole values (bytes, descriptors) as integers; seconds with microseconds.
+  if (v == std::floor(v) && std::fabs(v) < 1e15)
+    out << static_cast<int64_t>(v) << '\n';
+  else
+    out << std::fixed << v << '\n';
   out.unsetf(std::ios::floatfield);
 }
 
