@@ -374,19 +374,27 @@ std::optional<dns::PodMode> parse_pod_records(std::string_view s) {
   return value_in(kPodRecords, s);
 }
 
+namespace {
+
+// A config file's settings by flag name: endpointd's own keys, or a KubeProxyConfiguration's
+// converted (`notes` gets its report). None for no file.
+Result<std::map<std::string, Given>> file_settings(const YAML::Node* file,
+                                                   std::vector<ConfigNote>& notes) {
+  if (file == nullptr || file->IsNull()) return std::map<std::string, Given>{};
+  if (!file->IsMap()) return Error{"config file: expected a map of settings"};
+  return is_kubeproxy_configuration(*file) ? kubeproxy_settings(*file, notes)
+                                           : own_file_settings(*file);
+}
+
+}  // namespace
+
 Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
   Config cfg;
-  std::map<std::string, Given> from_file;
-  if (file != nullptr && !file->IsNull()) {
-    if (!file->IsMap()) return Error{"config file: expected a map of settings"};
-    auto s = is_kubeproxy_configuration(*file) ? kubeproxy_settings(*file, cfg.notes)
-                                               : own_file_settings(*file);
-    if (!s) return Error{s.error()};
-    from_file = std::move(*s);
-  }
+  auto from_file = file_settings(file, cfg.notes);
+  if (!from_file) return Error{from_file.error()};
   RawFlags cli = flags;
   cli.erase("config");  // read by load_config
-  Decoder d(cli, std::move(from_file));
+  Decoder d(cli, std::move(*from_file));
   using Host = Decoder::Host;
 
   cfg.source_dir = d.text("source-dir", cfg.source_dir);
@@ -474,7 +482,7 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
   cfg.conntrack.tcp_be_liberal = d.boolean("conntrack-tcp-be-liberal", false);
   cfg.cleanup = d.boolean("cleanup", cfg.cleanup);
   cfg.init_only = d.boolean("init-only", cfg.init_only);
-  cfg.write_config_to = d.text("write-config-to", cfg.write_config_to);
+  d.take("write-config-to");  // acted on before decoding: write_config()
 
   cfg.dns_listen = d.listen("dns-listen", Host::kIp, cfg.dns_listen);
   if (auto zone = d.one("dns-zone")) {
@@ -849,22 +857,20 @@ RawFlags raw_flags(const CLI::App& app) {
   return out;
 }
 
-Result<std::string> write_config(const CLI::App& app, const RawFlags& flags) {
-  // The same checks as `run`: nothing is written that `run` would refuse.
-  if (auto cfg = load_config(flags); !cfg) return Error{cfg.error()};
-  std::map<std::string, Given> file;
+Result<WrittenConfig> write_config(const CLI::App& app, const RawFlags& flags) {
+  std::optional<YAML::Node> root;
   if (auto it = flags.find("config");
       it != flags.end() && !it->second.empty() && !it->second.back().empty()) {
-    auto root = read_config_file(it->second.back());
-    if (!root) return Error{root.error()};
-    if (root->IsMap()) {
-      std::vector<ConfigNote> notes;
-      auto s = is_kubeproxy_configuration(*root) ? kubeproxy_settings(*root, notes)
-                                                 : own_file_settings(*root);
-      if (!s) return Error{s.error()};
-      file = std::move(*s);
-    }
+    auto r = read_config_file(it->second.back());
+    if (!r) return Error{r.error()};
+    root = std::move(*r);
   }
+  // The same checks as `run`: nothing is written that `run` would refuse.
+  auto cfg = decode_config(flags, root ? &*root : nullptr);
+  if (!cfg) return Error{cfg.error()};
+  std::vector<ConfigNote> notes;
+  auto file = file_settings(root ? &*root : nullptr, notes);
+  if (!file) return Error{file.error()};
   // What the file cannot hold: the file itself and the one-shot actions.
   static const std::set<std::string> kNotSettings = {"help", "config", "write-config-to", "cleanup",
                                                      "init-only"};
@@ -877,7 +883,7 @@ Result<std::string> write_config(const CLI::App& app, const RawFlags& flags) {
     std::vector<std::string> values;
     if (auto f = flags.find(name); f != flags.end()) {
       values = f->second;
-    } else if (auto g = file.find(name); g != file.end()) {
+    } else if (auto g = file->find(name); g != file->end()) {
       values = g->second.values;
     } else if (!o->get_default_str().empty()) {
       values = {o->get_default_str()};
@@ -899,7 +905,7 @@ Result<std::string> write_config(const CLI::App& app, const RawFlags& flags) {
     if (!v.good()) return Error{"writing " + name + ": " + v.GetLastError()};
     out += name + ": " + v.c_str() + "\n";
   }
-  return out;
+  return WrittenConfig{std::move(out), std::move(cfg->notes)};
 }
 
 void resolve_defaults(Config& cfg) {

@@ -90,8 +90,6 @@ struct Config {
   bool cleanup = false;
   // Apply the settings that need a writable /proc/sys (the conntrack sysctls) and exit.
   bool init_only = false;
-  // Write the configuration to this file and exit (write_config()).
-  std::string write_config_to;
 
   // DNS.
   std::optional<model::HostPort> dns_listen;  // an IP address and a port
@@ -196,7 +194,11 @@ RawFlags raw_flags(const CLI::App& app);
 // default; a setting with none of these is written as a comment. Read back with --config, it
 // is the same configuration, and writing it out again gives the same text. An error when the
 // configuration does not decode (the error `run` would give).
-Result<std::string> write_config(const CLI::App& app, const RawFlags& flags);
+struct WrittenConfig {
+  std::string text;
+  std::vector<ConfigNote> notes;  // what a KubeProxyConfiguration mapped and ignored
+};
+Result<WrittenConfig> write_config(const CLI::App& app, const RawFlags& flags);
 
 // Fills defaults that depend on the environment ($NODE_NAME, the host name).
 void resolve_defaults(Config& cfg);

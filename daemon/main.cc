@@ -129,18 +129,17 @@ int main(int argc, char** argv) {
   if (*run_cmd) {
     auto flags = endpointd::daemon::raw_flags(*run_cmd);
     if (auto to = flags.find("write-config-to"); to != flags.end()) {
-      auto text = endpointd::daemon::write_config(*run_cmd, flags);
-      if (!text) {
-        std::cerr << "endpointd run: " << text.error() << "\n";
+      auto written = endpointd::daemon::write_config(*run_cmd, flags);
+      if (!written) {
+        std::cerr << "endpointd run: " << written.error() << "\n";
         return 2;
       }
       // What a KubeProxyConfiguration mapped and what it dropped, as `run` would log it.
-      if (auto cfg = endpointd::daemon::load_config(flags); cfg)
-        for (const auto& note : cfg->notes)
-          std::cerr << (note.warning ? "warning: " : "") << note.line << "\n";
+      for (const auto& note : written->notes)
+        std::cerr << (note.warning ? "warning: " : "") << note.line << "\n";
       const std::string& path = to->second.back();
       std::ofstream f(path, std::ios::trunc);
-      f << *text;
+      f << written->text;
       f.close();
       if (!f) {
         std::cerr << "endpointd run: --write-config-to: cannot write " << path << "\n";

@@ -39,7 +39,9 @@ inline Result<std::string> write_args(const std::vector<std::string>& args) {
   } catch (const CLI::ParseError& e) {
     return Error{std::string("CLI11: ") + e.what()};
   }
-  return write_config(*run, raw_flags(*run));
+  auto written = write_config(*run, raw_flags(*run));
+  if (!written) return Error{written.error()};
+  return written->text;
 }
 
 // A file that holds `text` while it lives.
