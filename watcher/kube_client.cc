@@ -779,6 +779,8 @@ class KubeClient::Watcher {
     std::string reason;
     std::optional<seconds> retry_after;
     bool unauthorized = false;
+    // The version asked for is one the API server's cache cannot serve: list again, consistent.
+    bool version_unavailable = false;
     std::vector<model::Object> objects;
     std::vector<model::ObjectKey> keep;  // listed but undecodable: keep their last good version
     std::string resource_version;
@@ -860,7 +862,20 @@ class KubeClient::Watcher {
     Clock::duration busy_{};
   };
 
-  ListResult list_all(bool force_token) {
+  // What a list asks the API server for. kube-apiserver answers a list that names a
+  // resourceVersion from its watch cache, and one that names none (a consistent read) from etcd
+  // on servers before 1.31 and for every page after the first on most since: at 5,000 agents a
+  // DaemonSet rollout or a watch expiry for all of them is the difference between the cache
+  // and etcd answering 15,000 lists. As client-go's reflector does (kube-proxy's lists): the
+  // first list takes any version ("0": the cache's, which may trail etcd by as much as the
+  // cache does; the watch from it brings the rest, and the drain's confirmations count the
+  // revision applied, so a list that trails confirms nothing early); a relist after the watch
+  // expired takes a version not older than the last one seen; and when the cache cannot
+  // answer that (410, or 504: it has not caught up with the version named), a consistent
+  // read at once.
+  enum class ListFrom { kAny, kNotOlderThan, kConsistent };
+
+  ListResult list_all(bool force_token, ListFrom from) {
     ListResult r;
     std::string cont;
     int restarts = 0;
@@ -891,7 +906,14 @@ class KubeClient::Watcher {
     while (true) {
       std::string url =
           base_url_ + "?limit=" + std::to_string(shared_->config.page_size) + selectors_;
-      if (!cont.empty()) url += "&continue=" + query_escape(cont);
+      if (!cont.empty()) {
+        url += "&continue=" + query_escape(cont);  // a continued list names no version
+      } else if (from == ListFrom::kNotOlderThan && !resource_version_.empty()) {
+        url += "&resourceVersion=" + query_escape(resource_version_) +
+               "&resourceVersionMatch=NotOlderThan";
+      } else if (from != ListFrom::kConsistent) {
+        url += "&resourceVersion=0";
+      }
       Transfer t;
       t.body_limit = kMaxListBody;
       t.body.reserve(std::min(page_bytes + page_bytes / 8, kMaxListBody) + kJsonPadding);
@@ -924,6 +946,18 @@ class KubeClient::Watcher {
         r.objects.clear();
         r.keep.clear();
         continue;
+      }
+      if (cont.empty() && from != ListFrom::kConsistent && (t.status == 410 || t.status == 504)) {
+        auto st = parse_status(t.body, parser_);
+        spdlog::info(
+            "kube {}: the API server's cache cannot answer a list at resourceVersion {} "
+            "(HTTP {}: {}); listing from etcd",
+            kind_name_,
+            from == ListFrom::kNotOlderThan && !resource_version_.empty() ? resource_version_ : "0",
+            t.status, st.message.empty() ? t.body.substr(0, 200) : st.message);
+        r.reason = "version_unavailable";
+        r.version_unavailable = true;
+        return r;
       }
       if (t.status != 200) {
         auto st = parse_status(t.body, parser_);
@@ -984,14 +1018,19 @@ class KubeClient::Watcher {
     bool listed_once = false;
     int failures = 0;
     bool force_token = false;
+    ListFrom from = ListFrom::kAny;
     while (!shared_->stop.load()) {
       if (need_list) {
-        ListResult l = list_all(force_token);
+        ListResult l = list_all(force_token, from);
         force_token = false;
         if (l.stopped) return;
         if (!l.ok) {
           count_reconnect(l.reason);
           force_token = l.unauthorized;
+          if (l.version_unavailable) {
+            from = ListFrom::kConsistent;  // at once: the server answered, just not from there
+            continue;
+          }
           if (!shared_->sleep_for(backoff_delay(failures++, l.retry_after))) return;
           continue;
         }
@@ -1019,6 +1058,7 @@ class KubeClient::Watcher {
         }
         listed_once = true;
         need_list = false;
+        from = ListFrom::kAny;
       }
       WatchResult w = watch_once(force_token);
       force_token = false;
@@ -1029,6 +1069,7 @@ class KubeClient::Watcher {
         case WatchEnd::kExpired:
           count_reconnect("expired");
           need_list = true;
+          from = ListFrom::kNotOlderThan;  // nothing older than what this agent has seen
           if (!w.progress) delay = backoff_delay(failures++, std::nullopt);
           break;
         case WatchEnd::kClosed:

@@ -697,8 +697,63 @@ bool FakeApiServer::serve_prepared(Resource& r, const httplib::Request& req,
   return true;
 }
 
+void FakeApiServer::set_cache_behind(bool behind) {
+  std::lock_guard lock(mu_);
+  cache_behind_ = behind;
+}
+
+bool FakeApiServer::list_version_servable(const httplib::Request& req, httplib::Response& res) {
+  // The semantics of a list's resourceVersion (the API concepts' "Semantics for get and
+  // list"): unset, the most recent state; "0", any state (a watch cache's); N with
+  // resourceVersionMatch=NotOlderThan (or no match and no limit), a state at least as new as N,
+  // which a cache not there yet answers 504 "Too large resource version"; N with Exact (or no
+  // match and a limit), the state at N, which this server keeps only while it is the current
+  // one (410 otherwise). A continued list names no version.
+  const std::string rv = req.get_param_value("resourceVersion");
+  const std::string match = req.get_param_value("resourceVersionMatch");
+  auto refuse = [&](int code, const char* reason, const std::string& message) {
+    res.status = code;
+    res.set_content(status_json(code, reason, message), "application/json");
+    return false;
+  };
+  if (!req.get_param_value("continue").empty() && !rv.empty() && rv != "0")
+    return refuse(400, "BadRequest",
+                  "specifying resource version is not allowed when using "
+                  "continue");
+  if (!match.empty() && match != "NotOlderThan" && match != "Exact")
+    return refuse(400, "BadRequest", "resourceVersionMatch: Unsupported value: \"" + match + "\"");
+  if (!match.empty() && rv.empty())
+    return refuse(400, "BadRequest",
+                  "resourceVersionMatch is forbidden unless resourceVersion is "
+                  "provided");
+  if (rv == "0" && match == "Exact")
+    return refuse(400, "BadRequest",
+                  "resourceVersionMatch \"Exact\" is forbidden for "
+                  "resourceVersion \"0\"");
+  if (rv.empty() || rv == "0") return true;
+  uint64_t n = 0;
+  try {
+    size_t used = 0;
+    n = std::stoull(rv, &used);
+    if (used != rv.size()) throw std::invalid_argument(rv);
+  } catch (const std::exception&) {
+    return refuse(400, "BadRequest", "invalid resourceVersion: " + rv);
+  }
+  const bool exact = match == "Exact" || (match.empty() && req.has_param("limit"));
+  if (exact) {
+    if (n == rv_) return true;
+    return refuse(410, "Expired",
+                  "too old resource version: " + rv + " (" + std::to_string(rv_) + ")");
+  }
+  if (cache_behind_ || n > rv_)
+    return refuse(504, "Timeout",
+                  "Too large resource version: " + rv + ", current: " + std::to_string(rv_));
+  return true;
+}
+
 void FakeApiServer::handle_list(Resource& r, const httplib::Request& req, httplib::Response& res,
                                 std::unique_lock<std::mutex>& lock) {
+  if (!list_version_servable(req, res)) return;
   if (serve_prepared(r, req, res)) return;
   std::vector<std::shared_ptr<const Stored>> items;
   uint64_t list_rv = rv_;

@@ -117,6 +117,9 @@ class FakeApiServer {
   void expire_next_continue();
   // Open watches that allow bookmarks get a BOOKMARK at the current resourceVersion.
   void send_bookmarks();
+  // While set, a list naming a resourceVersion other than "0" is answered as by a watch
+  // cache that has not caught up with it: 504 "Too large resource version".
+  void set_cache_behind(bool behind);
   // Requests must carry "Authorization: Bearer <token>" (empty: no check).
   void set_required_token(std::string token);
   // Encodes (and gzips) now every page of every resource's whole list at `limit` objects a
@@ -144,6 +147,9 @@ class FakeApiServer {
   static void set_list_body(const httplib::Request& req, httplib::Response& res, std::string body);
   // A prepared page for this list request, served; false when there is none.
   bool serve_prepared(Resource& r, const httplib::Request& req, httplib::Response& res);
+  // A list's resourceVersion and resourceVersionMatch as the API server takes them; false when
+  // the answer (an error) is already in `res`.
+  bool list_version_servable(const httplib::Request& req, httplib::Response& res);
   void handle_list(Resource& r, const httplib::Request& req, httplib::Response& res,
                    std::unique_lock<std::mutex>& lock);
   void handle_watch(Resource& r, const httplib::Request& req, httplib::Response& res,
@@ -184,6 +190,7 @@ class FakeApiServer {
   size_t split_pieces_ = 1;
   std::chrono::milliseconds split_delay_{0};
   bool expire_next_continue_ = false;
+  bool cache_behind_ = false;
   uint64_t next_snapshot_id_ = 1;
   std::map<uint64_t, std::vector<std::shared_ptr<const Stored>>> snapshots_;
   std::map<uint64_t, uint64_t> snapshot_rv_;

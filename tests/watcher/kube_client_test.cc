@@ -265,6 +265,60 @@ TEST_F(KubeClientTest, GoneWatchRelistsWithoutSpuriousRemoval) {
   EXPECT_EQ(metric("endpointd_watch_relists_total", {{"kind", "Service"}}), 1);
 }
 
+// Lists are served from the API server's watch cache as client-go's are (kube-proxy's): the
+// first at any version ("0"), a relist after an expired watch at one not older than the last
+// seen; a continued page names none; and when the cache cannot answer (504: not caught up),
+// a consistent list (no version: etcd's) follows at once.
+TEST_F(KubeClientTest, ListsAskForTheApiServersCacheAsClientGosDo) {
+  server_.apply(service_json("a", "10.96.0.1"));
+  server_.apply(service_json("b", "10.96.0.2"));
+  KubeClientConfig cfg = services_only();
+  cfg.page_size = 1;  // two pages: the second is continued
+  start(cfg);
+  ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
+  auto lists = list_requests("/api/v1/services");
+  ASSERT_EQ(lists.size(), 2u);
+  EXPECT_EQ(lists[0].param("resourceVersion"), "0");
+  EXPECT_FALSE(lists[0].has_param("resourceVersionMatch"));
+  EXPECT_EQ(lists[0].param("limit"), "1");
+  EXPECT_FALSE(lists[1].param("continue").empty());
+  EXPECT_FALSE(lists[1].has_param("resourceVersion"));
+  EXPECT_EQ(recorder_.last_replace_size(ObjectKind::kService), 2u);
+
+  // The watch expires: the relist asks for nothing older than what the client has seen.
+  server_.apply(service_json("c", "10.96.0.3"));
+  ASSERT_TRUE(wait_until([&] { return recorder_.has("Service:default/c"); }));
+  const std::string seen = client_->stats(ObjectKind::kService).resource_version;
+  ASSERT_EQ(seen, std::to_string(server_.resource_version()));
+  server_.expire_next_watch(/*http=*/true);
+  server_.close_watches();
+  ASSERT_TRUE(wait_until([&] { return recorder_.replaces(ObjectKind::kService) == 2; }));
+  lists = list_requests("/api/v1/services");
+  ASSERT_GE(lists.size(), 3u);
+  EXPECT_EQ(lists[2].param("resourceVersion"), seen);
+  EXPECT_EQ(lists[2].param("resourceVersionMatch"), "NotOlderThan");
+  EXPECT_EQ(recorder_.last_replace_size(ObjectKind::kService), 3u);
+  EXPECT_EQ(client_->stats(ObjectKind::kService).reconnect_count("version_unavailable"), 0u);
+
+  // A cache behind that version: 504, then at once a consistent list, which syncs.
+  ASSERT_TRUE(wait_until([&] { return watching(); }));
+  server_.set_cache_behind(true);
+  server_.apply(service_json("d", "10.96.0.4"));
+  ASSERT_TRUE(wait_until([&] { return recorder_.has("Service:default/d"); }));
+  const size_t before = list_requests("/api/v1/services").size();
+  server_.expire_next_watch(/*http=*/true);
+  server_.close_watches();
+  ASSERT_TRUE(wait_until([&] { return recorder_.replaces(ObjectKind::kService) == 3; }));
+  lists = list_requests("/api/v1/services");
+  ASSERT_GE(lists.size(), before + 2);
+  EXPECT_EQ(lists[before].param("resourceVersionMatch"), "NotOlderThan");
+  EXPECT_FALSE(lists[before + 1].has_param("resourceVersion"));
+  EXPECT_FALSE(lists[before + 1].has_param("resourceVersionMatch"));
+  EXPECT_EQ(recorder_.last_replace_size(ObjectKind::kService), 4u);
+  EXPECT_EQ(client_->stats(ObjectKind::kService).reconnect_count("version_unavailable"), 1u);
+  EXPECT_EQ(recorder_.total_removes(), 0);
+}
+
 TEST_F(KubeClientTest, HttpGoneAndCompactionAlsoRelist) {
   server_.apply(service_json("a", "10.96.0.1"));
   start(services_only());
