@@ -864,7 +864,7 @@ class KubeClient::Watcher {
 
   // What a list asks the API server for. kube-apiserver answers a list that names a
   // resourceVersion from its watch cache, and one that names none (a consistent read) from etcd
-  // on servers before 1.31 and for every page after the first on most since: at 5,000 agents a
+  // on servers before 1.31, its continued pages before 1.34: at 5,000 agents a
   // DaemonSet rollout or a watch expiry for all of them is the difference between the cache
   // and etcd answering 15,000 lists. As client-go's reflector does (kube-proxy's lists): the
   // first list takes any version ("0": the cache's, which may trail etcd by as much as the
@@ -951,7 +951,7 @@ class KubeClient::Watcher {
         auto st = parse_status(t.body, parser_);
         spdlog::info(
             "kube {}: the API server's cache cannot answer a list at resourceVersion {} "
-            "(HTTP {}: {}); listing from etcd",
+            "(HTTP {}: {}); listing again without a version (a consistent read)",
             kind_name_,
             from == ListFrom::kNotOlderThan && !resource_version_.empty() ? resource_version_ : "0",
             t.status, st.message.empty() ? t.body.substr(0, 200) : st.message);
