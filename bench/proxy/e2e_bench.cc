@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
   CLI::App app{"e2e_bench: one change to kernel commit, through endpointd run"};
   std::string endpointd, data, source = "api", dir, out;
   int changes = 200, gap_ms = 20, admin_port = 10349;
-  bool prepared = false, whole = false;
+  bool prepared = false;
   app.add_option("--endpointd", endpointd, "the endpointd binary")->required();
   app.add_option("--data", data, "bench/gen_cluster.py output")->required();
   app.add_option("--source", source, "api or dir")->check(CLI::IsMember({"api", "dir"}));
@@ -148,13 +148,7 @@ int main(int argc, char** argv) {
                "api: the fake API server encodes and compresses every list page before the agent "
                "starts (and again before the restart), so that the agent's start does not share "
                "its cores with the API server's encoding, as in a cluster it does not");
-  app.add_flag(
-      "--api-whole-lists", whole,
-      "api: a list at resourceVersion 0 (the agent's first) is answered whole whatever its "
-      "limit, as the watch cache of API servers before 1.34 does");
   CLI11_PARSE(app, argc, argv);
-  // The pages prepared: the agent's --list-page-size default, or each list as one.
-  const size_t prepared_limit = whole ? size_t{1} << 30 : 500;
 
   std::vector<std::string> events;
   {
@@ -189,12 +183,11 @@ int main(int argc, char** argv) {
     endpointd::fakeapi::Options o;
     o.host = "127.0.0.1";
     o.port = 0;
-    o.whole_lists_at_version_0 = whole;
     api = std::make_unique<endpointd::fakeapi::FakeApiServer>(o);
     std::vector<std::string> errors;
     api->replace_all(endpointd::fakeapi::load_manifest_dir(data + "/manifests", &errors));
     for (const auto& e : errors) std::cerr << e << "\n";
-    if (prepared) api->prepare_lists(prepared_limit);
+    if (prepared) api->prepare_lists(500);  // the agent's --list-page-size default
     std::string kc = tmp + "/kubeconfig";
     std::ofstream(kc) << "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
                          "contexts: [{name: t, context: {cluster: t, user: t}}]\n"
@@ -268,7 +261,7 @@ int main(int argc, char** argv) {
   // A restart over the rules the agent left (the same cluster state): start to ready, and the
   // elements its first full sync changed (0 when it found every rule right).
   so.log_path = tmp + "/endpointd-restart.log";
-  if (api && prepared) api->prepare_lists(prepared_limit);
+  if (api && prepared) api->prepare_lists(500);
   auto restart = Clock::now();
   endpointd::netns::Process again(so);
   double restart_to_ready = until_ready(restart, again);
@@ -287,15 +280,13 @@ int main(int argc, char** argv) {
                 fs::copy_options::overwrite_existing);
   fs::remove_all(tmp);
 
-  const std::string suffix =
-      std::string(api && prepared ? "-prepared" : "") + (api && whole ? "-whole" : "");
   char line[512];
   std::snprintf(line, sizeof(line),
                 "{\"source\":\"%s%s\",\"start_to_ready_ms\":%.1f,\"changes\":%zu,\"lost\":%d,"
                 "\"p50_ms\":%.2f,\"p90_ms\":%.2f,\"p99_ms\":%.2f,\"max_ms\":%.2f,"
                 "\"restart_to_ready_ms\":%.1f,\"restart_elements_changed\":%ld}",
-                source.c_str(), suffix.c_str(), start_to_ready, lat.size(), lost, pct(lat, 0.5),
-                pct(lat, 0.9), pct(lat, 0.99),
+                source.c_str(), api && prepared ? "-prepared" : "", start_to_ready, lat.size(),
+                lost, pct(lat, 0.5), pct(lat, 0.9), pct(lat, 0.99),
                 lat.empty() ? 0.0 : *std::max_element(lat.begin(), lat.end()), restart_to_ready,
                 restart_changed);
   std::cout << line << "\n";

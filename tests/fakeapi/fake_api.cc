@@ -667,11 +667,8 @@ bool FakeApiServer::serve_prepared(Resource& r, const httplib::Request& req,
   auto it = prepared_.find(r.info.resource);
   if (it == prepared_.end() || expire_next_continue_) return false;
   const Prepared& p = it->second;
-  // A whole list (see Options::whole_lists_at_version_0) is served from pages prepared as one.
-  const bool whole =
-      options_.whole_lists_at_version_0 && req.get_param_value("resourceVersion") == "0";
   if (req.has_param("labelSelector") || req.has_param("fieldSelector") ||
-      (whole ? p.raw.size() != 1 : req.get_param_value("limit") != std::to_string(p.limit)))
+      req.get_param_value("limit") != std::to_string(p.limit))
     return false;
   size_t page = 0;
   const std::string cont = req.get_param_value("continue");
@@ -793,9 +790,7 @@ void FakeApiServer::handle_list(Resource& r, const httplib::Request& req, httpli
     }
   }
   size_t limit = 0;
-  const bool whole =
-      options_.whole_lists_at_version_0 && req.get_param_value("resourceVersion") == "0";
-  if (req.has_param("limit") && !whole) {
+  if (req.has_param("limit")) {
     try {
       limit = std::stoull(req.get_param_value("limit"));
     } catch (const std::exception&) {

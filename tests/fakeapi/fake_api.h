@@ -43,9 +43,6 @@ struct Options {
   std::chrono::milliseconds bookmark_interval{0};
   // Requests served at once; each open watch holds one (agents × kinds watched).
   size_t threads = 64;
-  // A list at resourceVersion "0" is answered whole, whatever its limit, as the watch cache of
-  // API servers before 1.34 does (from 1.34, ListFromCacheSnapshot pages it). Off: paged.
-  bool whole_lists_at_version_0 = false;
 };
 
 struct RecordedRequest {

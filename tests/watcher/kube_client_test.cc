@@ -319,36 +319,6 @@ TEST_F(KubeClientTest, ListsAskForTheApiServersCacheAsClientGosDo) {
   EXPECT_EQ(recorder_.total_removes(), 0);
 }
 
-// An API server whose watch cache answers a list at "0" whole (before 1.34), whatever the
-// limit asked: the one page is the list.
-TEST_F(KubeClientTest, AWholeListAtVersionZeroIsTheList) {
-  fakeapi::Options o;
-  o.whole_lists_at_version_0 = true;
-  FakeApiServer whole(o);
-  ASSERT_TRUE(whole.ok()) << whole.error();
-  for (int i = 0; i < 5; ++i)
-    whole.apply(service_json("s" + std::to_string(i), "10.96.0." + std::to_string(i + 1)));
-  KubeClientConfig cfg = services_only();
-  cfg.page_size = 2;
-  ClusterConfig cluster;
-  cluster.server = whole.url();
-  {
-    KubeClient client(cluster, cfg, recorder_.sink(), registry_);
-    client.start();
-    ASSERT_TRUE(wait_until([&] { return client.synced(); }));
-    EXPECT_EQ(recorder_.last_replace_size(ObjectKind::kService), 5u);
-    size_t lists = 0;
-    for (const auto& r : whole.requests())
-      if (!r.is_watch() && r.path == "/api/v1/services") {
-        ++lists;
-        EXPECT_EQ(r.param("resourceVersion"), "0");
-        EXPECT_EQ(r.param("limit"), "2");
-      }
-    EXPECT_EQ(lists, 1u);
-    client.stop();
-  }
-}
-
 TEST_F(KubeClientTest, HttpGoneAndCompactionAlsoRelist) {
   server_.apply(service_json("a", "10.96.0.1"));
   start(services_only());
