@@ -862,18 +862,20 @@ class KubeClient::Watcher {
     Clock::duration busy_{};
   };
 
-  // What a list asks the API server for. kube-apiserver answers a list that names a
-  // resourceVersion from its watch cache, and one that names none (a consistent read) from etcd
-  // on servers before 1.31, its continued pages before 1.34: at 5,000 agents a
-  // DaemonSet rollout or a watch expiry for all of them is the difference between the cache
-  // and etcd answering 15,000 lists. As client-go's reflector does (kube-proxy's lists): the
-  // first list takes any version ("0": the cache's, which may trail etcd by as much as the
-  // cache does; the watch from it brings the rest, and the drain's confirmations count the
-  // revision applied, so a list that trails confirms nothing early); a relist after the watch
-  // expired takes a version not older than the last one seen; and when the cache cannot
-  // answer that (410, or 504: it has not caught up with the version named), a consistent
-  // read at once.
-  enum class ListFrom { kAny, kNotOlderThan, kConsistent };
+  // What a list asks the API server for. A relist after the watch expired asks for a state
+  // not older than the last one seen (resourceVersionMatch=NotOlderThan), which kube-apiserver
+  // answers from its watch cache (servers from 1.31; its continued pages from 1.34) rather than
+  // by a quorum read of etcd: when every agent of 5,000 relists at once (an API server restart
+  // past the watch window), that is the difference that matters. When the cache cannot answer
+  // (504: it has not caught up with that version; or 410), a consistent list follows at once.
+  // The first list of a process is consistent (no version), unlike client-go's reflector, whose
+  // first list takes any version ("0", the cache's, which may trail etcd): this agent may have
+  // confirmed an endpoint's removal before it restarted, and a trailing list would put that
+  // endpoint back into the dataplane, DNS and the feed until the watch caught up — after the
+  // drain may have released its pod. Agents restart one by one in a DaemonSet rollout, and the
+  // first page of a consistent list is served from the cache too from 1.31
+  // (ConsistentListFromCache).
+  enum class ListFrom { kConsistent, kNotOlderThan };
 
   ListResult list_all(bool force_token, ListFrom from) {
     ListResult r;
@@ -911,8 +913,6 @@ class KubeClient::Watcher {
       } else if (from == ListFrom::kNotOlderThan && !resource_version_.empty()) {
         url += "&resourceVersion=" + query_escape(resource_version_) +
                "&resourceVersionMatch=NotOlderThan";
-      } else if (from != ListFrom::kConsistent) {
-        url += "&resourceVersion=0";
       }
       Transfer t;
       t.body_limit = kMaxListBody;
@@ -947,14 +947,14 @@ class KubeClient::Watcher {
         r.keep.clear();
         continue;
       }
-      if (cont.empty() && from != ListFrom::kConsistent && (t.status == 410 || t.status == 504)) {
+      if (cont.empty() && from == ListFrom::kNotOlderThan && !resource_version_.empty() &&
+          (t.status == 410 || t.status == 504)) {
         auto st = parse_status(t.body, parser_);
         spdlog::info(
             "kube {}: the API server's cache cannot answer a list at resourceVersion {} "
             "(HTTP {}: {}); listing again without a version (a consistent read)",
-            kind_name_,
-            from == ListFrom::kNotOlderThan && !resource_version_.empty() ? resource_version_ : "0",
-            t.status, st.message.empty() ? t.body.substr(0, 200) : st.message);
+            kind_name_, resource_version_, t.status,
+            st.message.empty() ? t.body.substr(0, 200) : st.message);
         r.reason = "version_unavailable";
         r.version_unavailable = true;
         return r;
@@ -1018,7 +1018,7 @@ class KubeClient::Watcher {
     bool listed_once = false;
     int failures = 0;
     bool force_token = false;
-    ListFrom from = ListFrom::kAny;
+    ListFrom from = ListFrom::kConsistent;
     while (!shared_->stop.load()) {
       if (need_list) {
         ListResult l = list_all(force_token, from);
@@ -1058,7 +1058,7 @@ class KubeClient::Watcher {
         }
         listed_once = true;
         need_list = false;
-        from = ListFrom::kAny;
+        from = ListFrom::kConsistent;
       }
       WatchResult w = watch_once(force_token);
       force_token = false;
