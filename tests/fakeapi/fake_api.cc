@@ -718,18 +718,15 @@ bool FakeApiServer::list_version_servable(const httplib::Request& req, httplib::
   };
   if (!req.get_param_value("continue").empty() && !rv.empty() && rv != "0")
     return refuse(400, "BadRequest",
-                  "specifying resource version is not allowed when using "
-                  "continue");
+                  "specifying resource version is not allowed when using continue");
   if (!match.empty() && match != "NotOlderThan" && match != "Exact")
     return refuse(400, "BadRequest", "resourceVersionMatch: Unsupported value: \"" + match + "\"");
   if (!match.empty() && rv.empty())
     return refuse(400, "BadRequest",
-                  "resourceVersionMatch is forbidden unless resourceVersion is "
-                  "provided");
+                  "resourceVersionMatch is forbidden unless resourceVersion is provided");
   if (rv == "0" && match == "Exact")
     return refuse(400, "BadRequest",
-                  "resourceVersionMatch \"Exact\" is forbidden for "
-                  "resourceVersion \"0\"");
+                  "resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"");
   if (rv.empty() || rv == "0") return true;
   uint64_t n = 0;
   try {

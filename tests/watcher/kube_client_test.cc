@@ -1,6 +1,7 @@
 // The API client against the fake API server: sync, events, paging, bookmarks, 410 Gone,
 // dropped streams, backoff, token rotation, malformed objects, selectors, prompt stop.
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
@@ -671,6 +672,42 @@ TEST_F(KubeClientTest, UnreachableServerIsRetried) {
 
 namespace endpointd::watcher {
 namespace {
+
+// The fake server takes a list's resourceVersion and resourceVersionMatch as the API server
+// does (the API concepts' "Semantics for get and list"), so that the client's choice is tested
+// against answers that can tell them apart.
+TEST(FakeApiListVersions, AnsweredAsTheApiServerAnswersThem) {
+  fakeapi::FakeApiServer server;
+  ASSERT_TRUE(server.ok());
+  server.apply(kubetest::service_json("a", "10.96.0.1"));
+  const std::string now = std::to_string(server.resource_version());
+  const std::string older = std::to_string(server.resource_version() - 1);
+  const std::string newer = std::to_string(server.resource_version() + 5);
+  httplib::Client http("127.0.0.1", server.port());
+  auto status = [&](const std::string& query) {
+    auto r = http.Get("/api/v1/services?" + query);
+    return r ? r->status : -1;
+  };
+  EXPECT_EQ(status("limit=10"), 200);                    // most recent
+  EXPECT_EQ(status("limit=10&resourceVersion=0"), 200);  // any
+  EXPECT_EQ(status("limit=10&resourceVersion=" + older + "&resourceVersionMatch=NotOlderThan"),
+            200);
+  EXPECT_EQ(status("limit=10&resourceVersion=" + newer + "&resourceVersionMatch=NotOlderThan"),
+            504);                                      // a cache not there yet
+  EXPECT_EQ(status("resourceVersion=" + newer), 504);  // legacy: no limit is NotOlderThan
+  EXPECT_EQ(status("limit=10&resourceVersion=" + now + "&resourceVersionMatch=Exact"), 200);
+  EXPECT_EQ(status("limit=10&resourceVersion=" + older), 410);  // legacy: a limit is Exact
+  EXPECT_EQ(status("limit=10&resourceVersion=0&resourceVersionMatch=Exact"), 400);
+  EXPECT_EQ(status("limit=10&resourceVersionMatch=NotOlderThan"), 400);
+  EXPECT_EQ(status("limit=10&resourceVersion=abc&resourceVersionMatch=NotOlderThan"), 400);
+  EXPECT_EQ(status("limit=10&resourceVersion=1&resourceVersionMatch=Newest"), 400);
+  EXPECT_EQ(status("limit=10&continue=1:1&resourceVersion=" + now), 400);
+  server.set_cache_behind(true);
+  EXPECT_EQ(status("limit=10&resourceVersion=" + older + "&resourceVersionMatch=NotOlderThan"),
+            504);
+  EXPECT_EQ(status("limit=10&resourceVersion=0"), 200);
+  EXPECT_EQ(status("limit=10"), 200);
+}
 
 // The fake server fed from a manifest directory, as endpointd-fakeapi runs it.
 TEST(FakeApiDirectory, ServesManifestsAndTheirChanges) {
