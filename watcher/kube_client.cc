@@ -879,6 +879,8 @@ class KubeClient::Watcher {
 
   ListResult list_all(bool force_token, ListFrom from) {
     ListResult r;
+    // The version the first page names (none: a consistent list).
+    const bool not_older_than = from == ListFrom::kNotOlderThan && !resource_version_.empty();
     std::string cont;
     int restarts = 0;
     // Pages of one list are about the same size: each body is given room for the largest so
@@ -910,7 +912,7 @@ class KubeClient::Watcher {
           base_url_ + "?limit=" + std::to_string(shared_->config.page_size) + selectors_;
       if (!cont.empty()) {
         url += "&continue=" + query_escape(cont);  // a continued list names no version
-      } else if (from == ListFrom::kNotOlderThan && !resource_version_.empty()) {
+      } else if (not_older_than) {
         url += "&resourceVersion=" + query_escape(resource_version_) +
                "&resourceVersionMatch=NotOlderThan";
       }
@@ -947,8 +949,7 @@ class KubeClient::Watcher {
         r.keep.clear();
         continue;
       }
-      if (cont.empty() && from == ListFrom::kNotOlderThan && !resource_version_.empty() &&
-          (t.status == 410 || t.status == 504)) {
+      if (cont.empty() && not_older_than && (t.status == 410 || t.status == 504)) {
         auto st = parse_status(t.body, parser_);
         spdlog::info(
             "kube {}: the API server's cache cannot answer a list at resourceVersion {} "

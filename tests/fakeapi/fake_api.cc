@@ -17,6 +17,7 @@
 #include <stdexcept>
 
 #if __has_include("watcher/yaml_json.h")
+#include "model/event.h"
 #include "watcher/yaml_json.h"
 #define ENDPOINTD_FAKEAPI_YAML 1
 #endif
@@ -728,14 +729,9 @@ bool FakeApiServer::list_version_servable(const httplib::Request& req, httplib::
     return refuse(400, "BadRequest",
                   "resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"");
   if (rv.empty() || rv == "0") return true;
-  uint64_t n = 0;
-  try {
-    size_t used = 0;
-    n = std::stoull(rv, &used);
-    if (used != rv.size()) throw std::invalid_argument(rv);
-  } catch (const std::exception&) {
-    return refuse(400, "BadRequest", "invalid resourceVersion: " + rv);
-  }
+  auto parsed = model::parse_revision(rv);
+  if (!parsed) return refuse(400, "BadRequest", parsed.error());
+  const uint64_t n = *parsed;
   const bool exact = match == "Exact" || (match.empty() && req.has_param("limit"));
   if (exact) {
     if (n == rv_) return true;
