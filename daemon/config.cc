@@ -588,6 +588,7 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
   cfg.drain_peer_cert = d.text("drain-peer-cert", cfg.drain_peer_cert);
   cfg.drain_peer_key = d.text("drain-peer-key", cfg.drain_peer_key);
   cfg.drain_peer_insecure = d.boolean("drain-peer-insecure", cfg.drain_peer_insecure);
+  std::string members_service = d.text("drain-members-service", "");
 
   cfg.log_format = d.choice("log-format", kLogFormats, cfg.log_format);
   cfg.log_level = d.choice("log-level", kLogLevels, cfg.log_level);
@@ -601,6 +602,15 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
         "verified over TLS only)"};
   if (!cfg.source_dir.empty() && !cfg.kubeconfig.empty())
     return Error{"--source-dir and --kubeconfig are exclusive: choose one source of cluster state"};
+  if (!members_service.empty()) {
+    auto slash = members_service.find('/');
+    if (slash == 0 || slash == std::string::npos || slash + 1 == members_service.size() ||
+        members_service.find('/', slash + 1) != std::string::npos)
+      return Error{"--drain-members-service: \"" + members_service +
+                   "\" is not NAMESPACE/NAME (the Service over the endpointd DaemonSet's pods)"};
+    cfg.drain_members_service =
+        model::ObjectKey{members_service.substr(0, slash), members_service.substr(slash + 1)};
+  }
   if (cfg.dns_node_local_address && !cfg.dns_listen)
     return Error{"--dns-node-local-address needs --dns-listen: the DNS server answers on it"};
   if (cfg.dns_node_local_address && cfg.dns_listen->port == 0)
@@ -703,6 +713,9 @@ void add_run_flags(CLI::App& app) {
   add(app, "drain-liveness-ms",
       "A peer silent this long is excluded from the cluster watermark (counted and logged)",
       std::to_string(def.drain_liveness.count()));
+  add(app, "drain-members-service",
+      "NAMESPACE/NAME of a Service over the endpointd DaemonSet's pods: the drain's members are "
+      "its endpoints' nodes, and only this node's Node is watched (empty: every Node)");
   add(app, "drain-peer-ca", "PEM file: the CA that signs every agent's peer certificate");
   add(app, "drain-peer-cert",
       "PEM file: this agent's peer certificate (names its node; server and client auth)");

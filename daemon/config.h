@@ -148,6 +148,9 @@ struct Config {
   bool drain_watermark = true;  // --drain-peer-protocol watermark (else per-endpoint)
   size_t drain_fan_in = 32;
   std::chrono::milliseconds drain_liveness{3000};
+  // The drain's members: the nodes of this Service's endpoints (drain/members.h); unset: every
+  // Node, and the API source then watches every Node instead of this node's alone.
+  std::optional<model::ObjectKey> drain_members_service;
   // Peer traffic is mutual TLS (CA, this node's certificate, its key); plaintext only with
   // drain_peer_insecure (drain/peer_tls.h).
   std::string drain_peer_ca, drain_peer_cert, drain_peer_key;

@@ -436,18 +436,14 @@ void Coordinator::run() {
             revisions_.back().first < snap->generation)
           revisions_.emplace_back(snap->generation, snap->slice_revision);
         if (revisions_.size() > 4096) revisions_.pop_front();
-        // The member list follows the Node objects (unchanged ones are the same pointers).
-        if (snap->nodes != member_nodes_) {
+        // The member list follows its source: the Node objects or the agents' Service
+        // (unchanged ones are the same pointers).
+        const auto& svc = opts_.machine.members_service;
+        model::ServiceStatePtr member_state = svc ? snap->find_ptr(*svc) : nullptr;
+        if (svc ? member_state != member_state_ : snap->nodes != member_nodes_) {
           member_nodes_ = snap->nodes;
-          std::map<std::string, std::string> members;
-          for (const auto& n : snap->nodes) {
-            auto ips = n->internal_ips();
-            if (ips.empty()) continue;
-            std::string host =
-                ips.front().is_v6() ? "[" + ips.front().str() + "]" : ips.front().str();
-            members[n->name] = host + ":" + std::to_string(opts_.peer_port);
-          }
-          cluster_->set_members(std::move(members));
+          member_state_ = std::move(member_state);
+          update_members(members_of(*snap, svc), Clock::now());
         }
       }
       auto started = machine_.on_snapshot(snap, Clock::now());
@@ -509,7 +505,44 @@ void Coordinator::run() {
     if (auto dl = machine_.next_deadline()) next = std::min(next, *dl);
     if (polling) next = std::min(next, Clock::now() + opts_.conntrack_poll);
     next = std::min(next, wake_dns);
+    if (!departed_.empty()) {
+      TimePoint now = Clock::now();
+      auto first = [&] {
+        TimePoint t = TimePoint::max();
+        for (const auto& [_, d] : departed_) t = std::min(t, d.until);
+        return t;
+      };
+      if (first() <= now) update_members(current_members_, now);
+      if (!departed_.empty()) next = std::min(next, first());
+    }
   }
+}
+
+void Coordinator::update_members(Members current, TimePoint now) {
+  if (!cluster_) return;
+  // A node whose agent left the agents' Service stays a member for the liveness deadline: its
+  // kernel still holds the rules the agent left, and only silence that long excludes a member,
+  // whichever source the list comes from. (A Node deleted leaves at once: the node is gone.)
+  if (opts_.machine.members_service) {
+    for (const auto& [name, address] : current_members_)
+      if (!current.count(name) && address && !departed_.count(name))
+        departed_[name] = {*address, now + opts_.aggregator.silence};
+  }
+  for (auto it = departed_.begin(); it != departed_.end();) {
+    if (current.count(it->first) || it->second.until <= now)
+      it = departed_.erase(it);
+    else
+      ++it;
+  }
+  current_members_ = std::move(current);
+  auto endpoint = [&](const model::IpAddr& ip) {
+    return (ip.is_v6() ? "[" + ip.str() + "]" : ip.str()) + ":" + std::to_string(opts_.peer_port);
+  };
+  std::map<std::string, std::string> members;
+  for (const auto& [name, address] : current_members_)
+    if (address) members[name] = endpoint(*address);
+  for (const auto& [name, d] : departed_) members.emplace(name, endpoint(d.address));
+  cluster_->set_members(std::move(members));
 }
 
 }  // namespace endpointd::drain

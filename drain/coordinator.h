@@ -17,6 +17,7 @@
 #include "drain/aggregate.h"
 #include "drain/flows.h"
 #include "drain/machine.h"
+#include "drain/members.h"
 #include "drain/peer_tls.h"
 #include "pipeline/ack_board.h"
 
@@ -129,6 +130,9 @@ class Coordinator {
   void peer_worker();
   void wake();
   void record(const std::vector<Transition>& ts);
+  // Hands cluster_ the members: `current` and those that left the agents' Service less than
+  // the liveness deadline ago.
+  void update_members(Members current, TimePoint now);
   // Under mu_: the cluster watermark's members and this agent's own watermark from the board.
   void update_watermark(const std::vector<pipeline::AckBoard::Entry>& entries, TimePoint now,
                         TimePoint* next);
@@ -156,7 +160,15 @@ class Coordinator {
   std::unique_ptr<Cluster> cluster_;
   // (generation, slice revision) of recent snapshots, oldest first.
   std::deque<std::pair<uint64_t, uint64_t>> revisions_;
-  std::vector<model::NodePtr> member_nodes_;  // the Node objects cluster_'s members came from
+  // Where cluster_'s members came from: the Node objects, or the agents' Service's state.
+  std::vector<model::NodePtr> member_nodes_;
+  model::ServiceStatePtr member_state_;
+  Members current_members_;
+  struct Departed {
+    model::IpAddr address;
+    TimePoint until;
+  };
+  std::map<std::string, Departed> departed_;  // left the agents' Service, kept until `until`
   // Per DNS consumer: (applied at, generation), oldest first, until the TTL passed.
   std::map<std::string, std::deque<std::pair<TimePoint, uint64_t>>> dns_applied_;
   std::unique_ptr<PeerServer> peer_server_;

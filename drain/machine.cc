@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "drain/action.h"
+#include "drain/members.h"
 #include "model/json.h"
 #include "model/routing.h"
 #include "model/time.h"
@@ -148,24 +149,25 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
     for (const auto& k : keys) index_service(k);
   }
   std::vector<model::IpAddr> started;
+  std::optional<Members> members;  // computed once, when the first drain starts
   auto begin_stop_accepting = [&](Drain& d, const char* why) {
     d.stage = Stage::kStopAccepting;
     d.stop_accepting = now;
     d.revision = snap_->slice_revision;
     if (why) d.notes.emplace_back(why);
-    for (const auto& n : snap_->nodes) {
-      if (n->name == opts_.node_name) continue;
+    if (!members) members = members_of(*snap_, opts_.members_service);
+    for (const auto& [name, address] : *members) {
+      if (name == opts_.node_name) continue;
       PeerState p;
-      auto ips = n->internal_ips();
-      if (ips.empty()) {
+      if (!address) {
         p.state = PeerState::State::kFailed;
         p.last_error = "node has no InternalIP";
         ++counters_.peers_unconfirmed;
-        d.notes.push_back("peer " + n->name + ": node has no InternalIP, not asked");
+        d.notes.push_back("peer " + name + ": node has no InternalIP, not asked");
       } else {
-        p.address = ips.front().str();
+        p.address = address->str();
       }
-      d.peers[n->name] = p;
+      d.peers[name] = p;
     }
     started.push_back(d.ip);
   };

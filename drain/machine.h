@@ -63,6 +63,8 @@ struct Options {
     return std::chrono::system_clock::now();
   };
   milliseconds api_floor{1000};
+  // The peers a drain asks (drain/members.h): the Node list, or this Service's endpoints' nodes.
+  std::optional<model::ServiceKey> members_service;
 };
 
 struct PeerState {

@@ -293,6 +293,8 @@ class KubeClient::Watcher {
     if (kind == model::ObjectKind::kPod && !shared_->config.pods_cluster_wide) {
       selectors_ = "&fieldSelector=" + query_escape("spec.nodeName=" + shared_->config.node_name);
     }
+    if (kind == model::ObjectKind::kNode && shared_->config.own_node_only)
+      selectors_ = "&fieldSelector=" + query_escape("metadata.name=" + shared_->config.node_name);
   }
 
   ~Watcher() { join(); }

@@ -32,6 +32,8 @@ struct KubeClientConfig {
   bool watch_services = true;
   bool watch_endpoint_slices = true;
   bool watch_nodes = true;
+  // Only this node's Node (fieldSelector metadata.name=<node_name>), not every Node.
+  bool own_node_only = false;
   bool watch_pods = false;
   // Every node's pods, not only this node's: DNS's verified pod records answer pods that exist
   // anywhere. Other nodes' pods are kept without labels and annotations.

@@ -34,6 +34,7 @@ TEST(Config, FlagsHaveTheDocumentedDefaults) {
   EXPECT_EQ(str(c->drain_peer_listen), "0.0.0.0:9465");
   EXPECT_EQ(c->drain_peer_port, 9465);
   EXPECT_EQ(c->drain_peer_policy, drain::PeerPolicy::kProceed);
+  EXPECT_FALSE(c->drain_members_service);  // the Node list
   EXPECT_EQ(c->drain_peer_timeout, std::chrono::milliseconds(5000));
   EXPECT_EQ(c->drain_release_after, drain::ReleaseAfter::kRemoved);
   EXPECT_EQ(c->dns_pod_records, dns::PodMode::kInsecure);
@@ -76,6 +77,8 @@ TEST(Config, EveryFlagDecodesToItsTypedValue) {
                      "/tmp/d.sock",
                      "--drain-peer-listen",
                      "0.0.0.0:9500",
+                     "--drain-members-service",
+                     "kube-system/endpointd",
                      "--drain-peer-policy",
                      "wait",
                      "--drain-peer-timeout-ms",
@@ -119,6 +122,8 @@ TEST(Config, EveryFlagDecodesToItsTypedValue) {
   EXPECT_EQ(str(c->drain_peer_listen), "0.0.0.0:9500");
   EXPECT_EQ(c->drain_peer_port, 9500);  // not given: every agent listens on the same port
   EXPECT_EQ(c->drain_peer_policy, drain::PeerPolicy::kWait);
+  ASSERT_TRUE(c->drain_members_service);
+  EXPECT_EQ(c->drain_members_service->str(), "kube-system/endpointd");
   EXPECT_EQ(c->drain_peer_timeout, std::chrono::milliseconds(600000));
   EXPECT_EQ(c->drain_release_after, drain::ReleaseAfter::kRemoved);
   EXPECT_EQ(strs(c->cluster_cidr),
@@ -265,6 +270,14 @@ TEST(Config, BadInputsGiveOneErrorNamingTheKeyAndValue) {
        {{"drain-peer-policy", {"maybe"}}},
        nullptr,
        R"(--drain-peer-policy: "maybe" is not one of proceed|wait)"},
+      {"members service",
+       {{"drain-members-service", {"endpointd"}}},
+       nullptr,
+       R"(--drain-members-service: "endpointd" is not NAMESPACE/NAME (the Service over the endpointd DaemonSet's pods))"},
+      {"members service, two slashes",
+       {{"drain-members-service", {"kube-system/endpointd/x"}}},
+       nullptr,
+       R"(--drain-members-service: "kube-system/endpointd/x" is not NAMESPACE/NAME (the Service over the endpointd DaemonSet's pods))"},
       {"release",
        {{"drain-release-after", {"exit"}}},
        nullptr,

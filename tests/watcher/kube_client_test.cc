@@ -631,6 +631,30 @@ TEST_F(KubeClientTest, PodsAreWatchedForThisNodeOnly) {
   EXPECT_FALSE(recorder_.has("Pod:default/later"));
 }
 
+// With the drain's members from the agents' Service, the agent watches its own Node alone:
+// the API server then sends it no other node's status writes.
+TEST_F(KubeClientTest, OwnNodeOnlyWatchesThisNodesNodeAlone) {
+  server_.apply(kubetest::node_json("node-1", "192.168.0.1"));
+  server_.apply(kubetest::node_json("node-2", "192.168.0.2"));
+  auto cfg = services_only();
+  cfg.watch_services = false;
+  cfg.watch_nodes = true;
+  cfg.own_node_only = true;
+  cfg.node_name = "node-1";
+  start(cfg);
+  ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
+  EXPECT_TRUE(recorder_.has("Node:node-1"));
+  EXPECT_FALSE(recorder_.has("Node:node-2"));
+  EXPECT_EQ(list_requests("/api/v1/nodes").front().param("fieldSelector"), "metadata.name=node-1");
+  server_.apply(kubetest::node_json("node-3", "192.168.0.3"));
+  server_.apply(kubetest::node_json("node-1", "192.168.0.11"));
+  ASSERT_TRUE(wait_until([&] {
+    auto n = recorder_.get("Node:node-1");
+    return n && std::get<model::Node>(*n).addresses.front().address == "192.168.0.11";
+  }));
+  EXPECT_FALSE(recorder_.has("Node:node-3"));
+}
+
 TEST_F(KubeClientTest, StopIsPromptDuringWatchAndBackoff) {
   start(services_only());
   ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));

@@ -1,0 +1,110 @@
+// Who confirms a removal (drain/members.h): every Node at its InternalIP, or the nodes of the
+// agents' own Service's endpoints whatever their conditions; and the peers a drain then asks.
+#include "drain/members.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "drain/machine.h"
+#include "tests/drain/fixture.h"
+
+namespace endpointd::drain {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Ep;
+using testing::ip;
+using testing::make_snapshot;
+
+const model::ServiceKey kAgents{"kube-system", "endpointd"};
+
+// `base` with the agents' Service added: one endpoint per (address, node, conditions).
+model::SnapshotPtr with_agents(const model::SnapshotPtr& base, const std::vector<Ep>& eps) {
+  auto s = std::make_shared<model::Snapshot>(*base);
+  auto st = std::make_shared<model::ServiceState>();
+  st->service.key = kAgents;
+  st->service.headless = true;
+  for (const auto& e : eps) {
+    model::MergedEndpoint m;
+    m.address = ip(e.ip);
+    m.conditions = {e.ready, e.serving, e.terminating};
+    m.node_name = e.node;
+    st->endpoints.push_back(m);
+  }
+  std::sort(st->endpoints.begin(), st->endpoints.end(),
+            [](const auto& a, const auto& b) { return a.address < b.address; });
+  std::vector<model::ServiceStatePtr> all = {st};
+  for (const auto& svc : base->services) all.push_back(svc);
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a->key() < b->key(); });
+  s->services = model::ServiceList(all);
+  return s;
+}
+
+TEST(MembersTest, FromTheNodeListEveryNodeAtItsFirstInternalIp) {
+  auto base = make_snapshot(1, {});
+  auto s = std::make_shared<model::Snapshot>(*base);
+  auto bare = std::make_shared<model::Node>();
+  bare->name = "node-c";  // no InternalIP: a member that cannot be reached
+  bare->addresses = {{"Hostname", "node-c"}};
+  s->nodes.push_back(bare);
+  Members m = members_of(*s, std::nullopt);
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m.at("node-a"), ip("192.168.77.2"));
+  EXPECT_EQ(m.at("node-b"), ip("192.168.77.3"));
+  EXPECT_FALSE(m.at("node-c").has_value());
+}
+
+TEST(MembersTest, FromTheAgentsServiceEveryEndpointsNodeWhateverItsConditions) {
+  auto s = with_agents(make_snapshot(1, {}),
+                       {
+                           {"192.168.77.3", "node-b", true, true, false},
+                           // Starting (not ready yet) and shutting down: still nodes with rules.
+                           {"192.168.77.9", "node-c", false, false, false},
+                           {"192.168.77.10", "node-d", false, true, true},
+                           // Dual stack: the IPv4 address; two of one family: the lowest.
+                           {"fd00::20", "node-e", true, true, false},
+                           {"192.168.77.21", "node-e", true, true, false},
+                           {"192.168.77.31", "node-f", true, true, false},
+                           {"192.168.77.30", "node-f", true, true, false},
+                           // No node: nobody to ask.
+                           {"192.168.77.40", "", true, true, false},
+                       });
+  Members m = members_of(*s, kAgents);
+  ASSERT_EQ(m.size(), 5u);
+  // node-a is in the Node list but has no agent endpoint: not a member.
+  EXPECT_FALSE(m.count("node-a"));
+  EXPECT_EQ(m.at("node-b"), ip("192.168.77.3"));
+  EXPECT_EQ(m.at("node-c"), ip("192.168.77.9"));
+  EXPECT_EQ(m.at("node-d"), ip("192.168.77.10"));
+  EXPECT_EQ(m.at("node-e"), ip("192.168.77.21"));
+  EXPECT_EQ(m.at("node-f"), ip("192.168.77.30"));
+  // A Service that is not there (yet): no members, not the Node list.
+  EXPECT_TRUE(members_of(*s, model::ServiceKey{"kube-system", "other"}).empty());
+}
+
+TEST(MembersTest, ADrainAsksTheAgentsServicesNodesNotTheNodeList) {
+  Options o;
+  o.node_name = "node-a";
+  o.members_service = kAgents;
+  Machine m(o);
+  const Ep web1{"10.244.1.10", "node-a", true, true, false, "web-1"};
+  const Ep web1_terminating{"10.244.1.10", "node-a", false, true, true, "web-1"};
+  const std::vector<Ep> agents = {{"192.168.77.2", "node-a"}, {"192.168.77.4", "node-c"}};
+  TimePoint t0(std::chrono::seconds(1000));
+  m.on_snapshot(with_agents(make_snapshot(1, {web1}, {{"web-1", "10.244.1.10"}}), agents), t0);
+  auto started = m.on_snapshot(
+      with_agents(
+          make_snapshot(2, {web1_terminating}, {{"web-1", "10.244.1.10", "node-a", true}}),
+          agents),
+      t0 + 10ms);
+  ASSERT_EQ(started.size(), 1u);
+  const Drain& d = m.drains().at(ip("10.244.1.10"));
+  // node-b is a Node without an agent endpoint; node-a is this agent.
+  ASSERT_EQ(d.peers.size(), 1u);
+  EXPECT_EQ(d.peers.at("node-c").address, "192.168.77.4");
+  EXPECT_EQ(d.peers.at("node-c").state, PeerState::State::kPending);
+}
+
+}  // namespace
+}  // namespace endpointd::drain
