@@ -36,7 +36,8 @@ model::SnapshotPtr with_agents(const model::SnapshotPtr& base, const std::vector
             [](const auto& a, const auto& b) { return a.address < b.address; });
   std::vector<model::ServiceStatePtr> all = {st};
   for (const auto& svc : base->services) all.push_back(svc);
-  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a->key() < b->key(); });
+  std::sort(all.begin(), all.end(),
+            [](const auto& a, const auto& b) { return a->key() < b->key(); });
   s->services = model::ServiceList(all);
   return s;
 }
@@ -94,9 +95,8 @@ TEST(MembersTest, ADrainAsksTheAgentsServicesNodesNotTheNodeList) {
   TimePoint t0(std::chrono::seconds(1000));
   m.on_snapshot(with_agents(make_snapshot(1, {web1}, {{"web-1", "10.244.1.10"}}), agents), t0);
   auto started = m.on_snapshot(
-      with_agents(
-          make_snapshot(2, {web1_terminating}, {{"web-1", "10.244.1.10", "node-a", true}}),
-          agents),
+      with_agents(make_snapshot(2, {web1_terminating}, {{"web-1", "10.244.1.10", "node-a", true}}),
+                  agents),
       t0 + 10ms);
   ASSERT_EQ(started.size(), 1u);
   const Drain& d = m.drains().at(ip("10.244.1.10"));
