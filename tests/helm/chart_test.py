@@ -101,6 +101,8 @@ def check_render(name, sets, namespace="endpointd"):
     want = ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount"]
     if v["kubeDNS"]["enabled"]:
         want.append("Service")
+    if v["drain"]["members"] == "service":
+        want.append("Service")
     if v["metrics"]["serviceMonitor"]["enabled"]:
         want += ["Service", "ServiceMonitor"]
     if v["exampleWorkload"]["enabled"]:
@@ -156,6 +158,11 @@ def check_render(name, sets, namespace="endpointd"):
     check(cfg["drain-peer-policy"] == v["drain"]["peerPolicy"], f"[{name}] drain-peer-policy")
     check(cfg["drain-peer-timeout-ms"] == v["drain"]["peerTimeoutMs"], f"[{name}] drain-peer-timeout-ms")
     check(cfg["drain-release-after"] == v["drain"]["releaseAfter"], f"[{name}] drain-release-after")
+#The drain's members: the agents' own headless Service, or (no flag) every Node.
+    peers_name = one(objs, "DaemonSet")["metadata"]["name"] + "-peers"
+    want_members = f"{namespace}/{peers_name}" if v["drain"]["members"] == "service" else None
+    check(cfg.get("drain-members-service") == want_members,
+          f"[{name}] drain-members-service {cfg.get('drain-members-service')}, want {want_members}")
     check(cfg["log-format"] == v["log"]["format"], f"[{name}] log-format")
     check(cfg["watch-pods"] == v["watchPods"], f"[{name}] watch-pods")
     check(cfg.get("cluster-cidr", []) == v["clusterCIDR"], f"[{name}] cluster-cidr {cfg.get('cluster-cidr')}")
@@ -334,6 +341,16 @@ def check_render(name, sets, namespace="endpointd"):
             check(svc["spec"]["selector"].items() <= pod_labels.items(), f"[{name}] kube-dns does not select the agents")
             check(svc["spec"].get("internalTrafficPolicy") == v["kubeDNS"]["internalTrafficPolicy"],
                   f"[{name}] kube-dns internalTrafficPolicy {svc['spec'].get('internalTrafficPolicy')}")
+    peers = one(objs, "Service", peers_name)
+    check((peers is not None) == (v["drain"]["members"] == "service"),
+          f"[{name}] Service {peers_name} present iff drain.members is service")
+    if peers:
+        # Headless over exactly the agent pods, at the peer port: its endpoints are the members.
+        check(peers["spec"].get("clusterIP") == "None", f"[{name}] {peers_name} is not headless")
+        check(peers["spec"]["selector"] == spec["selector"]["matchLabels"],
+              f"[{name}] {peers_name} selector {peers['spec']['selector']}, want the DaemonSet's")
+        check([(p["port"], p["protocol"]) for p in peers["spec"]["ports"]] == [(v["drain"]["peerPort"], "TCP")],
+              f"[{name}] {peers_name} ports {peers['spec']['ports']}")
     if v["metrics"]["serviceMonitor"]["enabled"]:
         sm_obj = one(objs, "ServiceMonitor")
         msvc = [o for o in objs if o["kind"] == "Service" and o["metadata"]["name"].endswith("-metrics")]
@@ -544,6 +561,8 @@ def main():
                        "conntrack.tcpBeLiberal=true", "conntrack.udpTimeout=30s",
                        "conntrack.udpTimeoutStream=2m"], "endpointd"),
         ("conntrack-one", ["conntrack.udpTimeout=45s"], "endpointd"),
+        ("members-nodes", ["drain.members=nodes"], "endpointd"),
+        ("members-service-other-port", ["drain.members=service", "drain.peerPort=9500"], "kube-system"),
         ("conntrack-privileged", ["conntrack.udpTimeout=45s", "privileged=true"], "endpointd"),
         ("other-socket", ["drain.socketDir=/var/run/edp", "drain.socketName=d.sock", "exampleWorkload.enabled=true",
                           "dns.enabled=true", "dns.listen=169.254.20.10:5353"], "endpointd"),
@@ -589,6 +608,7 @@ def main():
         (["feed.listen=localhost"], "/feed/listen"),
         (["drain.peerPort=70000"], "/drain/peerPort"),
         (["drain.peerPolicy=maybe"], "/drain/peerPolicy"),
+        (["drain.members=pods"], "/drain/members"),
         (["image.repository=null"], "repository"),
         (["dns.enabled=true", "kubeDNS.enabled=true"], "/kubeDNS/clusterIP"),
         (["dns.enabled=true", "kubeDNS.enabled=true", "kubeDNS.clusterIP=10.96.0.300"], "/kubeDNS/clusterIP"),
