@@ -659,7 +659,7 @@ void Cluster::handle(Event& ev, SteadyClock::time_point now) {
     if (s->node.empty()) {
       if (!agg_.members().count(from) || from == opts_.node) {
         refuse(s, grpc::StatusCode::PERMISSION_DENIED,
-               "\"" + from.substr(0, 64) + "\" is not a node of the Node list",
+               "\"" + from.substr(0, 64) + "\" is not a member of the cluster watermark",
                &Stats::refused_not_member, "not_member");
         return;
       }

@@ -8,7 +8,7 @@
 // however many endpoints drain.
 //
 // Bounds (a hostile neighbour on the peer port): a stream must name its node within `hello`
-// or it is closed; a name that is not a member of the Node list, that changes, or (mutual TLS)
+// or it is closed; a name that is not a member (drain/members.h), that changes, or (mutual TLS)
 // that the client's certificate does not carry closes it;
 // incoming streams are capped at `max_incoming`, and one per node (a newer stream from the same
 // node replaces the older); messages wait in a bounded queue per stream (the oldest unsent
@@ -78,7 +78,7 @@ class Cluster {
   void start();
   void stop();
 
-  // The live members of the Node list and where their agents listen ("ip:port"); this agent's
+  // The live members (drain/members.h) and where their agents listen ("ip:port"); this agent's
   // own node must be among them to take part.
   void set_members(std::map<std::string, std::string> addresses);
   // This agent's own watermark: every consumer applied every EndpointSlice event up to it.

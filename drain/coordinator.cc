@@ -273,7 +273,7 @@ void Coordinator::confirm_by_watermark(TimePoint now) {
         }
       } else if (!v.members || !v.members->count(node)) {
         fail.emplace_back(ip, node);
-        reasons.push_back("not a member of the cluster watermark (left the Node list)");
+        reasons.push_back("no longer a member of the cluster watermark");
       } else {
         confirm.emplace_back(ip, node);
       }
@@ -440,9 +440,11 @@ void Coordinator::run() {
         // (unchanged ones are the same pointers).
         const auto& svc = opts_.machine.members_service;
         model::ServiceStatePtr member_state = svc ? snap->find_ptr(*svc) : nullptr;
-        if (svc ? member_state != member_state_ : snap->nodes != member_nodes_) {
+        bool changed = svc ? member_state != member_state_ : snap->nodes != member_nodes_;
+        if (changed || (snap->synced && !members_synced_)) {
           member_nodes_ = snap->nodes;
           member_state_ = std::move(member_state);
+          members_synced_ = snap->synced;
           update_members(members_of(*snap, svc), Clock::now());
         }
       }
@@ -533,6 +535,24 @@ void Coordinator::update_members(Members current, TimePoint now) {
       it = departed_.erase(it);
     else
       ++it;
+  }
+  // This node missing from its own member list (the agents' Service names no pod of it, or the
+  // Node has no InternalIP): its drains cannot be confirmed by the watermark. Said once a change.
+  bool self = current.count(opts_.machine.node_name) && current.at(opts_.machine.node_name);
+  if (members_synced_ && self != self_member_) {
+    if (!self) {
+      spdlog::warn(
+          "drain: this node ({}) is not among the {} members ({}): its drains wait for their peer "
+          "deadline instead of the cluster watermark",
+          opts_.machine.node_name, current.size(),
+          opts_.machine.members_service
+              ? "the endpoints of Service " + opts_.machine.members_service->str()
+              : std::string("every Node with an InternalIP"));
+    } else {
+      spdlog::info("drain: this node ({}) is one of {} members", opts_.machine.node_name,
+                   current.size());
+    }
+    self_member_ = self;
   }
   current_members_ = std::move(current);
   auto endpoint = [&](const model::IpAddr& ip) {

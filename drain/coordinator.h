@@ -164,6 +164,8 @@ class Coordinator {
   std::vector<model::NodePtr> member_nodes_;
   model::ServiceStatePtr member_state_;
   Members current_members_;
+  bool members_synced_ = false;      // current_members_ came from a synced snapshot
+  std::optional<bool> self_member_;  // this node among current_members_ (unset: not yet said)
   struct Departed {
     model::IpAddr address;
     TimePoint until;
