@@ -38,15 +38,8 @@ class DaemonApiTest : public ::testing::Test {
         R"({"apiVersion":"v1","kind":"Service","metadata":{"name":"api","namespace":"demo"},"spec":{"clusterIP":"10.96.0.11","ports":[{"name":"http","port":80}]}})");
     api_.apply(slice_json({"10.244.0.1", "10.244.0.2"}));
     api_.apply(R"({"apiVersion":"v1","kind":"Node","metadata":{"name":"node-a"}})");
-    char path[] = "/tmp/endpointd-kubeconfig-XXXXXX";
-    int fd = mkstemp(path);
-    ASSERT_GE(fd, 0);
-    close(fd);
-    kubeconfig_ = path;
-    std::ofstream(kubeconfig_) << "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
-                                  "contexts: [{name: t, context: {cluster: t, user: t}}]\n"
-                                  "clusters: [{name: t, cluster: {server: \""
-                               << api_.url() << "\"}}]\nusers: [{name: t, user: {}}]\n";
+    kubeconfig_ = api_.write_kubeconfig();
+    ASSERT_FALSE(kubeconfig_.empty()) << "cannot write a kubeconfig under /tmp";
     Config cfg;
     cfg.kubeconfig = kubeconfig_;
     cfg.admin_listen = model::HostPort{"127.0.0.1", 0};

@@ -79,15 +79,8 @@ class DaemonMembersTest : public ::testing::Test {
     for (const char* n : {"node-a", "node-b", "node-c", "node-x"})
       api_.apply(R"({"apiVersion":"v1","kind":"Node","metadata":{"name":")" + std::string(n) +
                  R"("},"status":{"addresses":[{"type":"InternalIP","address":"192.0.2.1"}]}})");
-    char path[] = "/tmp/endpointd-kubeconfig-XXXXXX";
-    int fd = mkstemp(path);
-    ASSERT_GE(fd, 0);
-    close(fd);
-    kubeconfig_ = path;
-    std::ofstream(kubeconfig_) << "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
-                                  "contexts: [{name: t, context: {cluster: t, user: t}}]\n"
-                                  "clusters: [{name: t, cluster: {server: \""
-                               << api_.url() << "\"}}]\nusers: [{name: t, user: {}}]\n";
+    kubeconfig_ = api_.write_kubeconfig();
+    ASSERT_FALSE(kubeconfig_.empty()) << "cannot write a kubeconfig under /tmp";
     uint16_t port = free_port();
     ASSERT_NE(port, 0) << "no port free on " << agent_ip(0);
     for (size_t i = 0; i < 3; ++i) {

@@ -4,6 +4,7 @@
 
 #include <httplib.h>
 #include <simdjson.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -291,6 +292,24 @@ FakeApiServer::~FakeApiServer() {
 std::string FakeApiServer::url() const {
   return std::string(options_.tls ? "https://" : "http://") + options_.host + ":" +
          std::to_string(port_);
+}
+
+std::string FakeApiServer::write_kubeconfig() const {
+  char path[] = "/tmp/endpointd-kubeconfig-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return "";
+  close(fd);
+  std::ofstream out(path);
+  out << "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
+         "contexts: [{name: t, context: {cluster: t, user: t}}]\n"
+         "clusters: [{name: t, cluster: {server: \""
+      << url() << "\"}}]\nusers: [{name: t, user: {}}]\n";
+  out.close();
+  if (!out) {
+    unlink(path);
+    return "";
+  }
+  return path;
 }
 
 FakeApiServer::Resource* FakeApiServer::resource_for_path(const std::string& path) {

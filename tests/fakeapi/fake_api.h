@@ -71,6 +71,9 @@ class FakeApiServer {
   const std::string& error() const { return error_; }
   int port() const { return port_; }
   std::string url() const;  // http(s)://127.0.0.1:<port>
+  // A kubeconfig naming this server and no credentials (plaintext servers), written to a new
+  // file under /tmp; its path, or "" when it cannot be written. The caller removes it.
+  std::string write_kubeconfig() const;
 
   // --- state -------------------------------------------------------------------------
   // Creates or replaces an object given as JSON ("kind" and metadata.name required,
