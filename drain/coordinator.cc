@@ -10,6 +10,7 @@
 
 #include "drain/cluster.h"
 #include "drain/servers.h"
+#include "model/json.h"
 #include "model/routing.h"
 
 namespace endpointd::drain {
@@ -220,7 +221,26 @@ model::SnapshotPtr Coordinator::wait_snapshot(
 }
 
 std::string Coordinator::cluster_json() const {
-  return cluster_ ? cluster_->to_json() : "null";
+  if (!cluster_) return "null";
+  std::string j = cluster_->to_json();
+  if (j.empty() || j.back() != '}') return j;
+  j.pop_back();
+  // Where the members come from, and the nodes that left it and are still members until the
+  // liveness deadline (drain/members.h).
+  const auto& svc = opts_.machine.members_service;
+  j += ",\"members_from\":" +
+       model::json_string(svc ? "service " + svc->str() : std::string("nodes")) + ",\"leaving\":[";
+  std::lock_guard lock(mu_);
+  auto now = Clock::now();
+  bool first = true;
+  for (const auto& [name, d] : departed_) {
+    if (!first) j += ",";
+    first = false;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(d.until - now).count();
+    j += "{\"node\":" + model::json_string(name) +
+         ",\"member_for_ms\":" + std::to_string(std::max<int64_t>(0, left)) + "}";
+  }
+  return j + "]}";
 }
 
 void Coordinator::update_watermark(const std::vector<pipeline::AckBoard::Entry>& entries,

@@ -215,8 +215,35 @@ TEST_F(DaemonMembersTest, MembersFollowTheAgentsServiceAndALeaverStaysForTheLive
   ASSERT_TRUE(wait([&] { return service_endpoints(0) == 2; })) << body_;
   auto seen = Clock::now();
   EXPECT_EQ(members(0), 3) << body_;
+  {
+    // /debug/state says where the members come from and which node is leaving, for how long.
+    simdjson::dom::parser p;
+    simdjson::dom::element doc;
+    ASSERT_TRUE(state(0, p, doc));
+    std::string_view from;
+    ASSERT_EQ(doc["drainCluster"]["members_from"].get(from), simdjson::SUCCESS) << body_;
+    EXPECT_EQ(from, "service kube-system/endpointd");
+    simdjson::dom::array leaving;
+    ASSERT_EQ(doc["drainCluster"]["leaving"].get(leaving), simdjson::SUCCESS) << body_;
+    ASSERT_EQ(leaving.size(), 1u) << body_;
+    std::string_view node;
+    int64_t ms = -1;
+    ASSERT_EQ(leaving.at(0)["node"].get(node), simdjson::SUCCESS);
+    ASSERT_EQ(leaving.at(0)["member_for_ms"].get(ms), simdjson::SUCCESS);
+    EXPECT_EQ(node, "node-c");
+    EXPECT_GT(ms, 0);
+    EXPECT_LE(ms, kLiveness.count());
+  }
   ASSERT_TRUE(wait([&] { return members(0) == 2; }, kLiveness + 5s)) << body_;
   EXPECT_GE(Clock::now() - seen, kLiveness - 500ms);
+  {
+    simdjson::dom::parser p;
+    simdjson::dom::element doc;
+    ASSERT_TRUE(state(0, p, doc));
+    simdjson::dom::array leaving;
+    ASSERT_EQ(doc["drainCluster"]["leaving"].get(leaving), simdjson::SUCCESS) << body_;
+    EXPECT_EQ(leaving.size(), 0u) << body_;
+  }
   // node-c's own agent is no member any more either.
   ASSERT_TRUE(wait(
       [&] {
