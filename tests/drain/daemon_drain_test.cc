@@ -129,6 +129,67 @@ TEST_F(DaemonDrainTest, RollingUpdateThroughEndpointdRunLosesNothingAndKeepsTheO
   dc.daemon("node-b").stop();
 }
 
+// The chart's default membership (--drain-members-service): the agents' own Service names
+// node-a and node-b; a third Node, node-z, has no agent. Drains ask only the Service's nodes, so
+// none waits for node-z's peer deadline (3 s here), as it would with every Node as a member.
+TEST_F(DaemonDrainTest, MembersFromTheAgentsServiceAskOnlyNodesWithAnAgent) {
+  DaemonCluster dc;
+  auto servers = start_servers(dc);
+  std::ofstream(dc.manifest_dir() + "/agents.yaml") << R"(apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Service
+  metadata: {name: endpointd-peers, namespace: kube-system}
+  spec: {clusterIP: None, ports: [{name: drain-peer, port: 9465}]}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata:
+    name: endpointd-peers-1
+    namespace: kube-system
+    labels: {kubernetes.io/service-name: endpointd-peers}
+  addressType: IPv4
+  ports: [{name: drain-peer, port: 9465}]
+  endpoints:
+  - {addresses: [192.168.77.2], nodeName: node-a, conditions: {ready: true}}
+  - {addresses: [192.168.77.3], nodeName: node-b, conditions: {ready: true}}
+- apiVersion: v1
+  kind: Node
+  metadata: {name: node-z}
+  status: {addresses: [{type: InternalIP, address: 192.168.77.250}]}
+)";
+  for (const char* n : {"node-a", "node-b"})
+    dc.set_extra_args(n, {"--drain-members-service", "kube-system/endpointd-peers"});
+  ASSERT_EQ(dc.pki_error(), "");
+  ASSERT_TRUE(dc.start_both());
+  ASSERT_TRUE(wait_routed(dc.cluster(), 3)) << dc.daemon("node-a").log();
+
+  auto u = run_rolling_update(
+      dc, [&](const std::string& pod) { return terminate(dc, pod, servers.at(pod)); });
+  std::map<std::string, std::string> state = {{"node-a", dc.debug_state("node-a")},
+                                              {"node-b", dc.debug_state("node-b")}};
+  expect_no_failed_requests(u);
+  ASSERT_FALSE(u.done.empty());
+  for (const auto& [node, st] : state)
+    EXPECT_NE(st.find(R"("members_from":"service kube-system/endpointd-peers")"), std::string::npos)
+        << node << ": " << st;
+  for (const auto& t : u.done) {
+    const auto& ps = dc.pods().at(t.pod);
+    EXPECT_EQ(t.prestop_exit, 0) << t.prestop_output;
+    auto tl = read_timeline(state.at(ps.node), ps.ip);
+    ASSERT_TRUE(tl) << t.pod << " has no drain in " << ps.node << "'s /debug/state";
+    expect_drain_order(t, ps, *tl);
+    // The other agent was asked and confirmed; node-z was not asked at all.
+    std::string other = ps.node == "node-a" ? "node-b" : "node-a";
+    EXPECT_NE(tl->raw.find("\"" + other + "\""), std::string::npos) << tl->raw;
+    EXPECT_EQ(tl->raw.find("node-z"), std::string::npos) << tl->raw;
+    EXPECT_FALSE(tl->removal_forced) << tl->raw;
+    EXPECT_LT(tl->removed - tl->stop_accepting, 2000) << tl->raw;
+  }
+  dc.daemon("node-a").stop();
+  dc.daemon("node-b").stop();
+}
+
 // kill -9 of the agent on the pod's node while the drain waits for the pod's connections: the
 // prestop client keeps retrying the socket, the restarted agent takes the drain up again from
 // the API's state (the endpoint already terminating, the budget from the deletionTimestamp),
