@@ -456,17 +456,17 @@ void Coordinator::run() {
             revisions_.back().first < snap->generation)
           revisions_.emplace_back(snap->generation, snap->slice_revision);
         if (revisions_.size() > 4096) revisions_.pop_front();
-        // The member list follows its source: the Node objects or the agents' Service
-        // (unchanged ones are the same pointers).
-        const auto& svc = opts_.machine.members_service;
-        model::ServiceStatePtr member_state = svc ? snap->find_ptr(*svc) : nullptr;
-        bool changed = svc ? member_state != member_state_ : snap->nodes != member_nodes_;
-        if (changed || (snap->synced && !members_synced_)) {
-          member_nodes_ = snap->nodes;
-          member_state_ = std::move(member_state);
-          members_synced_ = snap->synced;
-          update_members(members_of(*snap, svc), Clock::now());
-        }
+      }
+      // The member list follows its source: the Node objects or the agents' Service
+      // (unchanged ones are the same pointers).
+      const auto& svc = opts_.machine.members_service;
+      model::ServiceStatePtr member_state = svc ? snap->find_ptr(*svc) : nullptr;
+      bool changed = svc ? member_state != member_state_ : snap->nodes != member_nodes_;
+      if (changed || (snap->synced && !members_synced_)) {
+        member_nodes_ = snap->nodes;
+        member_state_ = std::move(member_state);
+        members_synced_ = snap->synced;
+        update_members(members_of(*snap, svc), Clock::now());
       }
       auto started = machine_.on_snapshot(snap, Clock::now());
       for (const auto& ip : started) {
@@ -541,7 +541,6 @@ void Coordinator::run() {
 }
 
 void Coordinator::update_members(Members current, TimePoint now) {
-  if (!cluster_) return;
   // A node whose agent left the agents' Service stays a member for the liveness deadline: its
   // kernel still holds the rules the agent left, and only silence that long excludes a member,
   // whichever source the list comes from. (A Node deleted leaves at once: the node is gone.)
@@ -559,7 +558,7 @@ void Coordinator::update_members(Members current, TimePoint now) {
   // This node missing from its own member list (the agents' Service names no pod of it, or the
   // Node has no InternalIP): its drains cannot be confirmed by the watermark. Said once a change.
   bool self = current.count(opts_.machine.node_name) && current.at(opts_.machine.node_name);
-  if (members_synced_ && self != self_member_) {
+  if (cluster_ && members_synced_ && self != self_member_) {
     if (!self) {
       spdlog::warn(
           "drain: this node ({}) is not among the {} members ({}): its drains wait for their peer "
@@ -581,8 +580,13 @@ void Coordinator::update_members(Members current, TimePoint now) {
   std::map<std::string, std::string> members;
   for (const auto& [name, address] : current_members_)
     if (address) members[name] = endpoint(*address);
-  for (const auto& [name, d] : departed_) members.emplace(name, endpoint(d.address));
-  cluster_->set_members(std::move(members));
+  std::map<std::string, model::IpAddr> leaving;
+  for (const auto& [name, d] : departed_) {
+    members.emplace(name, endpoint(d.address));
+    leaving.emplace(name, d.address);
+  }
+  machine_.set_leaving(std::move(leaving));
+  if (cluster_) cluster_->set_members(std::move(members));
 }
 
 }  // namespace endpointd::drain

@@ -155,7 +155,10 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
     d.stop_accepting = now;
     d.revision = snap_->slice_revision;
     if (why) d.notes.emplace_back(why);
-    if (!members) members = members_of(*snap_, opts_.members_service);
+    if (!members) {
+      members = members_of(*snap_, opts_.members_service);
+      for (const auto& [name, address] : leaving_) members->try_emplace(name, address);
+    }
     for (const auto& [name, address] : *members) {
       if (name == opts_.node_name) continue;
       PeerState p;

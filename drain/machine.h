@@ -139,6 +139,9 @@ class Machine {
   // notices endpoints that left every service. Returns the drains that need peer calls (the
   // peers are listed in their `peers`).
   std::vector<model::IpAddr> on_snapshot(model::SnapshotPtr snap, TimePoint now);
+  // Nodes that left the members (drain/members.h) but are still members until the liveness
+  // deadline: a drain that starts meanwhile asks them too. The coordinator keeps it current.
+  void set_leaving(std::map<std::string, model::IpAddr> leaving) { leaving_ = std::move(leaving); }
 
   void peer_answered(const model::IpAddr& ip, const std::string& node, bool confirmed,
                      const std::string& error, TimePoint now);
@@ -209,6 +212,7 @@ class Machine {
   void index_service(const model::ServiceKey& key);
 
   Options opts_;
+  std::map<std::string, model::IpAddr> leaving_;
   model::SnapshotPtr snap_;
   // Per service of snap_: its terminating endpoints on this node, kept from each snapshot's
   // difference from the last (a change costs what it changed, not the cluster's size), and the

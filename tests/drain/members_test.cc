@@ -106,5 +106,29 @@ TEST(MembersTest, ADrainAsksTheAgentsServicesNodesNotTheNodeList) {
   EXPECT_EQ(d.peers.at("node-c").state, PeerState::State::kPending);
 }
 
+// A node that left the Service within the liveness deadline (the coordinator says which) is
+// asked as well: its kernel still holds the rules its agent left.
+TEST(MembersTest, ADrainAsksTheNodesStillLeavingToo) {
+  Options o;
+  o.node_name = "node-a";
+  o.members_service = kAgents;
+  Machine m(o);
+  m.set_leaving({{"node-d", ip("192.168.77.5")}, {"node-c", ip("192.168.77.99")}});
+  const Ep web1{"10.244.1.10", "node-a", true, true, false, "web-1"};
+  const Ep web1_terminating{"10.244.1.10", "node-a", false, true, true, "web-1"};
+  const std::vector<Ep> agents = {{"192.168.77.2", "node-a"}, {"192.168.77.4", "node-c"}};
+  TimePoint t0(std::chrono::seconds(1000));
+  m.on_snapshot(with_agents(make_snapshot(1, {web1}, {{"web-1", "10.244.1.10"}}), agents), t0);
+  m.on_snapshot(
+      with_agents(make_snapshot(2, {web1_terminating}, {{"web-1", "10.244.1.10", "node-a", true}}),
+                  agents),
+      t0 + 10ms);
+  const Drain& d = m.drains().at(ip("10.244.1.10"));
+  ASSERT_EQ(d.peers.size(), 2u);
+  // A current member's address wins over a stale one.
+  EXPECT_EQ(d.peers.at("node-c").address, "192.168.77.4");
+  EXPECT_EQ(d.peers.at("node-d").address, "192.168.77.5");
+}
+
 }  // namespace
 }  // namespace endpointd::drain
