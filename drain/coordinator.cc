@@ -10,6 +10,7 @@
 
 #include "drain/cluster.h"
 #include "drain/servers.h"
+#include "model/hostport.h"
 #include "model/json.h"
 #include "model/routing.h"
 
@@ -482,9 +483,8 @@ void Coordinator::run() {
                                  : d.start + opts_.machine.peer_timeout;
         for (const auto& [node, p] : d.peers) {
           if (p.state != PeerState::State::kPending) continue;
-          std::string host =
-              p.address.find(':') != std::string::npos ? "[" + p.address + "]" : p.address;
-          peer_jobs_.push_back({ip, node, host + ":" + std::to_string(opts_.peer_port), deadline});
+          peer_jobs_.push_back(
+              {ip, node, model::HostPort{p.address, opts_.peer_port}.str(), deadline});
         }
         spdlog::info("drain: {} (pod {}) stop-accepting; asking {} peers", ip.str(), d.pod.str(),
                      d.peers.size());
@@ -527,16 +527,15 @@ void Coordinator::run() {
     if (auto dl = machine_.next_deadline()) next = std::min(next, *dl);
     if (polling) next = std::min(next, Clock::now() + opts_.conntrack_poll);
     next = std::min(next, wake_dns);
-    if (!departed_.empty()) {
-      TimePoint now = Clock::now();
-      auto first = [&] {
-        TimePoint t = TimePoint::max();
-        for (const auto& [_, d] : departed_) t = std::min(t, d.until);
-        return t;
-      };
-      if (first() <= now) update_members(current_members_, now);
-      if (!departed_.empty()) next = std::min(next, first());
+    // A leaving node's time is up: the members without it (update_members drops it).
+    TimePoint now = Clock::now();
+    for (const auto& [_, d] : departed_) {
+      if (d.until <= now) {
+        update_members(current_members_, now);
+        break;
+      }
     }
+    for (const auto& [_, d] : departed_) next = std::min(next, d.until);
   }
 }
 
@@ -575,7 +574,7 @@ void Coordinator::update_members(Members current, TimePoint now) {
   }
   current_members_ = std::move(current);
   auto endpoint = [&](const model::IpAddr& ip) {
-    return (ip.is_v6() ? "[" + ip.str() + "]" : ip.str()) + ":" + std::to_string(opts_.peer_port);
+    return model::HostPort{ip.str(), opts_.peer_port}.str();
   };
   std::map<std::string, std::string> members;
   for (const auto& [name, address] : current_members_)
