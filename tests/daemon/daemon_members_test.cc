@@ -111,7 +111,12 @@ class DaemonMembersTest : public ::testing::Test {
   }
   // Agent i's /debug/state, parsed into `doc` (false: no answer).
   bool state(size_t i, simdjson::dom::parser& p, simdjson::dom::element& doc) {
+    // /debug/state serves one request at a time: the one before may still be finishing (503).
     auto r = http_[i]->Get("/debug/state?section=drains,drainCluster,services");
+    for (int tries = 0; r && r->status == 503 && tries < 100; ++tries) {
+      std::this_thread::sleep_for(10ms);
+      r = http_[i]->Get("/debug/state?section=drains,drainCluster,services");
+    }
     if (!r || r->status != 200) return false;
     body_ = r->body;
     return p.parse(body_).get(doc) == simdjson::SUCCESS;
