@@ -95,6 +95,8 @@ class NginxCluster : public DaemonCluster {
   netns::Process& start_nginx(const std::string& pod) {
     std::string dir = netns::scratch_dir() + "/nginx-" + pod;
     fs::create_directories(dir);
+    // keepalive_requests: nginx's default (1000) would end wrk's busy connections by itself
+    // within a fraction of a second and hide the drain; a slower client keeps them for minutes.
     std::ofstream(conf_of(pod)) << "worker_processes 1;\n"
                                 << "pid " << dir << "/nginx.pid;\n"
                                 << "error_log " << dir << "/error.log notice;\n"
