@@ -143,6 +143,13 @@ Result<ClusterConfig> parse_kubeconfig(const YAML::Node& root, const std::string
       return Error{where + ": " + cl_path + ".insecure-skip-tls-verify must be true or false"};
     }
   }
+  if (YAML::Node v = (*cluster)["disable-compression"]) {
+    try {
+      cfg.disable_compression = v.as<bool>();
+    } catch (const YAML::Exception&) {
+      return Error{where + ": " + cl_path + ".disable-compression must be true or false"};
+    }
+  }
 
   if (!user_name->empty()) {
     auto user = find_named(root, "users", "user", *user_name, where);

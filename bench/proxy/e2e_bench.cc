@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   CLI::App app{"e2e_bench: one change to kernel commit, through endpointd run"};
   std::string endpointd, data, source = "api", dir, out;
   int changes = 200, gap_ms = 20, admin_port = 10349;
-  bool prepared = false;
+  bool prepared = false, uncompressed = false;
   app.add_option("--endpointd", endpointd, "the endpointd binary")->required();
   app.add_option("--data", data, "bench/gen_cluster.py output")->required();
   app.add_option("--source", source, "api or dir")->check(CLI::IsMember({"api", "dir"}));
@@ -149,6 +149,9 @@ int main(int argc, char** argv) {
                "api: the fake API server encodes and compresses every list page before the agent "
                "starts (and again before the restart), so that the agent's start does not share "
                "its cores with the API server's encoding, as in a cluster it does not");
+  app.add_flag("--uncompressed", uncompressed,
+               "api: the agent's kubeconfig sets disable-compression (lists and watches ask for "
+               "no gzip)");
   CLI11_PARSE(app, argc, argv);
 
   std::vector<std::string> events;
@@ -210,7 +213,8 @@ int main(int argc, char** argv) {
     std::ofstream(kc) << "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
                          "contexts: [{name: t, context: {cluster: t, user: t}}]\n"
                          "clusters: [{name: t, cluster: {server: \""
-                      << api->url() << "\"}}]\nusers: [{name: t, user: {}}]\n";
+                      << api->url() << "\"" << (uncompressed ? ", disable-compression: true" : "")
+                      << "}}]\nusers: [{name: t, user: {}}]\n";
     args.insert(args.end(), {"--kubeconfig", kc, "--watch-pods=false"});
   } else {
     if (dir.empty()) {
@@ -300,11 +304,12 @@ int main(int argc, char** argv) {
 
   char line[512];
   std::snprintf(line, sizeof(line),
-                "{\"source\":\"%s%s\",\"start_to_ready_ms\":%.1f,\"changes\":%zu,\"lost\":%d,"
+                "{\"source\":\"%s%s%s\",\"start_to_ready_ms\":%.1f,\"changes\":%zu,\"lost\":%d,"
                 "\"p50_ms\":%.2f,\"p90_ms\":%.2f,\"p99_ms\":%.2f,\"max_ms\":%.2f,"
                 "\"restart_to_ready_ms\":%.1f,\"restart_elements_changed\":%ld}",
-                source.c_str(), api && prepared ? "-prepared" : "", start_to_ready, lat.size(),
-                lost, pct(lat, 0.5), pct(lat, 0.9), pct(lat, 0.99),
+                source.c_str(), api && prepared ? "-prepared" : "",
+                api && uncompressed ? "-uncompressed" : "", start_to_ready, lat.size(), lost,
+                pct(lat, 0.5), pct(lat, 0.9), pct(lat, 0.99),
                 lat.empty() ? 0.0 : *std::max_element(lat.begin(), lat.end()), restart_to_ready,
                 restart_changed);
   std::cout << line << "\n";

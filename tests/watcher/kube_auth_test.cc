@@ -35,6 +35,7 @@ clusters:
     server: https://prod.example:443
     certificate-authority-data: LS0tLS1CRUdJTg==
     insecure-skip-tls-verify: true
+    disable-compression: true
 contexts:
 - name: dev
   context:
@@ -77,12 +78,14 @@ TEST(Kubeconfig, ReadsCurrentContextAndResolvesRelativePaths) {
   EXPECT_EQ(cfg->client_key_file, key);
   EXPECT_EQ(cfg->token_file, dir.file("token"));
   EXPECT_FALSE(cfg->insecure_skip_tls_verify);
+  EXPECT_FALSE(cfg->disable_compression);
 
   auto prod = from_kubeconfig(path, "prod");
   ASSERT_TRUE(prod.ok()) << prod.error();
   EXPECT_EQ(prod->server, "https://prod.example:443");
   EXPECT_EQ(prod->ca_data, "-----BEGIN");
   EXPECT_TRUE(prod->insecure_skip_tls_verify);
+  EXPECT_TRUE(prod->disable_compression);
   EXPECT_EQ(prod->token, "s3cret");
   EXPECT_EQ(prod->client_cert_data, "cert");
   EXPECT_EQ(prod->client_key_data, "key");
@@ -146,6 +149,10 @@ TEST(Kubeconfig, ErrorsNameTheField) {
        "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  "
        "cluster: {server: 'https://x', insecure-skip-tls-verify: maybe}\n",
        "insecure-skip-tls-verify"},
+      {"bad disable-compression",
+       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  "
+       "cluster: {server: 'https://x', disable-compression: often}\n",
+       "disable-compression must be true or false"},
       {"not yaml", "{{{", "invalid YAML"},
       // Found by fuzz_kubeconfig: a path the file system refuses (a name over 255 bytes) is an
       // error naming the field, not an exception out of from_kubeconfig.

@@ -201,6 +201,25 @@ TEST_F(KubeClientTest, PreparedListPagesReadAsLiveOnes) {
   EXPECT_EQ(server_.prepared_pages_served(), 3u);
 }
 
+// The kubeconfig's disable-compression: neither lists nor watches ask for gzip, and a list
+// large enough that the API server would compress it is read as it comes.
+TEST_F(KubeClientTest, DisableCompressionAsksForNoGzip) {
+  for (int i = 0; i < 1200; ++i)
+    server_.apply(service_json("s" + std::to_string(i),
+                               "10.96." + std::to_string(i / 200) + "." + std::to_string(i % 200)));
+  ClusterConfig cluster;
+  cluster.server = server_.url();
+  cluster.disable_compression = true;
+  start(services_only(), cluster);
+  ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
+  EXPECT_EQ(recorder_.last_replace_size(ObjectKind::kService), 1200u);
+  auto lists = list_requests("/api/v1/services");
+  ASSERT_EQ(lists.size(), 3u);
+  for (const auto& r : lists) EXPECT_EQ(r.header("accept-encoding"), "") << r.path;
+  ASSERT_FALSE(watch_requests().empty());
+  EXPECT_EQ(watch_requests().front().header("accept-encoding"), "");
+}
+
 TEST_F(KubeClientTest, ExpiredContinueTokenRestartsTheList) {
   for (int i = 0; i < 4; ++i)
     server_.apply(service_json("s" + std::to_string(i), "10.96.1." + std::to_string(i + 1)));
