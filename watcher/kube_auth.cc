@@ -143,6 +143,13 @@ Result<ClusterConfig> parse_kubeconfig(const YAML::Node& root, const std::string
       return Error{where + ": " + cl_path + ".insecure-skip-tls-verify must be true or false"};
     }
   }
+  // client-go's other connection fields: followed silently they would connect elsewhere or
+  // verify another name than the kubeconfig means, so they are refused by name.
+  for (const char* unsupported : {"proxy-url", "tls-server-name"}) {
+    if ((*cluster)[unsupported]) {
+      return Error{where + ": " + cl_path + "." + unsupported + " is not supported"};
+    }
+  }
   if (YAML::Node v = (*cluster)["disable-compression"]) {
     try {
       cfg.disable_compression = v.as<bool>();

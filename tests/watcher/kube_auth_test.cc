@@ -153,6 +153,14 @@ TEST(Kubeconfig, ErrorsNameTheField) {
        "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  "
        "cluster: {server: 'https://x', disable-compression: often}\n",
        "disable-compression must be true or false"},
+      {"proxy-url",
+       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  "
+       "cluster: {server: 'https://x', proxy-url: 'http://proxy:3128'}\n",
+       "clusters[name=c].cluster.proxy-url is not supported"},
+      {"tls-server-name",
+       "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  "
+       "cluster: {server: 'https://10.0.0.1', tls-server-name: kubernetes}\n",
+       "clusters[name=c].cluster.tls-server-name is not supported"},
       {"not yaml", "{{{", "invalid YAML"},
       // Found by fuzz_kubeconfig: a path the file system refuses (a name over 255 bytes) is an
       // error naming the field, not an exception out of from_kubeconfig.
