@@ -187,6 +187,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<endpointd::fakeapi::FakeApiServer> api;
   std::string tmp = fs::temp_directory_path() / ("endpointd-e2e-" + std::to_string(getpid()));
   fs::create_directories(tmp);
+  std::string kubeconfig;  // api: written by the fake API server, removed at the end
   std::vector<std::string> args = {endpointd,
                                    "run",
                                    "--node-name",
@@ -209,13 +210,12 @@ int main(int argc, char** argv) {
     api = std::make_unique<endpointd::fakeapi::FakeApiServer>(o);
     api->replace_all(objects);
     if (prepared) api->prepare_lists(500);  // the agent's --list-page-size default
-    std::string kc = tmp + "/kubeconfig";
-    std::ofstream(kc) << "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
-                         "contexts: [{name: t, context: {cluster: t, user: t}}]\n"
-                         "clusters: [{name: t, cluster: {server: \""
-                      << api->url() << "\"" << (uncompressed ? ", disable-compression: true" : "")
-                      << "}}]\nusers: [{name: t, user: {}}]\n";
-    args.insert(args.end(), {"--kubeconfig", kc, "--watch-pods=false"});
+    kubeconfig = api->write_kubeconfig(uncompressed);
+    if (kubeconfig.empty()) {
+      std::cerr << "cannot write a kubeconfig under /tmp\n";
+      return 2;
+    }
+    args.insert(args.end(), {"--kubeconfig", kubeconfig, "--watch-pods=false"});
   } else {
     if (dir.empty()) {
       std::cerr << "--source dir needs --dir\n";
@@ -301,6 +301,7 @@ int main(int argc, char** argv) {
                 fs::temp_directory_path() / ("endpointd-e2e-" + source + "-restart.log"),
                 fs::copy_options::overwrite_existing);
   fs::remove_all(tmp);
+  if (!kubeconfig.empty()) fs::remove(kubeconfig);
 
   char line[512];
   std::snprintf(line, sizeof(line),

@@ -294,7 +294,7 @@ std::string FakeApiServer::url() const {
          std::to_string(port_);
 }
 
-std::string FakeApiServer::write_kubeconfig() const {
+std::string FakeApiServer::write_kubeconfig(bool disable_compression) const {
   char path[] = "/tmp/endpointd-kubeconfig-XXXXXX";
   int fd = mkstemp(path);
   if (fd < 0) return "";
@@ -303,7 +303,8 @@ std::string FakeApiServer::write_kubeconfig() const {
   out << "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
          "contexts: [{name: t, context: {cluster: t, user: t}}]\n"
          "clusters: [{name: t, cluster: {server: \""
-      << url() << "\"}}]\nusers: [{name: t, user: {}}]\n";
+      << url() << "\"" << (disable_compression ? ", disable-compression: true" : "")
+      << "}}]\nusers: [{name: t, user: {}}]\n";
   out.close();
   if (!out) {
     unlink(path);

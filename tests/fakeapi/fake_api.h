@@ -73,7 +73,8 @@ class FakeApiServer {
   std::string url() const;  // http(s)://127.0.0.1:<port>
   // A kubeconfig naming this server and no credentials (plaintext servers), written to a new
   // file under /tmp; its path, or "" when it cannot be written. The caller removes it.
-  std::string write_kubeconfig() const;
+  // disable_compression: the cluster's disable-compression (the client asks for no gzip).
+  std::string write_kubeconfig(bool disable_compression = false) const;
 
   // --- state -------------------------------------------------------------------------
   // Creates or replaces an object given as JSON ("kind" and metadata.name required,
