@@ -39,6 +39,9 @@ constexpr Named<LogLevel> kLogLevels[] = {{"trace", LogLevel::kTrace},
                                           {"error", LogLevel::kError}};
 constexpr Named<drain::PeerPolicy> kPeerPolicies[] = {{"proceed", drain::PeerPolicy::kProceed},
                                                       {"wait", drain::PeerPolicy::kWait}};
+// --kube-api-content-type: what EndpointSlice lists are asked for in (true: protobuf).
+constexpr Named<bool> kContentTypes[] = {{"application/vnd.kubernetes.protobuf", true},
+                                         {"application/json", false}};
 constexpr Named<bool> kPeerProtocols[] = {{"watermark", true}, {"per-endpoint", false}};
 constexpr Named<drain::ReleaseAfter> kReleaseAfters[] = {
     {"removed", drain::ReleaseAfter::kRemoved}, {"drained", drain::ReleaseAfter::kDrained}};
@@ -409,6 +412,7 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
                 "is below 10 s: quiet watches would be re-established over and over (0 turns "
                 "the check off)");
   cfg.list_page_size = static_cast<size_t>(d.integer("list-page-size", 1, 10000, 500));
+  cfg.kube_api_protobuf = d.choice("kube-api-content-type", kContentTypes, cfg.kube_api_protobuf);
   cfg.livez_timeout =
       std::chrono::seconds(d.integer("livez-timeout", 1, 3600, cfg.livez_timeout.count()));
 
@@ -830,6 +834,10 @@ void add_run_flags(CLI::App& app) {
       std::to_string(def.livez_timeout.count()));
   add(app, "list-page-size", "Objects per list page (1..10000)",
       std::to_string(def.list_page_size));
+  add(app, "kube-api-content-type",
+      "What EndpointSlice lists are asked for in: " + names_in(kContentTypes) +
+          " (watches and other lists are JSON)",
+      std::string(name_in(kContentTypes, def.kube_api_protobuf)));
   add(app, "log-format", "text or json", std::string(to_string(def.log_format)));
   add(app, "log-level", "trace, debug, info, warn, error", std::string(to_string(def.log_level)));
   // A list flag may be given several times; each value may hold several, comma-separated.

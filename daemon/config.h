@@ -66,6 +66,9 @@ struct Config {
   // peer is found sooner by TCP keepalive (watcher/kube_client.h).
   std::chrono::seconds watch_stall_timeout{75};
   size_t list_page_size = 500;
+  // --kube-api-content-type: EndpointSlice lists in protobuf (kube-proxy's default too), else
+  // JSON. The API server's answer decides; JSON is always understood.
+  bool kube_api_protobuf = true;
   // /livez fails once an update has waited this long unapplied (in the update loop, in a sink,
   // or queued for the kernel): the agent is stuck and the kubelet should restart it.
   // kube-proxy's bound is twice its sync period (60 s by default).

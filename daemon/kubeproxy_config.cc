@@ -85,8 +85,10 @@ std::string reason_for(const std::string& key) {
   std::string head = key.substr(0, key.find('.'));
   if (head == "iptables" || head == "ipvs" || head == "winkernel")
     return "a setting of kube-proxy's " + head + " mode; endpointd programs nftables";
-  if (head == "clientConnection")
-    return "endpointd's API client has no rate limit or content type to set";
+  if (key == "clientConnection.acceptContentTypes")
+    return "endpointd offers protobuf then JSON for EndpointSlice lists, JSON for the rest, as "
+           "clientConnection.contentType (--kube-api-content-type) says";
+  if (head == "clientConnection") return "endpointd's API client has no client-side rate limit";
   if (head == "logging") return "use --log-level for endpointd's verbosity";
   return "not used by endpointd";
 }
@@ -279,9 +281,13 @@ Result<KubeProxyConversion> convert_kubeproxy_configuration(const YAML::Node& ro
     set("node-name", {h}, "hostnameOverride");
 
   used.insert("clientConnection.kubeconfig");
+  used.insert("clientConnection.contentType");
   if (root["clientConnection"]) {
     if (std::string k = scalar(child(root["clientConnection"], "kubeconfig")); !k.empty())
       set("kubeconfig", {k}, "clientConnection.kubeconfig");
+    // Empty: kube-proxy's default, protobuf.
+    if (std::string t = scalar(child(root["clientConnection"], "contentType")); !t.empty())
+      set("kube-api-content-type", {t}, "clientConnection.contentType");
   }
 
   used.insert("logging.format");

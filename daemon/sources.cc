@@ -43,6 +43,7 @@ Result<std::unique_ptr<watcher::Source>> make_source(const Config& cfg, watcher:
   // /healthz read this node's alone (kube-proxy watches only its own Node too).
   kc.own_node_only = cfg.drain_members_service.has_value() && !cfg.node_name.empty();
   kc.page_size = cfg.list_page_size;
+  kc.protobuf_lists = cfg.kube_api_protobuf;
   kc.watch_timeout = cfg.watch_timeout;
   kc.watch_stall_timeout = cfg.watch_stall_timeout;
   return watcher::make_kube_source(std::move(*cluster), kc, std::move(post), *registry);

@@ -10,7 +10,7 @@
 #include <concepts>
 #include <initializer_list>
 
-#include "model/time.h"
+#include "watcher/decode_rules.h"
 
 namespace endpointd::watcher {
 
@@ -19,15 +19,12 @@ namespace dom = simdjson::dom;
 
 namespace {
 
-// Thrown only inside this file, caught at decode_object's boundary: decoding is not a hot
-// path for a single packet, and unwinding out of nested field readers keeps them readable.
-struct DecodeFailure {
-  std::string reason;
-};
-
-[[noreturn]] void fail(std::string reason) {
-  throw DecodeFailure{std::move(reason)};
-}
+// Failures are thrown (rules::DecodeFailure) and caught at decode_object's boundary:
+// decoding is not a hot path for a single packet, and unwinding out of nested field readers
+// keeps them readable.
+using rules::DecodeFailure;
+using rules::fail;
+using rules::in_item;
 
 class Reader {
  public:
@@ -128,22 +125,15 @@ class Reader {
   }
 
   static model::IpAddr ip(std::string_view text, std::string_view path) {
-    auto a = model::IpAddr::parse(text);
-    if (!a) fail(std::string(path) + ": invalid IP address \"" + std::string(text) + "\"");
-    return *a;
+    return rules::ip(text, path);
   }
 
   static uint16_t port(int64_t v, std::string_view path, bool allow_zero) {
-    if (v < (allow_zero ? 0 : 1) || v > 65535)
-      fail(std::string(path) + ": port " + std::to_string(v) + " out of range");
-    return static_cast<uint16_t>(v);
+    return rules::port(v, path, allow_zero);
   }
 
   static model::Protocol protocol(const dom::element& obj, std::string_view path) {
-    std::string p = str(obj, "protocol", path);
-    auto proto = model::parse_protocol(p);
-    if (!proto) fail(std::string(path) + ".protocol: unknown protocol \"" + p + "\"");
-    return *proto;
+    return rules::protocol(str(obj, "protocol", path), path);
   }
 
   // Fields we do not read are ignored, as API clients must; they are reported as warnings
@@ -228,8 +218,7 @@ Meta read_meta(const dom::element& obj, bool namespaced,
       Reader::pick<7>(*m, {"name", "namespace", "uid", "resourceVersion", "deletionTimestamp",
                            "labels", "annotations"});
   meta.name = Reader::str(name, "name", "metadata");
-  if (meta.name.empty()) fail("metadata.name missing");
-  if (meta.name.size() > 253) fail("metadata.name longer than 253 characters");
+  rules::check_name(meta.name);
   if (namespaced) {
     meta.ns = Reader::str(ns, "namespace", "metadata");
     if (meta.ns.empty()) meta.ns = "default";  // manifests may omit it, as kubectl allows
@@ -247,20 +236,7 @@ std::string label(const Meta& m, const std::string& key) {
   return it == m.labels.end() ? std::string() : it->second;
 }
 
-constexpr std::string_view kProxyNameLabel = "service.kubernetes.io/service-proxy-name";
-
-// Runs `read` for item `index` of list `list`, whose readers name paths relative to the item
-// (".port", ".addresses"): a failure gets the item's path put in front. The path is written
-// only when something fails, not for every item read.
-template <typename Read>
-auto in_item(std::string_view list, size_t index, const Read& read) {
-  try {
-    return read();
-  } catch (DecodeFailure& f) {
-    f.reason = std::string(list) + "[" + std::to_string(index) + "]" + f.reason;
-    throw;
-  }
-}
+using rules::kProxyNameLabel;
 
 std::string item_path(std::string_view list, size_t index) {
   return std::string(list) + "[" + std::to_string(index) + "]";
@@ -441,28 +417,17 @@ model::Service decode_service(const dom::element& obj, Reader& r) {
 }
 
 model::EndpointSlice decode_slice(const dom::element& obj, Reader& r) {
-  Meta meta = read_meta(obj, true, {"kubernetes.io/service-name", kProxyNameLabel},
-                        {"endpoints.kubernetes.io/last-change-trigger-time"});
+  Meta meta = read_meta(obj, true, {rules::kServiceNameLabel, kProxyNameLabel},
+                        {rules::kTriggerTimeAnnotation});
   model::EndpointSlice s;
   s.key = {meta.ns, meta.name};
   s.resource_version = meta.resource_version;
-  s.service_name = label(meta, "kubernetes.io/service-name");
+  s.service_name = label(meta, std::string(rules::kServiceNameLabel));
   s.service_proxy_name = label(meta, std::string(kProxyNameLabel));
-  // A trigger time that does not parse is left out: it only feeds a latency metric.
-  if (auto it = meta.annotations.find("endpoints.kubernetes.io/last-change-trigger-time");
+  if (auto it = meta.annotations.find(std::string(rules::kTriggerTimeAnnotation));
       it != meta.annotations.end())
-    if (auto t = model::parse_rfc3339(it->second)) s.trigger_time = *t;
-  std::string at = Reader::str(obj, "addressType", "");
-  if (at == "IPv4")
-    s.address_type = model::AddressType::kIPv4;
-  else if (at == "IPv6")
-    s.address_type = model::AddressType::kIPv6;
-  else if (at == "FQDN")
-    s.address_type = model::AddressType::kFQDN;
-  else if (at.empty())
-    fail("addressType missing");
-  else
-    fail("addressType: unknown value \"" + at + "\"");
+    rules::set_trigger_time(s, it->second);
+  s.address_type = rules::address_type(Reader::str(obj, "addressType", ""));
 
   size_t i = 0;
   for (const auto& pe : Reader::array(obj, "ports", "")) {
@@ -480,7 +445,8 @@ model::EndpointSlice decode_slice(const dom::element& obj, Reader& r) {
   }
   i = 0;
   auto endpoints = Reader::array(obj, "endpoints", "");
-  if (endpoints.size() > 1000) fail("endpoints: more than 1000 endpoints in one slice");
+  if (endpoints.size() > rules::kMaxSliceEndpoints)
+    fail("endpoints: more than 1000 endpoints in one slice");
   s.endpoints.reserve(endpoints.size());
   for (const auto& ee : endpoints) {
     const size_t index = i++;
@@ -503,16 +469,9 @@ model::EndpointSlice decode_slice(const dom::element& obj, Reader& r) {
       for (const auto& ae : Reader::array(addresses, "addresses", "")) {
         std::string_view v;
         if (ae.get_string().get(v) != simdjson::SUCCESS) fail(".addresses: expected strings");
-        if (s.address_type == model::AddressType::kFQDN) continue;
-        auto ip = Reader::ip(v, ".addresses");
-        bool want_v4 = s.address_type == model::AddressType::kIPv4;
-        if (ip.is_v4() != want_v4)
-          fail(".addresses: \"" + std::string(v) + "\" is not an " + (want_v4 ? "IPv4" : "IPv6") +
-               " address");
-        e.addresses.push_back(ip);
+        rules::add_address(e, s.address_type, v);
       }
-      if (e.addresses.empty() && s.address_type != model::AddressType::kFQDN)
-        fail(".addresses: empty");
+      rules::check_addresses(e, s.address_type);
       if (conditions) {
         const auto [ready, serving, terminating] =
             Reader::pick<3>(*conditions, {"ready", "serving", "terminating"});
@@ -622,8 +581,7 @@ model::Pod decode_pod(const dom::element& obj, Reader&) {
 
 // "Service default/web" for error messages, from whatever could be read.
 std::string describe(const dom::element& obj, std::optional<ObjectKind> kind) {
-  std::string out = kind ? std::string(model::to_string(*kind)) : std::string("object");
-  std::string ns, name;
+  std::string_view ns, name;
   if (auto m = Reader::field(obj, "metadata")) {
     std::string_view v;
     if (auto n = Reader::field(*m, "namespace"); n && n->get_string().get(v) == simdjson::SUCCESS)
@@ -631,9 +589,7 @@ std::string describe(const dom::element& obj, std::optional<ObjectKind> kind) {
     if (auto n = Reader::field(*m, "name"); n && n->get_string().get(v) == simdjson::SUCCESS)
       name = v;
   }
-  if (ns.empty() && kind && *kind != ObjectKind::kNode) ns = "default";
-  if (!name.empty()) out += " " + (ns.empty() ? name : ns + "/" + name);
-  return out;
+  return rules::describe(kind, ns, name);
 }
 
 }  // namespace

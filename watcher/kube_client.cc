@@ -325,6 +325,10 @@ class KubeClient::Watcher {
     bool body_truncated = false;
     long status = 0;
     std::optional<seconds> retry_after;
+    // A list that may come in protobuf (the request offers it); the answer's Content-Type says
+    // whether it did.
+    bool offer_protobuf = false;
+    bool protobuf = false;
     // Set when the write callback (or, for kStalled, perform()) ended the transfer on purpose.
     enum class Abort : uint8_t {
       kNone,
@@ -350,12 +354,25 @@ class KubeClient::Watcher {
     std::string curl_error;
   };
 
+  // The value of header line `line` when its name is `name` (lower case, with the colon),
+  // without leading blanks.
+  static std::optional<std::string_view> header_value(std::string_view line,
+                                                      std::string_view name) {
+    if (line.size() <= name.size()) return std::nullopt;
+    for (size_t i = 0; i < name.size(); ++i)
+      if (std::tolower(static_cast<unsigned char>(line[i])) != name[i]) return std::nullopt;
+    auto v = line.substr(name.size());
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    return v;
+  }
+
   static size_t on_header(char* data, size_t size, size_t n, void* user) {
     auto* t = static_cast<Transfer*>(user);
     t->last_byte = Clock::now();
     std::string_view line(data, size * n);
     if (line.starts_with("HTTP/")) {
       t->retry_after.reset();
+      t->protobuf = false;
       return size * n;
     }
     if ((line == "\r\n" || line == "\n") && t->streaming && !t->counted) {
@@ -369,22 +386,12 @@ class KubeClient::Watcher {
       }
       return size * n;
     }
-    constexpr std::string_view kName = "retry-after:";
-    if (line.size() > kName.size()) {
-      bool match = true;
-      for (size_t i = 0; i < kName.size(); ++i) {
-        if (std::tolower(static_cast<unsigned char>(line[i])) != kName[i]) {
-          match = false;
-          break;
-        }
-      }
-      if (match) {
-        auto v = line.substr(kName.size());
-        while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-        int64_t secs = 0;
-        auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), secs);
-        if (ec == std::errc() && p != v.data() && secs >= 0) t->retry_after = seconds(secs);
-      }
+    if (auto v = header_value(line, "retry-after:")) {
+      int64_t secs = 0;
+      auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), secs);
+      if (ec == std::errc() && p != v->data() && secs >= 0) t->retry_after = seconds(secs);
+    } else if (auto ct = header_value(line, "content-type:")) {
+      t->protobuf = t->offer_protobuf && ct->starts_with(kProtobufContentType);
     }
     return size * n;
   }
@@ -487,7 +494,11 @@ class KubeClient::Watcher {
       curl_easy_setopt(e, CURLOPT_SSLKEYTYPE, "PEM");
     }
 
-    curl_slist* raw = curl_slist_append(nullptr, "Accept: application/json");
+    // A list that may come in protobuf offers it first, JSON second, as client-go does with
+    // its content type set to protobuf.
+    curl_slist* raw = curl_slist_append(
+        nullptr, t.offer_protobuf ? "Accept: application/vnd.kubernetes.protobuf, application/json"
+                                  : "Accept: application/json");
     std::string token = shared_->tokens.token(force_token);
     std::string auth;
     if (!token.empty()) {
@@ -788,6 +799,7 @@ class KubeClient::Watcher {
     std::vector<model::ObjectKey> keep;  // listed but undecodable: keep their last good version
     std::string resource_version;
     uint64_t pages = 0;
+    uint64_t protobuf_pages = 0;
     Clock::duration fetching{}, decoding{};  // the requests (with inflating), the decoding
   };
 
@@ -810,12 +822,13 @@ class KubeClient::Watcher {
     }
     // Starts decoding `body` (`size` bytes, then kJsonPadding more); the page started before
     // must have been taken.
-    void start(std::string body, size_t size) {
+    void start(std::string body, size_t size, bool protobuf) {
       if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
       {
         std::lock_guard lock(mu_);
         body_ = std::move(body);
         size_ = size;
+        protobuf_ = protobuf;
         job_ = true;
       }
       cv_.notify_all();
@@ -842,9 +855,12 @@ class KubeClient::Watcher {
         job_ = false;
         std::string body = std::move(body_);
         const size_t size = size_;
+        const bool protobuf = protobuf_;
         lock.unlock();
         const auto begin = Clock::now();
-        auto decoded = decode_list(std::string_view(body.data(), size), kind_, true);
+        const std::string_view page(body.data(), size);
+        auto decoded =
+            protobuf ? decode_list_protobuf(page, kind_) : decode_list(page, kind_, true);
         const auto took = Clock::now() - begin;
         lock.lock();
         busy_ += took;
@@ -861,6 +877,7 @@ class KubeClient::Watcher {
     bool job_ = false;
     std::string body_;
     size_t size_ = 0;
+    bool protobuf_ = false;
     std::optional<Result<DecodedList>> result_;
     Clock::duration busy_{};
   };
@@ -921,6 +938,7 @@ class KubeClient::Watcher {
       }
       Transfer t;
       t.body_limit = kMaxListBody;
+      t.offer_protobuf = shared_->config.protobuf_lists && protobuf_list_kind(kind_);
       t.body.reserve(std::min(page_bytes + page_bytes / 8, kMaxListBody) + kJsonPadding);
       const auto fetch_start = Clock::now();
       Outcome out = perform(url, t, shared_->config.list_timeout, force_token);
@@ -979,7 +997,8 @@ class KubeClient::Watcher {
       t.body.append(kJsonPadding, '\0');
       t.body.resize(body_size);
       // Only the metadata now, for the next request; the items on the decoder's thread.
-      auto meta = peek_list_meta(std::string_view(t.body.data(), body_size));
+      const std::string_view page(t.body.data(), body_size);
+      auto meta = t.protobuf ? peek_list_meta_protobuf(page, kind_) : peek_list_meta(page);
       if (!meta) {
         spdlog::warn("kube {}: list response unreadable: {}", kind_name_, meta.error());
         r.reason = "bad_response";
@@ -988,7 +1007,8 @@ class KubeClient::Watcher {
       if (!collect()) return r;
       // The first page's resourceVersion is the snapshot the whole list comes from.
       if (cont.empty()) r.resource_version = meta->resource_version;
-      decoder.start(std::move(t.body), body_size);
+      if (t.protobuf) ++r.protobuf_pages;
+      decoder.start(std::move(t.body), body_size, t.protobuf);
       decoding = true;
       if (meta->continue_token.empty()) break;
       cont = meta->continue_token;
@@ -998,6 +1018,7 @@ class KubeClient::Watcher {
     {
       std::lock_guard lock(stats_mu_);
       stats_.list_pages += r.pages;
+      stats_.list_protobuf_pages += r.protobuf_pages;
     }
     r.ok = true;
     return r;
@@ -1048,10 +1069,12 @@ class KubeClient::Watcher {
         if (listed_once) relists_.Increment();
         using ms = std::chrono::duration<double, std::milli>;
         spdlog::info(
-            "kube {}: listed {} objects at resourceVersion {} ({} pages: {:.0f} ms requesting, "
+            "kube {}: listed {} objects at resourceVersion {} ({} pages{}: {:.0f} ms requesting, "
             "{:.0f} ms decoding)",
-            kind_name_, n, l.resource_version, l.pages, ms(l.fetching).count(),
-            ms(l.decoding).count());
+            kind_name_, n, l.resource_version, l.pages,
+            l.protobuf_pages == 0 ? std::string()
+                                  : ", " + std::to_string(l.protobuf_pages) + " in protobuf",
+            ms(l.fetching).count(), ms(l.decoding).count());
         model::Event ev;
         ev.change = model::Replace{kind_, std::move(l.objects), std::move(l.keep)};
         ev.resource_version = l.resource_version;

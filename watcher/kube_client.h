@@ -40,6 +40,9 @@ struct KubeClientConfig {
   bool pods_cluster_wide = false;
 
   size_t page_size = 500;  // list `limit`
+  // Ask for EndpointSlice lists in protobuf, as kube-proxy does (--kube-api-content-type);
+  // false: JSON only. The answer's Content-Type decides how a page is read.
+  bool protobuf_lists = true;
   // The watch's timeoutSeconds is watch_timeout plus a uniform random share of
   // watch_timeout * watch_timeout_jitter, so that agents do not reconnect in lockstep.
   std::chrono::seconds watch_timeout{300};
@@ -95,6 +98,7 @@ struct KindStats {
   uint64_t lists = 0;    // complete lists, the first one included
   uint64_t relists = 0;  // complete lists after the first
   uint64_t list_pages = 0;
+  uint64_t list_protobuf_pages = 0;  // of list_pages, those the API server sent in protobuf
   uint64_t decode_errors = 0;
   uint64_t watches = 0;                        // watch requests answered 200
   uint64_t stalls = 0;                         // watches abandoned for silence

@@ -65,6 +65,13 @@ ApiStatus status_from(const simdjson::dom::element& obj) {
 }  // namespace
 
 ApiStatus parse_status(std::string_view body, simdjson::dom::parser& parser) {
+  if (auto pb = decode_status_protobuf(body)) {
+    ApiStatus st;
+    st.code = pb->code;
+    st.reason = std::move(pb->reason);
+    st.message = std::move(pb->message);
+    return st;
+  }
   simdjson::dom::element root;
   if (parser.parse(body.data(), body.size(), true).get(root) != simdjson::SUCCESS) return {};
   if (!root.is_object()) return {};

@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   CLI::App app{"e2e_bench: one change to kernel commit, through endpointd run"};
   std::string endpointd, data, source = "api", dir, out;
   int changes = 200, gap_ms = 20, admin_port = 10349;
-  bool prepared = false, uncompressed = false;
+  bool prepared = false, uncompressed = false, json_lists = false;
   app.add_option("--endpointd", endpointd, "the endpointd binary")->required();
   app.add_option("--data", data, "bench/gen_cluster.py output")->required();
   app.add_option("--source", source, "api or dir")->check(CLI::IsMember({"api", "dir"}));
@@ -152,6 +152,9 @@ int main(int argc, char** argv) {
   app.add_flag("--uncompressed", uncompressed,
                "api: the agent's kubeconfig sets disable-compression (lists and watches ask for "
                "no gzip)");
+  app.add_flag("--json-lists", json_lists,
+               "api: the agent asks for EndpointSlice lists in JSON (--kube-api-content-type "
+               "application/json), not protobuf");
   CLI11_PARSE(app, argc, argv);
 
   std::vector<std::string> events;
@@ -216,6 +219,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     args.insert(args.end(), {"--kubeconfig", kubeconfig, "--watch-pods=false"});
+    if (json_lists) args.insert(args.end(), {"--kube-api-content-type", "application/json"});
   } else {
     if (dir.empty()) {
       std::cerr << "--source dir needs --dir\n";
@@ -305,12 +309,12 @@ int main(int argc, char** argv) {
 
   char line[512];
   std::snprintf(line, sizeof(line),
-                "{\"source\":\"%s%s%s\",\"start_to_ready_ms\":%.1f,\"changes\":%zu,\"lost\":%d,"
+                "{\"source\":\"%s%s%s%s\",\"start_to_ready_ms\":%.1f,\"changes\":%zu,\"lost\":%d,"
                 "\"p50_ms\":%.2f,\"p90_ms\":%.2f,\"p99_ms\":%.2f,\"max_ms\":%.2f,"
                 "\"restart_to_ready_ms\":%.1f,\"restart_elements_changed\":%ld}",
                 source.c_str(), api && prepared ? "-prepared" : "",
-                api && uncompressed ? "-uncompressed" : "", start_to_ready, lat.size(), lost,
-                pct(lat, 0.5), pct(lat, 0.9), pct(lat, 0.99),
+                api && uncompressed ? "-uncompressed" : "", api && json_lists ? "-json" : "",
+                start_to_ready, lat.size(), lost, pct(lat, 0.5), pct(lat, 0.9), pct(lat, 0.99),
                 lat.empty() ? 0.0 : *std::max_element(lat.begin(), lat.end()), restart_to_ready,
                 restart_changed);
   std::cout << line << "\n";

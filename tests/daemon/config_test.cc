@@ -98,6 +98,8 @@ TEST(Config, EveryFlagDecodesToItsTypedValue) {
                      "10",
                      "--list-page-size",
                      "10000",
+                     "--kube-api-content-type",
+                     "application/json",
                      "--log-format",
                      "json",
                      "--log-level",
@@ -106,6 +108,7 @@ TEST(Config, EveryFlagDecodesToItsTypedValue) {
   EXPECT_EQ(c->source_dir, "/srv/m");
   EXPECT_EQ(c->node_name, "node-a");
   EXPECT_EQ(c->dataplane, Dataplane::kNone);
+  EXPECT_FALSE(c->kube_api_protobuf);
   EXPECT_EQ(str(c->dns_listen), "[::1]:5353");
   EXPECT_EQ(c->dns_zone, "corp.example.");
   ASSERT_EQ(c->dns_upstream.size(), 2u);
@@ -354,6 +357,10 @@ TEST(Config, BadInputsGiveOneErrorNamingTheKeyAndValue) {
        {{"watch-stall-timeout", {"5"}}},
        nullptr,
        R"(--watch-stall-timeout: "5" is below 10 s: quiet watches would be re-established over and over (0 turns the check off))"},
+      {"content type",
+       {{"kube-api-content-type", {"application/yaml"}}},
+       nullptr,
+       R"(--kube-api-content-type: "application/yaml" is not one of application/vnd.kubernetes.protobuf|application/json)"},
       {"page size",
        {{"list-page-size", {"-1"}}},
        nullptr,

@@ -143,6 +143,19 @@ TEST(KubeProxyConfig, KubeadmFileMapsWhatEndpointdHonours) {
             lines.end());
 }
 
+// clientConnection.contentType chooses how EndpointSlice lists are asked for; kubeadm's empty
+// value is kube-proxy's default (protobuf) and sets nothing.
+TEST(KubeProxyConfig, ContentTypeChoosesHowEndpointSlicesAreListed) {
+  EXPECT_EQ(convert(kKubeadm).find("kube-api-content-type"), nullptr);
+  auto c = convert(
+      "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
+      "clientConnection: {contentType: application/json, acceptContentTypes: application/json}\n");
+  EXPECT_EQ(values(c, "kube-api-content-type"), std::vector<std::string>{"application/json"});
+  EXPECT_EQ(c.find("kube-api-content-type")->from, "clientConnection.contentType");
+  EXPECT_FALSE(c.is_ignored("clientConnection.contentType"));
+  EXPECT_TRUE(c.is_ignored("clientConnection.acceptContentTypes"));
+}
+
 // kubeadm usually writes conntrack as nulls: kube-proxy then writes its own defaults, endpointd
 // writes nothing and says so once.
 TEST(KubeProxyConfig, NullConntrackValuesAreReportedOnceAndSetNothing) {

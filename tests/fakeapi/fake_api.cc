@@ -17,6 +17,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "tests/fakeapi/protobuf_encode.h"
+
 #if __has_include("watcher/yaml_json.h")
 #include "model/event.h"
 #include "watcher/yaml_json.h"
@@ -165,6 +167,9 @@ struct FakeApiServer::Stored {
   std::string name;
   std::string source;  // as applied, without resourceVersion (to detect real changes)
   std::string json;    // as served, with resourceVersion
+  // As served in protobuf (EndpointSlices only; nullopt for another kind, or JSON that protobuf
+  // cannot carry: such a list is served in JSON).
+  std::optional<std::string> protobuf;
   uint64_t rv = 0;
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> fields;  // metadata.name, metadata.namespace, spec.nodeName
@@ -382,6 +387,8 @@ uint64_t FakeApiServer::apply_locked(std::string_view json) {
   ++rv_;
   s->rv = rv_;
   s->json = with_resource_version(obj, std::to_string(rv_));
+  if (std::string_view(r->info.kind) == "EndpointSlice")
+    s->protobuf = endpoint_slice_protobuf(s->json);
   std::shared_ptr<const Stored> now = s;
   r->objects[key] = now;
   record_event(*r, before ? "MODIFIED" : "ADDED", now, before);
@@ -623,6 +630,24 @@ bool accepts_gzip(const httplib::Request& req) {
   return req.get_header_value("Accept-Encoding").find("gzip") != std::string::npos;
 }
 
+bool accepts_protobuf(const httplib::Request& req) {
+  return req.get_header_value("Accept").find("application/vnd.kubernetes.protobuf") !=
+         std::string::npos;
+}
+constexpr const char* kProtobufType = "application/vnd.kubernetes.protobuf";
+
+// The page's items in protobuf, when every one has that form.
+template <typename Items>
+std::optional<std::vector<std::string_view>> protobuf_items(const Items& items, size_t begin,
+                                                            size_t end) {
+  std::vector<std::string_view> out;
+  for (size_t i = begin; i < end; ++i) {
+    if (!items[i]->protobuf) return std::nullopt;
+    out.push_back(*items[i]->protobuf);
+  }
+  return out;
+}
+
 // The content type carries its charset so that cpp-httplib, which compresses a body typed
 // exactly "application/json" on its own (level 6, and brotli first), leaves it as it is.
 constexpr const char* kListType = "application/json;charset=utf-8";
@@ -645,15 +670,25 @@ std::string list_body(std::string_view kind, std::string_view api_version, uint6
 }  // namespace
 
 void FakeApiServer::set_list_body(const httplib::Request& req, httplib::Response& res,
-                                  std::string body) {
+                                  std::string body, const char* type) {
   if (accepts_gzip(req)) {
     if (auto z = compress_list(body)) {
       res.set_header("Content-Encoding", "gzip");
-      res.set_content(std::move(*z), kListType);
+      res.set_content(std::move(*z), type);
       return;
     }
   }
-  res.set_content(std::move(body), kListType);
+  res.set_content(std::move(body), type);
+}
+
+void FakeApiServer::set_serve_protobuf(bool serve) {
+  std::lock_guard lock(mu_);
+  serve_protobuf_ = serve;
+}
+
+bool FakeApiServer::protobuf_for(const Resource& r, const httplib::Request& req) const {
+  return serve_protobuf_ && std::string_view(r.info.kind) == "EndpointSlice" &&
+         accepts_protobuf(req);
 }
 
 void FakeApiServer::prepare_lists(size_t limit) {
@@ -677,6 +712,12 @@ void FakeApiServer::prepare_lists(size_t limit) {
       for (size_t i = offset; i < end; ++i) page.push_back(items[i]->json);
       p.raw.push_back(list_body(r->info.kind, r->info.api_version, rv_, next, page));
       p.gzipped.push_back(compress_list(p.raw.back()).value_or(std::string()));
+      if (std::string_view(r->info.kind) == "EndpointSlice")
+        if (auto pb = protobuf_items(items, offset, end)) {
+          p.protobuf.push_back(protobuf_list_page(
+              r->info.api_version, std::string(r->info.kind) + "List", rv_, next, *pb));
+          p.protobuf_gzipped.push_back(compress_list(p.protobuf.back()).value_or(std::string()));
+        }
       offset = end;
     } while (offset < items.size());
     prepared_[name] = std::move(p);
@@ -708,11 +749,15 @@ bool FakeApiServer::serve_prepared(Resource& r, const httplib::Request& req,
     page = offset / p.limit;
   }
   res.status = 200;
-  if (accepts_gzip(req) && !p.gzipped[page].empty()) {
+  const bool protobuf = protobuf_for(r, req) && p.protobuf.size() == p.raw.size();
+  const auto& raw = protobuf ? p.protobuf : p.raw;
+  const auto& gzipped = protobuf ? p.protobuf_gzipped : p.gzipped;
+  const char* type = protobuf ? kProtobufType : kListType;
+  if (accepts_gzip(req) && !gzipped[page].empty()) {
     res.set_header("Content-Encoding", "gzip");
-    res.set_content(p.gzipped[page], kListType);
+    res.set_content(gzipped[page], type);
   } else {
-    res.set_content(p.raw[page], kListType);
+    res.set_content(raw[page], type);
   }
   ++prepared_served_;
   return true;
@@ -825,14 +870,24 @@ void FakeApiServer::handle_list(Resource& r, const httplib::Request& req, httpli
     next = std::to_string(id) + ":" + std::to_string(end);
   }
   std::vector<std::string_view> page;
-  for (size_t i = offset; i < end; ++i) page.push_back(items[i]->json);
-  std::string body = list_body(r.info.kind, r.info.api_version, list_rv, next, page);
+  std::string body;
+  const char* type = kListType;
+  std::optional<std::vector<std::string_view>> pb;
+  if (protobuf_for(r, req)) pb = protobuf_items(items, offset, end);
+  if (pb) {
+    body = protobuf_list_page(r.info.api_version, std::string(r.info.kind) + "List", list_rv, next,
+                              *pb);
+    type = kProtobufType;
+  } else {
+    for (size_t i = offset; i < end; ++i) page.push_back(items[i]->json);
+    body = list_body(r.info.kind, r.info.api_version, list_rv, next, page);
+  }
   // The items are shared and immutable: compressing needs no lock, and two lists (as an
   // agent's Services and EndpointSlices at start) are compressed at once, as the API server
   // would.
   lock.unlock();
   res.status = 200;
-  set_list_body(req, res, std::move(body));
+  set_list_body(req, res, std::move(body), type);
 }
 
 void FakeApiServer::handle_watch(Resource& r, const httplib::Request& req, httplib::Response& res,

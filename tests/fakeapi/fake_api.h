@@ -131,6 +131,9 @@ class FakeApiServer {
   // does not share its cores with the encoding, as it does not with a real API server's.
   // Lists with selectors, another limit, or after a change are answered as always.
   void prepare_lists(size_t limit);
+  // EndpointSlice lists are answered in protobuf to a request that offers it (the default), as
+  // kube-apiserver does; false: in JSON whatever is asked, as a server without protobuf.
+  void set_serve_protobuf(bool serve);
 
   // --- what happened -----------------------------------------------------------------
   std::vector<RecordedRequest> requests() const;
@@ -148,7 +151,10 @@ class FakeApiServer {
   struct Watch;
 
   void handle(const httplib::Request& req, httplib::Response& res);
-  static void set_list_body(const httplib::Request& req, httplib::Response& res, std::string body);
+  static void set_list_body(const httplib::Request& req, httplib::Response& res, std::string body,
+                            const char* type);
+  // Whether a list of `r` is answered in protobuf: an EndpointSlice list whose request offers it.
+  bool protobuf_for(const Resource& r, const httplib::Request& req) const;
   // A prepared page for this list request, served; false when there is none.
   bool serve_prepared(Resource& r, const httplib::Request& req, httplib::Response& res);
   // A list's resourceVersion and resourceVersionMatch as the API server takes them; false when
@@ -195,6 +201,7 @@ class FakeApiServer {
   std::chrono::milliseconds split_delay_{0};
   bool expire_next_continue_ = false;
   bool cache_behind_ = false;
+  bool serve_protobuf_ = true;
   uint64_t next_snapshot_id_ = 1;
   std::map<uint64_t, std::vector<std::shared_ptr<const Stored>>> snapshots_;
   std::map<uint64_t, uint64_t> snapshot_rv_;
@@ -203,6 +210,8 @@ class FakeApiServer {
     size_t limit = 0;
     uint64_t snapshot = 0;                  // their continue tokens' snapshot
     std::vector<std::string> raw, gzipped;  // gzipped[i] empty: page i goes uncompressed
+    // The same pages in protobuf (EndpointSlices; none when an item has no protobuf form).
+    std::vector<std::string> protobuf, protobuf_gzipped;
   };
   std::map<std::string, Prepared> prepared_;  // by resource name
   size_t open_watches_ = 0;

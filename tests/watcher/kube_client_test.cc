@@ -220,6 +220,90 @@ TEST_F(KubeClientTest, DisableCompressionAsksForNoGzip) {
   EXPECT_EQ(watch_requests().front().header("accept-encoding"), "");
 }
 
+// EndpointSlice lists are asked for in protobuf, as kube-proxy asks, and read as the API server
+// answers: the same objects from protobuf pages, from JSON pages when the server has no
+// protobuf, and when the agent asks for JSON (--kube-api-content-type application/json).
+// Services, and every watch, stay JSON.
+TEST_F(KubeClientTest, EndpointSliceListsComeInProtobufOrJsonAlike) {
+  for (int i = 0; i < 5; ++i)
+    server_.apply(
+        kubetest::slice_json("web-" + std::to_string(i), "web", "10.0.0." + std::to_string(i + 1)));
+  server_.apply(service_json("web"));
+  const std::string slices = "/apis/discovery.k8s.io/v1/endpointslices";
+  struct Run {
+    std::vector<model::Object> objects;
+    KindStats stats;
+    std::vector<fakeapi::RecordedRequest> lists, services, watches;
+  };
+  auto run = [&](bool ask_protobuf, bool serve_protobuf) {
+    server_.set_serve_protobuf(serve_protobuf);
+    const size_t before = server_.requests().size();
+    auto cfg = services_only();
+    cfg.watch_endpoint_slices = true;
+    cfg.page_size = 2;
+    cfg.protobuf_lists = ask_protobuf;
+    Recorder rec;
+    prometheus::Registry registry;
+    ClusterConfig cluster;
+    cluster.server = server_.url();
+    KubeClient client(cluster, cfg, rec.sink(), registry);
+    client.start();
+    EXPECT_TRUE(wait_until([&] {
+      auto all = server_.requests();
+      return client.synced() &&
+             std::count_if(all.begin() + static_cast<ptrdiff_t>(before), all.end(),
+                           [](const auto& q) { return q.is_watch(); }) == 2;
+    }));
+    Run r;
+    for (int i = 0; i < 5; ++i)
+      if (auto o = rec.get("EndpointSlice:default/web-" + std::to_string(i)))
+        r.objects.push_back(*o);
+    r.stats = client.stats(ObjectKind::kEndpointSlice);
+    client.stop();
+    auto requests = server_.requests();
+    for (size_t i = before; i < requests.size(); ++i) {
+      const auto& q = requests[i];
+      if (q.is_watch())
+        r.watches.push_back(q);
+      else if (q.path == slices)
+        r.lists.push_back(q);
+      else
+        r.services.push_back(q);
+    }
+    return r;
+  };
+  const Run pb = run(true, true);
+  const Run json_server = run(true, false);
+  const Run json_agent = run(false, true);
+
+  ASSERT_EQ(pb.objects.size(), 5u);
+  EXPECT_EQ(pb.stats.list_pages, 3u);
+  EXPECT_EQ(pb.stats.list_protobuf_pages, 3u);
+  for (const auto& q : pb.lists)
+    EXPECT_EQ(q.header("accept"), "application/vnd.kubernetes.protobuf, application/json");
+  ASSERT_FALSE(pb.services.empty());
+  for (const auto& q : pb.services) EXPECT_EQ(q.header("accept"), "application/json");
+  ASSERT_EQ(pb.watches.size(), 2u);
+  for (const auto& q : pb.watches) EXPECT_EQ(q.header("accept"), "application/json");
+
+  EXPECT_EQ(json_server.stats.list_pages, 3u);
+  EXPECT_EQ(json_server.stats.list_protobuf_pages, 0u);  // asked, answered in JSON
+  EXPECT_EQ(json_agent.stats.list_protobuf_pages, 0u);
+  for (const auto& q : json_agent.lists) EXPECT_EQ(q.header("accept"), "application/json");
+  for (const Run* other : {&json_server, &json_agent}) {
+    ASSERT_EQ(other->objects.size(), 5u);
+    for (size_t i = 0; i < 5; ++i) {
+      const auto& a = std::get<model::EndpointSlice>(pb.objects[i]);
+      const auto& b = std::get<model::EndpointSlice>(other->objects[i]);
+      EXPECT_EQ(a.key, b.key);
+      EXPECT_EQ(a.service_name, b.service_name);
+      EXPECT_EQ(a.resource_version, b.resource_version);
+      EXPECT_EQ(a.endpoints, b.endpoints);
+      EXPECT_EQ(a.ports, b.ports);
+    }
+  }
+}
+
 TEST_F(KubeClientTest, ExpiredContinueTokenRestartsTheList) {
   for (int i = 0; i < 4; ++i)
     server_.apply(service_json("s" + std::to_string(i), "10.96.1." + std::to_string(i + 1)));
