@@ -27,6 +27,7 @@
 #include "model/snapshot.h"
 #include "pipeline/store.h"
 #include "pipeline/update_loop.h"
+#include "tests/fakeapi/protobuf_encode.h"
 #include "watcher/decode.h"
 #include "watcher/kube_watch.h"
 
@@ -143,6 +144,54 @@ size_t expected_endpoints() {
     return s.build(nullptr)->endpoint_count();
   }();
   return n;
+}
+
+// The EndpointSliceList in protobuf, as the API server answers a client that asks for it (the
+// fake API server's encoder): one page of every slice, as data().slices is one JSON page.
+const std::string& slices_protobuf() {
+  static const std::string page = [] {
+    simdjson::dom::parser parser;
+    simdjson::dom::element root;
+    simdjson::dom::array items;
+    if (parser.parse(data().slices).get(root) || root["items"].get_array().get(items)) {
+      std::fprintf(stderr, "spine_bench: the slices list is not JSON\n");
+      std::exit(2);
+    }
+    std::vector<std::string> encoded;
+    for (simdjson::dom::element item : items) {
+      auto pb = endpointd::fakeapi::endpoint_slice_protobuf(simdjson::minify(item));
+      if (!pb) {
+        std::fprintf(stderr, "spine_bench: a slice has no protobuf form\n");
+        std::exit(2);
+      }
+      encoded.push_back(std::move(*pb));
+    }
+    std::vector<std::string_view> views(encoded.begin(), encoded.end());
+    return endpointd::fakeapi::protobuf_list_page("discovery.k8s.io/v1", "EndpointSliceList", 1, "",
+                                                  views);
+  }();
+  return page;
+}
+
+// The EndpointSliceList decoded, from JSON (arg 0) or protobuf (arg 1): what the agent's list
+// decoder does with the largest list at start, without the transfer.
+void BM_DecodeSlices(benchmark::State& state) {
+  const bool protobuf = state.range(0) == 1;
+  const std::string& bytes = protobuf ? slices_protobuf() : data().slices;
+  size_t objects = 0;
+  for (auto _ : state) {
+    auto l = protobuf ? watcher::decode_list_protobuf(bytes, ObjectKind::kEndpointSlice)
+                      : watcher::decode_list(bytes, ObjectKind::kEndpointSlice);
+    if (!l || !l->errors.empty()) {
+      state.SkipWithError("the slices do not decode cleanly");
+      return;
+    }
+    objects = l->objects.size();
+    benchmark::DoNotOptimize(l);
+  }
+  state.SetLabel(protobuf ? "protobuf" : "json");
+  state.counters["bytes_MiB"] = static_cast<double>(bytes.size()) / (1024.0 * 1024.0);
+  state.counters["slices"] = static_cast<double>(objects);
 }
 
 // (a) ServiceList + EndpointSliceList bytes → decoded → Store → first snapshot.
@@ -362,6 +411,12 @@ void BM_OneChange_StoreOnly(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_InitialLoad)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(5);
+BENCHMARK(BM_DecodeSlices)
+    ->ArgName("protobuf")
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
 BENCHMARK(BM_OneChange_UpdateLoop)
     ->ArgName("gap_us")
     ->Arg(0)
