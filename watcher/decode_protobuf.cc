@@ -214,6 +214,7 @@ model::EndpointSlice decode_slice(std::string_view bytes, std::string& ns, std::
   model::EndpointSlice s;
   std::optional<std::string_view> meta;
   std::string_view address_type;
+  size_t endpoint_count = 0;
   Wire w(bytes, "an EndpointSlice");
   Wire::Field f;
   while (w.next(f)) {
@@ -222,7 +223,8 @@ model::EndpointSlice decode_slice(std::string_view bytes, std::string& ns, std::
         meta = w.bytes(f);
         break;
       case 2:
-        scratch.endpoints.push_back(w.bytes(f));
+        // Counted past the limit, not kept: the refusal needs no more.
+        if (++endpoint_count <= rules::kMaxSliceEndpoints) scratch.endpoints.push_back(w.bytes(f));
         break;
       case 3:
         scratch.ports.push_back(w.bytes(f));
@@ -288,7 +290,7 @@ model::EndpointSlice decode_slice(std::string_view bytes, std::string& ns, std::
     });
     if (p) s.ports.push_back(std::move(*p));
   }
-  if (scratch.endpoints.size() > rules::kMaxSliceEndpoints)
+  if (endpoint_count > rules::kMaxSliceEndpoints)
     fail("endpoints: more than 1000 endpoints in one slice");
   s.endpoints.reserve(scratch.endpoints.size());
   for (size_t i = 0; i < scratch.endpoints.size(); ++i)
