@@ -17,6 +17,9 @@ std::optional<std::chrono::system_clock::time_point> parse_rfc3339(const std::st
   if (tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 ||
       tm.tm_min > 59 || tm.tm_sec > 60)
     return std::nullopt;
+  // The system clock counts nanoseconds in 64 bits: 1677 to 2262 around 1970. A year outside
+  // would overflow it; none of the API's timestamps is before 1970.
+  if (tm.tm_year < 1970 || tm.tm_year > 2261) return std::nullopt;
   tm.tm_year -= 1900;
   tm.tm_mon -= 1;
   std::string_view rest = std::string_view(s).substr(static_cast<size_t>(consumed));

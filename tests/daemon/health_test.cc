@@ -27,6 +27,12 @@ TEST(GoTimeString, MatchesGosTimeStringInUtc) {
             "2026-11-25 21:00:00 +0000 UTC");
   EXPECT_FALSE(model::parse_rfc3339("2026-13-01T00:00:00Z"));
   EXPECT_FALSE(model::parse_rfc3339("yesterday"));
+  // Years the nanosecond clock cannot hold are refused, not overflowed (found by fuzz_decode,
+  // a slice's trigger-time annotation).
+  EXPECT_FALSE(model::parse_rfc3339("1013-11-27T10:00:00Z"));
+  EXPECT_FALSE(model::parse_rfc3339("9999-01-01T00:00:00Z"));
+  EXPECT_TRUE(model::parse_rfc3339("1970-01-01T00:00:00Z"));
+  EXPECT_TRUE(model::parse_rfc3339("2261-12-31T23:59:59Z"));
 }
 
 TEST(GoDuration, AsKubernetesConfigurationWritesThem) {

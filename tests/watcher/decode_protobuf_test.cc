@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tests/fakeapi/protobuf_encode.h"
+#include "tests/watcher/kube_test_util.h"
 #include "watcher/decode.h"
 
 namespace endpointd::watcher {
@@ -85,18 +86,6 @@ std::string protobuf_list(const std::vector<std::string>& items, const std::stri
   return fakeapi::protobuf_list_page("discovery.k8s.io/v1", "EndpointSliceList", 99, cont, views);
 }
 
-void expect_same(const model::EndpointSlice& a, const model::EndpointSlice& b) {
-  SCOPED_TRACE(a.key.str());
-  EXPECT_EQ(a.key, b.key);
-  EXPECT_EQ(a.resource_version, b.resource_version);
-  EXPECT_EQ(a.service_name, b.service_name);
-  EXPECT_EQ(a.service_proxy_name, b.service_proxy_name);
-  EXPECT_EQ(a.address_type, b.address_type);
-  EXPECT_EQ(a.ports, b.ports);
-  EXPECT_EQ(a.endpoints, b.endpoints);
-  EXPECT_EQ(a.trigger_time, b.trigger_time);
-}
-
 TEST(DecodeProtobuf, EverySliceDecodesOrIsRefusedAsFromJson) {
   auto from_json = decode_list(json_list(slices(), "next-7"), ObjectKind::kEndpointSlice);
   auto from_pb =
@@ -108,8 +97,8 @@ TEST(DecodeProtobuf, EverySliceDecodesOrIsRefusedAsFromJson) {
   ASSERT_EQ(from_json->objects.size(), 4u);
   ASSERT_EQ(from_pb->objects.size(), from_json->objects.size());
   for (size_t i = 0; i < from_json->objects.size(); ++i)
-    expect_same(std::get<model::EndpointSlice>(from_pb->objects[i]),
-                std::get<model::EndpointSlice>(from_json->objects[i]));
+    kubetest::expect_same_slice(std::get<model::EndpointSlice>(from_pb->objects[i]),
+                                std::get<model::EndpointSlice>(from_json->objects[i]));
   EXPECT_EQ(from_pb->errors, from_json->errors);
   EXPECT_EQ(from_pb->errors.size(), 12u);
   EXPECT_EQ(from_pb->failed, from_json->failed);

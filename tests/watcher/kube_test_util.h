@@ -144,6 +144,19 @@ inline std::string service_json(const std::string& name,
          std::to_string(port) + R"(,"targetPort":8080}]}})";
 }
 
+// The same slice, field by field (a failure names the field), trigger time included.
+inline void expect_same_slice(const model::EndpointSlice& a, const model::EndpointSlice& b) {
+  SCOPED_TRACE(a.key.str());
+  EXPECT_EQ(a.key, b.key);
+  EXPECT_EQ(a.resource_version, b.resource_version);
+  EXPECT_EQ(a.service_name, b.service_name);
+  EXPECT_EQ(a.service_proxy_name, b.service_proxy_name);
+  EXPECT_EQ(a.address_type, b.address_type);
+  EXPECT_EQ(a.ports, b.ports);
+  EXPECT_EQ(a.endpoints, b.endpoints);
+  EXPECT_EQ(a.trigger_time, b.trigger_time);
+}
+
 inline std::string slice_json(const std::string& name, const std::string& service,
                               const std::string& ip, const std::string& ns = "default") {
   return R"({"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","metadata":{"name":")" +
