@@ -412,7 +412,16 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
                 "is below 10 s: quiet watches would be re-established over and over (0 turns "
                 "the check off)");
   cfg.list_page_size = static_cast<size_t>(d.integer("list-page-size", 1, 10000, 500));
-  cfg.kube_api_protobuf = d.choice("kube-api-content-type", kContentTypes, cfg.kube_api_protobuf);
+  // A media type, as kube-proxy takes it: without case, parameters (";charset=utf-8") ignored.
+  if (auto v = d.one("kube-api-content-type")) {
+    std::string type = v->substr(0, v->find(';'));
+    while (!type.empty() && type.back() == ' ') type.pop_back();
+    for (auto& c : type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (auto e = value_in(kContentTypes, type))
+      cfg.kube_api_protobuf = *e;
+    else
+      d.fail_last(*v, "is not one of " + names_in(kContentTypes));
+  }
   cfg.livez_timeout =
       std::chrono::seconds(d.integer("livez-timeout", 1, 3600, cfg.livez_timeout.count()));
 

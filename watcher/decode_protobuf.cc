@@ -27,8 +27,10 @@ using rules::DecodeFailure;
 using rules::fail;
 using rules::in_item;
 
-// Bytes that are not protobuf: the whole page is refused (an item's bytes are cut out of the
-// page by length, so a wrong length means nothing after it can be trusted).
+// Bytes that are not protobuf, or a field of the wrong wire type. In the page's own framing
+// (the envelope, the list, an item's length) the whole page is refused: nothing after a wrong
+// length can be trusted. Inside an item, cut out of the page by a sound length, only that item
+// is, as JSON refuses one object it cannot read.
 struct WireFailure {
   std::string reason;
 };
@@ -217,26 +219,37 @@ model::EndpointSlice decode_slice(std::string_view bytes, std::string& ns, std::
   size_t endpoint_count = 0;
   Wire w(bytes, "an EndpointSlice");
   Wire::Field f;
-  while (w.next(f)) {
-    switch (f.number) {
-      case 1:
-        meta = w.bytes(f);
-        break;
-      case 2:
-        // Counted past the limit, not kept: the refusal needs no more.
-        if (++endpoint_count <= rules::kMaxSliceEndpoints) scratch.endpoints.push_back(w.bytes(f));
-        break;
-      case 3:
-        scratch.ports.push_back(w.bytes(f));
-        break;
-      case 4:
-        address_type = w.bytes(f);
-        break;
-      default:
-        break;
+  // A fault in the slice's own fields is thrown once its name is read, when it can be, so
+  // that the error names the slice and its last good version is kept.
+  std::optional<WireFailure> fault;
+  try {
+    while (w.next(f)) {
+      switch (f.number) {
+        case 1:
+          meta = w.bytes(f);
+          break;
+        case 2:
+          // Counted past the limit, not kept: the refusal needs no more.
+          if (++endpoint_count <= rules::kMaxSliceEndpoints)
+            scratch.endpoints.push_back(w.bytes(f));
+          break;
+        case 3:
+          scratch.ports.push_back(w.bytes(f));
+          break;
+        case 4:
+          address_type = w.bytes(f);
+          break;
+        default:
+          break;
+      }
     }
+  } catch (const WireFailure& e) {
+    fault = e;
   }
-  if (!meta) fail("metadata missing");
+  if (!meta) {
+    if (fault) throw *fault;
+    fail("metadata missing");
+  }
   // ObjectMeta: name = 1, namespace = 3, resourceVersion = 6, labels = 11, annotations = 12.
   Wire m(*meta, "an EndpointSlice's metadata");
   while (m.next(f)) {
@@ -265,6 +278,7 @@ model::EndpointSlice decode_slice(std::string_view bytes, std::string& ns, std::
         break;
     }
   }
+  if (fault) throw *fault;
   rules::check_name(name);
   s.key = {ns.empty() ? std::string("default") : ns, name};
   s.address_type = rules::address_type(address_type);
@@ -280,7 +294,9 @@ model::EndpointSlice decode_slice(std::string_view bytes, std::string& ns, std::
       while (pw.next(f)) {
         if (f.number == 1) p.name = pw.bytes(f);
         if (f.number == 2) protocol = pw.bytes(f);
-        if (f.number == 3) port = static_cast<int32_t>(pw.number(f));
+        // int32 on the wire; the value as sent, not cut to 32 bits, so that one out of
+        // range is refused as in JSON (a negative one is sign-extended to 64).
+        if (f.number == 3) port = static_cast<int64_t>(pw.number(f));
         if (f.number == 4) p.app_protocol = pw.bytes(f);
       }
       p.protocol = rules::protocol(protocol, "");
@@ -356,12 +372,18 @@ Result<DecodedList> decode_list_protobuf(std::string_view body, ObjectKind kind)
       if (f.number == 1) read_list_meta(w, f, meta);
       if (f.number != 2) continue;
       std::string ns, name;
+      const std::string_view item = w.bytes(f);
+      std::string reason;
       try {
-        out.objects.push_back(decode_slice(w.bytes(f), ns, name));
+        out.objects.push_back(decode_slice(item, ns, name));
+        continue;
       } catch (const DecodeFailure& e) {
-        out.errors.push_back(rules::describe(kind, ns, name) + ": " + e.reason);
-        if (!name.empty()) out.failed.push_back({ns.empty() ? "default" : ns, name});
+        reason = e.reason;
+      } catch (const WireFailure& e) {
+        reason = "malformed protobuf: " + e.reason;
       }
+      out.errors.push_back(rules::describe(kind, ns, name) + ": " + reason);
+      if (!name.empty()) out.failed.push_back({ns.empty() ? "default" : ns, name});
     }
     out.resource_version = std::move(meta.resource_version);
     out.continue_token = std::move(meta.continue_token);

@@ -354,6 +354,13 @@ class KubeClient::Watcher {
     std::string curl_error;
   };
 
+  // The start of a response body for the log; not the bytes of a protobuf one.
+  static std::string body_excerpt(const Transfer& t) {
+    return t.protobuf
+               ? std::string("(a protobuf body of ") + std::to_string(t.body.size()) + " bytes)"
+               : t.body.substr(0, 200);
+  }
+
   // The value of header line `line` when its name is `name` (lower case, with the colon),
   // without leading blanks.
   static std::optional<std::string_view> header_value(std::string_view line,
@@ -391,7 +398,12 @@ class KubeClient::Watcher {
       auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), secs);
       if (ec == std::errc() && p != v->data() && secs >= 0) t->retry_after = seconds(secs);
     } else if (auto ct = header_value(line, "content-type:")) {
-      t->protobuf = t->offer_protobuf && ct->starts_with(kProtobufContentType);
+      // Media types compare without case; parameters (";charset") follow the type.
+      t->protobuf = t->offer_protobuf && ct->size() >= kProtobufContentType.size() &&
+                    std::equal(kProtobufContentType.begin(), kProtobufContentType.end(),
+                               ct->begin(), [](char a, char b) {
+                                 return a == std::tolower(static_cast<unsigned char>(b));
+                               });
     }
     return size * n;
   }
@@ -494,8 +506,8 @@ class KubeClient::Watcher {
       curl_easy_setopt(e, CURLOPT_SSLKEYTYPE, "PEM");
     }
 
-    // A list that may come in protobuf offers it first, JSON second, as client-go does with
-    // its content type set to protobuf.
+    // A list that may come in protobuf offers it first and JSON second (kube-proxy's client
+    // offers protobuf, then "*/*"; JSON is named here, the one other encoding read).
     curl_slist* raw = curl_slist_append(
         nullptr, t.offer_protobuf ? "Accept: application/vnd.kubernetes.protobuf, application/json"
                                   : "Accept: application/json");
@@ -767,7 +779,7 @@ class KubeClient::Watcher {
         return r;
       }
       spdlog::warn("kube {}: watch answered HTTP {}: {}", kind_name_, t.status,
-                   st.message.empty() ? t.body.substr(0, 200) : st.message);
+                   st.message.empty() ? body_excerpt(t) : st.message);
       r.end = WatchEnd::kFailed;
       r.reason = reason_for_status(t.status);
       r.unauthorized = t.status == 401;
@@ -907,7 +919,8 @@ class KubeClient::Watcher {
     // far up front, rather than grown (and copied) by doubling from nothing, page after page.
     size_t page_bytes = 0;
     PageDecoder decoder(kind_);
-    bool decoding = false;  // a page is with the decoder
+    bool decoding = false;           // a page is with the decoder
+    bool decoding_protobuf = false;  // that page is protobuf
     // Adds the page with the decoder to the list; false when it did not decode.
     auto collect = [&]() -> bool {
       if (!decoding) return true;
@@ -919,6 +932,7 @@ class KubeClient::Watcher {
         return false;
       }
       ++r.pages;
+      if (decoding_protobuf) ++r.protobuf_pages;
       for (const auto& err : decoded->errors) count_decode_error(err);
       r.keep.insert(r.keep.end(), decoded->failed.begin(), decoded->failed.end());
       for (auto& o : decoded->objects) {
@@ -976,7 +990,7 @@ class KubeClient::Watcher {
             "kube {}: the API server's cache cannot answer a list at resourceVersion {} "
             "(HTTP {}: {}); listing again without a version (a consistent read)",
             kind_name_, resource_version_, t.status,
-            st.message.empty() ? t.body.substr(0, 200) : st.message);
+            st.message.empty() ? body_excerpt(t) : st.message);
         r.reason = "version_unavailable";
         r.version_unavailable = true;
         return r;
@@ -984,7 +998,7 @@ class KubeClient::Watcher {
       if (t.status != 200) {
         auto st = parse_status(t.body, parser_);
         spdlog::warn("kube {}: list answered HTTP {}: {}", kind_name_, t.status,
-                     st.message.empty() ? t.body.substr(0, 200) : st.message);
+                     st.message.empty() ? body_excerpt(t) : st.message);
         r.reason = reason_for_status(t.status);
         r.unauthorized = t.status == 401;
         return r;
@@ -1007,7 +1021,7 @@ class KubeClient::Watcher {
       if (!collect()) return r;
       // The first page's resourceVersion is the snapshot the whole list comes from.
       if (cont.empty()) r.resource_version = meta->resource_version;
-      if (t.protobuf) ++r.protobuf_pages;
+      decoding_protobuf = t.protobuf;
       decoder.start(std::move(t.body), body_size, t.protobuf);
       decoding = true;
       if (meta->continue_token.empty()) break;

@@ -154,6 +154,10 @@ TEST(KubeProxyConfig, ContentTypeChoosesHowEndpointSlicesAreListed) {
   EXPECT_EQ(c.find("kube-api-content-type")->from, "clientConnection.contentType");
   EXPECT_FALSE(c.is_ignored("clientConnection.contentType"));
   EXPECT_TRUE(c.is_ignored("clientConnection.acceptContentTypes"));
+  // As kube-proxy takes a media type: parameters and case do not matter.
+  auto cfg = testing::run_args({"--kube-api-content-type", "Application/JSON; charset=utf-8"});
+  ASSERT_TRUE(cfg) << cfg.error();
+  EXPECT_FALSE(cfg->kube_api_protobuf);
 }
 
 // kubeadm usually writes conntrack as nulls: kube-proxy then writes its own defaults, endpointd

@@ -142,6 +142,36 @@ TEST(DecodeProtobuf, MoreThanAThousandEndpointsIsRefusedAsFromJson) {
   EXPECT_EQ(from_pb->errors, from_json->errors);
 }
 
+// Bytes that are wrong inside one item (its length sound) refuse that item alone, as JSON
+// refuses one object it cannot read; a port is read as sent, not cut to 32 bits.
+TEST(DecodeProtobuf, AMalformedItemIsRefusedAloneAndPortsAreNotTruncated) {
+  auto encode = [](const std::string& json) { return *fakeapi::endpoint_slice_protobuf(json); };
+  const std::string base = R"({"metadata":{"name":"NAME","namespace":"prod"},"addressType":"IPv4",
+      "endpoints":[{"addresses":["10.0.0.1"]}]})";
+  auto named = [&](const std::string& n) {
+    std::string j = base;
+    return j.replace(j.find("NAME"), 4, n);
+  };
+  // addressType (4) as a varint; a port (3) of 2^32 + 80 as a varint.
+  const std::string bad_type = encode(named("bad-type")) + std::string("\x20\x05", 2);
+  const std::string big_port =
+      encode(named("big-port")) + std::string("\x1a\x06\x18\xd0\x80\x80\x80\x10", 8);
+  const std::string good = encode(named("good"));
+  const std::vector<std::string_view> items{bad_type, good, big_port};
+  auto d = decode_list_protobuf(
+      fakeapi::protobuf_list_page("discovery.k8s.io/v1", "EndpointSliceList", 1, "", items),
+      ObjectKind::kEndpointSlice);
+  ASSERT_TRUE(d) << d.error();
+  ASSERT_EQ(d->objects.size(), 1u);
+  EXPECT_EQ(std::get<model::EndpointSlice>(d->objects[0]).key.name, "good");
+  EXPECT_EQ(d->errors,
+            (std::vector<std::string>{
+                "EndpointSlice prod/bad-type: malformed protobuf: an EndpointSlice: field 4 is "
+                "not length-delimited",
+                "EndpointSlice prod/big-port: ports[0].port: port 4294967376 out of range"}));
+  EXPECT_EQ(d->failed.size(), 2u);
+}
+
 TEST(DecodeProtobuf, PeekReadsTheListMetaWithoutTheItems) {
   auto meta =
       peek_list_meta_protobuf(protobuf_list(slices(), "next-8"), ObjectKind::kEndpointSlice);
