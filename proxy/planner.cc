@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cassert>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 #include "model/routing.h"
 
@@ -374,15 +377,15 @@ void Planner::base_table(IpFamily f) {
 }
 
 template <typename Emit>
-void Planner::plan_service(const ServiceState& st, bool count_skips, PlannedService& plan,
-                           Emit&& emit) {
+void Planner::plan_service(const ServiceState& st, PlanStats* skips, PlannedService& plan,
+                           Emit&& emit) const {
   const NodeContext& ctx = planned_;  // what the tables are planned with
   const Service& svc = st.service;
   if (!model::has_proxy_rules(svc)) return;
   auto skip = [&](const std::string& why) {
-    if (!count_skips) return;
-    ++stats_.skipped;
-    stats_.skip_reasons.push_back(svc.key.str() + ": " + why);
+    if (!skips) return;
+    ++skips->skipped;
+    skips->skip_reasons.push_back(svc.key.str() + ": " + why);
   };
   // A pod reaching itself through a service is always on this node; an endpoint without a
   // node name (a hand-made slice) is kept in the hairpin set to be safe.
@@ -627,7 +630,7 @@ Status Planner::add_service(const ServiceState& st, bool count_skips, PlannedSer
                             std::vector<TableChanges>* out) {
   size_t added = 0;
   Status failed;
-  plan_service(st, count_skips, plan, [&](IpFamily f, SetId id, Element&& e) {
+  plan_service(st, count_skips ? &stats_ : nullptr, plan, [&](IpFamily f, SetId id, Element&& e) {
     if (!failed.ok()) return;
     failed = add_element(f, id, std::move(e), out ? &changes_for(out, f) : nullptr);
     if (failed.ok()) ++added;
@@ -638,7 +641,7 @@ Status Planner::add_service(const ServiceState& st, bool count_skips, PlannedSer
   // additions of elements no longer in the table, which the normalisation in update() drops.
   size_t removed = 0;
   PlannedService ignored;
-  plan_service(st, false, ignored, [&](IpFamily f, SetId id, Element&& e) {
+  plan_service(st, nullptr, ignored, [&](IpFamily f, SetId id, Element&& e) {
     if (removed++ < added) remove_element(f, id, e, nullptr);
   });
   return prefixed(st.key().str(), failed.error());
@@ -675,7 +678,21 @@ void Planner::drop_backends_set(IpFamily f, SetId id) {
   table_mut(f).sets.erase(name);
 }
 
-void Planner::reset(const model::Snapshot& snap) {
+void Planner::keep_planned(PlannedService p, const Status& planned,
+                           const std::map<model::ServiceKey, PlannedService>& previous) {
+  if (!planned) {
+    reject(planned);
+    // The version planned before, when there was one and the tables take it.
+    auto old = previous.find(p.state->key());
+    if (old == previous.end() || old->second.state == p.state) return;
+    p = PlannedService{old->second.state};
+    if (!add_service(*p.state, false, p, nullptr)) return;
+  }
+  remember_service(p);
+  services_.emplace_hint(services_.end(), p.state->key(), std::move(p));
+}
+
+void Planner::reset(const model::Snapshot& snap, bool helper) {
   stats_ = {};
   planned_ = ctx_;
   node_port_ips_ = node_port_ips(planned_);
@@ -684,21 +701,121 @@ void Planner::reset(const model::Snapshot& snap) {
   base_table(IpFamily::kV4);
   base_table(IpFamily::kV6);
   for (size_t f = 0; f < 2; ++f) no_local_internal_[f] = no_local_external_[f] = 0;
-  for (const auto& st : snap.services) {
-    PlannedService p{st};
-    if (Status s = add_service(*st, true, p, nullptr); !s) {
-      reject(s);
-      // The version planned before, when there was one and the tables take it.
-      auto old = previous.find(st->key());
-      if (old == previous.end() || old->second.state == st) continue;
-      p = PlannedService{old->second.state};
-      if (!add_service(*p.state, false, p, nullptr)) continue;
+  if (helper && snap.services.size() >= kHelperFrom) {
+    reset_with_helper(snap, previous);
+  } else {
+    for (const auto& st : snap.services) {
+      PlannedService p{st};
+      Status s = add_service(*st, true, p, nullptr);
+      keep_planned(std::move(p), s, previous);
     }
-    remember_service(p);
-    services_.emplace_hint(services_.end(), st->key(), std::move(p));
   }
   rebuild_lb_chains(IpFamily::kV4);
   rebuild_lb_chains(IpFamily::kV6);
+}
+
+struct Planner::PlannedRun {
+  struct Planned {
+    IpFamily family;
+    SetId id;
+    Element element;
+  };
+  std::vector<Planned> elements;
+  // Each service's plan and the end of its elements in `elements`.
+  std::vector<std::pair<PlannedService, size_t>> services;
+  PlanStats skips;
+};
+
+Status Planner::put_planned(PlannedRun& run, size_t begin, size_t end, const ServiceState& st) {
+  for (size_t i = begin; i < end; ++i) {
+    auto& [f, id, e] = run.elements[i];
+    // Without a changes list, add_element leaves `e` as it was (it only copies it into a set).
+    Status s = add_element(f, id, std::move(e), nullptr);
+    if (s.ok()) continue;
+    for (size_t j = begin; j < i; ++j) {
+      const auto& done = run.elements[j];
+      remove_element(done.family, done.id, done.element, nullptr);
+    }
+    return prefixed(st.key().str(), s.error());
+  }
+  return {};
+}
+
+// The helper plans runs of services ahead (at most kAhead runs, so its elements never hold
+// more than a few thousand services' worth of memory) and this thread puts them in, in order.
+// Planning a service reads only the snapshot and planned_, which stay as they are until the
+// helper is joined; the tables, stats_ and services_ are this thread's alone.
+void Planner::reset_with_helper(const model::Snapshot& snap,
+                                std::map<model::ServiceKey, PlannedService>& previous) {
+  constexpr size_t kRun = 256;
+  constexpr size_t kAhead = 4;
+  const size_t runs = (snap.services.size() + kRun - 1) / kRun;
+  std::vector<PlannedRun> ring(kAhead);
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t planned = 0;  // runs the helper finished
+  size_t taken = 0;    // runs this thread finished
+  bool stop = false;
+  std::thread planner([&] {
+    auto it = snap.services.begin();
+    for (size_t r = 0; r < runs; ++r) {
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return stop || r < taken + kAhead; });
+        if (stop) return;
+      }
+      PlannedRun& run = ring[r % kAhead];
+      run.elements.clear();
+      run.services.clear();
+      run.skips = {};
+      for (size_t i = 0; i < kRun && it != snap.services.end(); ++i, ++it) {
+        PlannedService p{*it};
+        plan_service(**it, &run.skips, p, [&](IpFamily f, SetId id, Element&& e) {
+          run.elements.push_back({f, id, std::move(e)});
+        });
+        run.services.emplace_back(std::move(p), run.elements.size());
+      }
+      {
+        std::lock_guard lock(mu);
+        planned = r + 1;
+      }
+      cv.notify_all();
+    }
+  });
+  auto finish = [&] {
+    {
+      std::lock_guard lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    planner.join();
+  };
+  try {
+    for (size_t r = 0; r < runs; ++r) {
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return planned > r; });
+      }
+      PlannedRun& run = ring[r % kAhead];
+      stats_.skipped += run.skips.skipped;
+      for (auto& why : run.skips.skip_reasons) stats_.skip_reasons.push_back(std::move(why));
+      size_t begin = 0;
+      for (auto& [p, end] : run.services) {
+        Status s = put_planned(run, begin, end, *p.state);
+        keep_planned(std::move(p), s, previous);
+        begin = end;
+      }
+      {
+        std::lock_guard lock(mu);
+        taken = r + 1;
+      }
+      cv.notify_all();
+    }
+  } catch (...) {
+    finish();
+    throw;
+  }
+  finish();
 }
 
 std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const model::Delta& delta) {
@@ -727,7 +844,7 @@ std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const mod
     if (it != services_.end()) {
       // The elements the old state put in are those it plans to again (same context).
       PlannedService old;
-      plan_service(*it->second.state, false, old, [&](IpFamily f, SetId id, Element&& e) {
+      plan_service(*it->second.state, nullptr, old, [&](IpFamily f, SetId id, Element&& e) {
         remove_element(f, id, e, &changes_for(&out, f));
       });
       forget_service(it->second);

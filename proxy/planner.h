@@ -1,5 +1,6 @@
 // The planner: Snapshot + node context -> the endpointd tables (one per IP family), and
-// per Delta the minimal changes to them. Pure: no I/O, no clock, no threads.
+// per Delta the minimal changes to them. Pure: no I/O, no clock; no threads but reset()'s
+// helper when asked for one.
 #pragma once
 
 #include <cstdint>
@@ -79,8 +80,11 @@ class Planner {
   // A new node context (this node's IPs or zone changed); takes effect at the next reset().
   void set_context(NodeContext ctx) { ctx_ = std::move(ctx); }
 
-  // Builds the tables for `snap` from nothing (forgets any earlier state).
-  void reset(const model::Snapshot& snap);
+  // Builds the tables for `snap` from nothing (forgets any earlier state). With `helper`, a
+  // snapshot of thousands of services is planned on a second thread while this one puts each
+  // service's elements in the tables, in the snapshot's order: the tables, stats and rejections
+  // are the same as without (a full sync's planning on two cores).
+  void reset(const model::Snapshot& snap, bool helper = false);
   // Applies the services named in `delta` (looked up in `snap`) and returns what changed per
   // family (families without change are left out).
   std::vector<TableChanges> update(const model::Snapshot& snap, const model::Delta& delta);
@@ -113,6 +117,8 @@ class Planner {
     kLocalBackends,     // local-backends-N
   };
   static constexpr size_t kFixedSets = 8;
+  // reset() takes its helper from this many services on (fewer plan in a few milliseconds).
+  static constexpr size_t kHelperFrom = 1024;
   struct SetId {
     SetKind kind;
     uint32_t n = 0;  // the backend maps' size; affinity-backends-T: T
@@ -139,10 +145,22 @@ class Planner {
   };
 
   // Calls emit(family, SetId, Element&&) for each element `st` puts in the tables; sets the
-  // no-local flags of `out`. Skips are counted in stats_ only when `count_skips`.
+  // no-local flags of `out`. Skips are counted in `skips` when it is given. Reads only the
+  // context planned with, so reset()'s helper may run it while the tables change.
   template <typename Emit>
-  void plan_service(const model::ServiceState& st, bool count_skips, PlannedService& out,
-                    Emit&& emit);
+  void plan_service(const model::ServiceState& st, PlanStats* skips, PlannedService& out,
+                    Emit&& emit) const;
+  // Services planned ahead by reset()'s helper, in order, and their elements.
+  struct PlannedRun;
+  void reset_with_helper(const model::Snapshot& snap,
+                         std::map<model::ServiceKey, PlannedService>& previous);
+  // Puts in the elements [begin, end) of `run`, one service's; on the first one the tables
+  // refuse, takes out those it put in and returns that error, naming the service.
+  Status put_planned(PlannedRun& run, size_t begin, size_t end, const model::ServiceState& st);
+  // Keeps `p` as planned, or (`planned` failed) rejects it and puts back the version planned
+  // before, when there was one and the tables take it.
+  void keep_planned(PlannedService p, const Status& planned,
+                    const std::map<model::ServiceKey, PlannedService>& previous);
   void base_table(IpFamily f);
   Set& set_for(IpFamily f, SetId id);  // creates a backend map when its size is new
   Status add_element(IpFamily f, SetId id, Element&& e, TableChanges* ch);

@@ -454,7 +454,7 @@ void ProxySink::record_success(const model::SnapshotPtr& snap, bool full,
 
 bool ProxySink::full_sync_locked(const model::SnapshotPtr& snap) {
   auto started = Clock::now();
-  planner_->reset(*snap);
+  planner_->reset(*snap, /*helper=*/true);
   const auto planned = Clock::now();
   std::vector<const Table*> tables;
   for (IpFamily f : planner_->families()) tables.push_back(&planner_->table(f));

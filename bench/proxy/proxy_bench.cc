@@ -35,6 +35,7 @@ struct Options {
   int endpoints = 10;
   int nodes = 100;  // endpoints are spread over this many nodes; this node is node-0
   int changes = 1000;
+  int plan_threads = 2;  // phases: Planner::reset with its helper (2, as the sink) or without (1)
 };
 
 std::string node_name(int n) {
@@ -190,8 +191,9 @@ int run_phases(const Options& o) {
   }
   long rss_snapshot = rss_kib();
   Planner p(node_context());
+  const bool helper = o.plan_threads > 1;
   auto t0 = std::chrono::steady_clock::now();
-  p.reset(*snap);
+  p.reset(*snap, helper);
   auto t1 = std::chrono::steady_clock::now();
   long rss_planned = rss_kib();
   size_t bytes = build_full_sync_batch({&p.table(IpFamily::kV4)}, {}, {}, 1).bytes.size();
@@ -225,7 +227,7 @@ int run_phases(const Options& o) {
     if (distrust) (*b2)->distrust_digests();
     auto a = std::chrono::steady_clock::now();
     Planner p2(node_context());
-    p2.reset(state);
+    p2.reset(state, helper);
     auto b = std::chrono::steady_clock::now();
     auto r2 = (*b2)->full_sync({&p2.table(IpFamily::kV4)});
     auto c = std::chrono::steady_clock::now();
@@ -379,7 +381,7 @@ int main(int argc, char** argv) {
     std::fprintf(
         stderr,
         "usage: proxy_bench sync|phases|render|batch|kube-proxy [--services N] [--endpoints M] "
-        "[--nodes K] [--changes C]\n");
+        "[--nodes K] [--changes C] [--plan-threads 1|2]\n");
     return 2;
   }
   o.mode = argv[1];
@@ -396,6 +398,8 @@ int main(int argc, char** argv) {
       o.nodes = std::max(1, v);
     else if (k == "--changes")
       o.changes = v;
+    else if (k == "--plan-threads")
+      o.plan_threads = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;

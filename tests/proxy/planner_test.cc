@@ -496,6 +496,97 @@ TEST(ProxyPlanner, AnElementTwoServicesShareStaysUntilBothAreGone) {
   EXPECT_EQ(render(t), render(empty.table(IpFamily::kV4)));
 }
 
+// A snapshot of thousands of services of every kind, planned with reset()'s helper thread and
+// without: the same tables, the same skips in the same order, the same counts, and from there
+// the same changes for the same update (the state behind the tables, shared elements included).
+TEST(ProxyPlanner, PlanningOnTwoThreadsBuildsWhatOneDoes) {
+  auto addr = [](uint32_t k) {
+    return "10." + std::to_string(128 + (k >> 16)) + "." + std::to_string((k >> 8) & 255) + "." +
+           std::to_string(k & 255);
+  };
+  auto make = [&](uint64_t g, int removed_every, int grown_every) {
+    std::vector<model::ServiceStatePtr> v;
+    for (int i = 0; i < 3000; ++i) {
+      if (removed_every && i % removed_every == 0) continue;
+      std::string vip = "10.96." + std::to_string(i / 256) + "." + std::to_string(i % 256);
+      std::vector<model::IpAddr> vips = {testing::ip(vip.c_str())};
+      if (i % 4 == 0) vips.push_back(testing::ip(("fd96::" + std::to_string(i)).c_str()));
+      auto svc = testing::service("s" + std::to_string(i), vips, i % 17 == 0 ? 0 : 80);
+      if (i % 17 == 0) {  // and a port its endpoints lack: no backends
+        svc.ports.push_back(svc.ports[0]);
+        svc.ports.back().name = "metrics";
+        svc.ports.back().port = 81;
+      }
+      if (i % 7 == 0) {
+        svc.type = model::ServiceType::kNodePort;
+        svc.ports.back().node_port = static_cast<uint16_t>(30000 + i % 2000);
+      }
+      if (i % 5 == 0) {
+        svc.session_affinity_client_ip = true;
+        svc.session_affinity_timeout_seconds = static_cast<uint32_t>((i % 3) * 100);
+      }
+      if (i % 11 == 0) {
+        svc.type = model::ServiceType::kLoadBalancer;
+        svc.ports.back().node_port = static_cast<uint16_t>(31000 + i % 2000);
+        svc.load_balancer_ips = {testing::ip(("203.0.114." + std::to_string(i % 200)).c_str())};
+        svc.load_balancer_source_ranges = {testing::prefix("198.51.100.0/24")};
+        svc.external_traffic_policy = model::TrafficPolicy::kLocal;
+      }
+      if (i % 13 == 0) svc.external_ips = {testing::ip("203.0.113.9")};  // shared by many
+      int n = i % 12 + (grown_every && i % grown_every == 0 ? 1 : 0);
+      std::vector<model::MergedEndpoint> eps;
+      for (int j = 0; j < n; ++j) {
+        std::string a = addr(static_cast<uint32_t>(i * 13 + j));
+        bool here = j % 3 == 0 && i % 22 != 0;  // every other Local service: none here
+        eps.push_back(
+            testing::endpoint(a.c_str(), 8080, here ? "node-a" : "node-b", j != 1, j == 1, true));
+      }
+      if (i % 19 == 0) eps.push_back(testing::endpoint("127.0.0.1", 8080));  // skipped
+      v.push_back(testing::state(svc, std::move(eps)));
+    }
+    return testing::snapshot(g, std::move(v));
+  };
+  auto s1 = make(1, 0, 0);
+  ASSERT_GE(s1->services.size(), 2048u);  // reset() takes its helper for this many
+  Planner one(testing::node_context());
+  Planner two(testing::node_context());
+  one.reset(*s1, false);
+  two.reset(*s1, true);
+  for (IpFamily f : {IpFamily::kV4, IpFamily::kV6}) {
+    EXPECT_EQ(render(one.table(f)), render(two.table(f)));
+    EXPECT_EQ(one.no_local_internal(f), two.no_local_internal(f));
+    EXPECT_EQ(one.no_local_external(f), two.no_local_external(f));
+  }
+  EXPECT_GT(one.table(IpFamily::kV4).element_count(), 30000u);
+  EXPECT_GT(one.table(IpFamily::kV6).element_count(), 0u);
+  EXPECT_GT(one.no_local_external(), 0u);
+  EXPECT_GT(one.last_stats().skipped, 300u);
+  EXPECT_EQ(one.last_stats().skipped, two.last_stats().skipped);
+  EXPECT_EQ(one.last_stats().skip_reasons, two.last_stats().skip_reasons);
+  EXPECT_EQ(one.last_stats().rejected, two.last_stats().rejected);
+
+  // Every 13th service goes (the external IP they share stays until the last one), every 6th
+  // gains an endpoint.
+  auto s2 = make(2, 13, 6);
+  auto d = model::diff(s1.get(), *s2);
+  auto c1 = one.update(*s2, d);
+  auto c2 = two.update(*s2, d);
+  ASSERT_EQ(c1.size(), c2.size());
+  for (size_t i = 0; i < c1.size(); ++i) {
+    EXPECT_EQ(c1[i].del_elements, c2[i].del_elements);
+    EXPECT_EQ(c1[i].add_elements, c2[i].add_elements);
+    EXPECT_EQ(c1[i].forget_affinity, c2[i].forget_affinity);
+  }
+  ASSERT_FALSE(c1.empty());
+  EXPECT_FALSE(c1[0].del_elements.empty());
+  for (IpFamily f : {IpFamily::kV4, IpFamily::kV6})
+    EXPECT_EQ(render(one.table(f)), render(two.table(f)));
+  // And the shared external IP is still there, as a fresh plan of s2 has it.
+  Planner fresh(testing::node_context());
+  fresh.reset(*s2);
+  EXPECT_EQ(render(two.table(IpFamily::kV4)), render(fresh.table(IpFamily::kV4)));
+}
+
 TEST(ProxyPlanner, BadInputIsSkippedAndCounted) {
   NodeContext ctx = testing::node_context();
   ctx.ipv6 = false;
