@@ -85,6 +85,8 @@ class Planner {
   // service's elements in the tables, in the snapshot's order: the tables, stats and rejections
   // are the same as without (a full sync's planning on two cores).
   void reset(const model::Snapshot& snap, bool helper = false);
+  // reset() takes its helper from this many services on (fewer plan in a few milliseconds).
+  static constexpr size_t kHelperFrom = 1024;
   // Applies the services named in `delta` (looked up in `snap`) and returns what changed per
   // family (families without change are left out).
   std::vector<TableChanges> update(const model::Snapshot& snap, const model::Delta& delta);
@@ -117,8 +119,6 @@ class Planner {
     kLocalBackends,     // local-backends-N
   };
   static constexpr size_t kFixedSets = 8;
-  // reset() takes its helper from this many services on (fewer plan in a few milliseconds).
-  static constexpr size_t kHelperFrom = 1024;
   struct SetId {
     SetKind kind;
     uint32_t n = 0;  // the backend maps' size; affinity-backends-T: T

@@ -510,7 +510,8 @@ TEST(ProxyPlanner, PlanningOnTwoThreadsBuildsWhatOneDoes) {
       if (removed_every && i % removed_every == 0) continue;
       std::string vip = "10.96." + std::to_string(i / 256) + "." + std::to_string(i % 256);
       std::vector<model::IpAddr> vips = {testing::ip(vip.c_str())};
-      if (i % 4 == 0) vips.push_back(testing::ip(("fd96::" + std::to_string(i)).c_str()));
+      bool dual = i % 4 == 0;
+      if (dual) vips.push_back(testing::ip(("fd96::" + std::to_string(i)).c_str()));
       auto svc = testing::service("s" + std::to_string(i), vips, i % 17 == 0 ? 0 : 80);
       if (i % 17 == 0) {  // and a port its endpoints lack: no backends
         svc.ports.push_back(svc.ports[0]);
@@ -525,6 +526,7 @@ TEST(ProxyPlanner, PlanningOnTwoThreadsBuildsWhatOneDoes) {
         svc.session_affinity_client_ip = true;
         svc.session_affinity_timeout_seconds = static_cast<uint32_t>((i % 3) * 100);
       }
+      if (i % 9 == 0) svc.internal_traffic_policy = model::TrafficPolicy::kLocal;
       if (i % 11 == 0) {
         svc.type = model::ServiceType::kLoadBalancer;
         svc.ports.back().node_port = static_cast<uint16_t>(31000 + i % 2000);
@@ -532,22 +534,30 @@ TEST(ProxyPlanner, PlanningOnTwoThreadsBuildsWhatOneDoes) {
         svc.load_balancer_source_ranges = {testing::prefix("198.51.100.0/24")};
         svc.external_traffic_policy = model::TrafficPolicy::kLocal;
       }
-      if (i % 13 == 0) svc.external_ips = {testing::ip("203.0.113.9")};  // shared by many
+      // Shared by every 13th service (with values that differ: all of them go in s2).
+      if (i % 13 == 0) svc.external_ips = {testing::ip("203.0.113.9")};
       int n = i % 12 + (grown_every && i % grown_every == 0 ? 1 : 0);
       std::vector<model::MergedEndpoint> eps;
       for (int j = 0; j < n; ++j) {
         std::string a = addr(static_cast<uint32_t>(i * 13 + j));
-        bool here = j % 3 == 0 && i % 22 != 0;  // every other Local service: none here
+        // Every other Local service (either policy) has none here.
+        bool here = j % 3 == 0 && i % 22 != 0 && i % 18 != 0;
         eps.push_back(
             testing::endpoint(a.c_str(), 8080, here ? "node-a" : "node-b", j != 1, j == 1, true));
+        if (dual && j < 3) {
+          std::string a6 = "fd44::" + std::to_string(i * 13 + j);
+          eps.push_back(testing::endpoint(a6.c_str(), 8080, here ? "node-a" : "node-b"));
+        }
       }
+      // One pod here behind every 10th service: its hairpin element is shared, the same value.
+      if (i % 10 == 0) eps.push_back(testing::endpoint("10.250.0.1", 8080));
       if (i % 19 == 0) eps.push_back(testing::endpoint("127.0.0.1", 8080));  // skipped
       v.push_back(testing::state(svc, std::move(eps)));
     }
     return testing::snapshot(g, std::move(v));
   };
   auto s1 = make(1, 0, 0);
-  ASSERT_GE(s1->services.size(), 2048u);  // reset() takes its helper for this many
+  ASSERT_GE(s1->services.size(), 2 * Planner::kHelperFrom);  // the helper's path, runs wrapping
   Planner one(testing::node_context());
   Planner two(testing::node_context());
   one.reset(*s1, false);
@@ -558,15 +568,20 @@ TEST(ProxyPlanner, PlanningOnTwoThreadsBuildsWhatOneDoes) {
     EXPECT_EQ(one.no_local_external(f), two.no_local_external(f));
   }
   EXPECT_GT(one.table(IpFamily::kV4).element_count(), 30000u);
-  EXPECT_GT(one.table(IpFamily::kV6).element_count(), 0u);
+  EXPECT_GT(one.table(IpFamily::kV6).element_count(), 3000u);
+  EXPECT_GT(one.no_local_internal(), 0u);
   EXPECT_GT(one.no_local_external(), 0u);
   EXPECT_GT(one.last_stats().skipped, 300u);
   EXPECT_EQ(one.last_stats().skipped, two.last_stats().skipped);
   EXPECT_EQ(one.last_stats().skip_reasons, two.last_stats().skip_reasons);
   EXPECT_EQ(one.last_stats().rejected, two.last_stats().rejected);
+  EXPECT_EQ(one.last_stats().rejections, two.last_stats().rejections);
+  const std::string hairpin =
+      addr_field(testing::ip("10.250.0.1")) + addr_field(testing::ip("10.250.0.1"));
+  ASSERT_NE(find(two.table(IpFamily::kV4), "hairpin", hairpin), std::nullopt);
 
-  // Every 13th service goes (the external IP they share stays until the last one), every 6th
-  // gains an endpoint.
+  // Every 13th service goes (among them every 130th of the pod's: its hairpin element stays for
+  // the others), every 6th gains an endpoint.
   auto s2 = make(2, 13, 6);
   auto d = model::diff(s1.get(), *s2);
   auto c1 = one.update(*s2, d);
@@ -575,16 +590,24 @@ TEST(ProxyPlanner, PlanningOnTwoThreadsBuildsWhatOneDoes) {
   for (size_t i = 0; i < c1.size(); ++i) {
     EXPECT_EQ(c1[i].del_elements, c2[i].del_elements);
     EXPECT_EQ(c1[i].add_elements, c2[i].add_elements);
+    EXPECT_EQ(c1[i].add_chains, c2[i].add_chains);
+    EXPECT_EQ(c1[i].replace_chains, c2[i].replace_chains);
+    EXPECT_EQ(c1[i].del_chains, c2[i].del_chains);
+    EXPECT_EQ(c1[i].del_sets, c2[i].del_sets);
+    EXPECT_EQ(c1[i].add_sets.size(), c2[i].add_sets.size());
     EXPECT_EQ(c1[i].forget_affinity, c2[i].forget_affinity);
+    EXPECT_EQ(c1[i].del_digests, c2[i].del_digests);
+    EXPECT_EQ(c1[i].add_digests, c2[i].add_digests);
   }
   ASSERT_FALSE(c1.empty());
   EXPECT_FALSE(c1[0].del_elements.empty());
-  for (IpFamily f : {IpFamily::kV4, IpFamily::kV6})
-    EXPECT_EQ(render(one.table(f)), render(two.table(f)));
-  // And the shared external IP is still there, as a fresh plan of s2 has it.
   Planner fresh(testing::node_context());
   fresh.reset(*s2);
-  EXPECT_EQ(render(two.table(IpFamily::kV4)), render(fresh.table(IpFamily::kV4)));
+  for (IpFamily f : {IpFamily::kV4, IpFamily::kV6}) {
+    EXPECT_EQ(render(one.table(f)), render(two.table(f)));
+    EXPECT_EQ(render(two.table(f)), render(fresh.table(f)));
+  }
+  EXPECT_NE(find(two.table(IpFamily::kV4), "hairpin", hairpin), std::nullopt);
 }
 
 TEST(ProxyPlanner, BadInputIsSkippedAndCounted) {
