@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cassert>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -617,9 +618,11 @@ Status Planner::add_element(IpFamily f, SetId id, Element&& e, TableChanges* ch)
     return prefixed("map " + s.name, put.error());
   }
   if (auto& old = *put) {
-    // Another service has this key too; the newest value wins.
+    // Another service has this key too; the newest value wins here, and an update gives the
+    // key the value of the last service in key order afterwards (resolve_shared).
     ++state(f).extra_refs[{s.name, e.key}];
     if (*old == e) return {};
+    state(f).contested.insert({s.name, e.key});
     if (ch) ch->del_elements.emplace_back(s.name, std::move(*old));
   }
   if (ch) ch->add_elements.emplace_back(s.name, std::move(e));
@@ -660,6 +663,9 @@ void Planner::remove_element(IpFamily f, SetId id, const Element& e, TableChange
     auto extra = st.extra_refs.find({s.name, e.key});
     if (extra != st.extra_refs.end()) {
       if (--extra->second == 0) st.extra_refs.erase(extra);
+      // The value in the table may be the one leaving: the others' is put back.
+      if (!e.data.empty() || !e.key_end.empty() || e.verdict != Verdict::kNone)
+        st.contested.insert({s.name, e.key});
       return;
     }
   }
@@ -712,6 +718,61 @@ void Planner::reset(const model::Snapshot& snap, bool helper) {
   }
   rebuild_lb_chains(IpFamily::kV4);
   rebuild_lb_chains(IpFamily::kV6);
+  s4_.contested.clear();  // planned in key order: every shared key has its last service's value
+  s6_.contested.clear();
+}
+
+std::string Planner::set_name(IpFamily f, SetId id) const {
+  switch (id.kind) {
+    case SetKind::kBackends:
+      return names::backends(id.n);
+    case SetKind::kLocalBackends:
+      return names::local_backends(id.n);
+    case SetKind::kAffinityBackends:
+      return names::affinity_backends(id.n);
+    default:
+      return (f == IpFamily::kV4 ? s4_ : s6_).fixed[static_cast<size_t>(id.kind)]->name;
+  }
+}
+
+void Planner::resolve_shared(IpFamily f, std::vector<TableChanges>* out) {
+  FamilyState& st = state(f);
+  if (st.contested.empty()) return;
+  auto contested = std::move(st.contested);
+  st.contested.clear();
+  Table& t = table_mut(f);
+  for (const auto& [name, key] : contested) {
+    auto set = t.sets.find(name);
+    if (set == t.sets.end()) continue;
+    std::optional<Element> now = set->second.elements.get(key);
+    if (!now) continue;  // every service that had it is gone
+    // The services that can put in this key: those with its address (the key's first field)
+    // as a cluster, external or load-balancer IP, or as a NodePort address.
+    std::optional<Element> last;
+    for (const auto& [_, planned] : services_) {
+      const model::Service& svc = planned.state->service;
+      auto has = [&](const std::vector<IpAddr>& ips) {
+        return std::any_of(ips.begin(), ips.end(), [&](const IpAddr& a) {
+          return key.size() >= a.size() && std::memcmp(key.data(), a.data(), a.size()) == 0;
+        });
+      };
+      bool node_port = std::any_of(svc.ports.begin(), svc.ports.end(),
+                                   [](const ServicePort& sp) { return sp.node_port != 0; });
+      if (!has(svc.cluster_ips) && !has(svc.external_ips) && !has(svc.load_balancer_ips) &&
+          !(node_port && has(node_port_ips_)))
+        continue;
+      PlannedService ignored;
+      plan_service(*planned.state, nullptr, ignored, [&](IpFamily ef, SetId id, Element&& e) {
+        if (ef == f && e.key == key && set_name(ef, id) == name) last = std::move(e);
+      });
+    }
+    if (!last || *last == *now) continue;
+    auto put = set->second.elements.put(*last);
+    if (!put) continue;  // it held this value before, so this cannot happen
+    TableChanges& ch = changes_for(out, f);
+    ch.del_elements.emplace_back(name, std::move(*now));
+    ch.add_elements.emplace_back(name, std::move(*last));
+  }
 }
 
 struct Planner::PlannedRun {
@@ -863,6 +924,8 @@ std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const mod
   for (const auto& k : delta.removed) redo(k);
   for (const auto& k : delta.changed) redo(k);
   for (const auto& k : delta.added) redo(k);
+  resolve_shared(IpFamily::kV4, &out);
+  resolve_shared(IpFamily::kV6, &out);
 
   for (IpFamily f : {IpFamily::kV4, IpFamily::kV6}) {
     const auto& b = before[f == IpFamily::kV4 ? 0 : 1];

@@ -142,6 +142,9 @@ class Planner {
     // key -> how many services beyond the first. Rare, so every other element is stored once,
     // in the Table.
     std::map<std::pair<std::string, std::string>, uint32_t> extra_refs;
+    // Keys of maps (set name, key) whose services disagree on the value, or one of which left,
+    // in this update: their value is made again the one a fresh plan gives (resolve_shared).
+    std::set<std::pair<std::string, std::string>> contested;
   };
 
   // Calls emit(family, SetId, Element&&) for each element `st` puts in the tables; sets the
@@ -170,6 +173,11 @@ class Planner {
   Status add_service(const model::ServiceState& st, bool count_skips, PlannedService& plan,
                      std::vector<TableChanges>* out);
   void reject(const Status& why);
+  // Elements two services put in under one key (two services claiming one address and port)
+  // take the value of the last of them in key order, as reset() plans them: after an update
+  // that changed or removed one, each contested key gets that value again (into `out`).
+  void resolve_shared(IpFamily f, std::vector<TableChanges>* out);
+  std::string set_name(IpFamily f, SetId id) const;
   void drop_backends_set(IpFamily f, SetId id);  // a backend map and its size
   void remove_element(IpFamily f, SetId id, const Element& e, TableChanges* ch);
   Table& table_mut(IpFamily f) { return f == IpFamily::kV4 ? v4_ : v6_; }

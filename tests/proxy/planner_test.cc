@@ -610,6 +610,72 @@ TEST(ProxyPlanner, PlanningOnTwoThreadsBuildsWhatOneDoes) {
   EXPECT_NE(find(two.table(IpFamily::kV4), "hairpin", hairpin), std::nullopt);
 }
 
+// Two services claiming one external address and port disagree on its elements (their own
+// backends, Local or Cluster policy): the key takes the value of the last of them in key order,
+// as a fresh plan does, whichever of them an update changes, adds or removes — never the value
+// of a service that is gone (its backends).
+TEST(ProxyPlanner, AnAddressTwoServicesClaimHasTheValueAFreshPlanGives) {
+  auto a = testing::service("a", {testing::ip("10.96.0.30")}, 80);
+  auto b = testing::service("b", {testing::ip("10.96.0.31")}, 80);
+  auto c = testing::service("c", {testing::ip("10.96.0.32")}, 80);
+  a.external_ips = b.external_ips = c.external_ips = {testing::ip("203.0.113.9")};
+  a.external_traffic_policy = model::TrafficPolicy::kLocal;
+  c.external_traffic_policy = model::TrafficPolicy::kLocal;
+  auto sa = testing::state(a, {testing::endpoint("10.244.1.2", 8080)});
+  auto sb = testing::state(b, {testing::endpoint("10.244.2.2", 8080, "node-b")});
+  const std::string key = vip("203.0.113.9", 6, 80);
+  Planner p(testing::node_context());
+  auto same_as_fresh = [&](const model::Snapshot& snap) {
+    Planner fresh(testing::node_context());
+    fresh.reset(snap);
+    EXPECT_EQ(render(p.table(IpFamily::kV4)), render(fresh.table(IpFamily::kV4)));
+  };
+  auto verdict_of = [&] { return find(p.table(IpFamily::kV4), "service-ips", key)->chain; };
+  auto backend_of = [&] {
+    return find(p.table(IpFamily::kV4), "backends-1", key + u32_field(0))->data;
+  };
+  const std::string a_pod = addr_field(testing::ip("10.244.1.2")) + port_field(8080);
+  const std::string b_pod = addr_field(testing::ip("10.244.2.2")) + port_field(8080);
+
+  auto s1 = testing::snapshot(1, {sa, sb});
+  p.reset(*s1);
+  EXPECT_EQ(verdict_of(), names::kSvcExternal);  // b's, the last in key order
+  EXPECT_EQ(backend_of(), b_pod);
+
+  // a changes (a new state, the same value for the key): b's value stays, and nothing about the
+  // shared key goes to the kernel.
+  auto sa2 = testing::state(a, {testing::endpoint("10.244.1.2", 8080)});
+  auto s2 = testing::snapshot(2, {sa2, sb});
+  auto ch = p.update(*s2, model::diff(s1.get(), *s2));
+  for (const auto& change : ch)
+    for (const auto& [set, e] : change.add_elements) EXPECT_NE(e.key, key) << set;
+  EXPECT_EQ(verdict_of(), names::kSvcExternal);
+  same_as_fresh(*s2);
+
+  // b goes: a's value, sent to the kernel; no backend of b's left behind.
+  auto s3 = testing::snapshot(3, {sa2});
+  ch = p.update(*s3, model::diff(s2.get(), *s3));
+  EXPECT_EQ(verdict_of(), names::kSvcExternalLocal);
+  EXPECT_EQ(backend_of(), a_pod);
+  ASSERT_EQ(ch.size(), 1u);
+  bool sent = false;
+  for (const auto& [set, e] : ch[0].add_elements)
+    sent |= set == "service-ips" && e.key == key && e.chain == names::kSvcExternalLocal;
+  EXPECT_TRUE(sent);
+  same_as_fresh(*s3);
+
+  // c comes, after a in key order: its value; then a goes: still c's.
+  auto sc = testing::state(c, {testing::endpoint("10.244.3.2", 8080, "node-c")});
+  auto s4 = testing::snapshot(4, {sa2, sc});
+  p.update(*s4, model::diff(s3.get(), *s4));
+  EXPECT_EQ(backend_of(), addr_field(testing::ip("10.244.3.2")) + port_field(8080));
+  same_as_fresh(*s4);
+  auto s5 = testing::snapshot(5, {sc});
+  p.update(*s5, model::diff(s4.get(), *s5));
+  same_as_fresh(*s5);
+  EXPECT_EQ(verdict_of(), names::kSvcExternalLocal);
+}
+
 TEST(ProxyPlanner, BadInputIsSkippedAndCounted) {
   NodeContext ctx = testing::node_context();
   ctx.ipv6 = false;
