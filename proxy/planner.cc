@@ -611,6 +611,7 @@ Set& Planner::set_for(IpFamily f, SetId id) {
 
 Status Planner::add_element(IpFamily f, SetId id, Element&& e, TableChanges* ch) {
   Set& s = set_for(f, id);
+  if (auto* keys = state(f).redoing) keys->insert({s.name, e.key});
   auto put = s.elements.put(e);
   if (!put) {
     if (s.elements.empty() && sized(id.kind))
@@ -622,7 +623,6 @@ Status Planner::add_element(IpFamily f, SetId id, Element&& e, TableChanges* ch)
     // key the value of the last service in key order afterwards (resolve_shared).
     ++state(f).extra_refs[{s.name, e.key}];
     if (*old == e) return {};
-    state(f).contested.insert({s.name, e.key});
     if (ch) ch->del_elements.emplace_back(s.name, std::move(*old));
   }
   if (ch) ch->add_elements.emplace_back(s.name, std::move(e));
@@ -663,8 +663,10 @@ void Planner::remove_element(IpFamily f, SetId id, const Element& e, TableChange
     auto extra = st.extra_refs.find({s.name, e.key});
     if (extra != st.extra_refs.end()) {
       if (--extra->second == 0) st.extra_refs.erase(extra);
-      // The value in the table may be the one leaving: the others' is put back.
-      if (!e.data.empty() || !e.key_end.empty() || e.verdict != Verdict::kNone)
+      // Another service keeps it, and the value in the table may be this one's, which leaves:
+      // the others' is put back.
+      bool valued = !e.data.empty() || !e.key_end.empty() || e.verdict != Verdict::kNone;
+      if (valued && !(st.redoing && st.redoing->count({s.name, e.key})))
         st.contested.insert({s.name, e.key});
       return;
     }
@@ -741,37 +743,43 @@ void Planner::resolve_shared(IpFamily f, std::vector<TableChanges>* out) {
   auto contested = std::move(st.contested);
   st.contested.clear();
   Table& t = table_mut(f);
-  for (const auto& [name, key] : contested) {
-    auto set = t.sets.find(name);
-    if (set == t.sets.end()) continue;
-    std::optional<Element> now = set->second.elements.get(key);
-    if (!now) continue;  // every service that had it is gone
-    // The services that can put in this key: those with its address (the key's first field)
-    // as a cluster, external or load-balancer IP, or as a NodePort address.
-    std::optional<Element> last;
-    for (const auto& [_, planned] : services_) {
-      const model::Service& svc = planned.state->service;
-      auto has = [&](const std::vector<IpAddr>& ips) {
-        return std::any_of(ips.begin(), ips.end(), [&](const IpAddr& a) {
-          return key.size() >= a.size() && std::memcmp(key.data(), a.data(), a.size()) == 0;
-        });
-      };
-      bool node_port = std::any_of(svc.ports.begin(), svc.ports.end(),
-                                   [](const ServicePort& sp) { return sp.node_port != 0; });
-      if (!has(svc.cluster_ips) && !has(svc.external_ips) && !has(svc.load_balancer_ips) &&
-          !(node_port && has(node_port_ips_)))
-        continue;
-      PlannedService ignored;
-      plan_service(*planned.state, nullptr, ignored, [&](IpFamily ef, SetId id, Element&& e) {
-        if (ef == f && e.key == key && set_name(ef, id) == name) last = std::move(e);
+  // The services that can put in these keys: those with a key's address (its first field) as a
+  // cluster, external or load-balancer IP, or as a NodePort address. One pass over them all,
+  // each candidate planned once; the last one in key order gives each key its value.
+  const size_t addr_size = f == IpFamily::kV4 ? 4 : 16;
+  std::set<std::string_view> addrs;
+  for (const auto& [_, key] : contested)
+    if (key.size() >= addr_size) addrs.insert(std::string_view(key).substr(0, addr_size));
+  std::map<std::pair<std::string, std::string>, Element> last;
+  for (const auto& [_, planned] : services_) {
+    const model::Service& svc = planned.state->service;
+    auto has = [&](const std::vector<IpAddr>& ips) {
+      return std::any_of(ips.begin(), ips.end(), [&](const IpAddr& a) {
+        return a.size() == addr_size &&
+               addrs.count(std::string_view(reinterpret_cast<const char*>(a.data()), a.size()));
       });
-    }
-    if (!last || *last == *now) continue;
-    auto put = set->second.elements.put(*last);
-    if (!put) continue;  // it held this value before, so this cannot happen
+    };
+    bool node_port = std::any_of(svc.ports.begin(), svc.ports.end(),
+                                 [](const ServicePort& sp) { return sp.node_port != 0; });
+    if (!has(svc.cluster_ips) && !has(svc.external_ips) && !has(svc.load_balancer_ips) &&
+        !(node_port && has(node_port_ips_)))
+      continue;
+    PlannedService ignored;
+    plan_service(*planned.state, nullptr, ignored, [&](IpFamily ef, SetId id, Element&& e) {
+      if (ef != f) return;
+      std::pair<std::string, std::string> k{set_name(ef, id), e.key};
+      if (contested.count(k)) last[k] = std::move(e);
+    });
+  }
+  for (auto& [k, value] : last) {
+    auto set = t.sets.find(k.first);
+    if (set == t.sets.end()) continue;
+    std::optional<Element> now = set->second.elements.get(k.second);
+    if (!now || *now == value) continue;             // gone with its last service, or already right
+    if (!set->second.elements.put(value)) continue;  // it held such a value before
     TableChanges& ch = changes_for(out, f);
-    ch.del_elements.emplace_back(name, std::move(*now));
-    ch.add_elements.emplace_back(name, std::move(*last));
+    ch.del_elements.emplace_back(k.first, std::move(*now));
+    ch.add_elements.emplace_back(k.first, std::move(value));
   }
 }
 
@@ -892,8 +900,36 @@ std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const mod
   std::set<uint32_t> before[2][3] = {
       {sizes_of(s4_.lb_sets), sizes_of(s4_.local_lb_sets), sizes_of(s4_.affinity_sets)},
       {sizes_of(s6_.lb_sets), sizes_of(s6_.local_lb_sets), sizes_of(s6_.affinity_sets)}};
+  std::set<std::pair<std::string, std::string>> redoing[2];
   auto redo = [&](const model::ServiceKey& key) {
     PlannedService next{snap.find_ptr(key)};
+    s4_.redoing = &redoing[0];
+    s6_.redoing = &redoing[1];
+    struct Done {
+      Planner* p;
+      std::set<std::pair<std::string, std::string>>* keys;
+      // The keys the new plan put in that another service still shares: the value of the last
+      // of them in key order is put back (the new plan's went in last).
+      ~Done() {
+        for (IpFamily f : {IpFamily::kV4, IpFamily::kV6}) {
+          FamilyState& st = p->state(f);
+          st.redoing = nullptr;
+          auto& k = keys[family_index(f)];
+          if (!st.extra_refs.empty()) {
+            for (const auto& sk : k) {
+              if (!st.extra_refs.count(sk)) continue;
+              auto set = p->table(f).sets.find(sk.first);
+              if (set == p->table(f).sets.end()) continue;
+              auto now = set->second.elements.get(sk.second);
+              if (now &&
+                  (!now->data.empty() || !now->key_end.empty() || now->verdict != Verdict::kNone))
+                st.contested.insert(sk);  // a set's element without a value is the same for all
+            }
+          }
+          k.clear();
+        }
+      }
+    } done{this, redoing};
     // Add first, then remove: an element both plans carry never leaves the table.
     if (next.state) {
       if (Status s = add_service(*next.state, true, next, &out); !s) {

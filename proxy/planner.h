@@ -142,9 +142,14 @@ class Planner {
     // key -> how many services beyond the first. Rare, so every other element is stored once,
     // in the Table.
     std::map<std::pair<std::string, std::string>, uint32_t> extra_refs;
-    // Keys of maps (set name, key) whose services disagree on the value, or one of which left,
-    // in this update: their value is made again the one a fresh plan gives (resolve_shared).
+    // Keys of maps (set name, key) still shared after an update changed one of their services,
+    // or that a service left while another keeps them: their value is made again the one a
+    // fresh plan gives (resolve_shared).
     std::set<std::pair<std::string, std::string>> contested;
+    // During update()'s redo of one service: the keys its new plan put in (so that taking out
+    // its old plan's elements, which it shares with its new one for that moment, is not taken
+    // for another service leaving). Null outside a redo.
+    std::set<std::pair<std::string, std::string>>* redoing = nullptr;
   };
 
   // Calls emit(family, SetId, Element&&) for each element `st` puts in the tables; sets the
