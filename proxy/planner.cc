@@ -159,6 +159,11 @@ void Planner::rebuild_lb_chains(IpFamily f) {
   auto& local = t.chains[names::kLocalLb].rules;
   lb.clear();
   local.clear();
+  // ClientIP affinity for clients outside the cluster of an externalTrafficPolicy Local
+  // service: they come here (pods and the node go through service-lb), so a record of theirs
+  // names one of this node's endpoints; other services' addresses have no record and miss.
+  if (!st.affinity_sets.empty())
+    local.push_back(rule(RuleShape::kAffinityStick, {}, names::kAffinity));
   for (const auto& [n, _] : st.lb_sets) {
     lb.push_back(rule(RuleShape::kDnatRandom, {}, names::backends(n), n));
   }

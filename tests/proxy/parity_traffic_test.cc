@@ -795,5 +795,74 @@ TEST_F(ParityTraffic, LoadBalancerSourceRangesLetTheNodeThroughWhenTheyHoldItsIp
   EXPECT_EQ(from_outside(), "answer:10.244.1.2");
 }
 
+// --- 8. ClientIP affinity for outside clients of an externalTrafficPolicy Local service --------
+
+// Clients outside the cluster reach an external IP of a Local-policy service with three
+// endpoints on this node: each sticks to one of them while it keeps connecting, different
+// clients are balanced, and after timeoutSeconds of silence a client is balanced again.
+TEST_F(ParityTraffic, AffinityHoldsForOutsideClientsOfALocalPolicyService) {
+  const std::vector<std::string> eps = {"10.244.1.2", "10.244.1.3", "10.244.1.4"};
+  NodeWithPods net(eps);
+  PodServers pods(net.pod, eps, kPodPort);
+  Netns outside(netns::unique_prefix() + "out");
+  std::vector<std::string> clients;
+  for (int i = 0; i < 8; ++i) clients.push_back("198.51.100." + std::to_string(10 + i));
+  sh(net.node, "ip link add ext0 type veth peer name eth0 netns " + outside.name());
+  sh(net.node, "ip addr add 198.51.100.1/24 dev ext0 && ip link set ext0 up");
+  net.node.set_sysctl("net.ipv4.ip_forward", "1");
+  for (const auto& c : clients) sh(outside, "ip addr add " + c + "/24 dev eth0");
+  sh(outside, "ip link set eth0 up && ip route add default via 198.51.100.1");
+
+  constexpr uint32_t kTimeout = 3;
+  const char* ext_ip = "203.0.113.90";
+  auto svc = testing::service("sticky-local", {ip("10.96.0.90")}, 80);
+  svc.external_ips = {ip(ext_ip)};
+  svc.external_traffic_policy = model::TrafficPolicy::kLocal;
+  svc.session_affinity_client_ip = true;
+  svc.session_affinity_timeout_seconds = kTimeout;
+  std::vector<model::MergedEndpoint> endpoints;
+  for (const auto& e : eps) endpoints.push_back(testing::endpoint(e.c_str(), kPodPort));
+  endpoints.push_back(testing::endpoint("10.244.2.9", kPodPort, "node-b"));  // not this node's
+  NodeTables tables(net.node, v4_context());
+  tables.program({testing::state(svc, endpoints)});
+
+  // Connects `n` times from `client`: the endpoints that answered (errors by name).
+  auto from = [&](const std::string& client, int n) {
+    return outside.run([&] {
+      std::map<std::string, int> seen;
+      for (int i = 0; i < n; ++i) {
+        Answer a = ask(ext_ip, 80, client);
+        ++seen[a.err ? std::string("error:") + strerrorname_np(a.err) : a.server];
+        if (a.err == 0) {
+          EXPECT_EQ(a.peer, client) << "Local policy keeps the client's address";
+        }
+      }
+      return seen;
+    });
+  };
+  std::map<std::string, std::string> sticky;
+  std::set<std::string> used;
+  for (const auto& c : clients) {
+    auto seen = from(c, c == clients[0] ? 15 : 5);
+    ASSERT_EQ(seen.size(), 1u) << c << " " << show(seen);
+    sticky[c] = seen.begin()->first;
+    ASSERT_TRUE(std::find(eps.begin(), eps.end(), sticky[c]) != eps.end()) << sticky[c];
+    used.insert(sticky[c]);
+  }
+  // All eight on one endpoint by chance: 1 in 3^7.
+  EXPECT_GT(used.size(), 1u) << "new clients are balanced";
+
+  // After timeoutSeconds of silence, balanced again: eight clients all staying put by chance is
+  // 1 in 3^8.
+  std::this_thread::sleep_for(std::chrono::seconds(kTimeout + 1));
+  int moved = 0;
+  for (const auto& c : clients) {
+    auto seen = from(c, 3);
+    ASSERT_EQ(seen.size(), 1u) << c << " " << show(seen);
+    moved += seen.begin()->first != sticky[c] ? 1 : 0;
+  }
+  EXPECT_GT(moved, 0) << "no client moved: the affinity never expired";
+}
+
 }  // namespace
 }  // namespace endpointd::proxy
