@@ -18,6 +18,7 @@
 #include "dns/message.h"
 #include "dns/zone.h"
 #include "model/time.h"
+#include "watcher/decode.h"
 
 namespace endpointd::daemon {
 
@@ -414,10 +415,7 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
   cfg.list_page_size = static_cast<size_t>(d.integer("list-page-size", 1, 10000, 500));
   // A media type, as kube-proxy takes it: without case, parameters (";charset=utf-8") ignored.
   if (auto v = d.one("kube-api-content-type")) {
-    std::string type = v->substr(0, v->find(';'));
-    while (!type.empty() && type.back() == ' ') type.pop_back();
-    for (auto& c : type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (auto e = value_in(kContentTypes, type))
+    if (auto e = value_in(kContentTypes, watcher::media_type(*v)))
       cfg.kube_api_protobuf = *e;
     else
       d.fail_last(*v, "is not one of " + names_in(kContentTypes));

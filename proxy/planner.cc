@@ -22,6 +22,12 @@ using model::ServicePort;
 using model::ServiceState;
 using model::TrafficPolicy;
 
+// An element that carries more than its key (data, a key end, a verdict): two services
+// sharing its key can disagree on it.
+bool has_value(const Element& e) {
+  return !e.data.empty() || !e.key_end.empty() || e.verdict != Verdict::kNone;
+}
+
 uint8_t l4proto(Protocol p) {
   switch (p) {
     case Protocol::kTCP:
@@ -670,8 +676,7 @@ void Planner::remove_element(IpFamily f, SetId id, const Element& e, TableChange
       if (--extra->second == 0) st.extra_refs.erase(extra);
       // Another service keeps it, and the value in the table may be this one's, which leaves:
       // the others' is put back.
-      bool valued = !e.data.empty() || !e.key_end.empty() || e.verdict != Verdict::kNone;
-      if (valued && !(st.redoing && st.redoing->count({s.name, e.key})))
+      if (has_value(e) && !(st.redoing && st.redoing->count({s.name, e.key})))
         st.contested.insert({s.name, e.key});
       return;
     }
@@ -926,8 +931,7 @@ std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const mod
               auto set = p->table(f).sets.find(sk.first);
               if (set == p->table(f).sets.end()) continue;
               auto now = set->second.elements.get(sk.second);
-              if (now &&
-                  (!now->data.empty() || !now->key_end.empty() || now->verdict != Verdict::kNone))
+              if (now && has_value(*now))
                 st.contested.insert(sk);  // a set's element without a value is the same for all
             }
           }

@@ -67,6 +67,9 @@ Result<ListMeta> peek_list_meta(std::string_view json);
 // part of the time to ready. Watches and the other kinds stay JSON. Pages come as the API
 // server writes them: "k8s\0", then a runtime.Unknown wrapping the list.
 inline constexpr std::string_view kProtobufContentType = "application/vnd.kubernetes.protobuf";
+// The media type of a Content-Type or Accept value, as compared: lower case, without its
+// parameters (";charset=utf-8") and surrounding blanks.
+std::string media_type(std::string_view value);
 bool protobuf_list_kind(model::ObjectKind kind);
 // As decode_list: the objects that decoded and the errors (the same checks and texts as JSON's)
 // of those that did not; bytes that are not such a list are an error for the whole page.

@@ -398,12 +398,7 @@ class KubeClient::Watcher {
       auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), secs);
       if (ec == std::errc() && p != v->data() && secs >= 0) t->retry_after = seconds(secs);
     } else if (auto ct = header_value(line, "content-type:")) {
-      // Media types compare without case; parameters (";charset") follow the type.
-      t->protobuf = t->offer_protobuf && ct->size() >= kProtobufContentType.size() &&
-                    std::equal(kProtobufContentType.begin(), kProtobufContentType.end(),
-                               ct->begin(), [](char a, char b) {
-                                 return a == std::tolower(static_cast<unsigned char>(b));
-                               });
+      t->protobuf = t->offer_protobuf && media_type(*ct) == kProtobufContentType;
     }
     return size * n;
   }
