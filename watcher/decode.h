@@ -3,6 +3,7 @@
 // first) both come through here.
 #pragma once
 
+#include <cctype>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -68,8 +69,17 @@ Result<ListMeta> peek_list_meta(std::string_view json);
 // server writes them: "k8s\0", then a runtime.Unknown wrapping the list.
 inline constexpr std::string_view kProtobufContentType = "application/vnd.kubernetes.protobuf";
 // The media type of a Content-Type or Accept value, as compared: lower case, without its
-// parameters (";charset=utf-8") and surrounding blanks.
-std::string media_type(std::string_view value);
+// parameters (";charset=utf-8") and surrounding blanks. Inline: the flag's check in daemon/
+// config.cc (built alone into the config fuzz target) uses it too.
+inline std::string media_type(std::string_view value) {
+  value = value.substr(0, value.find(';'));
+  auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+  while (!value.empty() && blank(value.front())) value.remove_prefix(1);
+  while (!value.empty() && blank(value.back())) value.remove_suffix(1);
+  std::string out(value);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
 bool protobuf_list_kind(model::ObjectKind kind);
 // As decode_list: the objects that decoded and the errors (the same checks and texts as JSON's)
 // of those that did not; bytes that are not such a list are an error for the whole page.

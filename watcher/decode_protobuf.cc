@@ -11,7 +11,6 @@
 // generated classes would copy each into a message first and allocate for every endpoint's
 // nested messages, on the path that decides how soon a starting agent is ready, and would tie
 // watcher/ to the generated-code library.
-#include <cctype>
 #include <cstdint>
 #include <vector>
 
@@ -356,16 +355,6 @@ void read_list_meta(Wire& w, const Wire::Field& f, ListMeta& out) {
 }
 
 }  // namespace
-
-std::string media_type(std::string_view value) {
-  value = value.substr(0, value.find(';'));
-  auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
-  while (!value.empty() && blank(value.front())) value.remove_prefix(1);
-  while (!value.empty() && blank(value.back())) value.remove_suffix(1);
-  std::string out(value);
-  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 bool protobuf_list_kind(ObjectKind kind) {
   return kind == ObjectKind::kEndpointSlice;
