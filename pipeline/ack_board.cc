@@ -41,6 +41,30 @@ void AckBoard::applied(const std::string& consumer, model::SnapshotPtr snap) {
   for (auto& f : obs) f();
 }
 
+void AckBoard::set_holdouts(const std::string& consumer, std::vector<Holdout> holdouts) {
+  std::vector<std::function<void()>> obs;
+  {
+    std::lock_guard lock(mu_);
+    auto it = entries_.find(consumer);
+    if (it == entries_.end()) return;
+    it->second.holdouts = std::move(holdouts);
+    obs = observers_;
+  }
+  for (auto& f : obs) f();
+}
+
+void AckBoard::set_cache_ttl(const std::string& consumer, std::chrono::milliseconds ttl) {
+  std::vector<std::function<void()>> obs;
+  {
+    std::lock_guard lock(mu_);
+    auto it = entries_.find(consumer);
+    if (it == entries_.end()) return;
+    it->second.cache_ttl = ttl;
+    obs = observers_;
+  }
+  for (auto& f : obs) f();
+}
+
 std::vector<AckBoard::Entry> AckBoard::entries() const {
   std::lock_guard lock(mu_);
   std::vector<Entry> out;

@@ -18,11 +18,25 @@ namespace endpointd::pipeline {
 class AckBoard {
  public:
   using Clock = std::chrono::steady_clock;
+  // A client of a consumer (a feed subscriber) that no longer holds the consumer's applied(g)
+  // back — it disconnected or left a response unacknowledged past its grace — but whose last
+  // accepted state may still route: `snapshot` is that state. drain/ never counts a removal
+  // as confirmed while a holdout's snapshot routes to the endpoint; it names the holdout.
+  struct Holdout {
+    std::string client;  // the subscriber's identity (xDS node id, feed client name)
+    model::SnapshotPtr snapshot;
+    Clock::time_point since{};  // when it stopped holding
+    std::string reason;         // "disconnected", "unacknowledged", "nacking"
+  };
   struct Entry {
     std::string consumer;
     model::RouteView view = model::RouteView::kDataplane;  // how it routes what it applied
     model::SnapshotPtr snapshot;                           // null until the first apply
     Clock::time_point applied_at{};
+    std::vector<Holdout> holdouts;
+    // How long a state stays in clients' caches after the consumer moved past it (DNS: the
+    // answers' TTL, as the DNS sink applies it now); zero for consumers without caches.
+    std::chrono::milliseconds cache_ttl{0};
     uint64_t generation() const { return snapshot ? snapshot->generation : 0; }
   };
 
@@ -31,6 +45,10 @@ class AckBoard {
   void add(const std::string& consumer, model::RouteView view = model::RouteView::kDataplane);
   void remove(const std::string& consumer);
   void applied(const std::string& consumer, model::SnapshotPtr snap);
+  // The consumer's holdouts now (replaces the last list).
+  void set_holdouts(const std::string& consumer, std::vector<Holdout> holdouts);
+  // The consumer's cache TTL now (the DNS sink at start and at every reload).
+  void set_cache_ttl(const std::string& consumer, std::chrono::milliseconds ttl);
 
   std::vector<Entry> entries() const;
   // The oldest generation applied by every consumer (0 when one has applied nothing).
