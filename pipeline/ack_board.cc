@@ -8,7 +8,10 @@ namespace endpointd::pipeline {
 void AckBoard::add(const std::string& consumer, model::RouteView view) {
   {
     std::lock_guard lock(mu_);
-    entries_.try_emplace(consumer, Entry{consumer, view, nullptr, {}});
+    Entry e;
+    e.consumer = consumer;
+    e.view = view;
+    entries_.try_emplace(consumer, std::move(e));
   }
   cv_.notify_all();
 }
