@@ -370,8 +370,6 @@ Status Daemon::Impl::start_drain() {
   co.aggregator.probe = std::max(std::chrono::milliseconds(50), cfg.drain_liveness / 5);
   co.peer_tls = {cfg.drain_peer_ca, cfg.drain_peer_cert, cfg.drain_peer_key};
   co.peer_insecure = cfg.drain_peer_insecure;
-  if (cfg.dns_listen)
-    co.dns_ttl = std::chrono::duration_cast<std::chrono::milliseconds>(cfg.dns_ttl);
   co.drain_socket = cfg.drain_socket;
   co.registry = registry.get();
   if (!cfg.drain_socket.empty()) {

@@ -39,9 +39,9 @@ Result<std::unique_ptr<watcher::Source>> make_source(const Config& cfg, watcher:
   // `pods verified` (CoreDNS's) answers a pod name only for a pod that exists, on any node.
   kc.pods_cluster_wide =
       kc.watch_pods && cfg.dns_listen && cfg.dns_pod_records == dns::PodMode::kVerified;
-  // With the drain's members from the agents' Service, no other Node is needed: the proxy and
-  // /healthz read this node's alone (kube-proxy watches only its own Node too).
-  kc.own_node_only = cfg.drain_members_service.has_value() && !cfg.node_name.empty();
+  // Every Node is watched: the drain's members are every node whose kernel may hold rules
+  // (drain/members.h), whether or not its agent is in the agents' Service.
+  kc.own_node_only = false;
   kc.page_size = cfg.list_page_size;
   kc.protobuf_lists = cfg.kube_api_protobuf;
   kc.watch_timeout = cfg.watch_timeout;

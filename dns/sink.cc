@@ -59,7 +59,11 @@ DnsSink::DnsSink(DnsOptions opts, pipeline::AckBoard* board, prometheus::Registr
     unsynced.push_back(Zone::unsynced(zone_options(opts_, i)));
   }
   publish(std::move(unsynced));
-  if (board_) board_->add("dns", model::RouteView::kDns);
+  if (board_) {
+    board_->add("dns", model::RouteView::kDns);
+    // The TTL drain waits out for answers already given: one value, the DNS sink's.
+    board_->set_cache_ttl("dns", std::chrono::seconds(max_ttl_));
+  }
 }
 
 DnsSink::~DnsSink() {
@@ -145,7 +149,9 @@ Status DnsSink::reconfigure(const DnsOptions& next) {
     return Error{"dns: the zones changed from " + zone_list(opts_) + " to " + zone_list(next) +
                  ": that needs a restart"};
   std::lock_guard lk(mu_);
+  // Answers given under the old TTL live that long still: the larger of the two counts.
   max_ttl_ = std::max(max_ttl_, next.ttl);
+  if (board_) board_->set_cache_ttl("dns", std::chrono::seconds(max_ttl_));
   auto t0 = Clock::now();
   std::vector<ZonePtr> zones;
   for (size_t i = 0; i < builders_.size(); ++i)

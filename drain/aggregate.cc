@@ -1,6 +1,9 @@
 #include "drain/aggregate.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <initializer_list>
+#include <tuple>
 #include <utility>
 
 namespace endpointd::drain {
@@ -11,11 +14,51 @@ std::vector<std::string> sorted(const std::set<std::string>& s) {
 }
 
 bool same(const UpReport& a, const UpReport& b) {
-  return a.watermark == b.watermark && a.covered == b.covered && a.silent == b.silent &&
-         a.returning == b.returning && a.epoch == b.epoch && a.excluded == b.excluded;
+  return a.watermark == b.watermark && a.dns_watermark == b.dns_watermark &&
+         a.covered == b.covered && a.silent == b.silent && a.returning == b.returning &&
+         a.epoch == b.epoch && a.excluded == b.excluded && a.holdouts == b.holdouts;
 }
 
 }  // namespace
+
+void merge_holdouts(std::vector<Holdout>& into, const std::vector<Holdout>& more) {
+  if (more.empty()) return;
+  uint64_t more_count = 0;
+  uint64_t more_rev = UINT64_MAX;
+  std::vector<Holdout> all;
+  all.reserve(into.size() + more.size());
+  for (const std::vector<Holdout>* list : std::initializer_list<const std::vector<Holdout>*>{&into, &more}) {
+    for (const auto& h : *list) {
+      if (h.client.starts_with("+")) {
+        // A summary entry: "+N more".
+        more_count += std::strtoull(h.client.c_str() + 1, nullptr, 10);
+        more_rev = std::min(more_rev, h.revision);
+      } else {
+        all.push_back(h);
+      }
+    }
+  }
+  std::sort(all.begin(), all.end(), [](const Holdout& a, const Holdout& b) {
+    return std::tie(a.revision, a.node, a.client) < std::tie(b.revision, b.node, b.client);
+  });
+  all.erase(std::unique(all.begin(), all.end(),
+                        [](const Holdout& a, const Holdout& b) {
+                          return a.node == b.node && a.client == b.client;
+                        }),
+            all.end());
+  const size_t keep = kMaxHoldouts - 1;
+  if (all.size() > keep + (more_count ? 0 : 1)) {
+    for (size_t i = keep; i < all.size(); ++i) {
+      ++more_count;
+      more_rev = std::min(more_rev, all[i].revision);
+    }
+    all.resize(keep);
+  }
+  if (more_count)
+    all.push_back(Holdout{"*", "+" + std::to_string(more_count) + " more", more_rev,
+                          "holdouts past the report's bound"});
+  into = std::move(all);
+}
 
 Aggregator::Aggregator(std::string self, AggregatorOptions opts)
     : self_(std::move(self)), opts_(opts) {}
@@ -32,7 +75,56 @@ void Aggregator::set_members(const std::vector<std::string>& members, TimePoint 
 }
 
 void Aggregator::set_local(uint64_t watermark) {
+  set_local(watermark, watermark, {});
+}
+
+void Aggregator::set_local(uint64_t watermark, uint64_t dns_watermark,
+                           std::vector<Holdout> holdouts) {
   local_ = watermark;
+  local_dns_ = std::min(watermark, dns_watermark);
+  local_holdouts_.clear();
+  merge_holdouts(local_holdouts_, holdouts);
+}
+
+bool Aggregator::coverage_current() const {
+  Coverage want;
+  for (const auto& m : members_)
+    if (!excluded_.count(m)) want.add(m);
+  return want == cluster_covered_;
+}
+
+bool Aggregator::counts(std::string_view node) const {
+  auto it = members_.find(std::string(node));
+  return it != members_.end() && !excluded_.count(*it) && coverage_current();
+}
+
+ClusterFacts Aggregator::facts(std::shared_ptr<const std::set<std::string>> members) const {
+  ClusterFacts f;
+  f.routing = cluster_;
+  f.dns = cluster_dns_;
+  f.coverage_current = coverage_current();
+  if (!members || *members != members_) members = std::make_shared<std::set<std::string>>(members_);
+  f.members = std::move(members);
+  f.excluded = excluded_;
+  f.holdouts = cluster_holdouts_;
+  return f;
+}
+
+std::optional<std::string> ClusterFacts::uncounted(const std::string& node) const {
+  if (!members || !members->count(node))
+    return "not a member of the cluster watermark (its Node left, or its agent never joined)";
+  if (excluded.count(node)) return "its agent is excluded: silent past the liveness deadline";
+  if (!coverage_current)
+    return "the cluster watermark was made before the last membership change; waiting for one "
+           "that counts every member";
+  return std::nullopt;
+}
+
+void Aggregator::take_cluster(const DownReport& d) {
+  cluster_ = bounded_cluster(d.from, d.watermark);
+  cluster_dns_ = std::min(cluster_, d.dns_watermark);
+  cluster_covered_ = d.covered;
+  cluster_holdouts_ = d.holdouts;
 }
 
 void Aggregator::relayout(TimePoint now) {
@@ -113,7 +205,7 @@ bool Aggregator::adopt(const std::vector<std::string>& excluded, uint64_t epoch)
     layout_dirty_ = true;
   }
   // A newer decision that took agents back: the watermark held so far did not cover them.
-  if (readmits) cluster_ = 0;
+  if (readmits) cluster_ = cluster_dns_ = 0;
   return true;
 }
 
@@ -163,7 +255,7 @@ void Aggregator::receive(const Message& m, TimePoint now) {
     // A former parent, one by another layout, or a root probing the excluded: its watermark
     // does not count here, but a newer decision does (with the watermark made under it); and
     // it is told that this agent is not its child (unless it only answered a probe).
-    if (adopt(down.excluded, down.epoch)) cluster_ = bounded_cluster(from, down.watermark);
+    if (adopt(down.excluded, down.epoch)) take_cluster(down);
     if (!asked) leave_.insert(from);
     return;
   }
@@ -173,7 +265,7 @@ void Aggregator::receive(const Message& m, TimePoint now) {
   adopt(down.excluded, down.epoch);
   // The parent's watermark holds under the decision it was made with; one made under an older
   // decision than this agent's (the parent has not heard of the newer one yet) waits.
-  if (down.epoch == epoch_) cluster_ = bounded_cluster(from, down.watermark);
+  if (down.epoch == epoch_) take_cluster(down);
 }
 
 void Aggregator::ask(const std::string& to, std::vector<Send>& out) {
@@ -217,6 +309,18 @@ uint64_t Aggregator::bounded_cluster(const std::string& from, uint64_t watermark
   return local_;
 }
 
+DownReport Aggregator::down_report() const {
+  DownReport d;
+  d.from = self_;
+  d.watermark = cluster_;
+  d.excluded = sorted(excluded_);
+  d.epoch = epoch_;
+  d.covered = cluster_covered_;
+  d.dns_watermark = cluster_dns_;
+  d.holdouts = cluster_holdouts_;
+  return d;
+}
+
 void Aggregator::note(const char* kind, const std::string& from, uint64_t reported, uint64_t kept) {
   if (anomalies_.size() < kMaxAnomalies) anomalies_.push_back({kind, from, reported, kept});
 }
@@ -225,6 +329,8 @@ UpReport Aggregator::aggregate(TimePoint now) {
   UpReport up;
   up.from = self_;
   up.watermark = local_;
+  up.dns_watermark = local_dns_;
+  up.holdouts = local_holdouts_;
   up.covered.add(self_);
   std::set<std::string> silent;
   for (const auto& [p, since] : suspects_)
@@ -232,6 +338,8 @@ UpReport Aggregator::aggregate(TimePoint now) {
   std::set<std::string> returning = returning_;
   auto include = [&](const UpReport& r) {
     up.watermark = std::min(up.watermark, r.watermark);
+    up.dns_watermark = std::min(up.dns_watermark, r.dns_watermark);
+    merge_holdouts(up.holdouts, r.holdouts);
     up.covered.add(r.covered);
     silent.insert(r.silent.begin(), r.silent.end());
     returning.insert(r.returning.begin(), r.returning.end());
@@ -295,7 +403,7 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
   }
   leave_.clear();
   for (const auto& to : answer_) {
-    out.push_back({to, DownReport{self_, cluster_, sorted(excluded_), epoch_}});
+    out.push_back({to, down_report()});
     ++stats_.down_sent;
   }
   answer_.clear();
@@ -325,7 +433,7 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
     for (const auto& n : agg.returning) readmitted = ex.erase(n) > 0 || readmitted;
     // A readmitted agent applied nothing while it was out: the watermark published without it
     // no longer holds, and the next one must cover it (a lower watermark only delays).
-    if (readmitted) cluster_ = 0;
+    if (readmitted) cluster_ = cluster_dns_ = 0;
     if (ex != excluded_) {
       excluded_ = std::move(ex);
       // A new decision: numbered past every one this agent has seen, ties broken by the
@@ -342,17 +450,23 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
     Coverage want;
     for (const auto& m : members_)
       if (m == self_ || !excluded_.count(m)) want.add(m);
-    if (agg.covered == want)
+    if (agg.covered == want) {
       cluster_ = agg.watermark;
-    else
+      cluster_dns_ = std::min(agg.watermark, agg.dns_watermark);
+      cluster_covered_ = want;
+      cluster_holdouts_ = agg.holdouts;
+    } else {
+      // The old minimum stays published with the coverage it was made with: an agent whose
+      // members differ from it counts it for nobody.
       ++stats_.coverage_mismatches;
+    }
     // Probe the excluded, a few each heartbeat: one that answers (it leaves this agent, whose
     // down report it did not expect) is alive and comes back.
     if (!excluded_.empty() && now - last_probe_at_ >= opts_.heartbeat) {
       last_probe_at_ = now;
       std::vector<std::string> ex(excluded_.begin(), excluded_.end());
       for (size_t i = 0; i < std::min<size_t>(kProbesPerHeartbeat, ex.size()); ++i) {
-        out.push_back({ex[probe_next_++ % ex.size()], DownReport{self_, cluster_, ex, epoch_}});
+        out.push_back({ex[probe_next_++ % ex.size()], down_report()});
         ++stats_.down_sent;
       }
     }
@@ -363,9 +477,11 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
     ++stats_.up_sent;
   }
 
-  DownReport down{self_, cluster_, sorted(excluded_), epoch_};
+  DownReport down = down_report();
   bool changed = !last_down_ || last_down_->watermark != down.watermark ||
-                 last_down_->excluded != down.excluded || last_down_->epoch != down.epoch;
+                 last_down_->excluded != down.excluded || last_down_->epoch != down.epoch ||
+                 last_down_->dns_watermark != down.dns_watermark ||
+                 !(last_down_->covered == down.covered) || last_down_->holdouts != down.holdouts;
   // Children, and adopted agents that still count this one as their parent; one that has not
   // had a down report yet gets one now (it is probing this agent).
   std::set<std::string> to(children_.begin(), children_.end());

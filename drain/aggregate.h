@@ -35,6 +35,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -46,9 +47,31 @@
 
 namespace endpointd::drain {
 
+// A client of some node's consumer that stopped holding that node's watermark back (a feed
+// subscriber disconnected or silent past its grace) while its last accepted state was at
+// `revision`: a drain whose update is newer cannot be confirmed while it may still route.
+struct Holdout {
+  std::string node;
+  std::string client;  // "feed/<subscriber>"
+  uint64_t revision = 0;
+  std::string reason;
+  bool operator==(const Holdout&) const = default;
+};
+// At most this many holdouts travel in a report (the oldest revisions first: they matter to
+// the most drains); more are summed into one entry with client "+N more".
+inline constexpr size_t kMaxHoldouts = 16;
+// Merges `more` into `into` keeping the kMaxHoldouts lowest revisions (node, client order
+// among equals); what is cut is counted in a last "+N more" entry at the lowest cut revision.
+void merge_holdouts(std::vector<Holdout>& into, const std::vector<Holdout>& more);
+
 struct UpReport {
   std::string from;
   uint64_t watermark = 0;  // minimum over `covered`; 0: some covered agent has applied nothing
+  // The DNS watermark: every DNS answer any covered agent gave from a state older than it has
+  // expired from clients' caches (an agent without DNS reports its `watermark`). Never above
+  // `watermark`.
+  uint64_t dns_watermark = 0;
+  std::vector<Holdout> holdouts;
   Coverage covered;
   std::vector<std::string> silent;     // agents below `from` that missed their deadline
   std::vector<std::string> returning;  // excluded agents heard from again
@@ -73,9 +96,30 @@ struct DownReport {
   // newest decision it hears of, from whomever: two roots that excluded each other while they
   // could not talk (a mass stop, a partition) converge on one list, so on one tree.
   uint64_t epoch = 0;
+  // Whom `watermark` covers: the agents the root's minimum counted (its members less the
+  // excluded). An agent counts the watermark for a node only when this is exactly its own
+  // members less its excluded: a watermark made before a membership change covers nobody new.
+  Coverage covered;
+  uint64_t dns_watermark = 0;     // the DNS watermark over the same agents
+  std::vector<Holdout> holdouts;  // every covered agent's holdouts (bounded)
 };
 
 using Message = std::variant<UpReport, DownReport>;
+
+// What drains read of the cluster watermark, as one agent knows it: a copy, so the drain
+// machine never reaches into the aggregator (or its thread).
+struct ClusterFacts {
+  uint64_t routing = 0;  // every counted node's consumers applied every event up to it
+  uint64_t dns = 0;      // and every DNS answer they gave from an older state expired
+  bool coverage_current = false;  // the published minimum covers exactly members − excluded
+  std::shared_ptr<const std::set<std::string>> members;  // null: none known yet
+  std::set<std::string> excluded;
+  std::vector<Holdout> holdouts;
+  // Why the watermark does not count `node` (nullopt: it does): the one rule for every kind
+  // of missing peer — excluded for silence, departed from the members, or a minimum made
+  // before the last membership change.
+  std::optional<std::string> uncounted(const std::string& node) const;
+};
 
 struct AggregatorOptions {
   size_t fan_in = 32;
@@ -96,8 +140,10 @@ class Aggregator {
 
   // The Node list's live members (self included, or this agent takes no part).
   void set_members(const std::vector<std::string>& members, TimePoint now);
-  // This agent's own watermark: its consumers applied every EndpointSlice event up to it.
+  // This agent's own watermark: its consumers applied every EndpointSlice event up to it;
+  // its DNS watermark (≤ watermark); the clients of its consumers that stopped holding it.
   void set_local(uint64_t watermark);
+  void set_local(uint64_t watermark, uint64_t dns_watermark, std::vector<Holdout> holdouts);
 
   void receive(const Message& m, TimePoint now);
 
@@ -113,6 +159,16 @@ class Aggregator {
   // The newest cluster watermark this agent knows: every live agent's consumers applied every
   // EndpointSlice event up to it.
   uint64_t cluster_watermark() const { return cluster_; }
+  uint64_t cluster_dns_watermark() const { return cluster_dns_; }
+  const std::vector<Holdout>& cluster_holdouts() const { return cluster_holdouts_; }
+  // Whether the cluster watermark counts `node`: the coverage it was published with is this
+  // agent's members less its excluded, and `node` is one of those. A node it does not count is
+  // unknown: never confirmed by the watermark, whatever its value.
+  bool counts(std::string_view node) const;
+  // Whether the published coverage is this agent's members less its excluded.
+  bool coverage_current() const;
+  // A copy for drains (members shared with `members`, when unchanged).
+  ClusterFacts facts(std::shared_ptr<const std::set<std::string>> members) const;
   bool is_root() const { return tree_.root() == self_; }
   const std::set<std::string>& members() const { return members_; }
   const std::set<std::string>& excluded() const { return excluded_; }
@@ -183,7 +239,15 @@ class Aggregator {
   TimePoint ring_heard_{};
   TimePoint last_ring_probe_at_{};
   uint64_t local_ = 0;
+  uint64_t local_dns_ = 0;
+  std::vector<Holdout> local_holdouts_;
   uint64_t cluster_ = 0;
+  uint64_t cluster_dns_ = 0;
+  Coverage cluster_covered_;  // whom cluster_ covers, as the root published it
+  std::vector<Holdout> cluster_holdouts_;
+  // Publishes a minimum (the root) or takes one from a down report.
+  void take_cluster(const DownReport& d);
+  DownReport down_report() const;
   std::optional<UpReport> last_up_;
   TimePoint last_up_at_{};
   std::optional<DownReport> last_down_;

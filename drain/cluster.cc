@@ -41,6 +41,26 @@ void copy_names(const google::protobuf::RepeatedPtrField<std::string>& in,
   }
 }
 
+void copy_holdouts(const google::protobuf::RepeatedPtrField<pb::WatermarkHoldout>& in,
+                   std::vector<Holdout>& out) {
+  for (const auto& h : in) {
+    if (out.size() >= kMaxHoldouts) break;
+    if (!valid_name(h.node()) || !valid_name(h.client())) continue;
+    out.push_back(Holdout{h.node(), h.client(), h.revision(), h.reason().substr(0, kMaxName)});
+  }
+}
+
+template <typename W>
+void put_holdouts(const std::vector<Holdout>& in, W* w) {
+  for (const auto& h : in) {
+    auto* o = w->add_holdouts();
+    o->set_node(h.node);
+    o->set_client(h.client);
+    o->set_revision(h.revision);
+    o->set_reason(h.reason);
+  }
+}
+
 // A received message as the Aggregator takes it; an error names what was wrong.
 Result<Message> from_wire(const pb::PeerMessage& m) {
   if (m.has_up()) {
@@ -57,6 +77,8 @@ Result<Message> from_wire(const pb::PeerMessage& m) {
     r.probe = u.probe();
     copy_names(u.excluded(), r.excluded);
     r.epoch = u.epoch();
+    r.dns_watermark = u.dns_watermark();
+    copy_holdouts(u.holdouts(), r.holdouts);
     return Message{std::move(r)};
   }
   if (m.has_down()) {
@@ -67,6 +89,10 @@ Result<Message> from_wire(const pb::PeerMessage& m) {
     r.watermark = d.watermark();
     copy_names(d.excluded(), r.excluded);
     r.epoch = d.epoch();
+    r.covered.count = d.covered_count();
+    r.covered.digest = d.covered_digest();
+    r.dns_watermark = d.dns_watermark();
+    copy_holdouts(d.holdouts(), r.holdouts);
     return Message{std::move(r)};
   }
   return Error{"a message with neither an up nor a down report"};
@@ -86,6 +112,8 @@ pb::PeerMessage to_wire(const Message& m) {
     w->set_probe(u->probe);
     for (const auto& s : u->excluded) w->add_excluded(s);
     w->set_epoch(u->epoch);
+    w->set_dns_watermark(u->dns_watermark);
+    put_holdouts(u->holdouts, w);
   } else {
     const auto& d = std::get<DownReport>(m);
     auto* w = out.mutable_down();
@@ -93,6 +121,10 @@ pb::PeerMessage to_wire(const Message& m) {
     w->set_watermark(d.watermark);
     for (const auto& s : d.excluded) w->add_excluded(s);
     w->set_epoch(d.epoch);
+    w->set_covered_count(d.covered.count);
+    w->set_covered_digest(d.covered.digest);
+    w->set_dns_watermark(d.dns_watermark);
+    put_holdouts(d.holdouts, w);
   }
   return out;
 }
@@ -459,10 +491,19 @@ void Cluster::set_members(std::map<std::string, std::string> addresses) {
 }
 
 void Cluster::set_local(uint64_t watermark) {
+  set_local(watermark, watermark, {});
+}
+
+void Cluster::set_local(uint64_t watermark, uint64_t dns_watermark,
+                        std::vector<Holdout> holdouts) {
   {
     std::lock_guard lock(inbox_mu_);
-    if (watermark == pending_local_) return;
+    if (watermark == pending_local_ && dns_watermark == pending_local_dns_ &&
+        holdouts == pending_holdouts_)
+      return;
     pending_local_ = watermark;
+    pending_local_dns_ = dns_watermark;
+    pending_holdouts_ = std::move(holdouts);
     local_changed_ = true;
   }
   inbox_cv_.notify_all();
@@ -493,13 +534,16 @@ void Cluster::publish_view() {
   v.cluster = agg_.cluster_watermark();
   v.member = agg_.members().count(opts_.node) > 0;
   // The member list is copied only when it changed: a heartbeat costs O(children), not O(N).
-  if (!members_view_ || *members_view_ != agg_.members())
-    members_view_ = std::make_shared<const std::set<std::string>>(agg_.members());
+  v.facts = agg_.facts(members_view_);
+  members_view_ = v.facts.members;
   v.members = members_view_;
   v.excluded = agg_.excluded();
   std::string j = "{\"node\":" + model::json_string(opts_.node) +
                   ",\"local_watermark\":" + std::to_string(v.local) +
                   ",\"cluster_watermark\":" + std::to_string(v.cluster) +
+                  ",\"cluster_dns_watermark\":" + std::to_string(v.facts.dns) +
+                  ",\"coverage_current\":" + (v.facts.coverage_current ? "true" : "false") +
+                  ",\"holdouts\":" + std::to_string(v.facts.holdouts.size()) +
                   ",\"member\":" + (v.member ? "true" : "false") +
                   ",\"members\":" + std::to_string(v.members->size()) +
                   ",\"root\":" + model::json_string(agg_.tree().root()) +
@@ -803,7 +847,8 @@ void Cluster::run() {
     std::vector<Event> events;
     bool members_changed = false, local_changed = false, stopping = false;
     std::map<std::string, std::string> members;
-    uint64_t local = 0;
+    uint64_t local = 0, local_dns = 0;
+    std::vector<Holdout> holdouts;
     {
       std::unique_lock lock(inbox_mu_);
       // At most a poll per millisecond whatever the deadlines say.
@@ -823,6 +868,8 @@ void Cluster::run() {
       local_changed = local_changed_;
       local_changed_ = false;
       local = pending_local_;
+      local_dns = pending_local_dns_;
+      if (local_changed) holdouts = pending_holdouts_;
     }
     auto now = SteadyClock::now();
     for (auto& ev : events) handle(ev, now);
@@ -834,7 +881,7 @@ void Cluster::run() {
       agg_.set_members(names, now);
     }
     if (local_changed) {
-      agg_.set_local(local);
+      agg_.set_local(local, local_dns, std::move(holdouts));
       metrics_->watermark->Add({{"scope", "local"}}).Set(static_cast<double>(local));
     }
     dispatch(agg_.poll(now), now);

@@ -83,6 +83,7 @@ class Cluster {
   void set_members(std::map<std::string, std::string> addresses);
   // This agent's own watermark: every consumer applied every EndpointSlice event up to it.
   void set_local(uint64_t watermark);
+  void set_local(uint64_t watermark, uint64_t dns_watermark, std::vector<Holdout> holdouts);
 
   struct View {
     uint64_t local = 0;
@@ -90,6 +91,7 @@ class Cluster {
     bool member = false;
     std::shared_ptr<const std::set<std::string>> members;  // never null once published
     std::set<std::string> excluded;
+    ClusterFacts facts;  // what drains read
   };
   View view() const;
   // For /debug/state: the tree as this agent sees it, the excluded nodes, streams, counters.
@@ -140,6 +142,8 @@ class Cluster {
   std::map<std::string, std::string> pending_members_;
   bool members_changed_ = false;
   uint64_t pending_local_ = 0;
+  uint64_t pending_local_dns_ = 0;
+  std::vector<Holdout> pending_holdouts_;
   bool local_changed_ = false;
 
   // Owned by the cluster thread.

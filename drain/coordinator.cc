@@ -29,6 +29,9 @@ struct Coordinator::Metrics {
   prometheus::Counter* action_failures;
   prometheus::Counter* bad_actions;
   prometheus::Family<prometheus::Counter>* prestop;
+  prometheus::Counter* released_confirmed;
+  prometheus::Counter* released_unconfirmed;
+  prometheus::Counter* routed_again;
   prometheus::Gauge* active;
 
   explicit Metrics(prometheus::Registry* r) {
@@ -78,6 +81,17 @@ struct Coordinator::Metrics {
                        "prestop calls by outcome: released, failed, refused, limited (too many in "
                        "progress, from the caller or in all)")
                    .Register(*r);
+    auto& releases = prometheus::BuildCounter()
+                         .Name("endpointd_drain_releases_total")
+                         .Help(
+                             "Endpoints released, by outcome: confirmed (nothing could still "
+                             "route to them) or unconfirmed (the drain names who may)")
+                         .Register(*r);
+    released_confirmed = &releases.Add({{"outcome", "confirmed"}});
+    released_unconfirmed = &releases.Add({{"outcome", "unconfirmed"}});
+    routed_again = counter("endpointd_drain_routed_again_total",
+                           "Terminating endpoints that became routable again during their drain "
+                           "(the terminating fallback): their removal is confirmed anew");
     active = &prometheus::BuildGauge()
                   .Name("endpointd_drain_active")
                   .Help("Drains in progress")
@@ -226,83 +240,18 @@ std::string Coordinator::cluster_json() const {
   std::string j = cluster_->to_json();
   if (j.empty() || j.back() != '}') return j;
   j.pop_back();
-  // Where the members come from, and the nodes that left it and are still members until the
-  // liveness deadline (drain/members.h).
+  // Where the members come from and where their agents are reached.
   const auto& svc = opts_.machine.members_service;
-  j += ",\"members_from\":" +
-       model::json_string(svc ? "service " + svc->str() : std::string("nodes")) + ",\"leaving\":[";
-  std::lock_guard lock(mu_);
-  auto now = Clock::now();
-  bool first = true;
-  for (const auto& [name, d] : departed_) {
-    if (!first) j += ",";
-    first = false;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(d.until - now).count();
-    j += "{\"node\":" + model::json_string(name) +
-         ",\"member_for_ms\":" + std::to_string(std::max<int64_t>(0, left)) + "}";
-  }
-  return j + "]}";
+  j += ",\"members_from\":\"nodes\",\"agents_at\":" +
+       model::json_string(svc ? "service " + svc->str() : std::string("InternalIP"));
+  return j + "}";
 }
 
 void Coordinator::update_watermark(const std::vector<pipeline::AckBoard::Entry>& entries,
                                    TimePoint now, TimePoint* next) {
-  if (!cluster_ || revisions_.empty()) return;
-  // The oldest generation every consumer applied; a DNS consumer's counts once the answers
-  // given from the state before it expired from clients' caches.
-  uint64_t applied = revisions_.back().first;
-  for (const auto& e : entries) {
-    uint64_t g = e.generation();
-    if (e.view == model::RouteView::kDns && opts_.dns_ttl.count() > 0) {
-      auto& seen = dns_applied_[e.consumer];
-      if (g > 0 && (seen.empty() || seen.back().second != g)) seen.emplace_back(e.applied_at, g);
-      g = 0;
-      while (!seen.empty() && seen.front().first + opts_.dns_ttl <= now) {
-        g = seen.front().second;
-        if (seen.size() == 1) break;
-        if (seen[1].first + opts_.dns_ttl > now) break;
-        seen.pop_front();
-      }
-      if (!seen.empty() && seen.front().first + opts_.dns_ttl > now)
-        *next = std::min(*next, seen.front().first + opts_.dns_ttl);
-      else if (seen.size() > 1)
-        *next = std::min(*next, seen[1].first + opts_.dns_ttl);
-    }
-    applied = std::min(applied, g);
-  }
-  uint64_t local = 0;
-  for (const auto& [gen, rev] : revisions_)
-    if (gen <= applied) local = rev;
-  // Generations below every consumer are no longer needed (keep the one that answers).
-  while (revisions_.size() > 1 && revisions_[1].first <= applied) revisions_.pop_front();
-  cluster_->set_local(local);
-}
-
-void Coordinator::confirm_by_watermark(TimePoint now) {
-  if (!cluster_) return;
-  Cluster::View v = cluster_->view();
-  std::vector<std::pair<model::IpAddr, std::string>> confirm, fail;
-  std::vector<std::string> reasons;
-  for (const auto& [ip, d] : machine_.drains()) {
-    if (d.revision == 0 || d.stage != Stage::kStopAccepting || v.cluster < d.revision) continue;
-    for (const auto& [node, p] : d.peers) {
-      if (p.state != PeerState::State::kPending) continue;
-      if (v.excluded.count(node)) {
-        // Silent past the liveness deadline: by policy proceed (counted), or keep waiting.
-        if (opts_.machine.peer_policy == PeerPolicy::kProceed) {
-          fail.emplace_back(ip, node);
-          reasons.push_back("excluded from the cluster watermark: silent past the deadline");
-        }
-      } else if (!v.members || !v.members->count(node)) {
-        fail.emplace_back(ip, node);
-        reasons.push_back("no longer a member of the cluster watermark");
-      } else {
-        confirm.emplace_back(ip, node);
-      }
-    }
-  }
-  for (const auto& [ip, node] : confirm) machine_.peer_answered(ip, node, true, "", now);
-  for (size_t i = 0; i < fail.size(); ++i)
-    machine_.peer_answered(fail[i].first, fail[i].second, false, reasons[i], now);
+  if (!cluster_ || marks_.empty()) return;
+  auto m = marks_.update(entries, opts_.machine.node_name, now, next);
+  cluster_->set_local(m.routing, m.dns, std::move(m.holdouts));
 }
 
 std::string Coordinator::drains_json() const {
@@ -331,6 +280,15 @@ LocalRemoval Coordinator::local_removal(const model::IpAddr& ip) const {
     }
     if (c.routes) r.removed = false;
     r.consumers.push_back(c);
+    // A client that stopped holding this consumer back but whose last accepted state routes
+    // to it: not removed here (the asking node's drain then says unconfirmed at its deadline).
+    for (const auto& h : e.holdouts) {
+      if (!h.snapshot ||
+          !model::routes_to(e.view, *h.snapshot, ip, {opts_.machine.node_name, {}}))
+        continue;
+      r.removed = false;
+      r.consumers.push_back({e.consumer + "/" + h.client, h.snapshot->generation, true});
+    }
   }
   return r;
 }
@@ -408,6 +366,17 @@ void Coordinator::record(const std::vector<Transition>& ts) {
     std::string pod = it != machine_.drains().end() ? it->second.pod.str() : "";
     spdlog::info("drain: {} (pod {}) {} after {:.1f} ms", t.ip.str(), pod, to_string(t.to),
                  std::chrono::duration<double, std::milli>(t.stage_duration).count());
+    if (t.to != Stage::kReleased || it == machine_.drains().end()) continue;
+    const Drain& d = it->second;
+    if (d.unconfirmed.empty()) {
+      spdlog::info("drain: {} (pod {}) released, confirmed: nothing routes to it", t.ip.str(), pod);
+      continue;
+    }
+    std::string who;
+    for (const auto& u : d.unconfirmed)
+      who += (who.empty() ? "" : "; ") + u.node + "/" + u.consumer + ": " + u.reason;
+    spdlog::warn("drain: {} (pod {}) released UNCONFIRMED; may still route: {}", t.ip.str(), pod,
+                 who);
   }
   const Counters& c = machine_.counters();
   auto bump = [](prometheus::Counter* m, uint64_t now, uint64_t before) {
@@ -420,6 +389,10 @@ void Coordinator::record(const std::vector<Transition>& ts) {
     metrics_->deadlines->Add({{"stage", "drain"}})
         .Increment(static_cast<double>(c.drain_deadlines - last_counters_.drain_deadlines));
   bump(metrics_->peers_unconfirmed, c.peers_unconfirmed, last_counters_.peers_unconfirmed);
+  bump(metrics_->released_confirmed, c.released_confirmed, last_counters_.released_confirmed);
+  bump(metrics_->released_unconfirmed, c.released_unconfirmed,
+       last_counters_.released_unconfirmed);
+  bump(metrics_->routed_again, c.routed_again, last_counters_.routed_again);
   bump(metrics_->conntrack_unavailable, c.conntrack_unavailable,
        last_counters_.conntrack_unavailable);
   bump(metrics_->no_endpoints, c.no_endpoints, last_counters_.no_endpoints);
@@ -452,17 +425,12 @@ void Coordinator::run() {
     if (pending_) {
       auto snap = std::move(pending_);
       pending_.reset();
-      if (cluster_) {
-        if (revisions_.empty() || revisions_.back().second != snap->slice_revision ||
-            revisions_.back().first < snap->generation)
-          revisions_.emplace_back(snap->generation, snap->slice_revision);
-        if (revisions_.size() > 4096) revisions_.pop_front();
-      }
+      if (cluster_) marks_.snapshot(snap->generation, snap->slice_revision);
       // The member list follows its source: the Node objects or the agents' Service
       // (unchanged ones are the same pointers).
       const auto& svc = opts_.machine.members_service;
       model::ServiceStatePtr member_state = svc ? snap->find_ptr(*svc) : nullptr;
-      bool changed = svc ? member_state != member_state_ : snap->nodes != member_nodes_;
+      bool changed = member_state != member_state_ || snap->nodes != member_nodes_;
       if (changed || (snap->synced && !members_synced_)) {
         member_nodes_ = snap->nodes;
         member_state_ = std::move(member_state);
@@ -511,8 +479,10 @@ void Coordinator::run() {
     lock.lock();
     TimePoint wake_dns = Clock::now() + std::chrono::hours(1);
     update_watermark(entries, Clock::now(), &wake_dns);
-    confirm_by_watermark(Clock::now());
+    ClusterFacts facts;
+    if (cluster_) facts = cluster_->view().facts;
     Machine::Inputs in;
+    in.cluster = cluster_ ? &facts : nullptr;
     in.now = Clock::now();
     in.consumers = std::move(entries);
     in.dns_expiry = dns_expiry_;
@@ -527,45 +497,21 @@ void Coordinator::run() {
     if (auto dl = machine_.next_deadline()) next = std::min(next, *dl);
     if (polling) next = std::min(next, Clock::now() + opts_.conntrack_poll);
     next = std::min(next, wake_dns);
-    // A leaving node's time is up: the members without it (update_members drops it).
-    TimePoint now = Clock::now();
-    for (const auto& [_, d] : departed_) {
-      if (d.until <= now) {
-        update_members(current_members_, now);
-        break;
-      }
-    }
-    for (const auto& [_, d] : departed_) next = std::min(next, d.until);
   }
 }
 
 void Coordinator::update_members(Members current, TimePoint now) {
-  // A node whose agent left the agents' Service stays a member for the liveness deadline: its
-  // kernel still holds the rules the agent left, and only silence that long excludes a member,
-  // whichever source the list comes from. (A Node deleted leaves at once: the node is gone.)
-  if (opts_.machine.members_service) {
-    for (const auto& [name, address] : current_members_)
-      if (!current.count(name) && address && !departed_.count(name))
-        departed_[name] = {*address, now + opts_.aggregator.silence};
-  }
-  for (auto it = departed_.begin(); it != departed_.end();) {
-    if (current.count(it->first) || it->second.until <= now)
-      it = departed_.erase(it);
-    else
-      ++it;
-  }
-  // This node missing from its own member list (the agents' Service names no pod of it, or the
-  // Node has no InternalIP): its drains cannot be confirmed by the watermark. Said once a change.
+  (void)now;
+  // This node missing from its own member list (no Node of that name, or one without an
+  // InternalIP and no agent endpoint): its drains cannot be confirmed by the watermark. Said
+  // once a change.
   bool self = current.count(opts_.machine.node_name) && current.at(opts_.machine.node_name);
   if (cluster_ && members_synced_ && self != self_member_) {
     if (!self) {
       spdlog::warn(
-          "drain: this node ({}) is not among the {} members ({}): its drains wait for their peer "
-          "deadline instead of the cluster watermark",
-          opts_.machine.node_name, current.size(),
-          opts_.machine.members_service
-              ? "the endpoints of Service " + opts_.machine.members_service->str()
-              : std::string("every Node with an InternalIP"));
+          "drain: this node ({}) is not among the {} members (every Node with an InternalIP): its "
+          "drains wait for their peer deadline instead of the cluster watermark",
+          opts_.machine.node_name, current.size());
     } else {
       spdlog::info("drain: this node ({}) is one of {} members", opts_.machine.node_name,
                    current.size());
@@ -573,18 +519,9 @@ void Coordinator::update_members(Members current, TimePoint now) {
     self_member_ = self;
   }
   current_members_ = std::move(current);
-  auto endpoint = [&](const model::IpAddr& ip) {
-    return model::HostPort{ip.str(), opts_.peer_port}.str();
-  };
   std::map<std::string, std::string> members;
   for (const auto& [name, address] : current_members_)
-    if (address) members[name] = endpoint(*address);
-  std::map<std::string, model::IpAddr> leaving;
-  for (const auto& [name, d] : departed_) {
-    members.emplace(name, endpoint(d.address));
-    leaving.emplace(name, d.address);
-  }
-  machine_.set_leaving(std::move(leaving));
+    if (address) members[name] = model::HostPort{address->str(), opts_.peer_port}.str();
   if (cluster_) cluster_->set_members(std::move(members));
 }
 

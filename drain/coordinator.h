@@ -16,6 +16,7 @@
 
 #include "drain/aggregate.h"
 #include "drain/flows.h"
+#include "drain/local_marks.h"
 #include "drain/machine.h"
 #include "drain/members.h"
 #include "drain/peer_tls.h"
@@ -47,9 +48,6 @@ struct CoordinatorOptions {
   // confirmed by it instead of one AwaitRemoval call per endpoint and peer. Off: v1 only.
   bool watermark = true;
   AggregatorOptions aggregator;
-  // DNS answers live this long in clients' caches: a DNS consumer's state counts towards the
-  // local watermark only this long after it was applied.
-  milliseconds dns_ttl{0};
   // The prestop socket (empty: none).
   std::string drain_socket;
   size_t prestop_max_connections = 256;
@@ -130,14 +128,11 @@ class Coordinator {
   void peer_worker();
   void wake();
   void record(const std::vector<Transition>& ts);
-  // Hands cluster_ the members: `current` and those that left the agents' Service less than
-  // the liveness deadline ago.
+  // Hands cluster_ the members (drain/members.h).
   void update_members(Members current, TimePoint now);
   // Under mu_: the cluster watermark's members and this agent's own watermark from the board.
   void update_watermark(const std::vector<pipeline::AckBoard::Entry>& entries, TimePoint now,
                         TimePoint* next);
-  // Under mu_: peers of drains the cluster watermark covers.
-  void confirm_by_watermark(TimePoint now);
 
   pipeline::AckBoard* board_;
   Flows* flows_;
@@ -158,21 +153,13 @@ class Coordinator {
   std::thread thread_;
   std::vector<std::thread> peer_threads_;
   std::unique_ptr<Cluster> cluster_;
-  // (generation, slice revision) of recent snapshots, oldest first.
-  std::deque<std::pair<uint64_t, uint64_t>> revisions_;
+  LocalMarks marks_;  // this agent's own watermarks
   // Where cluster_'s members came from: the Node objects, or the agents' Service's state.
   std::vector<model::NodePtr> member_nodes_;
   model::ServiceStatePtr member_state_;
   Members current_members_;
   bool members_synced_ = false;      // current_members_ came from a synced snapshot
   std::optional<bool> self_member_;  // this node among current_members_ (unset: not yet said)
-  struct Departed {
-    model::IpAddr address;
-    TimePoint until;
-  };
-  std::map<std::string, Departed> departed_;  // left the agents' Service, kept until `until`
-  // Per DNS consumer: (applied at, generation), oldest first, until the TTL passed.
-  std::map<std::string, std::deque<std::pair<TimePoint, uint64_t>>> dns_applied_;
   std::unique_ptr<PeerServer> peer_server_;
   PeerCredentials peer_creds_;  // loaded by start() when there is a peer server
   std::unique_ptr<PrestopServer> prestop_server_;

@@ -48,6 +48,15 @@ bool in_any_service(const model::Snapshot& s, const model::IpAddr& ip) {
   return false;
 }
 
+// Whether a DNS answer could have carried `ip`: it is an endpoint of a headless service.
+bool dns_could_answer(const model::Snapshot& s, const model::IpAddr& ip) {
+  for (const auto& st : s.services)
+    if (st->service.headless && st->service.type != model::ServiceType::kExternalName &&
+        st->find(ip))
+      return true;
+  return false;
+}
+
 std::string ms_since(TimePoint from, TimePoint t) {
   return std::to_string(std::chrono::duration_cast<milliseconds>(t - from).count());
 }
@@ -154,10 +163,15 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
     d.stage = Stage::kStopAccepting;
     d.stop_accepting = now;
     d.revision = snap_->slice_revision;
+    d.needs_dns = d.needs_dns || (before && dns_could_answer(*before, d.ip)) ||
+                  dns_could_answer(*snap_, d.ip);
+    d.routed = routed_anywhere(d.ip);
+    if (d.routed)
+      d.notes.push_back("still routable when it became terminating (the terminating fallback: no "
+                        "other endpoint of a service is ready); removal waits until it is not");
     if (why) d.notes.emplace_back(why);
     if (!members) {
       members = members_of(*snap_, opts_.members_service);
-      for (const auto& [name, address] : leaving_) members->try_emplace(name, address);
     }
     for (const auto& [name, address] : *members) {
       if (name == opts_.node_name) continue;
@@ -174,6 +188,37 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
     }
     started.push_back(d.ip);
   };
+  // Drains under way whose endpoint a changed service holds: routable again (the terminating
+  // fallback), or no longer.
+  for (auto& [ip, d] : drains_) {
+    if (d.stage < Stage::kStopAccepting || d.stage == Stage::kReleased) continue;
+    bool touched = false;
+    for (const auto* keys : {&delta.added, &delta.changed}) {
+      for (const auto& k : *keys) {
+        const model::ServiceState* st = snap_->find(k);
+        if (st && st->find(ip)) touched = true;
+      }
+    }
+    if (!touched && !delta.removed.empty()) touched = d.routed;
+    if (!touched) continue;
+    d.needs_dns = d.needs_dns || dns_could_answer(*snap_, ip);
+    bool routed = routed_anywhere(ip);
+    if (routed && !d.routed) {
+      ++counters_.routed_again;
+      d.notes.push_back("routable again at revision " + std::to_string(snap_->slice_revision) +
+                        " (the terminating fallback: no other endpoint of a service is ready)");
+      if (d.stage >= Stage::kRemoved) d.reconfirm = true;
+    } else if (!routed && d.routed) {
+      // Out of every consumer's selection again from this update on: the removal to confirm.
+      d.revision = snap_->slice_revision;
+      d.consumers_confirmed.clear();
+      for (auto& [node, p] : d.peers) {
+        if (p.state == PeerState::State::kConfirmed) p.state = PeerState::State::kPending;
+      }
+      if (d.stage >= Stage::kRemoved) d.reconfirm = true;
+    }
+    d.routed = routed;
+  }
   std::set<model::IpAddr> seen;
   for (const auto& [_, ips] : terminating_) {
     for (const auto& ip : ips) {
@@ -206,6 +251,23 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
   return started;
 }
 
+bool Machine::routed_anywhere(const model::IpAddr& ip) const {
+  // The feed's rule is the widest (any node, no hints, the fallback included); this node's
+  // dataplane adds its node-local scopes.
+  for (const auto& st : snap_->services) {
+    if (!st->find(ip)) continue;
+    if (model::routes_to(model::RouteView::kFeed, *st, ip, {}) ||
+        model::routes_to(model::RouteView::kDataplane, *st, ip, {opts_.node_name, {}}))
+      return true;
+  }
+  return false;
+}
+
+void Machine::unconfirm(Drain& d, Unconfirmed u) {
+  if (std::find(d.unconfirmed.begin(), d.unconfirmed.end(), u) == d.unconfirmed.end())
+    d.unconfirmed.push_back(std::move(u));
+}
+
 void Machine::peer_answered(const model::IpAddr& ip, const std::string& node, bool confirmed,
                             const std::string& error, TimePoint now) {
   auto it = drains_.find(ip);
@@ -220,6 +282,7 @@ void Machine::peer_answered(const model::IpAddr& ip, const std::string& node, bo
     pit->second.last_error = error;
     ++counters_.peers_unconfirmed;
     it->second.notes.push_back("peer " + node + " did not confirm: " + error);
+    unconfirm(it->second, {node, "agent", error});
   }
 }
 
@@ -294,7 +357,8 @@ std::vector<model::IpAddr> Machine::need_flow_counts() const {
 bool Machine::local_removed(Drain& d, const Inputs& in) {
   bool all = true;
   for (const auto& e : in.consumers) {
-    if (d.consumers_confirmed.count(e.consumer)) continue;
+    // Every consumer is asked every time, those that confirmed before too: one that routes to
+    // it again (the terminating fallback) is not removed any more.
     // A terminating endpoint is at most a fallback, which topology hints never narrow, so
     // the node's zone does not change the answer.
     bool routes = !e.snapshot || model::routes_to(e.view, *e.snapshot, d.ip, {opts_.node_name, {}});
@@ -304,18 +368,73 @@ bool Machine::local_removed(Drain& d, const Inputs& in) {
     }
     if (routes) {
       all = false;
-    } else {
-      d.consumers_confirmed[e.consumer] = in.now;
+      d.consumers_confirmed.erase(e.consumer);
+    } else if (d.consumers_confirmed.emplace(e.consumer, in.now).second) {
       d.last_confirmation = in.now;
     }
   }
   return all;
 }
 
-bool Machine::peers_done(Drain& d, TimePoint now) {
+void Machine::judge_peers(Drain& d, const Inputs& in) {
+  // While the endpoint is routable in the newest state (the fallback), a peer that applied it
+  // routes to it too: no peer is confirmed until an update takes it out (revision moves then).
+  if (!in.cluster || d.revision == 0 || d.routed) return;
+  const ClusterFacts& c = *in.cluster;
+  const uint64_t mark = d.needs_dns ? c.dns : c.routing;
+  for (auto& [node, p] : d.peers) {
+    if (p.state != PeerState::State::kPending) continue;
+    if (auto why = c.uncounted(node)) {
+      p.last_error = *why;
+    } else if (mark >= d.revision) {
+      p.state = PeerState::State::kConfirmed;
+      p.answered = in.now;
+      p.last_error.clear();
+    } else {
+      p.last_error = std::string(d.needs_dns ? "the cluster DNS watermark " : "the cluster watermark ") +
+                     std::to_string(mark) + " is below the removal's revision " +
+                     std::to_string(d.revision);
+    }
+  }
+}
+
+void Machine::settle_removal(Drain& d, const Inputs& in) {
+  // Clients that stopped holding a consumer back (disconnected, silent past their grace) but
+  // whose last accepted state routes to the endpoint: here, asked of that state; elsewhere,
+  // known by the revision of that state, which is older than the removal.
+  for (const auto& e : in.consumers) {
+    for (const auto& h : e.holdouts) {
+      if (!h.snapshot ||
+          !model::routes_to(e.view, *h.snapshot, d.ip, {opts_.node_name, {}}))
+        continue;
+      unconfirm(d, {opts_.node_name, e.consumer + "/" + h.client,
+                    h.reason + ": its last accepted state routes to it"});
+    }
+  }
+  if (in.cluster && d.revision > 0) {
+    for (const auto& h : in.cluster->holdouts) {
+      if (h.node == opts_.node_name || h.revision >= d.revision) continue;
+      unconfirm(d, {h.node, h.client,
+                    h.reason + ": its last accepted state (revision " +
+                        std::to_string(h.revision) + ") is older than the removal (" +
+                        std::to_string(d.revision) + ")"});
+    }
+  }
+}
+
+bool Machine::peers_done(Drain& d, const Inputs& in) {
+  const TimePoint now = in.now;
+  judge_peers(d, in);
   // Under kWait a silent peer holds stage 2 until the removal deadline (handled there).
   bool may_time_out = opts_.peer_policy == PeerPolicy::kProceed;
-  TimePoint peer_deadline = d.start + opts_.peer_timeout;
+  // A pod DNS could have handed out waits the answers' TTL besides: that much is known, not
+  // a peer being late.
+  milliseconds dns_ttl{0};
+  if (d.needs_dns)
+    for (const auto& e : in.consumers)
+      if (e.view == model::RouteView::kDns) dns_ttl = std::max(dns_ttl, e.cache_ttl);
+  d.peer_deadline = d.start + opts_.peer_timeout + dns_ttl;
+  TimePoint peer_deadline = d.peer_deadline;
   bool done = true;
   for (auto& [node, p] : d.peers) {
     if (p.state == PeerState::State::kConfirmed) {
@@ -326,10 +445,14 @@ bool Machine::peers_done(Drain& d, TimePoint now) {
     if (p.state == PeerState::State::kFailed) continue;
     if (may_time_out && now >= peer_deadline) {
       p.state = PeerState::State::kFailed;
-      p.last_error = "no answer by the peer deadline";
+      std::string why = "no confirmation by the peer deadline" +
+                        (p.last_error.empty() ? std::string() : " (" + p.last_error + ")");
+      p.last_error = why;
       p.answered = now;
       ++counters_.peers_unconfirmed;
-      d.notes.push_back("peer " + node + " did not confirm by its deadline; proceeding by policy");
+      d.notes.push_back("peer " + node + " did not confirm by its deadline; proceeding by policy: " +
+                        why);
+      unconfirm(d, {node, "agent", why});
       continue;
     }
     done = false;
@@ -377,26 +500,46 @@ void Machine::move(Drain& d, Stage to, TimePoint at, std::vector<Transition>& ou
 }
 
 void Machine::advance(Drain& d, const Inputs& in, std::vector<Transition>& out) {
-  if (d.stage == Stage::kStopAccepting) {
+  if (d.stage == Stage::kStopAccepting || d.reconfirm) {
     bool local = local_removed(d, in);
-    bool peers = peers_done(d, in.now);
+    bool peers = peers_done(d, in);
+    TimePoint deadline = d.stage == Stage::kStopAccepting ? d.removal_deadline : d.budget_end;
     if (local && peers) {
-      move(d, Stage::kRemoved, in.now, out);
-    } else if (in.now >= d.removal_deadline) {
+      settle_removal(d, in);
+      if (d.stage == Stage::kStopAccepting) {
+        move(d, Stage::kRemoved, in.now, out);
+      } else {
+        d.reconfirm = false;
+        d.notes.emplace_back("removal confirmed again after it was routable again");
+      }
+    } else if (in.now >= deadline) {
       std::string missing;
-      for (const auto& e : in.consumers)
-        if (!d.consumers_confirmed.count(e.consumer)) missing += " " + e.consumer;
+      for (const auto& e : in.consumers) {
+        if (d.consumers_confirmed.count(e.consumer)) continue;
+        missing += " " + e.consumer;
+        unconfirm(d, {opts_.node_name, e.consumer, "still routes to it at the removal deadline"});
+      }
       for (auto& [node, p] : d.peers) {
         if (p.state != PeerState::State::kPending) continue;
         p.state = PeerState::State::kFailed;
-        p.last_error = "no answer by the removal deadline";
+        std::string why = "no confirmation by the removal deadline" +
+                          (p.last_error.empty() ? std::string() : " (" + p.last_error + ")");
+        p.last_error = why;
         ++counters_.peers_unconfirmed;
         missing += " peer:" + node;
+        unconfirm(d, {node, "agent", why});
       }
+      if (d.routed)
+        unconfirm(d, {opts_.node_name, "cluster",
+                      "routable at the removal deadline (the terminating fallback)"});
+      settle_removal(d, in);
       d.removal_forced = true;
       ++counters_.removal_deadlines;
       d.notes.push_back("removal deadline passed; still routing or unconfirmed:" + missing);
-      move(d, Stage::kRemoved, in.now, out);
+      if (d.stage == Stage::kStopAccepting)
+        move(d, Stage::kRemoved, in.now, out);
+      else
+        d.reconfirm = false;
     }
   }
   if (d.stage == Stage::kRemoved && d.release_after == ReleaseAfter::kDrained) {
@@ -512,8 +655,9 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
       all_ready = removed_all = false;
       continue;
     }
-    bool ready = d.stage >= Stage::kDrained ||
-                 (d.stage == Stage::kRemoved && d.release_after == ReleaseAfter::kRemoved);
+    bool ready = !d.reconfirm && (d.stage >= Stage::kDrained || (d.stage == Stage::kRemoved &&
+                                                                 d.release_after ==
+                                                                     ReleaseAfter::kRemoved));
     if (!ready) all_ready = false;
     if (d.stage < Stage::kRemoved) removed_all = false;
     if (d.removal_forced || d.drain_forced)
@@ -524,17 +668,25 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
   if (!w.action.empty() && w.action_state == AS::kNone && removed_all) w.action_state = AS::kDue;
   if (!w.action.empty() && w.action_state != AS::kDone) all_ready = false;
   if (!all_ready) return;
-  std::string summary;
+  std::string summary, unconfirmed;
   for (const auto& ip : ips) {
     Drain& d = drains_.at(ip);
-    if (d.stage != Stage::kReleased) move(d, Stage::kReleased, in.now, out);
+    if (d.stage != Stage::kReleased) {
+      move(d, Stage::kReleased, in.now, out);
+      ++(d.unconfirmed.empty() ? counters_.released_confirmed : counters_.released_unconfirmed);
+    }
+    for (const auto& u : d.unconfirmed)
+      unconfirmed += (unconfirmed.empty() ? "" : "; ") + u.node + "/" + u.consumer + ": " + u.reason;
     ++counters_.released;
     summary += (summary.empty() ? "" : ", ") + ip.str() + ": removed after " +
                ms_since(d.start, d.removed.value_or(in.now)) + " ms" +
                (d.drained ? ", drained after " + ms_since(d.start, *d.drained) + " ms" : "");
   }
   if (!w.action_note.empty()) summary += "; " + w.action_note;
-  w.verdict = Verdict{true, "released " + w.pod.str() + " (" + summary + ")" + forced};
+  w.verdict = Verdict{true, "released " + w.pod.str() + " (" + summary + "), " +
+                                (unconfirmed.empty() ? "confirmed"
+                                                     : "unconfirmed: " + unconfirmed) +
+                                forced};
 }
 
 std::vector<Transition> Machine::evaluate(const Inputs& in) {
@@ -556,10 +708,13 @@ std::optional<TimePoint> Machine::next_deadline() const {
         break;
       case Stage::kStopAccepting:
         consider(d.removal_deadline);
-        if (opts_.peer_policy == PeerPolicy::kProceed) consider(d.start + opts_.peer_timeout);
+        if (opts_.peer_policy == PeerPolicy::kProceed)
+          consider(std::max(d.peer_deadline, d.start + opts_.peer_timeout));
         break;
       case Stage::kRemoved:
         consider(d.budget_end);
+        if (d.reconfirm && opts_.peer_policy == PeerPolicy::kProceed)
+          consider(std::max(d.peer_deadline, d.start + opts_.peer_timeout));
         if (d.conntrack_failed_since)
           consider(*d.conntrack_failed_since + opts_.conntrack_unavailable_wait);
         break;
@@ -632,7 +787,15 @@ std::string Machine::to_json(TimePoint now) const {
     j += p +
          "],\"live_flows\":" + (d.flows ? std::to_string(d.flows->live()) : std::string("null")) +
          ",\"removal_forced\":" + (d.removal_forced ? "true" : "false") +
-         ",\"drain_forced\":" + (d.drain_forced ? "true" : "false") + ",\"notes\":[";
+         ",\"drain_forced\":" + (d.drain_forced ? "true" : "false") +
+         ",\"outcome\":" + (d.stage == Stage::kReleased ? model::json_string(d.outcome()) : "null") +
+         ",\"needs_dns\":" + (d.needs_dns ? "true" : "false") + ",\"unconfirmed\":[";
+    std::string un;
+    for (const auto& u : d.unconfirmed)
+      un += (un.empty() ? "" : ",") + std::string("{\"node\":") + model::json_string(u.node) +
+            ",\"consumer\":" + model::json_string(u.consumer) +
+            ",\"reason\":" + model::json_string(u.reason) + "}";
+    j += un + "],\"notes\":[";
     std::string n;
     for (const auto& s : d.notes) n += (n.empty() ? "" : ",") + model::json_string(s);
     return j + n + "]}";

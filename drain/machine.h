@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "drain/aggregate.h"
 #include "drain/flows.h"
 #include "model/result.h"
 #include "model/snapshot.h"
@@ -63,7 +64,8 @@ struct Options {
     return std::chrono::system_clock::now();
   };
   milliseconds api_floor{1000};
-  // The peers a drain asks (drain/members.h): the Node list, or this Service's endpoints' nodes.
+  // The peers a drain waits for (drain/members.h): every Node; with this Service, its agents
+  // are reached at their endpoints' addresses.
   std::optional<model::ServiceKey> members_service;
 };
 
@@ -73,6 +75,16 @@ struct PeerState {
   std::string address;  // "ip:port"
   std::string last_error;
   std::optional<TimePoint> answered;
+};
+
+// One thing that may still route to a released endpoint: the release is then "unconfirmed"
+// and says who and why (DESIGN.md, "What confirmed means").
+struct Unconfirmed {
+  std::string node;      // the node whose kernel, DNS or client may still route
+  std::string consumer;  // "agent" (the node's agent did not confirm), "proxy", "dns",
+                         // "feed", or "feed/<subscriber>" for a holdout
+  std::string reason;
+  bool operator==(const Unconfirmed&) const = default;
 };
 
 struct Drain {
@@ -99,6 +111,18 @@ struct Drain {
   std::optional<TimePoint> prestop_called;     // when the pod's prestop call arrived
   std::string action;                          // the drain action (spec), empty: none
   std::optional<TimePoint> action_started, action_done;
+  // DNS could have handed the address out (it was in a headless service's answers): its
+  // removal also waits for the DNS watermark. Otherwise no DNS answer ever carried it.
+  bool needs_dns = false;
+  // Everything that may still route to it; empty at release: the release is "confirmed".
+  std::vector<Unconfirmed> unconfirmed;
+  // The endpoint became routable again after stop-accepting (kube-proxy's terminating fallback:
+  // every other endpoint of a service unready): `revision` moves to the update that took it
+  // out again, and the release waits for the removal to be confirmed anew.
+  bool reconfirm = false;
+  bool routed = false;  // routable somewhere in the newest snapshot
+  TimePoint peer_deadline{};  // under proceed: the peer timeout, plus the DNS TTL if needs_dns
+  std::string outcome() const { return unconfirmed.empty() ? "confirmed" : "unconfirmed"; }
 };
 
 // What a prestop call is told.
@@ -118,6 +142,8 @@ struct Counters {
   uint64_t deletion_clamped = 0;
   uint64_t not_terminating_in_api = 0;
   uint64_t released = 0;
+  uint64_t released_confirmed = 0, released_unconfirmed = 0;  // drains, by outcome
+  uint64_t routed_again = 0;  // endpoints routable again after stop-accepting
   uint64_t action_failures = 0;  // drain actions that failed, hung or could not run
   uint64_t bad_actions = 0;      // drain actions that do not parse (flag or annotation)
 };
@@ -139,9 +165,6 @@ class Machine {
   // notices endpoints that left every service. Returns the drains that need peer calls (the
   // peers are listed in their `peers`).
   std::vector<model::IpAddr> on_snapshot(model::SnapshotPtr snap, TimePoint now);
-  // Nodes that left the members (drain/members.h) but are still members until the liveness
-  // deadline: a drain that starts meanwhile asks them too. The coordinator keeps it current.
-  void set_leaving(std::map<std::string, model::IpAddr> leaving) { leaving_ = std::move(leaving); }
 
   void peer_answered(const model::IpAddr& ip, const std::string& node, bool confirmed,
                      const std::string& error, TimePoint now);
@@ -170,6 +193,8 @@ class Machine {
     std::function<std::optional<TimePoint>(const model::IpAddr&)> dns_expiry;
     // Results for the addresses of need_flow_counts().
     std::map<model::IpAddr, Result<FlowCount>> flows;
+    // The cluster watermark as this agent knows it (null: none; drains ask peers one by one).
+    const ClusterFacts* cluster = nullptr;
   };
   // Advances every drain and waiter as far as the inputs allow. Returns the transitions.
   std::vector<Transition> evaluate(const Inputs& in);
@@ -203,7 +228,15 @@ class Machine {
   void set_budget(Drain& d, TimePoint now);
   std::vector<model::IpAddr> pod_endpoints(const model::Pod& pod) const;
   bool local_removed(Drain& d, const Inputs& in);
-  bool peers_done(Drain& d, TimePoint now);
+  bool peers_done(Drain& d, const Inputs& in);
+  // Peers the cluster watermark now confirms (or, for those it does not count, why not).
+  void judge_peers(Drain& d, const Inputs& in);
+  // Removal settled (confirmed or forced): what may still route is written down.
+  void settle_removal(Drain& d, const Inputs& in);
+  void unconfirm(Drain& d, Unconfirmed u);
+  // Whether any node may still pick `ip` for new connections in snap_ (the feed's rule, the
+  // widest, and this node's own dataplane scopes).
+  bool routed_anywhere(const model::IpAddr& ip) const;
   void advance(Drain& d, const Inputs& in, std::vector<Transition>& out);
   void move(Drain& d, Stage to, TimePoint at, std::vector<Transition>& out);
   void settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>& out);
@@ -212,7 +245,6 @@ class Machine {
   void index_service(const model::ServiceKey& key);
 
   Options opts_;
-  std::map<std::string, model::IpAddr> leaving_;
   model::SnapshotPtr snap_;
   // Per service of snap_: its terminating endpoints on this node, kept from each snapshot's
   // difference from the last (a change costs what it changed, not the cluster's size), and the

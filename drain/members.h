@@ -1,15 +1,15 @@
-// Who confirms a removal: one agent per node, and the address it listens at.
+// Who confirms a removal: every node whose kernel may hold endpointd's rules — every Node in
+// the Node list, whether its agent runs or not (an agent that stops leaves its rules in place;
+// a node whose agent is absent, restarting or silent is unknown, never confirmed). Its agent is
+// reached at the Node's first InternalIP, or (--drain-members-service) at its endpoint in the
+// agents' own headless Service (hostNetwork pods: the node's address, but the Service says
+// which nodes run an agent now and at which address it listens).
 //
-// From the Node list (the default): every Node, at its first InternalIP. Every agent then
-// watches every Node, and the API server sends each of them every Node status write: at 5,000
-// nodes ~17 writes a second fanned out to 5,000 watchers (bench/results/drain-scale.md).
-//
-// From the agents' own Service (--drain-members-service): a Service selecting the endpointd
-// DaemonSet's pods, which run in the host network, so each endpoint's address is its node's.
-// The agent already watches every EndpointSlice for the dataplane, so this costs no watch of
-// its own; its slices change only when an agent pod comes, goes or changes readiness, and the
-// agent then watches only its own Node. Every endpoint counts, ready or not, terminating or
-// not: an agent starting up or shutting down is still a node whose kernel holds rules.
+// Every agent therefore watches every Node. The API server sends each of them every Node
+// write: at 5,000 nodes about 17 writes a second (the kubelet's status every 5 minutes; its
+// heartbeats go to Leases, which are not watched) fanned out to 5,000 watchers
+// (bench/results/drain-scale.md). Membership from the agents' Service alone was cheaper but
+// not true: a node whose agent left the Service still routes by the rules it left.
 #pragma once
 
 #include <map>
@@ -26,8 +26,9 @@ namespace endpointd::drain {
 // take no part).
 using Members = std::map<std::string, std::optional<model::IpAddr>>;
 
-// `service` empty: the Node list. Otherwise the nodes of that Service's endpoints, each at
-// its lowest IPv4 address, else its lowest IPv6 one; endpoints without a node are not members.
+// Every Node at its first InternalIP; with `service`, a node with an endpoint of that Service
+// is reached at that endpoint's address (its lowest IPv4, else lowest IPv6), and a node named
+// only by the Service (its Node not listed yet) is a member too.
 Members members_of(const model::Snapshot& snap, const std::optional<model::ServiceKey>& service);
 
 }  // namespace endpointd::drain

@@ -1,0 +1,52 @@
+// This agent's own watermarks, from the acknowledgement board, pure (the coordinator and the
+// drain simulation both use it).
+//
+// The routing watermark is the revision of the newest generation every consumer applied. The
+// DNS watermark is lower by the answers' TTL: a DNS consumer's generation counts for it only
+// once the answers it gave from the state before have expired from clients' caches (the TTL
+// each DNS consumer publishes on its board entry now: one value, read by the DNS sink and by
+// drain alike, changed by a reload in both). Holdouts — clients that stopped holding a consumer
+// back but may still route — are reported with the revision of their last accepted state.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "drain/aggregate.h"
+#include "pipeline/ack_board.h"
+
+namespace endpointd::drain {
+
+class LocalMarks {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  // A published snapshot: generation → the EndpointSlice revision it includes.
+  void snapshot(uint64_t generation, uint64_t revision);
+
+  struct Marks {
+    uint64_t routing = 0;
+    uint64_t dns = 0;
+    std::vector<Holdout> holdouts;
+    bool operator==(const Marks&) const = default;
+  };
+  // The marks now; `next` is lowered to when the DNS watermark moves without new input.
+  Marks update(const std::vector<pipeline::AckBoard::Entry>& entries, const std::string& node,
+               TimePoint now, TimePoint* next);
+
+  bool empty() const { return revisions_.empty(); }
+
+ private:
+  uint64_t revision_at(uint64_t generation) const;
+  // (generation, slice revision) of recent snapshots, oldest first.
+  std::deque<std::pair<uint64_t, uint64_t>> revisions_;
+  // Per DNS consumer: (applied at, generation), oldest first, until the TTL passed.
+  std::map<std::string, std::deque<std::pair<TimePoint, uint64_t>>> dns_applied_;
+};
+
+}  // namespace endpointd::drain

@@ -1,0 +1,900 @@
+// The drain simulation: the world (API, kubelet, kernels, DNS caches, proxies), the agents with
+// their real drain logic, the network between them, and the faults a seed draws.
+#include "tests/drain/sim/sim.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <deque>
+#include <tuple>
+
+#include "model/routing.h"
+
+namespace endpointd::drain::sim {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string fmt_ms(milliseconds d) {
+  return std::to_string(d.count()) + " ms";
+}
+
+}  // namespace
+
+// One pod of "web" (ClusterIP) or "db" (headless), as the API shows it.
+struct PodRec {
+  std::string name, ip, service;
+  size_t node = 0;
+  bool ready = true, terminating = false, exists = true;
+  TimePoint terminated_at{};
+  bool liveness = false;  // started in the fault-free tail: must release confirmed in time
+  bool settled = false;   // released, failed, or past its grace
+};
+
+// A proxy subscribed to one node's feed, and what it routes by: its last accepted config.
+struct Sub {
+  std::string name;
+  model::SnapshotPtr acked;  // what it routes by (null: it never accepted anything)
+  model::SnapshotPtr sent;   // the newest config its stream carried
+  TimePoint ack_due{};
+  bool wants = true;    // connects whenever the agent is there
+  bool nacking = false;
+  bool gone = false;    // never comes back during the fault phase
+  TimePoint back_at{}, nack_until{};
+};
+
+// What the feed hub of one agent knows of a subscriber identity (feed/hub.h's rules).
+struct HubEntry {
+  model::SnapshotPtr acked;  // the newest config it acknowledged
+  bool connected = false;
+  std::optional<TimePoint> outstanding_since;  // a response not acknowledged since
+  std::optional<TimePoint> disconnected_at;
+};
+
+struct Agent {
+  bool alive = true;
+  TimePoint down_until{}, paused_until{};
+  std::unique_ptr<Machine> machine;
+  std::unique_ptr<Aggregator> agg;
+  LocalMarks marks;
+  std::shared_ptr<const std::set<std::string>> members_view;
+  model::SnapshotPtr snap;  // the newest state its watch delivered
+  TimePoint lag_until{};    // its watch is stuck until then (a relist after 410)
+  milliseconds watch_delay{5};
+  milliseconds program_delay{10};
+  TimePoint slow_until{};
+  model::SnapshotPtr proxy;  // the dataplane consumer: applied
+  TimePoint proxy_at{};
+  std::deque<std::pair<TimePoint, model::SnapshotPtr>> proxy_queue;
+  model::SnapshotPtr dns;
+  TimePoint dns_at{};
+  std::map<std::string, TimePoint> served_until;  // DNS: address → when its last answer expires
+  std::map<std::string, HubEntry> hub;            // by subscriber identity
+  std::map<std::string, uint64_t> waiters;        // pod → prestop call id
+  bool in_members = false;
+};
+
+struct NodeRec {
+  std::string name, address;
+  bool in_api = true;
+  model::SnapshotPtr kernel;  // what its kernel routes by: outlives its agent
+  std::vector<Sub> subs;
+  Agent agent;
+};
+
+struct Packet {
+  TimePoint at;
+  uint64_t seq;
+  size_t from, to;
+  Message message;
+};
+
+class World {
+ public:
+  World(Options o, uint64_t seed) : o_(std::move(o)), rng_(seed) {
+    report_.seed = seed;
+    for (size_t i = 0; i < o_.nodes; ++i) {
+      NodeRec n;
+      n.name = "node-" + std::to_string(i);
+      n.address = "10.0.0." + std::to_string(i + 1);
+      for (size_t s = 0; s < o_.subscribers_per_node; ++s)
+      {
+        Sub sub;
+        sub.name = "proxy-" + std::to_string(i) + "-" + std::to_string(s);
+        n.subs.push_back(std::move(sub));
+      }
+      nodes_.push_back(std::move(n));
+    }
+    // Three pods of each service, spread over the nodes.
+    for (const char* svc : {"web", "db"})
+      for (int k = 0; k < 3; ++k) add_pod(svc, pick(o_.nodes));
+    ttl_ = max_ttl_ = o_.dns_ttl;
+    publish();
+    for (size_t i = 0; i < nodes_.size(); ++i) start_agent(i);
+  }
+
+  // ---- the API ------------------------------------------------------------------------------
+
+  void add_pod(std::string svc, size_t node) {
+    PodRec p;
+    p.service = svc;
+    p.name = svc + "-" + std::to_string(next_pod_);
+    p.ip = "10.244." + std::to_string(next_pod_ / 200 + 1) + "." + std::to_string(next_pod_ % 200 + 2);
+    ++next_pod_;
+    p.node = node;
+    pods_.push_back(std::move(p));
+  }
+
+  model::SnapshotPtr build() {
+    auto s = std::make_shared<model::Snapshot>();
+    s->generation = rev_;
+    s->slice_revision = rev_;
+    s->synced = true;
+    std::vector<model::ServiceStatePtr> services;
+    for (const char* svc : {"db", "web"}) {
+      auto st = std::make_shared<model::ServiceState>();
+      st->service.key = {"demo", svc};
+      st->service.headless = std::string(svc) == "db";
+      if (!st->service.headless) st->service.cluster_ips = {*model::IpAddr::parse("10.96.0.10")};
+      model::ServicePort sp;
+      sp.name = "http";
+      sp.port = 80;
+      sp.target_port_name = "http";
+      st->service.ports = {sp};
+      for (const auto& p : pods_) {
+        if (!p.exists || p.service != svc) continue;
+        model::MergedEndpoint m;
+        m.address = *model::IpAddr::parse(p.ip);
+        bool unready = fallback_.count(svc) && !p.terminating;
+        m.conditions = {p.ready && !p.terminating && !unready, !unready, p.terminating};
+        m.ports = {model::EndpointPort{"http", model::Protocol::kTCP, 8080, ""}};
+        m.node_name = nodes_[p.node].name;
+        m.target_ref = model::ObjectRef{"Pod", "demo", p.name, "uid-" + p.name};
+        st->endpoints.push_back(m);
+      }
+      std::sort(st->endpoints.begin(), st->endpoints.end(),
+                [](const auto& a, const auto& b) { return a.address < b.address; });
+      services.push_back(st);
+    }
+    s->services = model::ServiceList(std::move(services));
+    for (const auto& n : nodes_) {
+      if (!n.in_api) continue;
+      auto node = std::make_shared<model::Node>();
+      node->name = n.name;
+      node->addresses = {{"InternalIP", n.address}};
+      s->nodes.push_back(node);
+    }
+    for (const auto& p : pods_) {
+      if (!p.exists) continue;
+      auto pod = std::make_shared<model::Pod>();
+      pod->key = {"demo", p.name};
+      pod->uid = "uid-" + p.name;
+      pod->node_name = nodes_[p.node].name;
+      pod->pod_ips = {*model::IpAddr::parse(p.ip)};
+      pod->terminating = p.terminating;
+      pod->termination_grace_period_seconds = 10;
+      pod->annotations[kReleaseAfterAnnotation] = "removed";
+      s->pods.push_back(pod);
+    }
+    std::sort(s->pods.begin(), s->pods.end(),
+              [](const auto& a, const auto& b) { return a->key < b->key; });
+    return s;
+  }
+
+  void publish() {
+    ++rev_;
+    history_.emplace_back(now_, build());
+    if (history_.size() > 512) history_.pop_front();
+  }
+
+  // ---- the agents ---------------------------------------------------------------------------
+
+  void start_agent(size_t i) {
+    Agent& a = nodes_[i].agent;
+    // A new process: nothing of the old one but what the node keeps (its kernel) and, when the
+    // hub's memory survives, the feed identities it knew.
+    std::map<std::string, HubEntry> hub;
+    if (o_.hub_memory_survives_restart) {
+      hub = std::move(a.hub);
+      for (auto& [name, e] : hub) {
+        if (e.connected) e.disconnected_at = now_;
+        e.connected = false;
+        e.outstanding_since.reset();
+      }
+    }
+    a = Agent{};
+    a.hub = std::move(hub);
+    drain::Options mo;
+    mo.node_name = nodes_[i].name;
+    mo.peer_timeout = 2000ms;
+    mo.peer_policy = o_.policy;
+    mo.default_release_after = ReleaseAfter::kRemoved;
+    mo.terminating_wait = 5000ms;
+    a.machine = std::make_unique<Machine>(mo);
+    a.agg = std::make_unique<Aggregator>(nodes_[i].name, o_.aggregator);
+    a.watch_delay = milliseconds(1 + static_cast<int64_t>(rng_() % 20));
+    a.program_delay = milliseconds(2 + static_cast<int64_t>(rng_() % 30));
+    a.alive = true;
+  }
+
+  bool running(size_t i) const {
+    const Agent& a = nodes_[i].agent;
+    return a.alive && a.paused_until <= now_;
+  }
+
+  std::vector<pipeline::AckBoard::Entry> board(size_t i) {
+    Agent& a = nodes_[i].agent;
+    std::vector<pipeline::AckBoard::Entry> out;
+    pipeline::AckBoard::Entry p;
+    p.consumer = "proxy";
+    p.view = model::RouteView::kDataplane;
+    p.snapshot = a.proxy;
+    p.applied_at = a.proxy_at;
+    out.push_back(std::move(p));
+    if (o_.dns) {
+      pipeline::AckBoard::Entry d;
+      d.consumer = "dns";
+      d.view = model::RouteView::kDns;
+      d.snapshot = a.dns;
+      d.applied_at = a.dns_at;
+      d.cache_ttl = max_ttl_;
+      out.push_back(std::move(d));
+    }
+    if (!nodes_[i].subs.empty() && a.snap) {
+      pipeline::AckBoard::Entry f;
+      f.consumer = "feed";
+      f.view = model::RouteView::kFeed;
+      model::SnapshotPtr applied = a.snap;
+      for (const auto& [name, e] : a.hub) {
+        std::optional<TimePoint> since =
+            e.connected ? e.outstanding_since : e.disconnected_at;
+        bool lapsed = since && now_ - *since >= o_.feed_grace;
+        if (lapsed) {
+          const char* why = !e.connected ? "disconnected" : "unacknowledged";
+          for (const auto& s : nodes_[i].subs)
+            if (s.name == name && s.nacking && e.connected) why = "nacking";
+          f.holdouts.push_back({name, e.acked, *since + o_.feed_grace, why});
+          continue;
+        }
+        if (!e.acked) {
+          applied = nullptr;  // holds everything: it has accepted nothing yet
+          break;
+        }
+        if (applied && e.acked->generation < applied->generation) applied = e.acked;
+      }
+      f.snapshot = applied;
+      out.push_back(std::move(f));
+    }
+    return out;
+  }
+
+  void step_agent(size_t i) {
+    NodeRec& n = nodes_[i];
+    Agent& a = n.agent;
+    // The watch: the newest state it has had time to see.
+    // A watch that fell behind (a relist after 410) delivers nothing until it catches up.
+    model::SnapshotPtr next;
+    for (auto it = history_.rbegin(); a.lag_until <= now_ && it != history_.rend(); ++it) {
+      if (it->first + a.watch_delay <= now_) {
+        next = it->second;
+        break;
+      }
+    }
+    if (next && (!a.snap || next->generation > a.snap->generation)) {
+      a.snap = next;
+      a.machine->on_snapshot(next, now_);
+      a.marks.snapshot(next->generation, next->slice_revision);
+      std::vector<std::string> names;
+      for (const auto& nd : next->nodes) names.push_back(nd->name);
+      a.agg->set_members(names, now_);
+      a.in_members = std::find(names.begin(), names.end(), n.name) != names.end();
+      milliseconds d = a.slow_until > now_ ? milliseconds(200 + rng_() % 800) : a.program_delay;
+      a.proxy_queue.emplace_back(now_ + d, next);
+      if (o_.dns && (!a.dns || a.dns->generation < next->generation)) {
+        a.dns = next;
+        a.dns_at = now_;
+      }
+      // The feed: every connected subscriber is sent the new state.
+      for (auto& s : n.subs) {
+        auto it = a.hub.find(s.name);
+        if (it == a.hub.end() || !it->second.connected) continue;
+        s.sent = next;
+        s.ack_due = now_ + milliseconds(1 + rng_() % 40);
+        if (!it->second.outstanding_since) it->second.outstanding_since = now_;
+      }
+    }
+    while (!a.proxy_queue.empty() && a.proxy_queue.front().first <= now_) {
+      a.proxy = a.proxy_queue.front().second;
+      a.proxy_at = now_;
+      n.kernel = a.proxy;  // the kernel holds it from now on, whatever becomes of the agent
+      a.proxy_queue.pop_front();
+    }
+    // Subscribers connect, acknowledge or reject.
+    for (auto& s : n.subs) {
+      auto it = a.hub.find(s.name);
+      bool up = s.wants && !s.gone;
+      if (!up) {
+        if (it != a.hub.end() && it->second.connected) {
+          it->second.connected = false;
+          it->second.disconnected_at = now_;
+          it->second.outstanding_since.reset();
+        }
+        continue;
+      }
+      if (!a.snap) continue;
+      if (it == a.hub.end() || !it->second.connected) {
+        // A (re)connection. An identity the hub knows starts from what it acknowledged last;
+        // a new one from the current state, which it is about to be sent anyway.
+        if (it == a.hub.end()) {
+          // A subscriber the hub never met counts from the state current when it joined: it
+          // has been told nothing older (feed/hub.h).
+          HubEntry e;
+          e.acked = a.snap;
+          it = a.hub.emplace(s.name, e).first;
+        }
+        it->second.connected = true;
+        it->second.disconnected_at.reset();
+        s.sent = a.snap;
+        s.ack_due = now_ + milliseconds(1 + rng_() % 40);
+        it->second.outstanding_since = now_;
+      }
+      if (s.sent && s.ack_due <= now_ && !s.nacking && s.acked != s.sent) {
+        s.acked = s.sent;
+        it->second.acked = s.sent;
+        it->second.outstanding_since.reset();
+      }
+    }
+    // DNS: clients on this node ask for the headless service now and then.
+    if (o_.dns && a.dns && pick(100) < 20) answer_dns(i);
+
+    auto entries = board(i);
+    TimePoint wake = now_ + 1h;
+    auto m = a.marks.update(entries, n.name, now_, &wake);
+    a.agg->set_local(m.routing, m.dns, std::move(m.holdouts));
+    for (auto& s : a.agg->poll(now_)) send(i, std::move(s));
+    ClusterFacts facts = a.agg->facts(a.members_view);
+    a.members_view = facts.members;
+    Machine::Inputs in;
+    in.now = now_;
+    in.consumers = std::move(entries);
+    in.dns_expiry = [&a, this](const model::IpAddr& ip) -> std::optional<TimePoint> {
+      auto it = a.served_until.find(ip.str());
+      if (it == a.served_until.end()) return std::nullopt;
+      return it->second;
+    };
+    in.cluster = &facts;
+    a.machine->evaluate(in);
+    settle_waiters(i);
+  }
+
+  void answer_dns(size_t i) {
+    Agent& a = nodes_[i].agent;
+    const model::ServiceState* st = a.dns->find({"demo", "db"});
+    if (!st) return;
+    for (const auto& e : st->endpoints) {
+      if (!model::routes_to(model::RouteView::kDns, *st, e.address, {})) continue;
+      TimePoint until = now_ + ttl_;
+      dns_cache_.emplace_back(e.address.str(), until);
+      auto& u = a.served_until[e.address.str()];
+      u = std::max(u, until);
+    }
+    ++report_.faults["dns queries"];
+  }
+
+  // ---- the kubelet --------------------------------------------------------------------------
+
+  void call_prestops(size_t i) {
+    Agent& a = nodes_[i].agent;
+    if (!running(i) || !a.snap) return;
+    for (auto& p : pods_) {
+      if (!p.exists || !p.terminating || p.settled || p.node != i || a.waiters.count(p.name))
+        continue;
+      a.waiters[p.name] = a.machine->add_waiter({"demo", p.name}, "uid-" + p.name, now_);
+    }
+  }
+
+  void settle_waiters(size_t i) {
+    Agent& a = nodes_[i].agent;
+    for (auto it = a.waiters.begin(); it != a.waiters.end();) {
+      auto v = a.machine->verdict(it->second);
+      if (!v) {
+        ++it;
+        continue;
+      }
+      PodRec* pod = find_pod(it->first);
+      if (pod && !pod->settled) {
+        pod->settled = true;
+        if (v->release) released(i, *pod);
+        pod->exists = false;  // the application exits; the pod and its endpoint go
+        std::string svc = pod->service;
+        add_pod(std::move(svc), pick_in_api());
+        publish();
+      }
+      a.machine->remove_waiter(it->second);
+      it = a.waiters.erase(it);
+    }
+  }
+
+  void released(size_t i, const PodRec& pod) {
+    const Drain* d = nullptr;
+    auto ip = *model::IpAddr::parse(pod.ip);
+    auto it = nodes_[i].agent.machine->drains().find(ip);
+    if (it != nodes_[i].agent.machine->drains().end()) d = &it->second;
+    bool confirmed = d && d->unconfirmed.empty();
+    ++report_.drains;
+    (confirmed ? report_.releases_confirmed : report_.releases_unconfirmed)++;
+    outcomes_[pod.ip] = confirmed ? "confirmed" : "unconfirmed";
+    released_after_[pod.ip] = std::chrono::duration_cast<milliseconds>(now_ - pod.terminated_at);
+    if (d)
+      for (const auto& u : d->unconfirmed)
+        unconfirmed_[pod.ip].push_back(u.node + "/" + u.consumer + ": " + u.reason);
+    std::string who;
+    for (const auto& u : unconfirmed_[pod.ip]) who += " [" + u + "]";
+    trace("release " + pod.name + " " + pod.ip + " by " + nodes_[i].name + ": " +
+          (confirmed ? "confirmed" : "unconfirmed") + who);
+    if (pod.liveness && (!confirmed || now_ - pod.terminated_at > o_.liveness)) {
+      std::string why = confirmed ? "confirmed after " + fmt_ms(released_after_[pod.ip])
+                                  : "unconfirmed:";
+      for (const auto& u : unconfirmed_[pod.ip]) why += " [" + u + "]";
+      report_.liveness.push_back({"fault-free drain of " + pod.name + " " + why, elapsed()});
+    }
+    if (!confirmed) return;
+    // The invariant: nothing routes to it.
+    std::string what;
+    for (const auto& n : nodes_) {
+      if (!n.in_api || !n.kernel) continue;
+      if (model::routes_to(model::RouteView::kDataplane, *n.kernel, ip, {n.name, {}}))
+        what += " kernel of " + n.name + " (revision " + std::to_string(n.kernel->generation) + ")";
+      for (const auto& s : n.subs)
+        if (s.acked && model::routes_to(model::RouteView::kFeed, *s.acked, ip, {}))
+          what += " subscriber " + s.name + " (revision " + std::to_string(s.acked->generation) +
+                  ")";
+    }
+    for (const auto& [addr, until] : dns_cache_)
+      if (addr == pod.ip && until > now_) {
+        what += " a DNS answer cached for " + fmt_ms(std::chrono::duration_cast<milliseconds>(until - now_));
+        break;
+      }
+    if (!what.empty())
+      report_.safety.push_back(
+          {"released " + pod.name + " " + pod.ip + " as confirmed by " + nodes_[i].name +
+               " while routed by:" + what,
+           elapsed()});
+  }
+
+  PodRec* find_pod(const std::string& name) {
+    for (auto& p : pods_)
+      if (p.name == name) return &p;
+    return nullptr;
+  }
+
+  // ---- the network --------------------------------------------------------------------------
+
+  void send(size_t from, Aggregator::Send s) {
+    size_t to = index_of(s.to);
+    if (to == SIZE_MAX) return;
+    if (cut_.count({std::min(from, to), std::max(from, to)})) return;
+    const bool faulty = in_fault_phase();
+    if (faulty && chance(o_.faults.loss)) return;
+    int copies = faulty && chance(o_.faults.duplicate) ? 2 : 1;
+    for (int c = 0; c < copies; ++c) {
+      milliseconds lat(1 + static_cast<int64_t>(rng_() % static_cast<uint64_t>(
+                                                            faulty ? o_.faults.latency_max.count() : 5)));
+      TimePoint at = now_ + lat;
+      auto& last = link_last_[{from, to}];
+      if (!(faulty && o_.faults.reorder)) at = std::max(at, last);
+      last = std::max(last, at);
+      net_.push_back(Packet{at, seq_++, from, to, s.message});
+    }
+  }
+
+  void deliver() {
+    std::stable_sort(net_.begin(), net_.end(), [](const Packet& a, const Packet& b) {
+      return std::tie(a.at, a.seq) < std::tie(b.at, b.seq);
+    });
+    std::vector<Packet> keep;
+    for (auto& p : net_) {
+      if (p.at > now_) {
+        keep.push_back(std::move(p));
+        continue;
+      }
+      Agent& a = nodes_[p.to].agent;
+      if (!a.alive) continue;               // the connection is gone with the process
+      if (a.paused_until > now_) {          // it waits in the socket
+        keep.push_back(std::move(p));
+        continue;
+      }
+      a.agg->receive(p.message, now_);
+    }
+    net_ = std::move(keep);
+  }
+
+  size_t index_of(const std::string& name) const {
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      if (nodes_[i].name == name) return i;
+    return SIZE_MAX;
+  }
+
+  // ---- time and faults ----------------------------------------------------------------------
+
+  bool chance(double p) { return p > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
+  size_t pick(size_t n) { return static_cast<size_t>(rng_() % n); }
+  size_t pick_in_api() {
+    std::vector<size_t> in;
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      if (nodes_[i].in_api) in.push_back(i);
+    return in.empty() ? 0 : in[pick(in.size())];
+  }
+  milliseconds upto(milliseconds m) { return milliseconds(100 + rng_() % static_cast<uint64_t>(m.count())); }
+  bool in_fault_phase() const { return faults_on_ && now_ < start_ + o_.fault_phase; }
+  milliseconds elapsed() const { return std::chrono::duration_cast<milliseconds>(now_ - start_); }
+  void trace(const std::string& s) {
+    if (tracing_) report_.log.push_back(fmt_ms(elapsed()) + " " + s);
+  }
+  double per_tick(double per_s) const {
+    return per_s * std::chrono::duration<double>(o_.tick).count();
+  }
+
+  void inject() {
+    const Faults& f = o_.faults;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      Agent& a = nodes_[i].agent;
+      if (a.alive && chance(per_tick(f.kill_per_s))) {
+        kill(i);
+        a.down_until = now_ + upto(f.down_max);
+        ++report_.faults["agent stopped"];
+      }
+      if (a.alive && a.paused_until <= now_ && chance(per_tick(f.pause_per_s))) {
+        a.paused_until = now_ + upto(f.pause_max);
+        ++report_.faults["agent paused"];
+      }
+      if (a.alive && chance(per_tick(f.watch_lag_per_s))) {
+        a.lag_until = now_ + upto(f.watch_lag_max);
+        ++report_.faults["watch behind"];
+      }
+      if (a.alive && chance(per_tick(f.program_slow_per_s))) {
+        a.slow_until = now_ + 2000ms;
+        ++report_.faults["slow programming"];
+      }
+      for (auto& s : nodes_[i].subs) {
+        if (s.gone) continue;
+        if (s.wants && chance(per_tick(f.disconnect_per_s))) {
+          s.wants = false;
+          s.back_at = now_ + upto(f.disconnected_max);
+          ++report_.faults["subscriber disconnected"];
+        }
+        if (!s.nacking && chance(per_tick(f.nack_per_s))) {
+          s.nacking = true;
+          s.nack_until = now_ + upto(f.nacking_max);
+          ++report_.faults["subscriber nacking"];
+        }
+        if (chance(per_tick(f.gone_per_s))) {
+          s.gone = true;
+          ++report_.faults["subscriber gone"];
+        }
+      }
+      if (chance(per_tick(f.node_churn_per_s)) && nodes_[i].in_api) {
+        nodes_[i].in_api = false;
+        churned_[i] = now_ + upto(3000ms);
+        publish();
+        ++report_.faults["node deleted and created again"];
+      }
+    }
+    if (chance(per_tick(f.ttl_reload_per_s))) {
+      set_ttl(milliseconds(1000 + rng_() % 2000));
+      ++report_.faults["ttl reload"];
+    }
+    if (chance(per_tick(f.fallback_per_s))) {
+      std::string svc = pick(2) ? "web" : "db";
+      if (!fallback_.count(svc)) {
+        fallback_[svc] = now_ + upto(2500ms);
+        publish();
+        ++report_.faults["fallback"];
+      }
+    }
+    // (Loss, duplication, latency and reordering apply to every message of the fault phase.)
+  }
+
+  void recover_due() {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      Agent& a = nodes_[i].agent;
+      if (!a.alive && a.down_until <= now_ && auto_restart_) restart(i);
+      for (auto& s : nodes_[i].subs) {
+        if (!s.wants && s.back_at <= now_) s.wants = true;
+        if (s.nacking && s.nack_until <= now_) s.nacking = false;
+      }
+    }
+    for (auto it = churned_.begin(); it != churned_.end();) {
+      if (it->second <= now_) {
+        nodes_[it->first].in_api = true;
+        publish();
+        it = churned_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = fallback_.begin(); it != fallback_.end();) {
+      if (it->second <= now_) {
+        it = fallback_.erase(it);
+        publish();
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // The end of the fault phase: everything comes back.
+  void heal() {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (!nodes_[i].agent.alive) restart(i);
+      nodes_[i].agent.paused_until = now_;
+      nodes_[i].agent.lag_until = now_;
+      nodes_[i].agent.slow_until = now_;
+      for (auto& s : nodes_[i].subs) {
+        s.gone = false;
+        s.wants = true;
+        s.nacking = false;
+      }
+    }
+    for (auto& [i, _] : churned_) nodes_[i].in_api = true;
+    churned_.clear();
+    fallback_.clear();
+    cut_.clear();
+    publish();
+  }
+
+  void terminate_random(bool liveness) {
+    std::vector<size_t> cand;
+    for (size_t k = 0; k < pods_.size(); ++k) {
+      const PodRec& p = pods_[k];
+      if (p.exists && !p.terminating && nodes_[p.node].in_api &&
+          (!liveness || p.service == "web"))
+        cand.push_back(k);
+    }
+    if (cand.empty()) return;
+    PodRec& p = pods_[cand[pick(cand.size())]];
+    terminate_pod(p, liveness);
+  }
+
+  void terminate_pod(PodRec& p, bool liveness) {
+    p.terminating = true;
+    p.terminated_at = now_;
+    p.liveness = liveness;
+    trace("terminate " + p.name + " " + p.ip + " on " + nodes_[p.node].name);
+    publish();
+  }
+
+  void tick() {
+    if (in_fault_phase()) inject();
+    recover_due();
+    deliver();
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      call_prestops(i);
+      if (running(i)) step_agent(i);
+    }
+    // The kubelet's grace period: a pod not released by then is killed.
+    std::vector<std::string> replace;
+    for (auto& p : pods_) {
+      if (p.exists && p.terminating && !p.settled && now_ - p.terminated_at >= 10s) {
+        p.settled = true;
+        p.exists = false;
+        if (p.liveness)
+          report_.liveness.push_back({"fault-free drain of " + p.name + " never released",
+                                      elapsed()});
+        replace.push_back(p.service);
+      }
+    }
+    for (auto& svc : replace) {
+      add_pod(std::move(svc), pick_in_api());
+      publish();
+    }
+    std::erase_if(dns_cache_, [&](const auto& e) { return e.second <= now_; });
+    now_ += o_.tick;
+  }
+
+  void advance(milliseconds d) {
+    TimePoint end = now_ + d;
+    while (now_ < end) tick();
+  }
+
+  Report run_all(bool trace_on) {
+    tracing_ = trace_on;
+    faults_on_ = true;
+    auto_restart_ = true;
+    start_ = now_;
+    milliseconds next_term = o_.terminate_every;
+    while (now_ < start_ + o_.fault_phase) {
+      if (elapsed() >= next_term) {
+        terminate_random(false);
+        next_term += o_.terminate_every;
+      }
+      tick();
+    }
+    heal();
+    // Drains still under way from the fault phase finish first (their budgets).
+    advance(o_.settle);
+    for (size_t k = 0; k < o_.liveness_drains; ++k) {
+      terminate_random(true);
+      advance(o_.liveness + 1500ms);
+    }
+    return report_;
+  }
+
+  // ---- scripted faults ----------------------------------------------------------------------
+
+  void kill(size_t i) {
+    Agent& a = nodes_[i].agent;
+    a.alive = false;
+    a.waiters.clear();  // the prestop calls' connections broke: the kubelet calls again
+    for (auto& [name, e] : a.hub)
+      if (e.connected) {
+        e.connected = false;
+        e.disconnected_at = now_;
+      }
+    trace("kill agent " + nodes_[i].name);
+  }
+  void restart(size_t i) {
+    start_agent(i);
+    trace("restart agent " + nodes_[i].name);
+  }
+  void set_ttl(milliseconds ttl) {
+    ttl_ = ttl;
+    max_ttl_ = std::max(max_ttl_, ttl);  // the DNS sink keeps the larger (dns/sink.cc)
+  }
+
+  Options o_;
+  std::mt19937_64 rng_;
+  Report report_;
+  std::vector<NodeRec> nodes_;
+  std::vector<PodRec> pods_;
+  size_t next_pod_ = 0;
+  uint64_t rev_ = 100;
+  std::deque<std::pair<TimePoint, model::SnapshotPtr>> history_;
+  std::map<std::string, TimePoint> fallback_;
+  std::map<size_t, TimePoint> churned_;
+  std::vector<std::pair<std::string, TimePoint>> dns_cache_;
+  milliseconds ttl_{0}, max_ttl_{0};
+  std::vector<Packet> net_;
+  std::map<std::pair<size_t, size_t>, TimePoint> link_last_;
+  std::set<std::pair<size_t, size_t>> cut_;
+  uint64_t seq_ = 0;
+  TimePoint now_ = TimePoint{} + 1h;
+  TimePoint start_ = TimePoint{} + 1h;
+  bool faults_on_ = false, auto_restart_ = false, tracing_ = false;
+  std::map<std::string, std::string> outcomes_;
+  std::map<std::string, milliseconds> released_after_;
+  std::map<std::string, std::vector<std::string>> unconfirmed_;
+  friend class Scenario;
+};
+
+Options options_for_seed(uint64_t seed) {
+  std::mt19937_64 r(seed * 0x9e3779b97f4a7c15ULL + 1);
+  auto u = [&] { return std::uniform_real_distribution<double>(0, 1)(r); };
+  Options o;
+  o.nodes = 2 + r() % 4;
+  o.subscribers_per_node = r() % 3;
+  o.dns = u() < 0.7;
+  o.policy = u() < 0.5 ? PeerPolicy::kProceed : PeerPolicy::kWait;
+  o.aggregator.fan_in = 2;
+  o.aggregator.silence = 1500ms;
+  o.aggregator.heartbeat = 500ms;
+  o.aggregator.probe = 300ms;
+  Faults& f = o.faults;
+  // Each kind of fault is on in about half of the seeds, at a rate that makes it happen a few
+  // times in the fault phase.
+  auto maybe = [&](double rate) { return u() < 0.5 ? rate * (0.5 + u()) : 0.0; };
+  f.kill_per_s = maybe(0.04);
+  f.pause_per_s = maybe(0.05);
+  f.loss = maybe(0.05);
+  f.duplicate = maybe(0.05);
+  f.latency_max = milliseconds(5 + r() % 200);
+  f.reorder = u() < 0.3;
+  f.disconnect_per_s = maybe(0.05);
+  f.nack_per_s = maybe(0.03);
+  f.gone_per_s = maybe(0.01);
+  f.ttl_reload_per_s = o.dns ? maybe(0.1) : 0;
+  f.node_churn_per_s = maybe(0.01);
+  f.watch_lag_per_s = maybe(0.05);
+  f.program_slow_per_s = maybe(0.05);
+  f.fallback_per_s = maybe(0.08);
+  return o;
+}
+
+Report run(uint64_t seed, const Options& opts, bool trace) {
+  World w(opts, seed);
+  return w.run_all(trace);
+}
+
+Report run(uint64_t seed) {
+  return run(seed, options_for_seed(seed));
+}
+
+// ---- scenarios ------------------------------------------------------------------------------
+
+Scenario::Scenario(Options opts, uint64_t seed)
+    : world_(std::make_unique<World>(std::move(opts), seed)) {
+  world_->faults_on_ = false;
+  world_->tracing_ = true;
+  world_->start_ = world_->now_;
+}
+Scenario::~Scenario() = default;
+
+void Scenario::advance(milliseconds d) {
+  world_->advance(d);
+}
+std::string Scenario::terminate(const std::string& service, size_t node) {
+  for (auto& p : world_->pods_) {
+    if (p.exists && !p.terminating && p.service == service && p.node == node) {
+      world_->terminate_pod(p, false);
+      return p.ip;
+    }
+  }
+  // None there yet: one is made and started first.
+  world_->add_pod(service, node);
+  world_->publish();
+  world_->advance(500ms);
+  PodRec& p = world_->pods_.back();
+  world_->terminate_pod(p, false);
+  return p.ip;
+}
+void Scenario::kill(size_t node) {
+  world_->kill(node);
+}
+void Scenario::restart(size_t node) {
+  world_->restart(node);
+}
+void Scenario::disconnect(size_t node, size_t sub) {
+  world_->nodes_[node].subs[sub].wants = false;
+  world_->nodes_[node].subs[sub].back_at = TimePoint::max();
+}
+void Scenario::reconnect(size_t node, size_t sub) {
+  world_->nodes_[node].subs[sub].wants = true;
+}
+void Scenario::nack(size_t node, size_t sub, bool on) {
+  world_->nodes_[node].subs[sub].nacking = on;
+  world_->nodes_[node].subs[sub].nack_until = TimePoint::max();
+}
+void Scenario::set_ttl(milliseconds ttl) {
+  world_->set_ttl(ttl);
+}
+void Scenario::query_dns(size_t node) {
+  world_->answer_dns(node);
+}
+void Scenario::remove_node(size_t node) {
+  world_->nodes_[node].in_api = false;
+  world_->publish();
+}
+void Scenario::add_node(size_t node) {
+  world_->nodes_[node].in_api = true;
+  world_->publish();
+}
+void Scenario::fallback(const std::string& service, bool on) {
+  if (on)
+    world_->fallback_[service] = TimePoint::max();
+  else
+    world_->fallback_.erase(service);
+  world_->publish();
+}
+void Scenario::partition(size_t a, size_t b, bool on) {
+  auto k = std::make_pair(std::min(a, b), std::max(a, b));
+  if (on)
+    world_->cut_.insert(k);
+  else
+    world_->cut_.erase(k);
+}
+std::string Scenario::outcome(const std::string& ip) const {
+  auto it = world_->outcomes_.find(ip);
+  return it == world_->outcomes_.end() ? std::string() : it->second;
+}
+std::vector<std::string> Scenario::unconfirmed(const std::string& ip) const {
+  auto it = world_->unconfirmed_.find(ip);
+  return it == world_->unconfirmed_.end() ? std::vector<std::string>{} : it->second;
+}
+milliseconds Scenario::released_after(const std::string& ip) const {
+  auto it = world_->released_after_.find(ip);
+  return it == world_->released_after_.end() ? milliseconds(-1) : it->second;
+}
+const Report& Scenario::report() const {
+  return world_->report_;
+}
+
+}  // namespace endpointd::drain::sim

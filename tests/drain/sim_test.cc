@@ -1,0 +1,188 @@
+// The drain protocol under a deterministic, fault-injecting simulation (tests/drain/sim/sim.h):
+// thousands of seeds, each checked for a false "confirmed" at every release and for liveness
+// in its fault-free tail; and the named scenarios, one per way a release used to say
+// "confirmed" while something could still route to the pod.
+//
+// A failing seed prints its number; `drain_sim_test --gtest_filter=DrainSim.Replay` with
+// ENDPOINTD_SIM_SEED=<n> replays it with a trace.
+#include "tests/drain/sim/sim.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace endpointd::drain::sim {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string describe(const Report& r) {
+  std::string s = "seed " + std::to_string(r.seed) + ":";
+  for (const auto& v : r.safety) s += "\n  SAFETY at " + std::to_string(v.at.count()) + " ms: " + v.what;
+  for (const auto& v : r.liveness)
+    s += "\n  LIVENESS at " + std::to_string(v.at.count()) + " ms: " + v.what;
+  for (const auto& l : r.log) s += "\n    " + l;
+  return s;
+}
+
+// Seeds [first, first + count): every one safe and live.
+void run_seeds(uint64_t first, uint64_t count) {
+  size_t confirmed = 0, unconfirmed = 0, failed = 0;
+  for (uint64_t seed = first; seed < first + count; ++seed) {
+    Report r = run(seed);
+    confirmed += r.releases_confirmed;
+    unconfirmed += r.releases_unconfirmed;
+    if (!r.ok() && ++failed <= 3) ADD_FAILURE() << describe(r);
+  }
+  EXPECT_EQ(failed, 0u) << "of " << count << " seeds";
+  // The simulation exercises both outcomes, or it proves nothing.
+  EXPECT_GT(confirmed, count);
+  EXPECT_GT(unconfirmed, count / 20);
+  std::printf("seeds %llu..%llu: %zu releases confirmed, %zu unconfirmed\n",
+              static_cast<unsigned long long>(first),
+              static_cast<unsigned long long>(first + count - 1), confirmed, unconfirmed);
+}
+
+// Four shards of 2,500 seeds (ctest runs them side by side).
+TEST(DrainSim, Seeds0) { run_seeds(1, 2500); }
+TEST(DrainSim, Seeds1) { run_seeds(2501, 2500); }
+TEST(DrainSim, Seeds2) { run_seeds(5001, 2500); }
+TEST(DrainSim, Seeds3) { run_seeds(7501, 2500); }
+
+TEST(DrainSim, Replay) {
+  const char* s = std::getenv("ENDPOINTD_SIM_SEED");
+  if (!s) GTEST_SKIP() << "set ENDPOINTD_SIM_SEED to replay one seed with a trace";
+  uint64_t seed = std::strtoull(s, nullptr, 10);
+  Report r = run(seed, options_for_seed(seed), true);
+  std::printf("%s\n", describe(r).c_str());
+  for (const auto& [k, n] : r.faults) std::printf("  %s: %zu\n", k.c_str(), n);
+  EXPECT_TRUE(r.ok());
+}
+
+TEST(DrainSim, ASeedReplaysExactly) {
+  for (uint64_t seed : {3u, 77u, 1234u}) {
+    Report a = run(seed), b = run(seed);
+    EXPECT_EQ(a.releases_confirmed, b.releases_confirmed) << seed;
+    EXPECT_EQ(a.releases_unconfirmed, b.releases_unconfirmed) << seed;
+    EXPECT_EQ(a.faults, b.faults) << seed;
+  }
+}
+
+Options quiet(size_t nodes, size_t subs, bool dns, PeerPolicy policy) {
+  Options o;
+  o.nodes = nodes;
+  o.subscribers_per_node = subs;
+  o.dns = dns;
+  o.policy = policy;
+  o.aggregator.fan_in = 2;
+  o.aggregator.silence = 1500ms;
+  o.aggregator.heartbeat = 500ms;
+  o.aggregator.probe = 300ms;
+  return o;
+}
+
+bool names(const std::vector<std::string>& list, const std::string& what) {
+  for (const auto& s : list)
+    if (s.find(what) != std::string::npos) return true;
+  return false;
+}
+
+// 1. A proxy that reconnects before it acknowledged the removal is not current: its last
+// accepted config still routes to the pod.
+TEST(DrainScenario, AProxyThatReconnectsIsNotCurrentUntilItAcks) {
+  Scenario s(quiet(2, 1, false, PeerPolicy::kWait));
+  s.advance(3s);
+  s.disconnect(1, 0);  // node-1's proxy goes away
+  std::string ip = s.terminate("web", 0);
+  s.advance(1s);
+  s.nack(1, 0, true);  // it comes back, but rejects what it is sent
+  s.reconnect(1, 0);
+  s.advance(8s);
+  EXPECT_EQ(s.outcome(ip), "unconfirmed");
+  EXPECT_TRUE(names(s.unconfirmed(ip), "node-1/feed/proxy-1-0")) << ::testing::PrintToString(s.unconfirmed(ip));
+  EXPECT_TRUE(s.report().safety.empty());
+}
+
+// 2. A node whose agent stopped still routes by the rules it left: never confirmed; under
+// `wait` the drain waits for the agent, which comes back and confirms.
+TEST(DrainScenario, ANodeWhoseAgentStoppedIsWaitedFor) {
+  Scenario s(quiet(3, 0, false, PeerPolicy::kWait));
+  s.advance(3s);
+  s.kill(2);
+  std::string ip = s.terminate("web", 0);
+  s.advance(4s);
+  EXPECT_EQ(s.outcome(ip), "") << "released while node-2's kernel may route to it";
+  s.restart(2);
+  s.advance(3s);
+  EXPECT_EQ(s.outcome(ip), "confirmed");
+  EXPECT_TRUE(s.report().safety.empty());
+}
+
+TEST(DrainScenario, ANodeWhoseAgentStoppedIsNamedUnderProceed) {
+  Scenario s(quiet(3, 0, false, PeerPolicy::kProceed));
+  s.advance(3s);
+  s.kill(2);
+  std::string ip = s.terminate("web", 0);
+  s.advance(6s);
+  EXPECT_EQ(s.outcome(ip), "unconfirmed");
+  EXPECT_TRUE(names(s.unconfirmed(ip), "node-2/agent")) << ::testing::PrintToString(s.unconfirmed(ip));
+  EXPECT_TRUE(s.report().safety.empty());
+}
+
+// 3. A node deleted and created again while its agent is down keeps its old rules: the
+// cluster watermark made before it came back does not count it.
+TEST(DrainScenario, AWatermarkMadeBeforeAMembershipChangeCountsNobodyNew) {
+  Scenario s(quiet(3, 0, false, PeerPolicy::kProceed));
+  s.advance(3s);
+  s.kill(2);
+  s.remove_node(2);
+  s.advance(3s);
+  s.add_node(2);
+  std::string ip = s.terminate("web", 0);
+  s.advance(6s);
+  EXPECT_EQ(s.outcome(ip), "unconfirmed");
+  EXPECT_TRUE(names(s.unconfirmed(ip), "node-2/agent")) << ::testing::PrintToString(s.unconfirmed(ip));
+  EXPECT_TRUE(s.report().safety.empty());
+}
+
+// 4. A TTL raised by a reload is the TTL drain waits out for a headless service's pod.
+TEST(DrainScenario, ATtlRaisedByReloadIsWaitedOut) {
+  Scenario s(quiet(2, 0, true, PeerPolicy::kProceed));
+  s.advance(3s);
+  s.set_ttl(4000ms);
+  std::string ip = s.terminate("db", 0);
+  s.advance(10s);
+  EXPECT_TRUE(s.report().safety.empty());
+  EXPECT_NE(s.outcome(ip), "");
+}
+
+// 5. With DNS on, a ClusterIP service's pod (never in a DNS answer) releases as fast as
+// without DNS.
+TEST(DrainScenario, AClusterIpPodReleasesFastWithDnsOn) {
+  Scenario s(quiet(4, 0, true, PeerPolicy::kProceed));
+  s.advance(3s);
+  std::string ip = s.terminate("web", 1);
+  s.advance(3s);
+  EXPECT_EQ(s.outcome(ip), "confirmed");
+  EXPECT_LT(s.released_after(ip), 500ms);
+  EXPECT_TRUE(s.report().safety.empty());
+}
+
+// 6. The terminating fallback (every other endpoint unready) routes to the pod again: its
+// release waits until it is out again and confirmed anew.
+TEST(DrainScenario, AnEndpointRoutableAgainIsConfirmedAnew) {
+  Scenario s(quiet(3, 0, false, PeerPolicy::kWait));
+  s.advance(3s);
+  std::string ip = s.terminate("web", 0);
+  s.fallback("web", true);
+  s.advance(3s);
+  EXPECT_EQ(s.outcome(ip), "") << "released while the fallback routes to it";
+  s.fallback("web", false);
+  s.advance(3s);
+  EXPECT_EQ(s.outcome(ip), "confirmed");
+  EXPECT_TRUE(s.report().safety.empty());
+}
+
+}  // namespace
+}  // namespace endpointd::drain::sim
