@@ -425,7 +425,7 @@ void Coordinator::run() {
     if (pending_) {
       auto snap = std::move(pending_);
       pending_.reset();
-      if (cluster_) marks_.snapshot(snap->generation, snap->slice_revision);
+      if (cluster_) marks_.snapshot(snap, opts_.machine.node_name);
       // The member list follows its source: the Node objects or the agents' Service
       // (unchanged ones are the same pointers).
       const auto& svc = opts_.machine.members_service;

@@ -2,21 +2,46 @@
 #include "drain/local_marks.h"
 
 #include <algorithm>
+#include <set>
+
+#include "model/routing.h"
 
 namespace endpointd::drain {
 
-void LocalMarks::snapshot(uint64_t generation, uint64_t revision) {
-  if (revisions_.empty() || revisions_.back().second != revision ||
-      revisions_.back().first < generation)
-    revisions_.emplace_back(generation, revision);
+void LocalMarks::snapshot(const model::SnapshotPtr& snap, const std::string& node) {
+  // Only the services that changed are looked at again.
+  model::Delta delta = model::diff(last_.get(), *snap);
+  for (const auto& k : delta.removed) fallback_by_service_.erase(k);
+  for (const auto* keys : {&delta.added, &delta.changed}) {
+    for (const auto& k : *keys) {
+      fallback_by_service_.erase(k);
+      const model::ServiceState* st = snap->find(k);
+      if (!st) continue;
+      std::vector<model::IpAddr> routed;
+      for (const auto& ep : st->endpoints) {
+        if (!ep.conditions.terminating) continue;
+        if (model::routes_to(model::RouteView::kFeed, *st, ep.address, {}) ||
+            model::routes_to(model::RouteView::kDataplane, *st, ep.address, {node, {}}))
+          routed.push_back(ep.address);
+      }
+      if (!routed.empty()) fallback_by_service_.emplace(k, std::move(routed));
+    }
+  }
+  last_ = snap;
+  Seen seen{snap->generation, snap->slice_revision, {}};
+  for (const auto& [k, ips] : fallback_by_service_)
+    seen.fallback.insert(seen.fallback.end(), ips.begin(), ips.end());
+  if (revisions_.empty() || revisions_.back().revision != seen.revision ||
+      revisions_.back().generation < seen.generation || revisions_.back().fallback != seen.fallback)
+    revisions_.push_back(std::move(seen));
   if (revisions_.size() > 4096) revisions_.pop_front();
 }
 
 uint64_t LocalMarks::revision_at(uint64_t generation) const {
   uint64_t rev = 0;
-  for (const auto& [gen, r] : revisions_) {
-    if (gen > generation) break;
-    rev = r;
+  for (const auto& s : revisions_) {
+    if (s.generation > generation) break;
+    rev = s.revision;
   }
   return rev;
 }
@@ -25,7 +50,7 @@ LocalMarks::Marks LocalMarks::update(const std::vector<pipeline::AckBoard::Entry
                                      const std::string& node, TimePoint now, TimePoint* next) {
   Marks m;
   if (revisions_.empty()) return m;
-  uint64_t applied = revisions_.back().first;
+  uint64_t applied = revisions_.back().generation;
   uint64_t dns_applied = applied;
   for (const auto& e : entries) {
     uint64_t g = e.generation();
@@ -54,7 +79,17 @@ LocalMarks::Marks LocalMarks::update(const std::vector<pipeline::AckBoard::Entry
   m.dns = std::min(m.routing, revision_at(dns_applied));
   // Generations below every consumer are no longer needed (keep the one that answers).
   const uint64_t oldest = std::min(applied, dns_applied);
-  while (revisions_.size() > 1 && revisions_[1].first <= oldest) revisions_.pop_front();
+  while (revisions_.size() > 1 && revisions_[1].generation <= oldest) revisions_.pop_front();
+  // Some consumer's state may be any of the snapshots from the oldest applied on (a feed
+  // subscriber may have accepted one in between): a fallback in any of them counts. Revision 0:
+  // sorted first, never cut from a report.
+  std::set<model::IpAddr> fallback;
+  for (const auto& s : revisions_)
+    if (s.generation >= applied || s.generation == revisions_.front().generation)
+      fallback.insert(s.fallback.begin(), s.fallback.end());
+  for (const auto& ip : fallback)
+    m.holdouts.push_back(
+        Holdout{node, fallback_client(ip), 0, "routes to it by the terminating fallback"});
   for (const auto& e : entries)
     for (const auto& h : e.holdouts)
       m.holdouts.push_back(Holdout{node, e.consumer + "/" + h.client,

@@ -7,6 +7,10 @@
 // each DNS consumer publishes on its board entry now: one value, read by the DNS sink and by
 // drain alike, changed by a reload in both). Holdouts — clients that stopped holding a consumer
 // back but may still route — are reported with the revision of their last accepted state.
+// A terminating endpoint that an applied state routes to by the terminating fallback (every
+// other endpoint of its service unready) is reported as a holdout "fallback/<address>" too: a
+// drain of it is confirmed by no node that routes to it, whatever the revisions say (a
+// fallback can come back after the removal; the draining node may not have seen that state).
 #pragma once
 
 #include <chrono>
@@ -26,8 +30,9 @@ class LocalMarks {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
 
-  // A published snapshot: generation → the EndpointSlice revision it includes.
-  void snapshot(uint64_t generation, uint64_t revision);
+  // A published snapshot (its generation, the EndpointSlice revision it includes, and the
+  // terminating endpoints it routes to by the fallback, found from its difference to the last).
+  void snapshot(const model::SnapshotPtr& snap, const std::string& node);
 
   struct Marks {
     uint64_t routing = 0;
@@ -41,12 +46,22 @@ class LocalMarks {
 
   bool empty() const { return revisions_.empty(); }
 
+  // The client name of a fallback holdout for `ip`.
+  static std::string fallback_client(const model::IpAddr& ip) { return "fallback/" + ip.str(); }
+
  private:
   uint64_t revision_at(uint64_t generation) const;
-  // (generation, slice revision) of recent snapshots, oldest first.
-  std::deque<std::pair<uint64_t, uint64_t>> revisions_;
+  // Recent snapshots, oldest first: every consumer's state is one of them.
+  struct Seen {
+    uint64_t generation = 0, revision = 0;
+    std::vector<model::IpAddr> fallback;  // terminating endpoints it routes to
+  };
+  std::deque<Seen> revisions_;
+  model::SnapshotPtr last_;
+  std::map<model::ServiceKey, std::vector<model::IpAddr>> fallback_by_service_;
   // Per DNS consumer: (applied at, generation), oldest first, until the TTL passed.
   std::map<std::string, std::deque<std::pair<TimePoint, uint64_t>>> dns_applied_;
+
 };
 
 }  // namespace endpointd::drain

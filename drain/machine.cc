@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "drain/action.h"
+#include "drain/local_marks.h"
 #include "drain/members.h"
 #include "model/json.h"
 #include "model/routing.h"
@@ -219,6 +220,22 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
     }
     d.routed = routed;
   }
+  // A node that joins the members while a drain waits (a Node created, or created again while
+  // its kernel kept old rules) is waited for too: the watermark counts it only once it reports.
+  if (delta.nodes_changed) {
+    Members now_members = members_of(*snap_, opts_.members_service);
+    for (auto& [ip, d] : drains_) {
+      if (d.stage != Stage::kStopAccepting && !d.reconfirm) continue;
+      for (const auto& [name, address] : now_members) {
+        if (name == opts_.node_name || d.peers.count(name) || !address) continue;
+        PeerState p;
+        p.address = address->str();
+        p.last_error = "joined the members during the drain";
+        d.peers[name] = p;
+        d.notes.push_back("peer " + name + " joined the members during the drain: waited for too");
+      }
+    }
+  }
   std::set<model::IpAddr> seen;
   for (const auto& [_, ips] : terminating_) {
     for (const auto& ip : ips) {
@@ -382,10 +399,21 @@ void Machine::judge_peers(Drain& d, const Inputs& in) {
   if (!in.cluster || d.revision == 0 || d.routed) return;
   const ClusterFacts& c = *in.cluster;
   const uint64_t mark = d.needs_dns ? c.dns : c.routing;
+  // Nodes whose applied state routes to it by the terminating fallback, and whether the list
+  // overflowed its bound (then any node may).
+  const std::string fallback = LocalMarks::fallback_client(d.ip);
+  std::set<std::string> falls_back;
+  bool overflow = false;
+  for (const auto& h : c.holdouts) {
+    if (h.client == fallback) falls_back.insert(h.node);
+    if (h.node == "*" && h.revision == 0) overflow = true;
+  }
   for (auto& [node, p] : d.peers) {
     if (p.state != PeerState::State::kPending) continue;
     if (auto why = c.uncounted(node)) {
       p.last_error = *why;
+    } else if (falls_back.count(node) || overflow) {
+      p.last_error = "its state routes to it by the terminating fallback";
     } else if (mark >= d.revision) {
       p.state = PeerState::State::kConfirmed;
       p.answered = in.now;
@@ -414,6 +442,7 @@ void Machine::settle_removal(Drain& d, const Inputs& in) {
   if (in.cluster && d.revision > 0) {
     for (const auto& h : in.cluster->holdouts) {
       if (h.node == opts_.node_name || h.revision >= d.revision) continue;
+      if (h.client.starts_with("fallback/")) continue;  // held peers (judge_peers), not this
       unconfirm(d, {h.node, h.client,
                     h.reason + ": its last accepted state (revision " +
                         std::to_string(h.revision) + ") is older than the removal (" +

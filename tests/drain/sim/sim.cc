@@ -282,7 +282,7 @@ class World {
     if (next && (!a.snap || next->generation > a.snap->generation)) {
       a.snap = next;
       a.machine->on_snapshot(next, now_);
-      a.marks.snapshot(next->generation, next->slice_revision);
+      a.marks.snapshot(next, n.name);
       std::vector<std::string> names;
       for (const auto& nd : next->nodes) names.push_back(nd->name);
       a.agg->set_members(names, now_);
