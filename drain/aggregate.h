@@ -59,7 +59,7 @@ struct Holdout {
 };
 // At most this many holdouts travel in a report (the oldest revisions first: they matter to
 // the most drains); more are summed into one entry with client "+N more".
-inline constexpr size_t kMaxHoldouts = 16;
+inline constexpr size_t kMaxHoldouts = 64;
 // Merges `more` into `into` keeping the kMaxHoldouts lowest revisions (node, client order
 // among equals); what is cut is counted in a last "+N more" entry at the lowest cut revision.
 void merge_holdouts(std::vector<Holdout>& into, const std::vector<Holdout>& more);

@@ -84,9 +84,10 @@ LocalMarks::Marks LocalMarks::update(const std::vector<pipeline::AckBoard::Entry
   // subscriber may have accepted one in between): a fallback in any of them counts. Revision 0:
   // sorted first, never cut from a report.
   std::set<model::IpAddr> fallback;
-  for (const auto& s : revisions_)
-    if (s.generation >= applied || s.generation == revisions_.front().generation)
-      fallback.insert(s.fallback.begin(), s.fallback.end());
+  for (auto it = revisions_.rbegin(); it != revisions_.rend(); ++it) {
+    fallback.insert(it->fallback.begin(), it->fallback.end());
+    if (it->generation <= applied) break;  // the oldest state a consumer may hold
+  }
   for (const auto& ip : fallback)
     m.holdouts.push_back(
         Holdout{node, fallback_client(ip), 0, "routes to it by the terminating fallback"});

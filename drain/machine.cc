@@ -383,6 +383,16 @@ bool Machine::local_removed(Drain& d, const Inputs& in) {
       auto exp = in.dns_expiry(d.ip);
       if (exp && *exp > in.now) routes = true;
     }
+    if (e.view == model::RouteView::kDns && d.needs_dns && e.cache_ttl.count() > 0) {
+      // What this process served is known; what the agent before a restart served is not:
+      // its answers may live one TTL past the moment this process first saw the address out.
+      if (routes) {
+        d.dns_out_since.reset();
+      } else {
+        if (!d.dns_out_since) d.dns_out_since = in.now;
+        if (in.now < *d.dns_out_since + e.cache_ttl) routes = true;
+      }
+    }
     if (routes) {
       all = false;
       d.consumers_confirmed.erase(e.consumer);

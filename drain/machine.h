@@ -121,7 +121,9 @@ struct Drain {
   // out again, and the release waits for the removal to be confirmed anew.
   bool reconfirm = false;
   bool routed = false;  // routable somewhere in the newest snapshot
-  TimePoint peer_deadline{};  // under proceed: the peer timeout, plus the DNS TTL if needs_dns
+  TimePoint peer_deadline{};
+  // Since when the local DNS consumer's state has not answered it (needs_dns only).
+  std::optional<TimePoint> dns_out_since;  // under proceed: the peer timeout, plus the DNS TTL if needs_dns
   std::string outcome() const { return unconfirmed.empty() ? "confirmed" : "unconfirmed"; }
 };
 
