@@ -88,6 +88,27 @@ LocalMarks::Marks LocalMarks::update(const std::vector<pipeline::AckBoard::Entry
     fallback.insert(it->fallback.begin(), it->fallback.end());
     if (it->generation <= applied) break;  // the oldest state a consumer may hold
   }
+  // A holdout's own state (a proxy that stopped acknowledging) may route to one by the
+  // fallback too, whatever its revision.
+  std::map<model::SnapshotPtr, std::vector<model::IpAddr>> scanned;
+  for (const auto& e : entries) {
+    for (const auto& h : e.holdouts) {
+      if (!h.snapshot) continue;
+      auto it = holdout_fallback_.find(h.snapshot);
+      if (it == holdout_fallback_.end()) {
+        std::vector<model::IpAddr> routed;
+        for (const auto& st : h.snapshot->services)
+          for (const auto& ep : st->endpoints)
+            if (ep.conditions.terminating &&
+                model::routes_to(e.view, *st, ep.address, {node, {}}))
+              routed.push_back(ep.address);
+        it = holdout_fallback_.emplace(h.snapshot, std::move(routed)).first;
+      }
+      fallback.insert(it->second.begin(), it->second.end());
+      scanned.emplace(it->first, it->second);
+    }
+  }
+  holdout_fallback_ = std::move(scanned);
   for (const auto& ip : fallback)
     m.holdouts.push_back(
         Holdout{node, fallback_client(ip), 0, "routes to it by the terminating fallback"});

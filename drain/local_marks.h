@@ -59,6 +59,8 @@ class LocalMarks {
   std::deque<Seen> revisions_;
   model::SnapshotPtr last_;
   std::map<model::ServiceKey, std::vector<model::IpAddr>> fallback_by_service_;
+  // Holdouts' states looked at already, and what they route to by the fallback.
+  std::map<model::SnapshotPtr, std::vector<model::IpAddr>> holdout_fallback_;
   // Per DNS consumer: (applied at, generation), oldest first, until the TTL passed.
   std::map<std::string, std::deque<std::pair<TimePoint, uint64_t>>> dns_applied_;
 
