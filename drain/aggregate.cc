@@ -27,7 +27,8 @@ void merge_holdouts(std::vector<Holdout>& into, const std::vector<Holdout>& more
   uint64_t more_rev = UINT64_MAX;
   std::vector<Holdout> all;
   all.reserve(into.size() + more.size());
-  for (const std::vector<Holdout>* list : std::initializer_list<const std::vector<Holdout>*>{&into, &more}) {
+  for (const std::vector<Holdout>* list :
+       std::initializer_list<const std::vector<Holdout>*>{&into, &more}) {
     for (const auto& h : *list) {
       if (h.client.starts_with("+")) {
         // A summary entry: "+N more".

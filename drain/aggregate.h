@@ -109,8 +109,8 @@ using Message = std::variant<UpReport, DownReport>;
 // What drains read of the cluster watermark, as one agent knows it: a copy, so the drain
 // machine never reaches into the aggregator (or its thread).
 struct ClusterFacts {
-  uint64_t routing = 0;  // every counted node's consumers applied every event up to it
-  uint64_t dns = 0;      // and every DNS answer they gave from an older state expired
+  uint64_t routing = 0;           // every counted node's consumers applied every event up to it
+  uint64_t dns = 0;               // and every DNS answer they gave from an older state expired
   bool coverage_current = false;  // the published minimum covers exactly members − excluded
   std::shared_ptr<const std::set<std::string>> members;  // null: none known yet
   std::set<std::string> excluded;

@@ -494,8 +494,7 @@ void Cluster::set_local(uint64_t watermark) {
   set_local(watermark, watermark, {});
 }
 
-void Cluster::set_local(uint64_t watermark, uint64_t dns_watermark,
-                        std::vector<Holdout> holdouts) {
+void Cluster::set_local(uint64_t watermark, uint64_t dns_watermark, std::vector<Holdout> holdouts) {
   {
     std::lock_guard lock(inbox_mu_);
     if (watermark == pending_local_ && dns_watermark == pending_local_dns_ &&

@@ -242,9 +242,21 @@ std::string Coordinator::cluster_json() const {
   j.pop_back();
   // Where the members come from and where their agents are reached.
   const auto& svc = opts_.machine.members_service;
-  j += ",\"members_from\":\"nodes\",\"agents_at\":" +
+  j += ",\"members_from\":" +
+       model::json_string(svc ? "nodes with an agent in service " + svc->str()
+                              : std::string("nodes")) +
+       ",\"agents_at\":" +
        model::json_string(svc ? "service " + svc->str() : std::string("InternalIP"));
-  return j + "}";
+  // Nodes whose agent left the Service: members still (their kernels keep the rules), unknown
+  // until their agent is back or their Node deleted.
+  std::lock_guard lock(mu_);
+  j += ",\"departed\":[";
+  bool first = true;
+  for (const auto& n : departed_) {
+    j += (first ? "" : ",") + model::json_string(n);
+    first = false;
+  }
+  return j + "]}";
 }
 
 void Coordinator::update_watermark(const std::vector<pipeline::AckBoard::Entry>& entries,
@@ -283,8 +295,7 @@ LocalRemoval Coordinator::local_removal(const model::IpAddr& ip) const {
     // A client that stopped holding this consumer back but whose last accepted state routes
     // to it: not removed here (the asking node's drain then says unconfirmed at its deadline).
     for (const auto& h : e.holdouts) {
-      if (!h.snapshot ||
-          !model::routes_to(e.view, *h.snapshot, ip, {opts_.machine.node_name, {}}))
+      if (!h.snapshot || !model::routes_to(e.view, *h.snapshot, ip, {opts_.machine.node_name, {}}))
         continue;
       r.removed = false;
       r.consumers.push_back({e.consumer + "/" + h.client, h.snapshot->generation, true});
@@ -390,8 +401,7 @@ void Coordinator::record(const std::vector<Transition>& ts) {
         .Increment(static_cast<double>(c.drain_deadlines - last_counters_.drain_deadlines));
   bump(metrics_->peers_unconfirmed, c.peers_unconfirmed, last_counters_.peers_unconfirmed);
   bump(metrics_->released_confirmed, c.released_confirmed, last_counters_.released_confirmed);
-  bump(metrics_->released_unconfirmed, c.released_unconfirmed,
-       last_counters_.released_unconfirmed);
+  bump(metrics_->released_unconfirmed, c.released_unconfirmed, last_counters_.released_unconfirmed);
   bump(metrics_->routed_again, c.routed_again, last_counters_.routed_again);
   bump(metrics_->conntrack_unavailable, c.conntrack_unavailable,
        last_counters_.conntrack_unavailable);
@@ -435,7 +445,10 @@ void Coordinator::run() {
         member_nodes_ = snap->nodes;
         member_state_ = std::move(member_state);
         members_synced_ = snap->synced;
-        update_members(members_of(*snap, svc), Clock::now());
+        if (member_state_)
+          for (const auto& ep : member_state_->endpoints)
+            if (!ep.node_name.empty()) agents_seen_.insert(ep.node_name);
+        update_members(members_of(*snap, svc, &agents_seen_), Clock::now());
       }
       auto started = machine_.on_snapshot(snap, Clock::now());
       for (const auto& ip : started) {
@@ -518,6 +531,15 @@ void Coordinator::update_members(Members current, TimePoint now) {
     }
     self_member_ = self;
   }
+  // Nodes whose agent left the agents' Service but whose Node remains: members still, unknown.
+  departed_.clear();
+  if (opts_.machine.members_service && member_state_) {
+    std::set<std::string> in_service;
+    for (const auto& ep : member_state_->endpoints) in_service.insert(ep.node_name);
+    for (const auto& [name, _] : current)
+      if (!in_service.count(name)) departed_.insert(name);
+  }
+  machine_.set_members(current);
   current_members_ = std::move(current);
   std::map<std::string, std::string> members;
   for (const auto& [name, address] : current_members_)

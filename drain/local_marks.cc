@@ -99,8 +99,7 @@ LocalMarks::Marks LocalMarks::update(const std::vector<pipeline::AckBoard::Entry
         std::vector<model::IpAddr> routed;
         for (const auto& st : h.snapshot->services)
           for (const auto& ep : st->endpoints)
-            if (ep.conditions.terminating &&
-                model::routes_to(e.view, *st, ep.address, {node, {}}))
+            if (ep.conditions.terminating && model::routes_to(e.view, *st, ep.address, {node, {}}))
               routed.push_back(ep.address);
         it = holdout_fallback_.emplace(h.snapshot, std::move(routed)).first;
       }

@@ -63,7 +63,6 @@ class LocalMarks {
   std::map<model::SnapshotPtr, std::vector<model::IpAddr>> holdout_fallback_;
   // Per DNS consumer: (applied at, generation), oldest first, until the TTL passed.
   std::map<std::string, std::deque<std::pair<TimePoint, uint64_t>>> dns_applied_;
-
 };
 
 }  // namespace endpointd::drain

@@ -168,11 +168,12 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
                   dns_could_answer(*snap_, d.ip);
     d.routed = routed_anywhere(d.ip);
     if (d.routed)
-      d.notes.push_back("still routable when it became terminating (the terminating fallback: no "
-                        "other endpoint of a service is ready); removal waits until it is not");
+      d.notes.push_back(
+          "still routable when it became terminating (the terminating fallback: no "
+          "other endpoint of a service is ready); removal waits until it is not");
     if (why) d.notes.emplace_back(why);
     if (!members) {
-      members = members_of(*snap_, opts_.members_service);
+      members = current_members();
     }
     for (const auto& [name, address] : *members) {
       if (name == opts_.node_name) continue;
@@ -223,7 +224,7 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
   // A node that joins the members while a drain waits (a Node created, or created again while
   // its kernel kept old rules) is waited for too: the watermark counts it only once it reports.
   if (delta.nodes_changed) {
-    Members now_members = members_of(*snap_, opts_.members_service);
+    Members now_members = current_members();
     for (auto& [ip, d] : drains_) {
       if (d.stage != Stage::kStopAccepting && !d.reconfirm) continue;
       for (const auto& [name, address] : now_members) {
@@ -278,6 +279,10 @@ bool Machine::routed_anywhere(const model::IpAddr& ip) const {
       return true;
   }
   return false;
+}
+
+Members Machine::current_members() const {
+  return members_ ? *members_ : members_of(*snap_, opts_.members_service);
 }
 
 void Machine::unconfirm(Drain& d, Unconfirmed u) {
@@ -429,9 +434,9 @@ void Machine::judge_peers(Drain& d, const Inputs& in) {
       p.answered = in.now;
       p.last_error.clear();
     } else {
-      p.last_error = std::string(d.needs_dns ? "the cluster DNS watermark " : "the cluster watermark ") +
-                     std::to_string(mark) + " is below the removal's revision " +
-                     std::to_string(d.revision);
+      p.last_error =
+          std::string(d.needs_dns ? "the cluster DNS watermark " : "the cluster watermark ") +
+          std::to_string(mark) + " is below the removal's revision " + std::to_string(d.revision);
     }
   }
 }
@@ -442,8 +447,7 @@ void Machine::settle_removal(Drain& d, const Inputs& in) {
   // known by the revision of that state, which is older than the removal.
   for (const auto& e : in.consumers) {
     for (const auto& h : e.holdouts) {
-      if (!h.snapshot ||
-          !model::routes_to(e.view, *h.snapshot, d.ip, {opts_.node_name, {}}))
+      if (!h.snapshot || !model::routes_to(e.view, *h.snapshot, d.ip, {opts_.node_name, {}}))
         continue;
       unconfirm(d, {opts_.node_name, e.consumer + "/" + h.client,
                     h.reason + ": its last accepted state routes to it"});
@@ -454,9 +458,8 @@ void Machine::settle_removal(Drain& d, const Inputs& in) {
       if (h.node == opts_.node_name || h.revision >= d.revision) continue;
       if (h.client.starts_with("fallback/")) continue;  // held peers (judge_peers), not this
       unconfirm(d, {h.node, h.client,
-                    h.reason + ": its last accepted state (revision " +
-                        std::to_string(h.revision) + ") is older than the removal (" +
-                        std::to_string(d.revision) + ")"});
+                    h.reason + ": its last accepted state (revision " + std::to_string(h.revision) +
+                        ") is older than the removal (" + std::to_string(d.revision) + ")"});
     }
   }
 }
@@ -489,8 +492,8 @@ bool Machine::peers_done(Drain& d, const Inputs& in) {
       p.last_error = why;
       p.answered = now;
       ++counters_.peers_unconfirmed;
-      d.notes.push_back("peer " + node + " did not confirm by its deadline; proceeding by policy: " +
-                        why);
+      d.notes.push_back("peer " + node +
+                        " did not confirm by its deadline; proceeding by policy: " + why);
       unconfirm(d, {node, "agent", why});
       continue;
     }
@@ -694,9 +697,9 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
       all_ready = removed_all = false;
       continue;
     }
-    bool ready = !d.reconfirm && (d.stage >= Stage::kDrained || (d.stage == Stage::kRemoved &&
-                                                                 d.release_after ==
-                                                                     ReleaseAfter::kRemoved));
+    bool ready =
+        !d.reconfirm && (d.stage >= Stage::kDrained ||
+                         (d.stage == Stage::kRemoved && d.release_after == ReleaseAfter::kRemoved));
     if (!ready) all_ready = false;
     if (d.stage < Stage::kRemoved) removed_all = false;
     if (d.removal_forced || d.drain_forced)
@@ -715,17 +718,17 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
       ++(d.unconfirmed.empty() ? counters_.released_confirmed : counters_.released_unconfirmed);
     }
     for (const auto& u : d.unconfirmed)
-      unconfirmed += (unconfirmed.empty() ? "" : "; ") + u.node + "/" + u.consumer + ": " + u.reason;
+      unconfirmed +=
+          (unconfirmed.empty() ? "" : "; ") + u.node + "/" + u.consumer + ": " + u.reason;
     ++counters_.released;
     summary += (summary.empty() ? "" : ", ") + ip.str() + ": removed after " +
                ms_since(d.start, d.removed.value_or(in.now)) + " ms" +
                (d.drained ? ", drained after " + ms_since(d.start, *d.drained) + " ms" : "");
   }
   if (!w.action_note.empty()) summary += "; " + w.action_note;
-  w.verdict = Verdict{true, "released " + w.pod.str() + " (" + summary + "), " +
-                                (unconfirmed.empty() ? "confirmed"
-                                                     : "unconfirmed: " + unconfirmed) +
-                                forced};
+  w.verdict = Verdict{
+      true, "released " + w.pod.str() + " (" + summary + "), " +
+                (unconfirmed.empty() ? "confirmed" : "unconfirmed: " + unconfirmed) + forced};
 }
 
 std::vector<Transition> Machine::evaluate(const Inputs& in) {
@@ -826,8 +829,8 @@ std::string Machine::to_json(TimePoint now) const {
     j += p +
          "],\"live_flows\":" + (d.flows ? std::to_string(d.flows->live()) : std::string("null")) +
          ",\"removal_forced\":" + (d.removal_forced ? "true" : "false") +
-         ",\"drain_forced\":" + (d.drain_forced ? "true" : "false") +
-         ",\"outcome\":" + (d.stage == Stage::kReleased ? model::json_string(d.outcome()) : "null") +
+         ",\"drain_forced\":" + (d.drain_forced ? "true" : "false") + ",\"outcome\":" +
+         (d.stage == Stage::kReleased ? model::json_string(d.outcome()) : "null") +
          ",\"needs_dns\":" + (d.needs_dns ? "true" : "false") + ",\"unconfirmed\":[";
     std::string un;
     for (const auto& u : d.unconfirmed)

@@ -14,6 +14,7 @@
 
 #include "drain/aggregate.h"
 #include "drain/flows.h"
+#include "drain/members.h"
 #include "model/result.h"
 #include "model/snapshot.h"
 #include "pipeline/ack_board.h"
@@ -123,7 +124,8 @@ struct Drain {
   bool routed = false;  // routable somewhere in the newest snapshot
   TimePoint peer_deadline{};
   // Since when the local DNS consumer's state has not answered it (needs_dns only).
-  std::optional<TimePoint> dns_out_since;  // under proceed: the peer timeout, plus the DNS TTL if needs_dns
+  std::optional<TimePoint>
+      dns_out_since;  // under proceed: the peer timeout, plus the DNS TTL if needs_dns
   std::string outcome() const { return unconfirmed.empty() ? "confirmed" : "unconfirmed"; }
 };
 
@@ -145,7 +147,7 @@ struct Counters {
   uint64_t not_terminating_in_api = 0;
   uint64_t released = 0;
   uint64_t released_confirmed = 0, released_unconfirmed = 0;  // drains, by outcome
-  uint64_t routed_again = 0;  // endpoints routable again after stop-accepting
+  uint64_t routed_again = 0;     // endpoints routable again after stop-accepting
   uint64_t action_failures = 0;  // drain actions that failed, hung or could not run
   uint64_t bad_actions = 0;      // drain actions that do not parse (flag or annotation)
 };
@@ -167,6 +169,8 @@ class Machine {
   // notices endpoints that left every service. Returns the drains that need peer calls (the
   // peers are listed in their `peers`).
   std::vector<model::IpAddr> on_snapshot(model::SnapshotPtr snap, TimePoint now);
+  // The members as the coordinator keeps them (drain/members.h); unset: members_of(snapshot).
+  void set_members(Members m) { members_ = std::move(m); }
 
   void peer_answered(const model::IpAddr& ip, const std::string& node, bool confirmed,
                      const std::string& error, TimePoint now);
@@ -246,7 +250,9 @@ class Machine {
   // terminating_ and nodeless_ for the service `key` of snap_.
   void index_service(const model::ServiceKey& key);
 
+  Members current_members() const;
   Options opts_;
+  std::optional<Members> members_;
   model::SnapshotPtr snap_;
   // Per service of snap_: its terminating endpoints on this node, kept from each snapshot's
   // difference from the last (a change costs what it changed, not the cluster's size), and the

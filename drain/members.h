@@ -14,6 +14,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "model/ip.h"
@@ -28,7 +29,11 @@ using Members = std::map<std::string, std::optional<model::IpAddr>>;
 
 // Every Node at its first InternalIP; with `service`, a node with an endpoint of that Service
 // is reached at that endpoint's address (its lowest IPv4, else lowest IPv6), and a node named
-// only by the Service (its Node not listed yet) is a member too.
-Members members_of(const model::Snapshot& snap, const std::optional<model::ServiceKey>& service);
+// only by the Service (its Node not listed yet) is a member too. With `service` and `agents`
+// (the nodes ever seen in that Service by this agent), a Node that never ran an agent is left
+// out (a node the DaemonSet does not schedule to holds no endpointd rules); one that did stays
+// a member while its Node exists, whether its agent is in the Service now or not.
+Members members_of(const model::Snapshot& snap, const std::optional<model::ServiceKey>& service,
+                   const std::set<std::string>* agents = nullptr);
 
 }  // namespace endpointd::drain

@@ -19,9 +19,12 @@ int main(int argc, char** argv) {
   uint64_t from = 1, seeds = 10000;
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--from")) from = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (!std::strcmp(argv[i], "--seeds")) seeds = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (!std::strcmp(argv[i], "--threads")) threads = static_cast<unsigned>(std::atoi(argv[i + 1]));
+    if (!std::strcmp(argv[i], "--from"))
+      from = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--seeds"))
+      seeds = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--threads"))
+      threads = static_cast<unsigned>(std::atoi(argv[i + 1]));
     else {
       std::fprintf(stderr, "usage: drain_sim [--from N] [--seeds N] [--threads N]\n");
       return 2;
@@ -66,8 +69,9 @@ int main(int argc, char** argv) {
   for (const auto& [k, n] : faults)
     std::printf("  %-32s %llu\n", k.c_str(), static_cast<unsigned long long>(n));
   if (!failing.empty()) {
-    std::printf("failing seeds (replay: ENDPOINTD_SIM_SEED=N drain_sim_test "
-                "--gtest_filter=DrainSim.Replay):");
+    std::printf(
+        "failing seeds (replay: ENDPOINTD_SIM_SEED=N drain_sim_test "
+        "--gtest_filter=DrainSim.Replay):");
     for (auto s : failing) std::printf(" %llu", static_cast<unsigned long long>(s));
     std::printf("\n");
   }

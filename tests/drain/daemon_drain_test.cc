@@ -171,7 +171,7 @@ items:
   expect_no_failed_requests(u);
   ASSERT_FALSE(u.done.empty());
   for (const auto& [node, st] : state)
-    EXPECT_NE(st.find(R"("members_from":"service kube-system/endpointd-peers")"), std::string::npos)
+    EXPECT_NE(st.find(R"("agents_at":"service kube-system/endpointd-peers")"), std::string::npos)
         << node << ": " << st;
   for (const auto& t : u.done) {
     const auto& ps = dc.pods().at(t.pod);

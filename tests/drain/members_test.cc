@@ -2,6 +2,8 @@
 // agents' own Service's endpoints whatever their conditions; and the peers a drain then asks.
 #include "drain/members.h"
 
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -71,24 +73,39 @@ TEST(MembersTest, FromTheAgentsServiceEveryEndpointsNodeWhateverItsConditions) {
                            // No node: nobody to ask.
                            {"192.168.77.40", "", true, true, false},
                        });
-  Members m = members_of(*s, kAgents);
+  // The nodes this agent has seen in the Service: node-a never was.
+  const std::set<std::string> seen = {"node-b", "node-c", "node-d", "node-e", "node-f"};
+  Members m = members_of(*s, kAgents, &seen);
   ASSERT_EQ(m.size(), 5u);
-  // node-a is in the Node list but has no agent endpoint: not a member.
+  // node-a is in the Node list but never had an agent endpoint: not a member.
   EXPECT_FALSE(m.count("node-a"));
   EXPECT_EQ(m.at("node-b"), ip("192.168.77.3"));
   EXPECT_EQ(m.at("node-c"), ip("192.168.77.9"));
   EXPECT_EQ(m.at("node-d"), ip("192.168.77.10"));
   EXPECT_EQ(m.at("node-e"), ip("192.168.77.21"));
   EXPECT_EQ(m.at("node-f"), ip("192.168.77.30"));
-  // A Service that is not there (yet): no members, not the Node list.
-  EXPECT_TRUE(members_of(*s, model::ServiceKey{"kube-system", "other"}).empty());
+  // A Service that is not there (yet) and no agent ever seen: no members.
+  const std::set<std::string> none;
+  EXPECT_TRUE(members_of(*s, model::ServiceKey{"kube-system", "other"}, &none).empty());
+  // An agent that left the Service stays a member while its Node is listed (its kernel keeps
+  // the rules it left), at its InternalIP.
+  auto left = with_agents(make_snapshot(1, {}), {{"192.168.77.3", "node-b", true, true, false}});
+  const std::set<std::string> had = {"node-a", "node-b"};
+  Members m2 = members_of(*left, kAgents, &had);
+  ASSERT_EQ(m2.size(), 2u);
+  EXPECT_EQ(m2.at("node-a"), ip("192.168.77.2"));
 }
 
-TEST(MembersTest, ADrainAsksTheAgentsServicesNodesNotTheNodeList) {
+// A drain waits for every member the coordinator names (the Node list less the nodes that never
+// ran an agent), at the address it names.
+TEST(MembersTest, ADrainWaitsForTheMembersTheCoordinatorNames) {
   Options o;
   o.node_name = "node-a";
   o.members_service = kAgents;
   Machine m(o);
+  m.set_members({{"node-a", ip("192.168.77.2")},
+                 {"node-c", ip("192.168.77.4")},
+                 {"node-d", ip("192.168.77.5")}});
   const Ep web1{"10.244.1.10", "node-a", true, true, false, "web-1"};
   const Ep web1_terminating{"10.244.1.10", "node-a", false, true, true, "web-1"};
   const std::vector<Ep> agents = {{"192.168.77.2", "node-a"}, {"192.168.77.4", "node-c"}};
@@ -100,34 +117,11 @@ TEST(MembersTest, ADrainAsksTheAgentsServicesNodesNotTheNodeList) {
       t0 + 10ms);
   ASSERT_EQ(started.size(), 1u);
   const Drain& d = m.drains().at(ip("10.244.1.10"));
-  // node-b is a Node without an agent endpoint; node-a is this agent.
-  ASSERT_EQ(d.peers.size(), 1u);
-  EXPECT_EQ(d.peers.at("node-c").address, "192.168.77.4");
-  EXPECT_EQ(d.peers.at("node-c").state, PeerState::State::kPending);
-}
-
-// A node that left the Service within the liveness deadline (the coordinator says which) is
-// asked as well: its kernel still holds the rules its agent left.
-TEST(MembersTest, ADrainAsksTheNodesStillLeavingToo) {
-  Options o;
-  o.node_name = "node-a";
-  o.members_service = kAgents;
-  Machine m(o);
-  m.set_leaving({{"node-d", ip("192.168.77.5")}, {"node-c", ip("192.168.77.99")}});
-  const Ep web1{"10.244.1.10", "node-a", true, true, false, "web-1"};
-  const Ep web1_terminating{"10.244.1.10", "node-a", false, true, true, "web-1"};
-  const std::vector<Ep> agents = {{"192.168.77.2", "node-a"}, {"192.168.77.4", "node-c"}};
-  TimePoint t0(std::chrono::seconds(1000));
-  m.on_snapshot(with_agents(make_snapshot(1, {web1}, {{"web-1", "10.244.1.10"}}), agents), t0);
-  m.on_snapshot(
-      with_agents(make_snapshot(2, {web1_terminating}, {{"web-1", "10.244.1.10", "node-a", true}}),
-                  agents),
-      t0 + 10ms);
-  const Drain& d = m.drains().at(ip("10.244.1.10"));
+  // node-b is a Node that never ran an agent; node-a is this agent; node-d left the Service.
   ASSERT_EQ(d.peers.size(), 2u);
-  // A current member's address wins over a stale one.
   EXPECT_EQ(d.peers.at("node-c").address, "192.168.77.4");
   EXPECT_EQ(d.peers.at("node-d").address, "192.168.77.5");
+  EXPECT_EQ(d.peers.at("node-c").state, PeerState::State::kPending);
 }
 
 }  // namespace

@@ -19,7 +19,8 @@ using namespace std::chrono_literals;
 
 std::string describe(const Report& r) {
   std::string s = "seed " + std::to_string(r.seed) + ":";
-  for (const auto& v : r.safety) s += "\n  SAFETY at " + std::to_string(v.at.count()) + " ms: " + v.what;
+  for (const auto& v : r.safety)
+    s += "\n  SAFETY at " + std::to_string(v.at.count()) + " ms: " + v.what;
   for (const auto& v : r.liveness)
     s += "\n  LIVENESS at " + std::to_string(v.at.count()) + " ms: " + v.what;
   for (const auto& l : r.log) s += "\n    " + l;
@@ -51,19 +52,29 @@ void run_seeds(uint64_t first, uint64_t count) {
   // The simulation exercises both outcomes, or it proves nothing.
   EXPECT_GT(confirmed, count);
   EXPECT_GT(unconfirmed, count / 20);
-  std::printf("seeds %llu..%llu: %zu releases confirmed, %zu unconfirmed, %zu unsafe seeds, %zu "
-              "seeds missing liveness:%s\n",
-              static_cast<unsigned long long>(first),
-              static_cast<unsigned long long>(first + count - 1), confirmed, unconfirmed, unsafe,
-              late, late_seeds.c_str());
+  std::printf(
+      "seeds %llu..%llu: %zu releases confirmed, %zu unconfirmed, %zu unsafe seeds, %zu "
+      "seeds missing liveness:%s\n",
+      static_cast<unsigned long long>(first), static_cast<unsigned long long>(first + count - 1),
+      confirmed, unconfirmed, unsafe, late, late_seeds.c_str());
 }
 
 // Five shards of 2,000 seeds (ctest runs them side by side).
-TEST(DrainSim, Seeds0) { run_seeds(1, 2000); }
-TEST(DrainSim, Seeds1) { run_seeds(2001, 2000); }
-TEST(DrainSim, Seeds2) { run_seeds(4001, 2000); }
-TEST(DrainSim, Seeds3) { run_seeds(6001, 2000); }
-TEST(DrainSim, Seeds4) { run_seeds(8001, 2000); }
+TEST(DrainSim, Seeds0) {
+  run_seeds(1, 2000);
+}
+TEST(DrainSim, Seeds1) {
+  run_seeds(2001, 2000);
+}
+TEST(DrainSim, Seeds2) {
+  run_seeds(4001, 2000);
+}
+TEST(DrainSim, Seeds3) {
+  run_seeds(6001, 2000);
+}
+TEST(DrainSim, Seeds4) {
+  run_seeds(8001, 2000);
+}
 
 TEST(DrainSim, Replay) {
   const char* s = std::getenv("ENDPOINTD_SIM_SEED");
@@ -115,7 +126,8 @@ TEST(DrainScenario, AProxyThatReconnectsIsNotCurrentUntilItAcks) {
   s.reconnect(1, 0);
   s.advance(8s);
   EXPECT_EQ(s.outcome(ip), "unconfirmed");
-  EXPECT_TRUE(names(s.unconfirmed(ip), "node-1/feed/proxy-1-0")) << ::testing::PrintToString(s.unconfirmed(ip));
+  EXPECT_TRUE(names(s.unconfirmed(ip), "node-1/feed/proxy-1-0"))
+      << ::testing::PrintToString(s.unconfirmed(ip));
   EXPECT_TRUE(s.report().safety.empty());
 }
 
@@ -141,7 +153,8 @@ TEST(DrainScenario, ANodeWhoseAgentStoppedIsNamedUnderProceed) {
   std::string ip = s.terminate("web", 0);
   s.advance(6s);
   EXPECT_EQ(s.outcome(ip), "unconfirmed");
-  EXPECT_TRUE(names(s.unconfirmed(ip), "node-2/agent")) << ::testing::PrintToString(s.unconfirmed(ip));
+  EXPECT_TRUE(names(s.unconfirmed(ip), "node-2/agent"))
+      << ::testing::PrintToString(s.unconfirmed(ip));
   EXPECT_TRUE(s.report().safety.empty());
 }
 
@@ -157,7 +170,8 @@ TEST(DrainScenario, AWatermarkMadeBeforeAMembershipChangeCountsNobodyNew) {
   std::string ip = s.terminate("web", 0);
   s.advance(6s);
   EXPECT_EQ(s.outcome(ip), "unconfirmed");
-  EXPECT_TRUE(names(s.unconfirmed(ip), "node-2/agent")) << ::testing::PrintToString(s.unconfirmed(ip));
+  EXPECT_TRUE(names(s.unconfirmed(ip), "node-2/agent"))
+      << ::testing::PrintToString(s.unconfirmed(ip));
   EXPECT_TRUE(s.report().safety.empty());
 }
 

@@ -36,9 +36,9 @@ struct Sub {
   model::SnapshotPtr acked;  // what it routes by (null: it never accepted anything)
   model::SnapshotPtr sent;   // the newest config its stream carried
   TimePoint ack_due{};
-  bool wants = true;    // connects whenever the agent is there
+  bool wants = true;  // connects whenever the agent is there
   bool nacking = false;
-  bool gone = false;    // never comes back during the fault phase
+  bool gone = false;  // never comes back during the fault phase
   TimePoint back_at{}, nack_until{};
 };
 
@@ -96,8 +96,7 @@ class World {
       NodeRec n;
       n.name = "node-" + std::to_string(i);
       n.address = "10.0.0." + std::to_string(i + 1);
-      for (size_t s = 0; s < o_.subscribers_per_node; ++s)
-      {
+      for (size_t s = 0; s < o_.subscribers_per_node; ++s) {
         Sub sub;
         sub.name = "proxy-" + std::to_string(i) + "-" + std::to_string(s);
         n.subs.push_back(std::move(sub));
@@ -118,7 +117,8 @@ class World {
     PodRec p;
     p.service = svc;
     p.name = svc + "-" + std::to_string(next_pod_);
-    p.ip = "10.244." + std::to_string(next_pod_ / 200 + 1) + "." + std::to_string(next_pod_ % 200 + 2);
+    p.ip =
+        "10.244." + std::to_string(next_pod_ / 200 + 1) + "." + std::to_string(next_pod_ % 200 + 2);
     ++next_pod_;
     p.node = node;
     pods_.push_back(std::move(p));
@@ -245,8 +245,7 @@ class World {
       f.view = model::RouteView::kFeed;
       model::SnapshotPtr applied = a.snap;
       for (const auto& [name, e] : a.hub) {
-        std::optional<TimePoint> since =
-            e.connected ? e.outstanding_since : e.disconnected_at;
+        std::optional<TimePoint> since = e.connected ? e.outstanding_since : e.disconnected_at;
         bool lapsed = since && now_ - *since >= o_.feed_grace;
         if (lapsed) {
           const char* why = !e.connected ? "disconnected" : "unacknowledged";
@@ -432,8 +431,8 @@ class World {
     trace("release " + pod.name + " " + pod.ip + " by " + nodes_[i].name + ": " +
           (confirmed ? "confirmed" : "unconfirmed") + who);
     if (pod.liveness && (!confirmed || now_ - pod.terminated_at > o_.liveness)) {
-      std::string why = confirmed ? "confirmed after " + fmt_ms(released_after_[pod.ip])
-                                  : "unconfirmed:";
+      std::string why =
+          confirmed ? "confirmed after " + fmt_ms(released_after_[pod.ip]) : "unconfirmed:";
       for (const auto& u : unconfirmed_[pod.ip]) why += " [" + u + "]";
       report_.liveness.push_back({"fault-free drain of " + pod.name + " " + why, elapsed()});
     }
@@ -446,19 +445,19 @@ class World {
         what += " kernel of " + n.name + " (revision " + std::to_string(n.kernel->generation) + ")";
       for (const auto& s : n.subs)
         if (s.acked && model::routes_to(model::RouteView::kFeed, *s.acked, ip, {}))
-          what += " subscriber " + s.name + " (revision " + std::to_string(s.acked->generation) +
-                  ")";
+          what +=
+              " subscriber " + s.name + " (revision " + std::to_string(s.acked->generation) + ")";
     }
     for (const auto& [addr, until] : dns_cache_)
       if (addr == pod.ip && until > now_) {
-        what += " a DNS answer cached for " + fmt_ms(std::chrono::duration_cast<milliseconds>(until - now_));
+        what += " a DNS answer cached for " +
+                fmt_ms(std::chrono::duration_cast<milliseconds>(until - now_));
         break;
       }
     if (!what.empty())
-      report_.safety.push_back(
-          {"released " + pod.name + " " + pod.ip + " as confirmed by " + nodes_[i].name +
-               " while routed by:" + what,
-           elapsed()});
+      report_.safety.push_back({"released " + pod.name + " " + pod.ip + " as confirmed by " +
+                                    nodes_[i].name + " while routed by:" + what,
+                                elapsed()});
   }
 
   PodRec* find_pod(const std::string& name) {
@@ -477,8 +476,9 @@ class World {
     if (faulty && chance(o_.faults.loss)) return;
     int copies = faulty && chance(o_.faults.duplicate) ? 2 : 1;
     for (int c = 0; c < copies; ++c) {
-      milliseconds lat(1 + static_cast<int64_t>(rng_() % static_cast<uint64_t>(
-                                                            faulty ? o_.faults.latency_max.count() : 5)));
+      milliseconds lat(
+          1 + static_cast<int64_t>(
+                  rng_() % static_cast<uint64_t>(faulty ? o_.faults.latency_max.count() : 5)));
       TimePoint at = now_ + lat;
       auto& last = link_last_[{from, to}];
       if (!(faulty && o_.faults.reorder)) at = std::max(at, last);
@@ -498,8 +498,8 @@ class World {
         continue;
       }
       Agent& a = nodes_[p.to].agent;
-      if (!a.alive) continue;               // the connection is gone with the process
-      if (a.paused_until > now_) {          // it waits in the socket
+      if (!a.alive) continue;       // the connection is gone with the process
+      if (a.paused_until > now_) {  // it waits in the socket
         keep.push_back(std::move(p));
         continue;
       }
@@ -524,7 +524,9 @@ class World {
       if (nodes_[i].in_api) in.push_back(i);
     return in.empty() ? 0 : in[pick(in.size())];
   }
-  milliseconds upto(milliseconds m) { return milliseconds(100 + rng_() % static_cast<uint64_t>(m.count())); }
+  milliseconds upto(milliseconds m) {
+    return milliseconds(100 + rng_() % static_cast<uint64_t>(m.count()));
+  }
   bool in_fault_phase() const { return faults_on_ && now_ < start_ + o_.fault_phase; }
   milliseconds elapsed() const { return std::chrono::duration_cast<milliseconds>(now_ - start_); }
   void trace(const std::string& s) {
@@ -646,8 +648,7 @@ class World {
     std::vector<size_t> cand;
     for (size_t k = 0; k < pods_.size(); ++k) {
       const PodRec& p = pods_[k];
-      if (p.exists && !p.terminating && nodes_[p.node].in_api &&
-          (!liveness || p.service == "web"))
+      if (p.exists && !p.terminating && nodes_[p.node].in_api && (!liveness || p.service == "web"))
         cand.push_back(k);
     }
     if (cand.empty()) return;
@@ -678,8 +679,8 @@ class World {
         p.settled = true;
         p.exists = false;
         if (p.liveness)
-          report_.liveness.push_back({"fault-free drain of " + p.name + " never released",
-                                      elapsed()});
+          report_.liveness.push_back(
+              {"fault-free drain of " + p.name + " never released", elapsed()});
         replace.push_back(p.service);
       }
     }

@@ -48,15 +48,15 @@ struct Faults {
   milliseconds pause_max{3000};
   double loss = 0, duplicate = 0;  // per peer message
   milliseconds latency_max{20};
-  bool reorder = false;           // messages of one link may overtake each other
-  double disconnect_per_s = 0;    // per subscriber and second
+  bool reorder = false;         // messages of one link may overtake each other
+  double disconnect_per_s = 0;  // per subscriber and second
   milliseconds disconnected_max{12000};
-  double nack_per_s = 0;          // a subscriber rejects what it is sent for a while
+  double nack_per_s = 0;  // a subscriber rejects what it is sent for a while
   milliseconds nacking_max{12000};
-  double gone_per_s = 0;          // a subscriber that never comes back (still routing)
-  double ttl_reload_per_s = 0;    // the DNS TTL changed by a reload (1–3 s)
-  double node_churn_per_s = 0;    // a Node deleted and created again (its kernel kept)
-  double watch_lag_per_s = 0;     // an agent's watch falls behind (a relist after 410)
+  double gone_per_s = 0;        // a subscriber that never comes back (still routing)
+  double ttl_reload_per_s = 0;  // the DNS TTL changed by a reload (1–3 s)
+  double node_churn_per_s = 0;  // a Node deleted and created again (its kernel kept)
+  double watch_lag_per_s = 0;   // an agent's watch falls behind (a relist after 410)
   milliseconds watch_lag_max{2000};
   double program_slow_per_s = 0;  // a programming delay of up to 1 s
   double fallback_per_s = 0;      // every other endpoint of a service unready for a while
@@ -69,9 +69,9 @@ struct Options {
   PeerPolicy policy = PeerPolicy::kProceed;
   milliseconds tick{20};
   milliseconds fault_phase{12000};
-  milliseconds settle{6000};     // after the faults stop, before the liveness drains
-  size_t liveness_drains = 2;    // drains started in the fault-free tail
-  milliseconds liveness{1000};   // each must be released confirmed within this
+  milliseconds settle{6000};          // after the faults stop, before the liveness drains
+  size_t liveness_drains = 2;         // drains started in the fault-free tail
+  milliseconds liveness{1000};        // each must be released confirmed within this
   milliseconds terminate_every{700};  // a pod terminates this often during the fault phase
   milliseconds feed_grace{4000};
   milliseconds dns_ttl{2000};
