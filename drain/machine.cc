@@ -207,6 +207,9 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
     bool routed = routed_anywhere(ip);
     if (routed && !d.routed) {
       ++counters_.routed_again;
+      // Peers that applied this state route to it too: confirmed again only once it is out.
+      for (auto& [node, p] : d.peers)
+        if (p.state == PeerState::State::kConfirmed) p.state = PeerState::State::kPending;
       d.notes.push_back("routable again at revision " + std::to_string(snap_->slice_revision) +
                         " (the terminating fallback: no other endpoint of a service is ready)");
       if (d.stage >= Stage::kRemoved) d.reconfirm = true;
@@ -424,6 +427,11 @@ void Machine::judge_peers(Drain& d, const Inputs& in) {
     if (h.node == "*" && h.revision == 0) overflow = true;
   }
   for (auto& [node, p] : d.peers) {
+    // A node confirmed before that now routes to it by the fallback is not confirmed any more.
+    if (p.state == PeerState::State::kConfirmed && (falls_back.count(node) || overflow)) {
+      p.state = PeerState::State::kPending;
+      d.notes.push_back("peer " + node + " routes to it again by the terminating fallback");
+    }
     if (p.state != PeerState::State::kPending) continue;
     if (auto why = c.uncounted(node)) {
       p.last_error = *why;
@@ -542,6 +550,19 @@ void Machine::move(Drain& d, Stage to, TimePoint at, std::vector<Transition>& ou
 }
 
 void Machine::advance(Drain& d, const Inputs& in, std::vector<Transition>& out) {
+  if ((d.stage == Stage::kRemoved || d.stage == Stage::kDrained) && !d.reconfirm && in.cluster) {
+    // Removed, not released: a node that routes to it again by the fallback takes the removal
+    // back until it is confirmed anew.
+    const std::string fallback = LocalMarks::fallback_client(d.ip);
+    for (const auto& h : in.cluster->holdouts) {
+      if (h.client != fallback || !d.peers.count(h.node)) continue;
+      d.reconfirm = true;
+      d.notes.push_back("peer " + h.node + " routes to it again by the terminating fallback");
+      for (auto& [node, p] : d.peers)
+        if (p.state == PeerState::State::kConfirmed) p.state = PeerState::State::kPending;
+      break;
+    }
+  }
   if (d.stage == Stage::kStopAccepting || d.reconfirm) {
     bool local = local_removed(d, in);
     bool peers = peers_done(d, in);
