@@ -574,8 +574,19 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
   cfg.feed_tls_cert = d.text("feed-tls-cert", cfg.feed_tls_cert);
   cfg.feed_tls_key = d.text("feed-tls-key", cfg.feed_tls_key);
   cfg.feed_client_ca = d.text("feed-client-ca", cfg.feed_client_ca);
-  cfg.feed_stale_after = std::chrono::milliseconds(
-      d.integer("feed-stale-after-ms", 0, 600000, cfg.feed_stale_after.count()));
+  cfg.feed_subscriber_grace = std::chrono::milliseconds(
+      d.integer("feed-subscriber-grace-ms", 0, 600000, cfg.feed_subscriber_grace.count()));
+  // The old name of the same setting, which --feed-subscriber-grace-ms replaced: honoured only
+  // when the new one is not given.
+  if (d.given("feed-stale-after-ms")) {
+    const bool grace_given = d.given("feed-subscriber-grace-ms");
+    auto old = std::chrono::milliseconds(d.integer("feed-stale-after-ms", 0, 600000, 0));
+    if (!grace_given) cfg.feed_subscriber_grace = old;
+    cfg.notes.push_back(
+        {true, d.last_origin() + " is deprecated, use feed-subscriber-grace-ms: " +
+                   (grace_given ? std::string("ignored, as that is given")
+                                : "taken as its value, " + std::to_string(old.count()) + " ms")});
+  }
   cfg.health_listen = d.listen("health-listen", Host::kAny, cfg.health_listen);
   cfg.admin_listen = d.listen("admin-listen", Host::kAny, cfg.admin_listen);
   cfg.admin_token_file = d.text("admin-token-file", cfg.admin_token_file);
@@ -690,10 +701,15 @@ void add_run_flags(CLI::App& app) {
   add(app, "feed-tls-key", "PEM private key of --feed-tls-cert");
   add(app, "feed-client-ca",
       "PEM CA bundle: feed subscribers must present a certificate it signed (mutual TLS)");
+  add(app, "feed-subscriber-grace-ms",
+      "How long a feed subscriber is waited for: one that went away (known by its client name "
+      "or xDS node id, its last acknowledged state holds until it comes back and acknowledges "
+      "a newer one), one that leaves a response unacknowledged or rejected. Past it, it no "
+      "longer holds drains and is a holdout: drains it may still route to are unconfirmed. 0: "
+      "a subscriber holds drains only while connected, and then without a bound",
+      std::to_string(def.feed_subscriber_grace.count()));
   add(app, "feed-stale-after-ms",
-      "A subscriber that leaves a response unacknowledged this long no longer holds drains "
-      "(counted, logged; it counts again once it acknowledges); 0: never",
-      std::to_string(def.feed_stale_after.count()));
+      "Deprecated: the old name of --feed-subscriber-grace-ms, honoured when that is not given");
   add(app, "health-listen",
       "ADDR:PORT for /healthz, /readyz, /livez only, for probes and load balancers (empty: off)",
       show(def.health_listen));
@@ -902,17 +918,29 @@ Result<WrittenConfig> write_config(const CLI::App& app, const RawFlags& flags) {
   // What the file cannot hold: the file itself and the one-shot actions.
   static const std::set<std::string> kNotSettings = {"help", "config", "write-config-to", "cleanup",
                                                      "init-only"};
+  // Settings renamed, old name → new: the file gets the new name with the value the old one
+  // gave when only the old one was (so that reading it back means the same).
+  static const std::map<std::string, std::string> kRenamed = {
+      {"feed-stale-after-ms", "feed-subscriber-grace-ms"}};
+  auto given = [&](const std::string& name) -> std::optional<std::vector<std::string>> {
+    if (auto f = flags.find(name); f != flags.end()) return f->second;
+    if (auto g = file->find(name); g != file->end()) return g->second.values;
+    return std::nullopt;
+  };
   std::string out = std::string("# endpointd run --config: every setting of endpointd ") +
                     kVersion + ", as given or by default (--write-config-to)\n";
   for (const CLI::Option* o : app.get_options()) {
     if (o->get_lnames().empty()) continue;
     const std::string& name = o->get_lnames().front();
-    if (kNotSettings.count(name)) continue;
+    if (kNotSettings.count(name) || kRenamed.count(name)) continue;
     std::vector<std::string> values;
-    if (auto f = flags.find(name); f != flags.end()) {
-      values = f->second;
-    } else if (auto g = file->find(name); g != file->end()) {
-      values = g->second.values;
+    std::optional<std::vector<std::string>> old_name;
+    for (const auto& [from, to] : kRenamed)
+      if (to == name && !old_name) old_name = given(from);
+    if (auto v = given(name)) {
+      values = *v;
+    } else if (old_name) {
+      values = *old_name;
     } else if (!o->get_default_str().empty()) {
       values = {o->get_default_str()};
     } else if (o->get_items_expected_max() == 0) {

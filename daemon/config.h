@@ -128,9 +128,10 @@ struct Config {
   // must present a certificate it signed.
   std::optional<model::HostPort> feed_listen;
   std::string feed_tls_cert, feed_tls_key, feed_client_ca;
-  // A subscriber with a response unacknowledged this long is stale: it no longer holds drains
-  // (feed/hub.h); 0: never.
-  std::chrono::milliseconds feed_stale_after{5000};
+  // How long a feed subscriber is waited for — one that went away (by its name), one with a
+  // response unacknowledged or rejected — before it no longer holds drains and is a holdout
+  // (feed/hub.h); 0: no ghosts, and a connected stream holds for as long as it is.
+  std::chrono::milliseconds feed_subscriber_grace{10000};
 
   // Health and admin servers, as kube-proxy splits them: the probes on the node's addresses
   // (kube-proxy's healthz port), /metrics and /debug/state on loopback (kube-proxy's metrics

@@ -400,7 +400,7 @@ Status Daemon::Impl::start_feed() {
   o.tls_cert_file = cfg.feed_tls_cert;
   o.tls_key_file = cfg.feed_tls_key;
   o.tls_client_ca_file = cfg.feed_client_ca;
-  o.stale_after = cfg.feed_stale_after;
+  o.subscriber_grace = cfg.feed_subscriber_grace;
   if (o.tls_cert_file.empty() && !cfg.feed_listen->loopback()) {
     spdlog::warn(
         "feed on {} beyond loopback in plaintext: set --feed-tls-cert, --feed-tls-key "

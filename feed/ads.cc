@@ -137,6 +137,7 @@ class AdsStream final : public FeedStream {
     }
     if (in_.has_node() && node_id_.empty()) {
       node_id_ = in_.node().id();
+      identity_ = node_id_;  // the stream's identity (feed/hub.h)
       xctx_.client_zone = in_.node().locality().zone();
     }
     *acks_moved = handle_locked();
@@ -172,11 +173,18 @@ class AdsStream final : public FeedStream {
         ++ts.nacks;
         ts.last_nack = in_.error_detail().message();
         sc_.metrics->nack(api_);
+        acks_.nacked();
         spdlog::warn("feed: {} (node {}) rejected {} version {}: {}", peer_, node_id_,
                      short_name(ts.type), ts.version, ts.last_nack);
       } else {
         sc_.metrics->ack(api_);
-        if (ts.type == XdsType::kEndpoint && acks_.ack(ts.version)) acks_moved = true;
+        if (ts.type == XdsType::kEndpoint) {
+          if (acks_.ack(ts.version)) {
+            acks_moved = true;
+          } else {
+            bogus_ack_locked(ts.version);
+          }
+        }
       }
     }
     if constexpr (kDelta) {

@@ -1,10 +1,12 @@
 // The feed sink: endpointd's gRPC feed for ingress controllers and meshes, on one port —
 // endpointd.v1.UpstreamFeed (its own API), Envoy's AggregatedDiscoveryService (xDS, state
 // of the world and delta), the gRPC health service and server reflection. It reports
-// applied(g) under "feed" when every live subscriber acknowledged generation g — every one
-// that is not stale: a subscriber with a response unacknowledged for `stale_after` stops
-// counting (counted, logged, shown in subscribers()), so drains proceed even though that proxy
-// may still route to a removed endpoint. See feed/hub.h.
+// applied(g) under "feed" when every subscriber that holds acknowledged generation g: every
+// stream, and the ghost of every named one that went away, within its grace. A subscriber past
+// its grace (gone, or a response unacknowledged or rejected that long) stops holding and is
+// published as a holdout on the board's "feed" entry (counted, logged, shown in
+// subscribers()), so drains proceed, unconfirmed where that proxy may still route to a removed
+// endpoint. See feed/hub.h.
 #pragma once
 
 #include <chrono>
@@ -37,10 +39,11 @@ struct FeedOptions {
   // Threads that share one change's writes to the subscribers, the sink's own included
   // (0: one per core, at most 4; with fewer than 64 subscribers per thread, the sink's alone).
   size_t fanout_threads = 0;
-  // A subscriber with a response unacknowledged this long is stale: excluded from applied(g)
-  // until it catches up, so a proxy that never acknowledges cannot hold every drain until its
-  // deadline (24 s). Default 5 s (why: kDefaultStaleAfter in feed/hub.h); zero: never stale.
-  std::chrono::milliseconds stale_after = kDefaultStaleAfter;
+  // How long a subscriber is waited for: a named one that went away (its ghost), one with a
+  // response unacknowledged or rejected. Past it, it stops holding applied(g) and is a holdout,
+  // so a proxy that is gone or never acknowledges cannot hold every drain until its deadline
+  // (24 s). Default 10 s (why: kDefaultGrace in feed/hub.h); zero: no ghosts, no lapses.
+  std::chrono::milliseconds subscriber_grace = kDefaultGrace;
   // TLS from PEM files when cert and key are set; with a client CA, clients must present a
   // certificate it signed.
   std::string tls_cert_file;
@@ -66,12 +69,14 @@ class FeedSink : public pipeline::Sink {
   std::string name() const override { return "feed"; }
   void apply(const model::SnapshotPtr& snap, const model::Delta& delta) override;
 
-  // For /debug/state: one row per live stream (subscription, versions sent and acked, NACKs).
+  // For /debug/state: one row per stream (subscription, versions sent and acked, NACKs), then
+  // one per ghost (connected false).
   std::vector<SubscriberInfo> subscribers() const;
-  // The generation every live subscriber that is not stale acknowledged (0 before the first
-  // synced snapshot).
+  // The generation every subscriber that holds acknowledged (0 before the first synced
+  // snapshot).
   uint64_t applied_generation() const;
-  size_t stale_subscribers() const;
+  // What is on the board's "feed" entry as holdouts.
+  std::vector<Holdout> holdouts() const;
 
   struct Impl;
 

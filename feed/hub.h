@@ -1,16 +1,44 @@
-// The feed's hub: the newest snapshot, the live subscribers (UpstreamFeed watch streams and
-// xDS streams), and the acknowledgement arithmetic that turns their acks into the feed
-// sink's applied(g). No gRPC here, so all of it is testable without a server.
+// The feed's hub: the newest snapshot, the subscribers (UpstreamFeed watch streams, xDS
+// streams, and the ghosts of those that went away) and the acknowledgement arithmetic that
+// turns their acks into the feed sink's applied(g). No gRPC here, so all of it is testable
+// without a server.
 //
-// Stale subscribers. A subscriber that has had a response outstanding (sent, not
-// acknowledged) for `stale_after` or longer is stale: it stops counting toward applied(g), so
-// one proxy that never acknowledges cannot hold every drain on the node until its deadline.
-// The price is deliberate: a drain may then complete while that proxy still routes to the
-// endpoint (it was sent the removal but never said it applied it). Each transition is counted
-// and logged with the subscriber's identity; the subscriber stays connected and keeps getting
-// updates, and counts again once an ack leaves it with no response outstanding for that long
-// (acknowledging the newest version it was sent always does). applied(g) never moves back:
-// a subscriber counted again that is behind holds it where it is until it catches up.
+// Subscribers are identities, not streams (../shared/DESIGN.md, "What confirmed means"): a
+// proxy routes by the last config it accepted whether or not it is connected, and Envoy keeps
+// routing by its last EDS while it reconnects.
+//
+// Ghosts. A stream whose client named itself (Subscribe.client_name; the xDS node id) and goes
+// away leaves a ghost under that name: its last acknowledged snapshot keeps holding applied(g).
+// A stream that names itself the same takes the ghost over (Hub::identify): it starts from the
+// ghost's snapshot, not the current one, and holds until it acknowledges a response sent on it.
+// A stream of that name still connected when the other goes (a proxy that reconnected before
+// its old stream ended) is held the same way, unless it acknowledged a response already. A new
+// name starts at the current snapshot (it was told nothing older); a stream without a name
+// holds only while it is connected, as it can never be recognised again. One name is one
+// subscriber: two proxies that give the same name are taken for one.
+//
+// Grace. A subscriber is waited for at most `grace` (--feed-subscriber-grace-ms, default 10 s)
+// from the moment it is first waited on: its oldest response not acknowledged (NACKed ones
+// included) or its disconnection, whichever came first; a stream that takes a ghost over
+// carries the ghost's wait on, so a proxy that reconnects over and over is not waited for
+// longer. Past that it lapses: it stops holding applied(g), so a proxy that is gone, wedged or
+// rejecting its config cannot hold every drain on the node until its deadline, and it becomes
+// a holdout on the acknowledgement board (pipeline/ack_board.h: its name, or "stream <id>
+// <peer>" without one; its last acknowledged snapshot; when it lapsed; "disconnected",
+// "unacknowledged" or "nacking"), which drain/ reads: a release whose endpoint a holdout's
+// snapshot still routes to is unconfirmed. Holdouts reach the board before the applied(g) their
+// lapse lets through. Each lapse is counted and logged with the name.
+//
+// A lapsed stream stays connected and keeps getting updates, and is a holdout while it is; it
+// holds again, and leaves the board, once an ack leaves nothing unacknowledged for that long
+// (acknowledging the newest version it was sent always does). A lapsed ghost leaves the board
+// when its name comes back and catches up, or kForgetAfter (10 min) after it lapsed or went
+// away, whichever is later; at most kMaxGhosts ghosts are kept, the one gone longest forgotten
+// first (each forgetting counted and logged). applied(g) never moves back: a subscriber that
+// holds again while behind holds it where it is until it catches up.
+//
+// grace 0: no ghosts and no lapses — a stream holds while it is connected, however long, and
+// not after.
 #pragma once
 
 #include <atomic>
@@ -28,32 +56,48 @@
 
 #include "feed/fanout.h"
 #include "model/snapshot.h"
+#include "pipeline/ack_board.h"
 
 namespace endpointd::feed {
 
 class Metrics;
 
 using Clock = std::chrono::steady_clock;
+using Holdout = pipeline::AckBoard::Holdout;
 
-// How long a response may stay unacknowledged before its subscriber is stale. A healthy proxy
+// How long a subscriber is waited for (see the top of this file). A healthy proxy
 // acknowledges in milliseconds (Envoy and proxyless gRPC apply EDS at once; endpointd-haproxy
-// after one runtime-API pass, bounded by its 2 s timeout), and a few seconds more absorb a GC
-// pause or CPU throttling. The drain deadline is 24 s, so 5 s leaves a drain held by a dead or
-// wedged proxy most of its budget for connections to finish, where keepalive alone (30 s + 10 s)
-// would notice a dead peer only after the deadline.
-inline constexpr std::chrono::milliseconds kDefaultStaleAfter{5000};
+// after one runtime-API pass, bounded by its 2 s timeout) and reconnects within a few seconds
+// (Envoy's backoff starts at 0.5 s); a few seconds more absorb a GC pause or CPU throttling.
+// The drain deadline is 24 s, so 10 s leaves a drain held by a dead or wedged proxy more than
+// half its budget for connections to finish, where keepalive alone (30 s + 10 s) would notice a
+// dead peer only after the deadline.
+inline constexpr std::chrono::milliseconds kDefaultGrace{10000};
+// How long a lapsed ghost stays a holdout. A proxy cut off from the feed may route by its last
+// config for as long as it runs; ten minutes covers a restart or a network partition healing,
+// after which a proxy still alive has reconnected (and is known again) or is taken for gone.
+inline constexpr std::chrono::minutes kForgetAfter{10};
+// Ghosts kept at most (their holdouts with them): a few KB each. A node's proxies are tens;
+// this is room for a fleet of reconnecting clients, and a bound on what names cost.
+inline constexpr size_t kMaxGhosts = 1024;
+// A longer name is no identity (its stream is anonymous): a ghost is kept per name.
+inline constexpr size_t kMaxIdentityBytes = 512;
 
 // What one subscriber confirmed. Fed by its stream: every response sent (with the snapshot
 // whose state it carries), every snapshot that changed nothing the subscriber sees, and every
 // ack. acked() is the newest snapshot whose state the subscriber is known to route by: the
 // snapshot it acknowledged, or a newer one that differs from it only in what it does not
 // subscribe to. A subscriber starts at the snapshot current when it joined: it has been told
-// nothing older, so it holds back no removal that happened before it came.
+// nothing older, so it holds back no removal that happened before it came — unless it is
+// resumed from an earlier stream of its identity (resume()).
 class AckTracker {
  public:
   // Unacknowledged responses remembered; older ones can no longer be acknowledged (a newer
   // ack covers them).
   static constexpr size_t kMaxInFlight = 16;
+  // Versions sent remembered, acknowledged or not, to tell a late or repeated ack (harmless)
+  // from one of a version never sent (refused).
+  static constexpr size_t kRememberedSends = 64;
 
   explicit AckTracker(model::SnapshotPtr joined) : acked_(std::move(joined)) {}
 
@@ -61,21 +105,28 @@ class AckTracker {
   void sent(model::SnapshotPtr snap, Clock::time_point now);
   // `snap` is newer than the last response and changes nothing this subscriber receives.
   void unchanged(const model::SnapshotPtr& snap);
-  // The client applied the response of `version`. false: no such response is outstanding
-  // and it is not older than what was acknowledged (a bogus ack; nothing changes).
+  // The client applied the response of `version`. false: this stream never sent that version
+  // (a bogus ack: refused, nothing changes). A late or repeated ack of a version sent is
+  // true and moves nothing.
   bool ack(uint64_t version);
-  // Nothing sent is outstanding: every response was acknowledged.
-  bool caught_up() const { return in_flight_.empty(); }
+  // The client rejected a response (an xDS NACK): nacking() until it acknowledges one.
+  void nacked() { nacking_ = true; }
+  bool nacking() const { return nacking_; }
+  // The client's identity last acknowledged `last` on an earlier stream, and has been waited
+  // on since `since`. Unless this stream already had a response acknowledged (its state is
+  // newer), the client routes by `last` until it acknowledges one here: acked() goes back to
+  // `last` and stays until then, and the wait counts from `since`. false: it already had.
+  bool resume(const model::SnapshotPtr& last, Clock::time_point since);
+  // Nothing is waited for: every response sent was acknowledged, and it is not resumed.
+  bool caught_up() const { return in_flight_.empty() && !resumed_since_; }
   const model::SnapshotPtr& acked() const { return acked_; }
   uint64_t acked_version() const { return acked_version_; }
   uint64_t sent_version() const {
     return in_flight_.empty() ? acked_version_ : in_flight_.back().version;
   }
-  // When the oldest response not yet acknowledged was sent; nullopt when caught up.
-  std::optional<Clock::time_point> outstanding_since() const {
-    if (in_flight_.empty()) return std::nullopt;
-    return in_flight_.front().sent_at;
-  }
+  // Since when the client has been waited on: the oldest response not yet acknowledged, or
+  // the resumption's wait; nullopt when caught up.
+  std::optional<Clock::time_point> outstanding_since() const;
 
  private:
   struct InFlight {
@@ -89,9 +140,12 @@ class AckTracker {
   model::SnapshotPtr acked_;
   uint64_t acked_version_ = 0;  // the newest version the client acknowledged
   std::deque<InFlight> in_flight_;
+  std::deque<uint64_t> sent_versions_;  // the last kRememberedSends, oldest first
+  bool nacking_ = false;
+  std::optional<Clock::time_point> resumed_since_;  // set while resumed and nothing acked
 };
 
-// A row of /debug/state's feed section.
+// A row of /debug/state's feed section: a stream, or the ghost of one (connected false).
 struct SubscriberInfo {
   uint64_t id = 0;
   std::string api;     // "watch", "ads", "delta-ads"
@@ -103,7 +157,9 @@ struct SubscriberInfo {
   uint64_t acked_generation = 0;  // what counts toward applied(g)
   uint64_t nacks = 0;
   std::string last_nack;
-  bool stale = false;  // excluded from applied(g): a response unacknowledged for stale_after
+  bool connected = true;  // false: the ghost of a stream that went away (its last row)
+  bool holding = true;    // counts toward applied(g); false once its grace passed
+  std::string lapsed;     // why it stopped holding: "disconnected", "unacknowledged", "nacking"
 };
 
 class Subscriber {
@@ -117,6 +173,10 @@ class Subscriber {
   // nullopt when it acknowledged everything. Subscribers that never wait for acks need not
   // say.
   virtual std::optional<Clock::time_point> outstanding_since() const { return std::nullopt; }
+  // Whether its client rejected a response since it last acknowledged one.
+  virtual bool nacking() const { return false; }
+  // AckTracker::resume on its tracker. Called by the hub, under its locks.
+  virtual bool resume(const model::SnapshotPtr& last, Clock::time_point since) = 0;
   virtual SubscriberInfo info() const = 0;
 };
 
@@ -125,11 +185,15 @@ struct HubOptions {
   // How many threads notify subscribers in publish() (0: one per core, at most
   // FanOut::kMaxThreads; 1: the caller alone).
   size_t fanout_threads = 1;
-  // A subscriber with a response unacknowledged this long is stale (see the top of this
-  // file); zero or less: never.
-  std::chrono::milliseconds stale_after = kDefaultStaleAfter;
+  // How long a subscriber is waited for (see the top of this file); zero or less: ghosts off
+  // and no lapses.
+  std::chrono::milliseconds grace = kDefaultGrace;
   std::function<Clock::time_point()> clock;  // null: Clock::now
-  Metrics* metrics = nullptr;                // stale transitions are counted here; may be null
+  Metrics* metrics = nullptr;                // lapses and ghosts are counted here; may be null
+  // Called with every holdout whenever the list changes (the feed sink: AckBoard::set_holdouts),
+  // outside the hub's locks, one call at a time, newest list last, and before the applied(g)
+  // that the change lets move is reported.
+  std::function<void(std::vector<Holdout>)> holdouts;
 };
 
 class Hub {
@@ -138,7 +202,7 @@ class Hub {
   using AppliedFn = std::function<void(const model::SnapshotPtr&)>;
 
   Hub(HubOptions opts, AppliedFn applied);
-  // `fanout_threads` as in HubOptions; stale_after is the default.
+  // `fanout_threads` as in HubOptions; the grace is the default.
   explicit Hub(size_t max_subscribers, AppliedFn applied = {}, size_t fanout_threads = 1)
       : Hub(default_options(max_subscribers, fanout_threads), std::move(applied)) {}
 
@@ -148,9 +212,16 @@ class Hub {
   // The newest synced snapshot; null until the first one.
   model::SnapshotPtr current() const;
 
-  // A new stream. false when the limit is reached (the stream must refuse itself).
+  // A new stream, anonymous until identify(). false when the limit is reached (the stream must
+  // refuse itself).
   bool add(Subscriber* s);
+  // The stream went away. Named: its ghost holds on (see the top of this file).
   void remove(Subscriber* s);
+  // `s`'s client named itself `identity` (its first name counts; a later one is ignored). If a
+  // ghost of that name waits, `s` takes it over (Subscriber::resume). Never call it holding a
+  // subscriber's own lock. Ignored when the grace is zero or the name is longer than
+  // kMaxIdentityBytes.
+  void identify(Subscriber* s, const std::string& identity);
   // `s`'s acked() may have moved. Never call it holding a subscriber's own lock. Costs
   // O(log subscribers): the hub keeps a count of subscribers per acknowledged generation, so
   // 1,000 acks of one change are not 1,000 scans of 1,000 subscribers.
@@ -160,24 +231,25 @@ class Hub {
   std::shared_ptr<const model::Delta> diff(const model::SnapshotPtr& from,
                                            const model::SnapshotPtr& to);
 
-  size_t subscribers() const;
+  size_t subscribers() const;  // streams connected
+  // A row per stream, then one per ghost.
   std::vector<SubscriberInfo> infos() const;
-  // The snapshot every live subscriber that is not stale acknowledged (the current one when
-  // there is none).
+  // The snapshot every subscriber that holds acknowledged (the current one when none holds).
   model::SnapshotPtr applied() const;
   uint64_t next_id() { return next_id_.fetch_add(1) + 1; }
 
   // The hub's clock: subscribers stamp the responses they send with it.
   Clock::time_point now() const { return clock_ ? clock_() : Clock::now(); }
-  // Marks the subscribers whose oldest unacknowledged response is stale_after old as stale
-  // (and recomputes applied(g)), and those that caught up as counted again. Must run even when
-  // no ack or snapshot arrives: the feed sink's timer calls it. Returns when it should run
-  // next at the latest: the moment the next subscriber would turn stale (nullopt: none is
-  // waiting for an ack, or staleness is off). Subscribers that start waiting later turn stale
-  // no sooner than stale_after from now.
-  std::optional<Clock::time_point> check_stale();
-  std::chrono::milliseconds stale_after() const { return stale_after_; }
-  size_t stale_subscribers() const;
+  // Lapses the subscribers and ghosts whose grace passed (and recomputes applied(g)), counts
+  // again the streams that caught up, forgets the holdouts kForgetAfter old. Must run even when
+  // no ack or snapshot arrives: the feed sink's timer calls it. Returns when it should run next
+  // at the latest (nullopt: nothing is waited for and no holdout is to be forgotten, or the
+  // grace is zero). Subscribers that start waiting later lapse no sooner than grace from now.
+  std::optional<Clock::time_point> check_graces();
+  std::chrono::milliseconds grace() const { return grace_; }
+  size_t lapsed_streams() const;  // streams connected that no longer hold
+  size_t ghosts() const;          // holding or lapsed
+  std::vector<Holdout> holdouts() const;
 
  private:
   static HubOptions default_options(size_t max_subscribers, size_t fanout_threads) {
@@ -186,27 +258,58 @@ class Hub {
     o.fanout_threads = fanout_threads;
     return o;
   }
-  // What the ack arithmetic holds for one subscriber.
+  // What the ack arithmetic holds for one stream.
   struct Entry {
-    model::SnapshotPtr recorded;  // the acknowledged snapshot last counted (or seen, if stale)
-    bool stale = false;           // excluded: recorded is not in acked_
+    model::SnapshotPtr recorded;  // the acknowledged snapshot last counted (or seen, if lapsed)
+    std::string identity;         // empty: anonymous
+    bool lapsed = false;          // excluded: recorded is not in acked_
+    // While lapsed: its holdout.
+    Clock::time_point lapsed_at{};
+    const char* reason = "";
+    std::string label;  // the identity, or "stream <id> <peer>"
   };
+  // What a named stream left when it went away.
+  struct Ghost {
+    model::SnapshotPtr snapshot;        // its last acknowledged state
+    Clock::time_point waiting_since{};  // the grace runs from here
+    Clock::time_point gone_at{};
+    bool holding = true;  // in acked_; else a holdout
+    Clock::time_point lapsed_at{};
+    const char* reason = "";
+    SubscriberInfo row;  // its stream's last row
+  };
+  // What to tell, outside the locks, after a change.
+  struct Pending {
+    model::SnapshotPtr moved;
+    std::optional<std::vector<Holdout>> holdouts;
+    uint64_t seq = 0;
+  };
+
   // Moves `s`'s entry in acked_ to what it reports now. Under acks_mu_.
   void refresh_locked(Subscriber* s, Entry& e);
-  // Decides whether `s` is stale at `now`; logs and counts a change. Under acks_mu_. Returns
-  // the time it turns stale if it is counted and waiting for an ack.
-  std::optional<Clock::time_point> update_stale_locked(Subscriber* s, Entry& e,
+  // Decides whether `s` lapsed at `now`; logs and counts a change. Under acks_mu_. Returns the
+  // time it lapses if it holds and is waited on.
+  std::optional<Clock::time_point> update_lapse_locked(Subscriber* s, Entry& e,
                                                        Clock::time_point now);
+  // `s`, named, went away with `e`: its other streams take over its state, or a ghost does.
+  void leave_ghost_locked(Subscriber* s, const Entry& e, Clock::time_point now);
+  // Lapses the holding ghosts whose grace passed, forgets the holdouts due; the next deadline.
+  std::optional<Clock::time_point> check_ghosts_locked(Clock::time_point now);
+  void forget_ghost_locked(std::map<std::string, Ghost>::iterator it, bool expired);
   void count_locked(const model::SnapshotPtr& snap, int by);
   // applied_ from acked_; the snapshot to report when it moved. Under acks_mu_.
   model::SnapshotPtr recompute_locked();
-  void report(const model::SnapshotPtr& snap);
+  // recompute_locked() and the holdouts if they changed.
+  Pending settle_locked();
+  std::vector<Holdout> holdouts_locked() const;
+  void deliver(Pending p);
 
   const size_t max_subscribers_;
   AppliedFn applied_fn_;
-  const std::chrono::milliseconds stale_after_;
+  const std::chrono::milliseconds grace_;
   const std::function<Clock::time_point()> clock_;
   Metrics* const metrics_;
+  const std::function<void(std::vector<Holdout>)> holdouts_fn_;
   std::atomic<uint64_t> next_id_{0};
 
   // Two locks, so that acks never wait for a fan-out: mu_ is held while every subscriber is
@@ -220,15 +323,24 @@ class Hub {
   mutable std::mutex acks_mu_;
   model::SnapshotPtr acks_current_;  // current_, as the ack arithmetic last saw it
   std::unordered_map<Subscriber*, Entry> recorded_;
-  size_t stale_count_ = 0;
-  // Acknowledged generation → how many subscribers that are not stale are there, and that
-  // snapshot.
+  std::unordered_multimap<std::string, Subscriber*> named_;  // streams by identity
+  std::map<std::string, Ghost> ghosts_;                      // by identity
+  size_t lapsed_streams_ = 0;
+  size_t ghosts_holding_ = 0;
+  uint64_t ghosts_over_limit_ = 0;  // forgotten for kMaxGhosts, to log at powers of two
+  bool holdouts_changed_ = false;
+  uint64_t holdouts_seq_ = 0;
+  // Acknowledged generation → how many subscribers that hold (streams and ghosts) are there,
+  // and that snapshot.
   struct AckedAt {
     size_t count = 0;
     model::SnapshotPtr snap;
   };
   std::map<uint64_t, AckedAt> acked_;
   model::SnapshotPtr applied_;
+
+  std::mutex holdouts_mu_;  // one holdouts_fn_ call at a time; taken with no other lock held
+  uint64_t holdouts_told_ = 0;
 
   std::mutex diff_mu_;
   struct CachedDiff {

@@ -12,6 +12,8 @@ const char* kApiNames[] = {"watch", "ads", "delta_ads"};
 const char* kRejectNames[] = {"too_many_streams", "invalid_subscribe", "invalid_ack",
                               "unknown_type",     "stale_nonce",       "bad_resource_name",
                               "malformed",        "stream_limit"};
+const char* kLapseNames[] = {"disconnected", "unacknowledged", "nacking"};
+const char* kForgetNames[] = {"expired", "limit"};
 int idx(Metrics::Api a) {
   return static_cast<int>(a);
 }
@@ -65,15 +67,44 @@ Metrics::Metrics(prometheus::Registry* r) {
   stale_total_ = &prometheus::BuildCounter()
                       .Name("endpointd_feed_stale_subscribers_total")
                       .Help(
-                          "Feed subscribers that turned stale (a response unacknowledged for "
-                          "stale_after) and stopped holding back the applied generation")
+                          "Connected feed streams that left a response unacknowledged past their "
+                          "grace and stopped holding back the applied generation")
                       .Register(*r)
                       .Add({});
   stale_now_ = &prometheus::BuildGauge()
                     .Name("endpointd_feed_subscribers_stale")
-                    .Help("Feed subscribers stale now: connected, but not waited for")
+                    .Help("Connected feed streams that no longer hold the applied generation")
                     .Register(*r)
                     .Add({});
+  auto& lapsed = prometheus::BuildCounter()
+                     .Name("endpointd_feed_subscribers_lapsed_total")
+                     .Help(
+                         "Feed subscribers (streams or the ghosts of named ones) that stopped "
+                         "holding back the applied generation after their grace, by reason")
+                     .Register(*r);
+  for (int i = 0; i < kLapses; ++i) lapsed_[i] = &lapsed.Add({{"reason", kLapseNames[i]}});
+  auto& forgotten = prometheus::BuildCounter()
+                        .Name("endpointd_feed_ghosts_forgotten_total")
+                        .Help(
+                            "Ghosts of named feed subscribers forgotten: expired (10 minutes "
+                            "after they lapsed) or limit (too many ghosts)")
+                        .Register(*r);
+  for (int i = 0; i < kForgets; ++i) forgotten_[i] = &forgotten.Add({{"reason", kForgetNames[i]}});
+  ghosts_holding_ = &prometheus::BuildGauge()
+                         .Name("endpointd_feed_ghosts_holding")
+                         .Help(
+                             "Named feed subscribers gone within their grace: their last "
+                             "acknowledged state still holds the applied generation")
+                         .Register(*r)
+                         .Add({});
+  holdouts_ = &prometheus::BuildGauge()
+                   .Name("endpointd_feed_holdouts")
+                   .Help(
+                       "Feed subscribers that no longer hold the applied generation but may "
+                       "still route by their last acknowledged state (on the acknowledgement "
+                       "board)")
+                   .Register(*r)
+                   .Add({});
 }
 
 void Metrics::stream_opened(Api a) {
@@ -104,11 +135,31 @@ void Metrics::rejected(Reject r) {
 void Metrics::applied(uint64_t g) {
   if (applied_) applied_->Set(static_cast<double>(g));
 }
-void Metrics::stale_entered() {
-  bump(stale_total_count_);
+void Metrics::stale_entered(bool lapse) {
+  if (lapse) {
+    bump(stale_total_count_);
+    if (stale_total_) stale_total_->Increment();
+  }
   stale_now_count_.fetch_add(1, std::memory_order_relaxed);
-  if (stale_total_) stale_total_->Increment();
   if (stale_now_) stale_now_->Increment();
+}
+void Metrics::lapsed(Lapse why) {
+  const int i = static_cast<int>(why);
+  bump(lapsed_counts_[i]);
+  if (lapsed_[i]) lapsed_[i]->Increment();
+}
+void Metrics::forgotten(Forget why) {
+  const int i = static_cast<int>(why);
+  bump(forgotten_counts_[i]);
+  if (forgotten_[i]) forgotten_[i]->Increment();
+}
+void Metrics::ghosts_holding(size_t n) {
+  ghosts_holding_now_.store(static_cast<int64_t>(n), std::memory_order_relaxed);
+  if (ghosts_holding_) ghosts_holding_->Set(static_cast<double>(n));
+}
+void Metrics::holdouts(size_t n) {
+  holdouts_now_.store(static_cast<int64_t>(n), std::memory_order_relaxed);
+  if (holdouts_) holdouts_->Set(static_cast<double>(n));
 }
 void Metrics::stale_left() {
   stale_now_count_.fetch_sub(1, std::memory_order_relaxed);
@@ -128,6 +179,18 @@ uint64_t Metrics::stale_total() const {
 }
 int64_t Metrics::stale_now() const {
   return stale_now_count_.load(std::memory_order_relaxed);
+}
+uint64_t Metrics::lapsed_total(Lapse why) const {
+  return read(lapsed_counts_[static_cast<int>(why)]);
+}
+uint64_t Metrics::forgotten_total(Forget why) const {
+  return read(forgotten_counts_[static_cast<int>(why)]);
+}
+int64_t Metrics::ghosts_holding_now() const {
+  return ghosts_holding_now_.load(std::memory_order_relaxed);
+}
+int64_t Metrics::holdouts_now() const {
+  return holdouts_now_.load(std::memory_order_relaxed);
 }
 
 }  // namespace endpointd::feed

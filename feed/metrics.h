@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -38,20 +39,35 @@ class Metrics {
   void coalesced();
   void rejected(Reject r);
   void applied(uint64_t generation);
-  // A subscriber turned stale (excluded from applied(g)); one that was stale caught up or
-  // went away.
-  void stale_entered();
+  // A connected stream stopped holding applied(g) (`lapse`: its grace passed; otherwise it
+  // took over a lapsed ghost's state), or one that had caught up or went away.
+  void stale_entered(bool lapse);
   void stale_left();
+  // Why a subscriber (a stream or a ghost) stopped holding applied(g) after its grace: each
+  // reason a label of endpointd_feed_subscribers_lapsed_total.
+  enum class Lapse { kDisconnected, kUnacknowledged, kNacking };
+  void lapsed(Lapse why);
+  // A ghost forgotten: kForgetAfter after it lapsed, or for the cap on ghosts.
+  enum class Forget { kExpired, kLimit };
+  void forgotten(Forget why);
+  void ghosts_holding(size_t n);  // ghosts that hold applied(g) now
+  void holdouts(size_t n);        // holdouts on the board now
 
   uint64_t count(Reject r) const;  // for tests
   uint64_t nacks() const;
   uint64_t coalesced_count() const;
-  uint64_t stale_total() const;  // transitions to stale
-  int64_t stale_now() const;     // subscribers stale now
+  uint64_t stale_total() const;  // connected streams that lapsed
+  int64_t stale_now() const;     // connected streams lapsed now
+  uint64_t lapsed_total(Lapse why) const;
+  uint64_t forgotten_total(Forget why) const;
+  int64_t ghosts_holding_now() const;
+  int64_t holdouts_now() const;
 
  private:
   static constexpr int kApis = 3;
   static constexpr int kRejects = 8;
+  static constexpr int kLapses = 3;
+  static constexpr int kForgets = 2;
   prometheus::Gauge* streams_[kApis] = {};
   prometheus::Counter* updates_[kApis] = {};
   prometheus::Counter* acks_[kApis] = {};
@@ -61,12 +77,20 @@ class Metrics {
   prometheus::Gauge* applied_ = nullptr;
   prometheus::Counter* stale_total_ = nullptr;
   prometheus::Gauge* stale_now_ = nullptr;
+  prometheus::Counter* lapsed_[kLapses] = {};
+  prometheus::Counter* forgotten_[kForgets] = {};
+  prometheus::Gauge* ghosts_holding_ = nullptr;
+  prometheus::Gauge* holdouts_ = nullptr;
   // Plain counts too, so tests read them without a registry.
   std::atomic<uint64_t> reject_counts_[kRejects] = {};
   std::atomic<uint64_t> nack_count_{0};
   std::atomic<uint64_t> coalesced_count_{0};
   std::atomic<uint64_t> stale_total_count_{0};
   std::atomic<int64_t> stale_now_count_{0};
+  std::atomic<uint64_t> lapsed_counts_[kLapses] = {};
+  std::atomic<uint64_t> forgotten_counts_[kForgets] = {};
+  std::atomic<int64_t> ghosts_holding_now_{0};
+  std::atomic<int64_t> holdouts_now_{0};
 };
 
 }  // namespace endpointd::feed

@@ -56,12 +56,12 @@ struct FeedSink::Impl {
   std::unique_ptr<grpc::Server> server;
   int port = 0;
 
-  // The stale timer: staleness is a matter of time passing, so it is checked even when no ack
-  // or snapshot arrives.
-  std::thread stale_timer;
-  std::mutex stale_mu;
-  std::condition_variable stale_cv;
-  bool stale_stop = false;
+  // The grace timer: a grace passes with time, so it is checked even when no ack or snapshot
+  // arrives.
+  std::thread grace_timer;
+  std::mutex grace_mu;
+  std::condition_variable grace_cv;
+  bool grace_stop = false;
 
   Impl(FeedOptions o, pipeline::AckBoard* b, prometheus::Registry* r)
       : opts(std::move(o)),
@@ -69,43 +69,48 @@ struct FeedSink::Impl {
         metrics(r),
         hub(HubOptions{.max_subscribers = opts.max_streams,
                        .fanout_threads = opts.fanout_threads,
-                       .stale_after = opts.stale_after,
+                       .grace = opts.subscriber_grace,
                        .clock = {},
-                       .metrics = &metrics},
+                       .metrics = &metrics,
+                       .holdouts =
+                           [this](std::vector<Holdout> h) {
+                             if (board) board->set_holdouts("feed", std::move(h));
+                           }},
             [this](const model::SnapshotPtr& snap) {
               metrics.applied(snap->generation);
               if (board) board->applied("feed", snap);
             }) {}
 
-  // Wakes when the next subscriber would turn stale, and at least every stale_after: one that
-  // starts waiting after a check turns stale no sooner than stale_after after it.
-  void run_stale_timer() {
-    std::unique_lock lock(stale_mu);
-    while (!stale_stop) {
+  // Wakes when the next subscriber's grace passes (or a holdout is to be forgotten), and at
+  // least every grace: one that starts waiting after a check lapses no sooner than the grace
+  // after it.
+  void run_grace_timer() {
+    std::unique_lock lock(grace_mu);
+    while (!grace_stop) {
       lock.unlock();
-      auto next = hub.check_stale();
+      auto next = hub.check_graces();
       lock.lock();
-      auto wake = Clock::now() + opts.stale_after;
+      auto wake = Clock::now() + opts.subscriber_grace;
       if (next && *next < wake) wake = *next;
-      stale_cv.wait_until(lock, wake, [&] { return stale_stop; });
+      grace_cv.wait_until(lock, wake, [&] { return grace_stop; });
     }
   }
-  void start_stale_timer() {
-    if (opts.stale_after.count() <= 0 || stale_timer.joinable()) return;
+  void start_grace_timer() {
+    if (opts.subscriber_grace.count() <= 0 || grace_timer.joinable()) return;
     {
-      std::lock_guard lock(stale_mu);
-      stale_stop = false;
+      std::lock_guard lock(grace_mu);
+      grace_stop = false;
     }
-    stale_timer = std::thread([this] { run_stale_timer(); });
+    grace_timer = std::thread([this] { run_grace_timer(); });
   }
-  void stop_stale_timer() {
-    if (!stale_timer.joinable()) return;
+  void stop_grace_timer() {
+    if (!grace_timer.joinable()) return;
     {
-      std::lock_guard lock(stale_mu);
-      stale_stop = true;
+      std::lock_guard lock(grace_mu);
+      grace_stop = true;
     }
-    stale_cv.notify_all();
-    stale_timer.join();
+    grace_cv.notify_all();
+    grace_timer.join();
   }
 };
 
@@ -185,14 +190,14 @@ Status FeedSink::start() {
   if (auto* health = im.server->GetHealthCheckService()) {
     health->SetServingStatus(true);
   }
-  im.start_stale_timer();
+  im.start_grace_timer();
   spdlog::info("feed: serving UpstreamFeed and xDS on {} (port {})", addr, im.port);
   return {};
 }
 
 void FeedSink::stop() {
   auto& im = *impl_;
-  im.stop_stale_timer();
+  im.stop_grace_timer();
   if (!im.server) return;
   if (auto* health = im.server->GetHealthCheckService()) health->Shutdown();
   // Open streams are cancelled at the deadline; their reactors finish and unregister.
@@ -218,8 +223,8 @@ uint64_t FeedSink::applied_generation() const {
   return a ? a->generation : 0;
 }
 
-size_t FeedSink::stale_subscribers() const {
-  return impl_->hub.stale_subscribers();
+std::vector<Holdout> FeedSink::holdouts() const {
+  return impl_->hub.holdouts();
 }
 
 }  // namespace endpointd::feed

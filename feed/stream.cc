@@ -54,6 +54,16 @@ std::optional<Clock::time_point> FeedStream::outstanding_since() const {
   return acks_.outstanding_since();
 }
 
+bool FeedStream::nacking() const {
+  std::lock_guard lock(mu_);
+  return acks_.nacking();
+}
+
+bool FeedStream::resume(const model::SnapshotPtr& last, Clock::time_point since) {
+  std::lock_guard lock(mu_);
+  return acks_.resume(last, since);
+}
+
 void FeedStream::OnReadDone(bool ok) {
   if (!ok) {  // the client half-closed or went away
     std::lock_guard lock(mu_);
@@ -61,10 +71,17 @@ void FeedStream::OnReadDone(bool ok) {
     return;
   }
   bool acks_moved = false;
+  std::string identity;
   {
     std::lock_guard lock(mu_);
     if (!handle_request_locked(&acks_moved)) return;
+    if (!identified_ && !identity_.empty()) {
+      identified_ = true;
+      identity = identity_;
+    }
   }
+  // Before the next request is read: a returning client's ack must find it resumed.
+  if (!identity.empty()) sc_.hub->identify(this, identity);
   if (acks_moved) sc_.hub->acks_changed(this);
   StartRead(&in_bytes_);
 }
@@ -100,6 +117,15 @@ void FeedStream::start_write_locked(const grpc::ByteBuffer& bytes) {
   writing_ = true;
   sc_.metrics->update_sent(api_);
   StartWrite(&out_bytes_);
+}
+
+void FeedStream::bogus_ack_locked(uint64_t version) {
+  sc_.metrics->rejected(Metrics::Reject::kInvalidAck);
+  if (uint64_t k = ++bogus_acks_; (k & (k - 1)) == 0)
+    spdlog::warn(
+        "feed: {} (client '{}') acknowledged version {}, which this stream never sent (last "
+        "sent {}); refused ({} so far on this stream)",
+        peer_, identity_, version, acks_.sent_version(), k);
 }
 
 void FeedStream::finish_locked(grpc::Status st) {

@@ -24,6 +24,8 @@ class FeedStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBu
   void notify(const model::SnapshotPtr& snap) final;
   model::SnapshotPtr acked() const final;
   std::optional<Clock::time_point> outstanding_since() const final;
+  bool nacking() const final;
+  bool resume(const model::SnapshotPtr& last, Clock::time_point since) final;
   void OnReadDone(bool ok) final;
   void OnWriteDone(bool ok) final;
   void OnDone() final;
@@ -44,6 +46,9 @@ class FeedStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBu
   void start_write_locked(const grpc::ByteBuffer& bytes);
   // Finishes now, or when the write in flight completes.
   void finish_locked(grpc::Status st);
+  // The client acknowledged `version`, which this stream never sent: counted as
+  // rejected{reason="invalid_ack"}, logged at the 1st, 2nd, 4th... of the stream.
+  void bogus_ack_locked(uint64_t version);
 
   const ServiceContext sc_;
   const uint64_t id_;
@@ -56,10 +61,15 @@ class FeedStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBu
   bool finishing_ = false;
   model::SnapshotPtr newest_;  // the newest snapshot known
   AckTracker acks_;
+  // The name the client gave (Subscribe.client_name, the xDS node id): set once by the
+  // subclass; the stream tells the hub (Hub::identify) after the request that carried it.
+  std::string identity_;
 
  private:
   bool refused_ = false;
   bool finished_ = false;
+  bool identified_ = false;  // identity_ was told to the hub
+  uint64_t bogus_acks_ = 0;
   grpc::Status status_;
   grpc::ByteBuffer out_bytes_;    // the response in flight (its slices may be shared)
   model::SnapshotPtr in_flight_;  // the snapshot the response in flight was built from

@@ -106,7 +106,12 @@ class WatchStream final : public FeedStream {
           std::sort(exact_keys_.begin(), exact_keys_.end());
           exact_keys_.erase(std::unique(exact_keys_.begin(), exact_keys_.end()), exact_keys_.end());
         }
-        client_ = in_.subscribe().client_name();
+        // The first name given is the stream's identity (feed/hub.h); a later Subscribe changes
+        // the selection, not who the client is.
+        if (client_.empty()) {
+          client_ = in_.subscribe().client_name();
+          identity_ = client_;
+        }
         subscribed_ = true;
         need_full_ = true;
         *acks_moved = maybe_write_locked();
@@ -117,7 +122,7 @@ class WatchStream final : public FeedStream {
         if (acks_.ack(in_.ack().version())) {
           *acks_moved = true;
         } else {
-          sc_.metrics->rejected(Reject::kInvalidAck);
+          bogus_ack_locked(in_.ack().version());
         }
         return true;
       case v1::WatchRequest::REQUEST_NOT_SET:

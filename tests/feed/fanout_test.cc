@@ -63,6 +63,7 @@ class CountingSubscriber : public Subscriber {
     last.store(s->generation);
   }
   model::SnapshotPtr acked() const override { return acked_; }
+  bool resume(const model::SnapshotPtr&, Clock::time_point) override { return false; }
   SubscriberInfo info() const override { return {}; }
   model::SnapshotPtr acked_;
   std::atomic<int> notified{0};

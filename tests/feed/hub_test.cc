@@ -1,8 +1,13 @@
 // The ack arithmetic: AckTracker and the hub's applied(g), without gRPC.
 #include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "feed/hub.h"
 #include "feed/metrics.h"
@@ -58,6 +63,65 @@ TEST(AckTracker, AnAckCoversOlderResponses) {
   EXPECT_EQ(t.acked()->generation, 3u);
 }
 
+TEST(AckTracker, AnAckOfAVersionNeverSentIsRefusedAndMovesNothing) {
+  AckTracker t(snapshot(1, {}));
+  EXPECT_FALSE(t.ack(1));  // nothing was sent on this stream
+  t.sent(snapshot(2, {}), kT0);
+  t.sent(snapshot(4, {}), kT0);  // 3 was coalesced away: never sent
+  EXPECT_FALSE(t.ack(3));
+  EXPECT_FALSE(t.ack(5));
+  EXPECT_FALSE(t.ack(0));
+  EXPECT_EQ(t.acked()->generation, 1u);
+  EXPECT_FALSE(t.caught_up());
+  ASSERT_TRUE(t.ack(4));
+  EXPECT_EQ(t.acked()->generation, 4u);
+  EXPECT_TRUE(t.ack(2));   // late, of a version sent: harmless
+  EXPECT_FALSE(t.ack(3));  // still never sent
+  EXPECT_EQ(t.acked()->generation, 4u);
+}
+
+TEST(AckTracker, TheAckOfAVersionSentTwiceCoversBoth) {
+  AckTracker t(snapshot(1, {}));
+  auto s2 = snapshot(2, {});
+  t.sent(s2, kT0);
+  t.sent(s2, kT0 + milliseconds(10));  // an xDS subscription change resends version 2
+  ASSERT_TRUE(t.ack(2));
+  EXPECT_TRUE(t.caught_up());
+  EXPECT_EQ(t.outstanding_since(), std::nullopt);
+}
+
+TEST(AckTracker, AResumedClientRoutesByItsOldStateUntilItAcksHere) {
+  auto s1 = snapshot(1, {}), s3 = snapshot(3, {});
+  AckTracker t(s3);  // joined at 3
+  ASSERT_TRUE(t.resume(s1, kT0));
+  EXPECT_EQ(t.acked()->generation, 1u);
+  EXPECT_FALSE(t.caught_up());
+  EXPECT_EQ(t.outstanding_since(), kT0);
+  t.unchanged(snapshot(4, {}));  // nothing sent: it still routes by 1
+  EXPECT_EQ(t.acked()->generation, 1u);
+  t.sent(snapshot(4, {}), kT0 + milliseconds(100));
+  EXPECT_EQ(t.outstanding_since(), kT0);  // waited on since the resumption's start
+  ASSERT_TRUE(t.ack(4));
+  EXPECT_EQ(t.acked()->generation, 4u);
+  EXPECT_TRUE(t.caught_up());
+  // Acknowledged here: an older state is no longer what it routes by.
+  EXPECT_FALSE(t.resume(s1, kT0));
+  EXPECT_EQ(t.acked()->generation, 4u);
+}
+
+TEST(AckTracker, NackingLastsUntilAnAck) {
+  AckTracker t(snapshot(1, {}));
+  t.sent(snapshot(2, {}), kT0);
+  EXPECT_FALSE(t.nacking());
+  t.nacked();
+  EXPECT_TRUE(t.nacking());
+  EXPECT_FALSE(t.ack(7));
+  EXPECT_TRUE(t.nacking());
+  t.sent(snapshot(3, {}), kT0);
+  ASSERT_TRUE(t.ack(3));
+  EXPECT_FALSE(t.nacking());
+}
+
 TEST(AckTracker, OutstandingSinceIsTheOldestUnacknowledgedSend) {
   AckTracker t(snapshot(1, {}));
   EXPECT_EQ(t.outstanding_since(), std::nullopt);
@@ -83,6 +147,7 @@ class FakeSubscriber : public Subscriber {
   explicit FakeSubscriber(model::SnapshotPtr a) : acked_(std::move(a)) {}
   void notify(const model::SnapshotPtr&) override {}
   model::SnapshotPtr acked() const override { return acked_; }
+  bool resume(const model::SnapshotPtr&, Clock::time_point) override { return false; }
   SubscriberInfo info() const override { return {}; }
   model::SnapshotPtr acked_;
 };
@@ -150,36 +215,50 @@ TEST(Hub, AppliedFollowsTheOldestOfManySubscribersAsTheyAckOneByOne) {
   EXPECT_EQ(hub.subscribers(), 0u);
 }
 
-// A subscriber over a real AckTracker, driven by the test as its stream would be.
+// A subscriber over a real AckTracker, driven by the test as its stream would be. `client` is
+// what its info() says; the hub learns it as an identity only through Hub::identify.
 class TrackedSubscriber : public Subscriber {
  public:
-  TrackedSubscriber(model::SnapshotPtr joined, uint64_t id) : tracker(std::move(joined)), id(id) {}
+  TrackedSubscriber(model::SnapshotPtr joined, uint64_t id, std::string client = "")
+      : tracker(std::move(joined)), id(id), client(std::move(client)) {}
   void notify(const model::SnapshotPtr&) override {}
   model::SnapshotPtr acked() const override { return tracker.acked(); }
   std::optional<Clock::time_point> outstanding_since() const override {
     return tracker.outstanding_since();
   }
+  bool nacking() const override { return tracker.nacking(); }
+  bool resume(const model::SnapshotPtr& last, Clock::time_point since) override {
+    return tracker.resume(last, since);
+  }
   SubscriberInfo info() const override {
     SubscriberInfo i;
     i.id = id;
     i.api = "watch";
-    i.client = "test-" + std::to_string(id);
+    i.peer = "ipv4:127.0.0.1:" + std::to_string(40000 + id);
+    i.client = client.empty() ? "test-" + std::to_string(id) : client;
+    i.acked_generation = tracker.acked() ? tracker.acked()->generation : 0;
     return i;
   }
   AckTracker tracker;
   uint64_t id;
+  std::string client;
 };
 
-// A hub on a clock the test moves, with stale_after 5 s.
+// A hub on a clock the test moves, with a grace of 5 s, its applied(g) and holdouts on a real
+// acknowledgement board as the feed sink puts them there.
 struct StaleHub {
-  StaleHub(milliseconds stale_after = milliseconds(5000)) : metrics(nullptr) {
+  StaleHub(milliseconds grace = milliseconds(5000)) : metrics(nullptr) {
+    board.add("feed", model::RouteView::kFeed);
     HubOptions o;
     o.max_subscribers = 100;
-    o.stale_after = stale_after;
+    o.grace = grace;
     o.clock = [this] { return now; };
     o.metrics = &metrics;
-    hub = std::make_unique<Hub>(
-        o, [this](const model::SnapshotPtr& s) { reported.push_back(s->generation); });
+    o.holdouts = [this](std::vector<Holdout> h) { board.set_holdouts("feed", std::move(h)); };
+    hub = std::make_unique<Hub>(o, [this](const model::SnapshotPtr& s) {
+      reported.push_back(s->generation);
+      board.applied("feed", s);
+    });
   }
   // Publishes `snap` and sends it to each of `subs` (as their streams would) at `now`.
   void publish_to(const model::SnapshotPtr& snap, std::vector<TrackedSubscriber*> subs) {
@@ -190,16 +269,31 @@ struct StaleHub {
     ASSERT_TRUE(s.tracker.ack(version));
     hub->acks_changed(&s);
   }
+  // Whether the stream `id` no longer holds applied(g).
   bool stale(uint64_t id) {
     for (const auto& i : hub->infos())
-      if (i.id == id) return i.stale;
+      if (i.id == id && i.connected) return !i.holding;
     ADD_FAILURE() << "no subscriber " << id;
     return false;
   }
   uint64_t applied() { return hub->applied()->generation; }
+  pipeline::AckBoard::Entry feed_entry() {
+    for (auto& e : board.entries())
+      if (e.consumer == "feed") return e;
+    ADD_FAILURE() << "no feed entry on the board";
+    return {};
+  }
+  std::vector<Holdout> board_holdouts() { return feed_entry().holdouts; }
+  // The ghost row of `client` in infos(); nullopt when there is none.
+  std::optional<SubscriberInfo> ghost(const std::string& client) {
+    for (const auto& i : hub->infos())
+      if (!i.connected && i.client == client) return i;
+    return std::nullopt;
+  }
 
   Clock::time_point now = kT0;
   Metrics metrics;
+  pipeline::AckBoard board;
   std::vector<uint64_t> reported;
   std::unique_ptr<Hub> hub;
 };
@@ -220,24 +314,34 @@ TEST(HubStale, ASubscriberThatNeverAcksIsExcludedAfterTheBoundAndCountsAgainOnce
 
   // Just short of the bound: still waited for; the check says when to look again.
   h.now = kT0 + milliseconds(4999);
-  EXPECT_EQ(h.hub->check_stale(), kT0 + milliseconds(5000));
+  EXPECT_EQ(h.hub->check_graces(), kT0 + milliseconds(5000));
   EXPECT_EQ(h.applied(), 1u);
   EXPECT_EQ(h.metrics.stale_total(), 0u);
   EXPECT_FALSE(h.stale(1));
 
   // At the bound: stale, and applied(g) moves past it without any ack or snapshot.
   h.now = kT0 + milliseconds(5000);
-  EXPECT_EQ(h.hub->check_stale(), std::nullopt);  // nobody else is waiting
+  EXPECT_EQ(h.hub->check_graces(), std::nullopt);  // nobody else is waiting
   EXPECT_EQ(h.applied(), 2u);
   EXPECT_EQ(h.reported, (std::vector<uint64_t>{1, 2}));
   EXPECT_EQ(h.metrics.stale_total(), 1u);
   EXPECT_EQ(h.metrics.stale_now(), 1);
-  EXPECT_EQ(h.hub->stale_subscribers(), 1u);
+  EXPECT_EQ(h.hub->lapsed_streams(), 1u);
   EXPECT_TRUE(h.stale(1));
   EXPECT_FALSE(h.stale(2));
+  // A holdout on the board, named by its stream as it gave no name, at what it acknowledged.
+  auto held = h.board_holdouts();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].client, "stream 1 ipv4:127.0.0.1:40001");
+  EXPECT_EQ(held[0].snapshot->generation, 1u);
+  EXPECT_EQ(held[0].reason, "unacknowledged");
+  EXPECT_EQ(held[0].since, kT0 + milliseconds(5000));
+  EXPECT_EQ(h.metrics.lapsed_total(Metrics::Lapse::kUnacknowledged), 1u);
+  EXPECT_EQ(h.metrics.holdouts_now(), 1);
   // Checking again changes nothing and counts nothing.
-  h.hub->check_stale();
+  h.hub->check_graces();
   EXPECT_EQ(h.metrics.stale_total(), 1u);
+  EXPECT_EQ(h.metrics.lapsed_total(Metrics::Lapse::kUnacknowledged), 1u);
 
   // While stale it still gets updates; the others alone decide applied(g).
   auto s3 = snapshot(3, {});
@@ -251,16 +355,22 @@ TEST(HubStale, ASubscriberThatNeverAcksIsExcludedAfterTheBoundAndCountsAgainOnce
   h.ack(good, 4);
   EXPECT_EQ(h.applied(), 4u);
 
-  // An ack that leaves a response outstanding for longer than the bound is no catching up.
+  // An ack that leaves a response outstanding for longer than the bound is no catching up;
+  // its holdout follows what it acknowledged.
   h.now = kT0 + milliseconds(11500);
   h.ack(silent, 3);
   EXPECT_TRUE(h.stale(1));
-  // Acknowledging the newest version it was sent brings it back.
+  held = h.board_holdouts();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].snapshot->generation, 3u);
+  // Acknowledging the newest version it was sent brings it back, and off the board.
   h.ack(silent, 4);
   EXPECT_FALSE(h.stale(1));
   EXPECT_EQ(h.metrics.stale_now(), 0);
   EXPECT_EQ(h.metrics.stale_total(), 1u);
-  EXPECT_EQ(h.hub->stale_subscribers(), 0u);
+  EXPECT_EQ(h.hub->lapsed_streams(), 0u);
+  EXPECT_TRUE(h.board_holdouts().empty());
+  EXPECT_EQ(h.metrics.holdouts_now(), 0);
 
   // And it counts again: the next snapshot waits for it.
   auto s5 = snapshot(5, {});
@@ -268,7 +378,7 @@ TEST(HubStale, ASubscriberThatNeverAcksIsExcludedAfterTheBoundAndCountsAgainOnce
   h.ack(good, 5);
   EXPECT_EQ(h.applied(), 4u);
   h.now += milliseconds(4000);
-  h.hub->check_stale();
+  h.hub->check_graces();
   EXPECT_EQ(h.applied(), 4u);
   h.ack(silent, 5);
   EXPECT_EQ(h.applied(), 5u);
@@ -292,9 +402,9 @@ TEST(HubStale, ASlowAckWithinTheBoundIsNeverStale) {
   for (uint64_t g = 3; g < 30; ++g) {
     h.now += milliseconds(g == 3 ? 3000 : 1100);
     h.publish_to(snapshot(g, {}), {&slow});
-    h.hub->check_stale();
+    h.hub->check_graces();
     h.now += milliseconds(1900);
-    h.hub->check_stale();
+    h.hub->check_graces();
     EXPECT_EQ(h.applied(), g - 2);
     h.ack(slow, g - 1);
     EXPECT_EQ(h.applied(), g - 1);
@@ -312,13 +422,18 @@ TEST(HubStale, AStaleSubscriberThatLeavesIsNoLongerCountedAsStale) {
   ASSERT_TRUE(h.hub->add(&silent));
   h.publish_to(snapshot(2, {}), {&silent});
   h.now += milliseconds(6000);
-  h.hub->check_stale();
+  h.hub->check_graces();
   EXPECT_EQ(h.applied(), 2u);
   EXPECT_EQ(h.metrics.stale_now(), 1);
+  EXPECT_EQ(h.board_holdouts().size(), 1u);
   h.hub->remove(&silent);
   EXPECT_EQ(h.metrics.stale_now(), 0);
-  EXPECT_EQ(h.hub->stale_subscribers(), 0u);
+  EXPECT_EQ(h.hub->lapsed_streams(), 0u);
   EXPECT_EQ(h.metrics.stale_total(), 1u);
+  // Without a name it can never be recognised again: no ghost, and no holdout (as before
+  // ghosts existed).
+  EXPECT_EQ(h.hub->ghosts(), 0u);
+  EXPECT_TRUE(h.board_holdouts().empty());
 }
 
 TEST(HubStale, ZeroMeansNeverStale) {
@@ -329,10 +444,349 @@ TEST(HubStale, ZeroMeansNeverStale) {
   ASSERT_TRUE(h.hub->add(&silent));
   h.publish_to(snapshot(2, {}), {&silent});
   h.now += std::chrono::hours(1);
-  EXPECT_EQ(h.hub->check_stale(), std::nullopt);
+  EXPECT_EQ(h.hub->check_graces(), std::nullopt);
   EXPECT_EQ(h.applied(), 1u);
   EXPECT_EQ(h.metrics.stale_total(), 0u);
   h.hub->remove(&silent);
+}
+
+// Subscribers are identities: the ghost a named stream leaves when it goes away.
+
+TEST(HubGhost, ANamedSubscriberThatLeavesBeforeAckingHoldsUntilItComesBackAndAcks) {
+  StaleHub h(milliseconds(10000));
+  auto s1 = snapshot(1, {});
+  h.hub->publish(s1);
+  TrackedSubscriber envoy(s1, 1, "envoy-a"), good(s1, 2);
+  ASSERT_TRUE(h.hub->add(&envoy));
+  h.hub->identify(&envoy, "envoy-a");
+  ASSERT_TRUE(h.hub->add(&good));
+
+  // The removal is sent; envoy goes away before acknowledging it.
+  auto s2 = snapshot(2, {});
+  h.publish_to(s2, {&envoy, &good});
+  h.ack(good, 2);
+  h.now += milliseconds(500);
+  h.hub->remove(&envoy);
+  EXPECT_EQ(h.applied(), 1u);  // a stream without a name would have stopped holding here
+  EXPECT_EQ(h.hub->subscribers(), 1u);
+  EXPECT_EQ(h.hub->ghosts(), 1u);
+  EXPECT_EQ(h.metrics.ghosts_holding_now(), 1);
+  auto row = h.ghost("envoy-a");
+  ASSERT_TRUE(row);
+  EXPECT_TRUE(row->holding);
+  EXPECT_EQ(row->acked_generation, 1u);
+  EXPECT_EQ(row->id, 1u);
+  EXPECT_TRUE(h.board_holdouts().empty());  // it holds: no holdout
+
+  // Changes go on meanwhile; the ghost still holds.
+  auto s3 = snapshot(3, {});
+  h.publish_to(s3, {&good});
+  h.ack(good, 3);
+  EXPECT_EQ(h.applied(), 1u);
+  h.now += milliseconds(2000);
+  EXPECT_EQ(h.hub->check_graces(), kT0 + milliseconds(10000));  // its grace from the send
+  EXPECT_EQ(h.applied(), 1u);
+
+  // It reconnects: the new stream joins at the current snapshot, and once it names itself it
+  // starts from what the ghost held.
+  TrackedSubscriber back(h.hub->current(), 3, "envoy-a");
+  ASSERT_TRUE(h.hub->add(&back));
+  EXPECT_EQ(h.applied(), 1u);
+  h.hub->identify(&back, "envoy-a");
+  EXPECT_EQ(h.hub->ghosts(), 0u);
+  EXPECT_EQ(h.metrics.ghosts_holding_now(), 0);
+  EXPECT_EQ(back.acked()->generation, 1u);
+  EXPECT_FALSE(h.ghost("envoy-a"));
+  // A snapshot that changes nothing it sees does not move it: it acknowledged nothing yet.
+  back.tracker.unchanged(s3);
+  h.hub->acks_changed(&back);
+  EXPECT_EQ(h.applied(), 1u);
+  // Sent the current state: held until it acknowledges it.
+  back.tracker.sent(s3, h.now);
+  h.hub->acks_changed(&back);
+  EXPECT_EQ(h.applied(), 1u);
+  h.ack(back, 3);
+  EXPECT_EQ(h.applied(), 3u);
+  EXPECT_EQ(h.reported, (std::vector<uint64_t>{1, 3}));
+  EXPECT_TRUE(h.board_holdouts().empty());
+  EXPECT_EQ(h.metrics.lapsed_total(Metrics::Lapse::kDisconnected), 0u);
+  h.hub->remove(&back);
+  h.hub->remove(&good);
+}
+
+TEST(HubGhost, AProxyThatReconnectsBeforeItsOldStreamEndsIsHeldAtWhatTheOldOneAcked) {
+  StaleHub h(milliseconds(10000));
+  auto s1 = snapshot(1, {});
+  h.hub->publish(s1);
+  TrackedSubscriber old_stream(s1, 1, "envoy-a");
+  ASSERT_TRUE(h.hub->add(&old_stream));
+  h.hub->identify(&old_stream, "envoy-a");
+  auto s2 = snapshot(2, {});
+  h.publish_to(s2, {&old_stream});
+
+  // Envoy opened a new stream while the old one lingers (its end not yet noticed).
+  TrackedSubscriber fresh(h.hub->current(), 2, "envoy-a");
+  ASSERT_TRUE(h.hub->add(&fresh));
+  h.hub->identify(&fresh, "envoy-a");  // no ghost: the old stream is still there
+  EXPECT_EQ(fresh.acked()->generation, 2u);
+  fresh.tracker.sent(s2, h.now);
+  EXPECT_EQ(h.applied(), 1u);  // held by the old stream
+
+  // The old stream ends: the new one routes by what the old one acknowledged until it acks.
+  h.hub->remove(&old_stream);
+  EXPECT_EQ(h.hub->ghosts(), 0u);
+  EXPECT_EQ(fresh.acked()->generation, 1u);
+  EXPECT_EQ(h.applied(), 1u);
+  h.ack(fresh, 2);
+  EXPECT_EQ(h.applied(), 2u);
+
+  // Had the new stream acknowledged first, the old one's state would be superseded.
+  auto s3 = snapshot(3, {});
+  h.publish_to(s3, {&fresh});
+  TrackedSubscriber third(h.hub->current(), 3, "envoy-a");
+  ASSERT_TRUE(h.hub->add(&third));
+  h.hub->identify(&third, "envoy-a");
+  third.tracker.sent(s3, h.now);
+  h.ack(third, 3);
+  h.hub->remove(&fresh);  // it never acknowledged 3
+  EXPECT_EQ(h.hub->ghosts(), 0u);
+  EXPECT_EQ(h.applied(), 3u);
+  h.hub->remove(&third);
+}
+
+TEST(HubGhost, AGhostPastItsGraceIsAHoldoutOnTheBoardUntilItComesBackCaughtUp) {
+  StaleHub h(milliseconds(10000));
+  // Every state the board went through: (feed's generation, its holdouts).
+  std::vector<std::pair<uint64_t, size_t>> seen;
+  h.board.on_change([&] {
+    auto e = h.feed_entry();
+    seen.emplace_back(e.generation(), e.holdouts.size());
+  });
+  auto s1 = snapshot(1, {});
+  h.hub->publish(s1);
+  TrackedSubscriber envoy(s1, 1, "envoy-a"), good(s1, 2);
+  ASSERT_TRUE(h.hub->add(&envoy));
+  h.hub->identify(&envoy, "envoy-a");
+  ASSERT_TRUE(h.hub->add(&good));
+  auto s2 = snapshot(2, {});
+  h.publish_to(s2, {&envoy, &good});  // at kT0
+  h.ack(good, 2);
+  h.now = kT0 + milliseconds(1000);
+  h.hub->remove(&envoy);
+
+  // The grace runs from the send it never acknowledged.
+  h.now = kT0 + milliseconds(9999);
+  EXPECT_EQ(h.hub->check_graces(), kT0 + milliseconds(10000));
+  EXPECT_EQ(h.applied(), 1u);
+  EXPECT_TRUE(h.board_holdouts().empty());
+
+  h.now = kT0 + milliseconds(10000);
+  // Next: when its holdout is to be forgotten.
+  EXPECT_EQ(h.hub->check_graces(), kT0 + milliseconds(10000) + kForgetAfter);
+  EXPECT_EQ(h.applied(), 2u);
+  EXPECT_EQ(h.feed_entry().generation(), 2u);
+  auto held = h.board_holdouts();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].client, "envoy-a");
+  EXPECT_EQ(held[0].snapshot->generation, 1u);
+  EXPECT_EQ(held[0].since, kT0 + milliseconds(10000));
+  EXPECT_EQ(held[0].reason, "disconnected");
+  EXPECT_EQ(h.metrics.lapsed_total(Metrics::Lapse::kDisconnected), 1u);
+  EXPECT_EQ(h.metrics.ghosts_holding_now(), 0);
+  EXPECT_EQ(h.metrics.holdouts_now(), 1);
+  auto row = h.ghost("envoy-a");
+  ASSERT_TRUE(row);
+  EXPECT_FALSE(row->holding);
+  EXPECT_EQ(row->lapsed, "disconnected");
+  // The holdout reached the board before the generation it let through.
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.back(), std::make_pair(uint64_t{2}, size_t{1}));
+  for (const auto& [g, n] : seen) EXPECT_TRUE(g < 2 || n == 1) << g << " " << n;
+
+  // It comes back: lapsed still (a holdout under its name) until it acknowledges.
+  h.now += milliseconds(3000);
+  TrackedSubscriber back(h.hub->current(), 3, "envoy-a");
+  ASSERT_TRUE(h.hub->add(&back));
+  h.hub->identify(&back, "envoy-a");
+  EXPECT_EQ(h.hub->ghosts(), 0u);
+  EXPECT_TRUE(h.stale(3));
+  held = h.board_holdouts();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].client, "envoy-a");
+  EXPECT_EQ(held[0].snapshot->generation, 1u);
+  EXPECT_EQ(held[0].reason, "disconnected");
+  EXPECT_EQ(h.applied(), 2u);                                            // never back
+  EXPECT_EQ(h.metrics.lapsed_total(Metrics::Lapse::kDisconnected), 1u);  // no new lapse
+  EXPECT_EQ(h.metrics.lapsed_total(Metrics::Lapse::kUnacknowledged), 0u);
+  back.tracker.sent(s2, h.now);
+  h.ack(back, 2);
+  EXPECT_FALSE(h.stale(3));
+  EXPECT_TRUE(h.board_holdouts().empty());
+  EXPECT_EQ(h.metrics.holdouts_now(), 0);
+
+  // And it holds again.
+  auto s3 = snapshot(3, {});
+  h.publish_to(s3, {&back, &good});
+  h.ack(good, 3);
+  EXPECT_EQ(h.applied(), 2u);
+  h.ack(back, 3);
+  EXPECT_EQ(h.applied(), 3u);
+  h.hub->remove(&back);
+  h.hub->remove(&good);
+}
+
+TEST(HubGhost, ALapsedGhostIsForgottenTenMinutesLater) {
+  StaleHub h(milliseconds(10000));
+  auto s1 = snapshot(1, {});
+  h.hub->publish(s1);
+  TrackedSubscriber envoy(s1, 1, "envoy-a");
+  ASSERT_TRUE(h.hub->add(&envoy));
+  h.hub->identify(&envoy, "envoy-a");
+  h.publish_to(snapshot(2, {}), {&envoy});
+  h.hub->remove(&envoy);
+  h.now += milliseconds(10000);
+  h.hub->check_graces();
+  ASSERT_EQ(h.board_holdouts().size(), 1u);
+  const Clock::time_point lapsed = h.now;
+
+  h.now = lapsed + kForgetAfter - milliseconds(1);
+  EXPECT_EQ(h.hub->check_graces(), lapsed + kForgetAfter);
+  EXPECT_EQ(h.board_holdouts().size(), 1u);
+  h.now = lapsed + kForgetAfter;
+  EXPECT_EQ(h.hub->check_graces(), std::nullopt);
+  EXPECT_TRUE(h.board_holdouts().empty());
+  EXPECT_EQ(h.hub->ghosts(), 0u);
+  EXPECT_FALSE(h.ghost("envoy-a"));
+  EXPECT_EQ(h.metrics.forgotten_total(Metrics::Forget::kExpired), 1u);
+  EXPECT_EQ(h.metrics.holdouts_now(), 0);
+
+  // The name is new again: it starts at the current snapshot.
+  TrackedSubscriber back(h.hub->current(), 2, "envoy-a");
+  ASSERT_TRUE(h.hub->add(&back));
+  h.hub->identify(&back, "envoy-a");
+  EXPECT_EQ(back.acked()->generation, 2u);
+  h.hub->remove(&back);
+}
+
+TEST(HubGhost, GhostsAreBoundedAndTheOneGoneLongestIsForgottenFirst) {
+  StaleHub h(milliseconds(10000));
+  auto s1 = snapshot(1, {});
+  h.hub->publish(s1);
+  const auto level = spdlog::get_level();
+  spdlog::set_level(spdlog::level::warn);  // not a line per ghost
+  for (size_t i = 0; i <= kMaxGhosts; ++i) {
+    const std::string name = "proxy-" + std::to_string(i);
+    TrackedSubscriber s(s1, i + 1, name);
+    ASSERT_TRUE(h.hub->add(&s));
+    h.hub->identify(&s, name);
+    h.now += milliseconds(1);
+    h.hub->remove(&s);
+  }
+  spdlog::set_level(level);
+  EXPECT_EQ(h.hub->ghosts(), kMaxGhosts);
+  EXPECT_EQ(h.metrics.forgotten_total(Metrics::Forget::kLimit), 1u);
+  EXPECT_FALSE(h.ghost("proxy-0"));
+  EXPECT_TRUE(h.ghost("proxy-1"));
+  EXPECT_TRUE(h.ghost("proxy-" + std::to_string(kMaxGhosts)));
+  EXPECT_EQ(h.metrics.ghosts_holding_now(), static_cast<int64_t>(kMaxGhosts));
+}
+
+TEST(HubGhost, ANackingSubscriberHoldsUntilItsGraceThenIsAHoldoutNacking) {
+  StaleHub h(milliseconds(10000));
+  auto s1 = snapshot(1, {});
+  h.hub->publish(s1);
+  TrackedSubscriber envoy(s1, 1, "envoy-n"), good(s1, 2);
+  ASSERT_TRUE(h.hub->add(&envoy));
+  h.hub->identify(&envoy, "envoy-n");
+  ASSERT_TRUE(h.hub->add(&good));
+  auto s2 = snapshot(2, {});
+  h.publish_to(s2, {&envoy, &good});
+  h.ack(good, 2);
+  h.now += milliseconds(30);
+  envoy.tracker.nacked();  // it rejects version 2 and keeps routing by 1
+
+  h.now = kT0 + milliseconds(9999);
+  h.hub->check_graces();
+  EXPECT_EQ(h.applied(), 1u);
+  EXPECT_FALSE(h.stale(1));
+  EXPECT_TRUE(h.board_holdouts().empty());
+
+  h.now = kT0 + milliseconds(10000);
+  h.hub->check_graces();
+  EXPECT_EQ(h.applied(), 2u);
+  EXPECT_TRUE(h.stale(1));
+  auto held = h.board_holdouts();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].client, "envoy-n");
+  EXPECT_EQ(held[0].snapshot->generation, 1u);
+  EXPECT_EQ(held[0].reason, "nacking");
+  EXPECT_EQ(held[0].since, kT0 + milliseconds(10000));
+  EXPECT_EQ(h.metrics.lapsed_total(Metrics::Lapse::kNacking), 1u);
+  EXPECT_EQ(h.metrics.lapsed_total(Metrics::Lapse::kUnacknowledged), 0u);
+  for (const auto& i : h.hub->infos()) {
+    if (i.id == 1) {
+      EXPECT_EQ(i.lapsed, "nacking");
+    }
+  }
+
+  // A version it accepts brings it back.
+  auto s3 = snapshot(3, {});
+  h.publish_to(s3, {&envoy, &good});
+  h.ack(envoy, 3);
+  EXPECT_FALSE(h.stale(1));
+  EXPECT_FALSE(envoy.tracker.nacking());
+  EXPECT_TRUE(h.board_holdouts().empty());
+  h.hub->remove(&envoy);
+  h.hub->remove(&good);
+}
+
+TEST(HubGhost, GraceZeroKeepsNoGhostsAndNoHoldouts) {
+  StaleHub h(milliseconds(0));
+  auto s1 = snapshot(1, {});
+  h.hub->publish(s1);
+  TrackedSubscriber envoy(s1, 1, "envoy-a");
+  ASSERT_TRUE(h.hub->add(&envoy));
+  h.hub->identify(&envoy, "envoy-a");
+  h.publish_to(snapshot(2, {}), {&envoy});
+  envoy.tracker.nacked();
+  h.now += std::chrono::hours(1);
+  EXPECT_EQ(h.hub->check_graces(), std::nullopt);
+  EXPECT_EQ(h.applied(), 1u);  // held while connected, however long
+  h.hub->remove(&envoy);
+  EXPECT_EQ(h.applied(), 2u);  // and not a moment after
+  EXPECT_EQ(h.hub->ghosts(), 0u);
+  EXPECT_TRUE(h.board_holdouts().empty());
+  EXPECT_EQ(h.reported, (std::vector<uint64_t>{1, 2}));
+
+  TrackedSubscriber back(h.hub->current(), 2, "envoy-a");
+  ASSERT_TRUE(h.hub->add(&back));
+  h.hub->identify(&back, "envoy-a");
+  EXPECT_EQ(back.acked()->generation, 2u);
+  h.hub->remove(&back);
+}
+
+TEST(HubGhost, AnAnonymousStreamHoldsOnlyWhileConnected) {
+  StaleHub h(milliseconds(10000));
+  auto s1 = snapshot(1, {});
+  h.hub->publish(s1);
+  TrackedSubscriber anon(s1, 1);
+  ASSERT_TRUE(h.hub->add(&anon));
+  h.hub->identify(&anon, "");  // an empty name is none
+  h.publish_to(snapshot(2, {}), {&anon});
+  EXPECT_EQ(h.applied(), 1u);
+  h.hub->remove(&anon);
+  EXPECT_EQ(h.applied(), 2u);
+  EXPECT_EQ(h.hub->ghosts(), 0u);
+  EXPECT_TRUE(h.board_holdouts().empty());
+
+  // A name longer than kMaxIdentityBytes is none either.
+  TrackedSubscriber long_name(h.hub->current(), 2);
+  ASSERT_TRUE(h.hub->add(&long_name));
+  h.hub->identify(&long_name, std::string(kMaxIdentityBytes + 1, 'x'));
+  h.publish_to(snapshot(3, {}), {&long_name});
+  h.hub->remove(&long_name);
+  EXPECT_EQ(h.applied(), 3u);
+  EXPECT_EQ(h.hub->ghosts(), 0u);
 }
 
 TEST(Hub, RefusesSubscribersBeyondTheLimit) {

@@ -207,6 +207,19 @@ TEST_F(Watch, BogusAckIsCountedAndIgnored) {
       eventually([&] { return metric("endpointd_feed_rejected_total", "invalid_ack") == 1; }));
   EXPECT_EQ(board_generation(), 1u);  // joined at 1; 99 was never sent
   ASSERT_TRUE(c.ack(1));
+  // A version between two it was sent, which it never was (there is no generation 2): refused,
+  // and it moves nothing.
+  publish(snapshot(3, {service("default", "web", {{.ip = "10.0.0.3"}})}));
+  EXPECT_EQ(c.read().version(), 3u);
+  ASSERT_TRUE(c.ack(2));
+  EXPECT_TRUE(
+      eventually([&] { return metric("endpointd_feed_rejected_total", "invalid_ack") == 2; }));
+  for (const auto& r : sink_->subscribers()) EXPECT_EQ(r.acked_version, 1u);
+  EXPECT_EQ(board_generation(), 1u);
+  ASSERT_TRUE(c.ack(1));  // a repeat of one it acknowledged: harmless, not counted
+  ASSERT_TRUE(c.ack(3));
+  EXPECT_TRUE(eventually([&] { return board_generation() == 3; }));
+  EXPECT_EQ(metric("endpointd_feed_rejected_total", "invalid_ack"), 2);
   EXPECT_TRUE(c.close().ok());
 }
 

@@ -262,7 +262,9 @@ int main(int argc, char** argv) {
                  "NAMESPACE/SERVICE:PORT=BACKEND, e.g. demo/web:80=be_web (repeatable; a "
                  "backend at most once)")
       ->required();
-  app.add_option("--client-name", f.client_name, "Name shown in endpointd's /debug/state")
+  app.add_option("--client-name", f.client_name,
+                 "The identity endpointd knows this HAProxy by (one per HAProxy on a node): "
+                 "while it reconnects, what it last acknowledged still holds drains")
       ->capture_default_str();
   app.add_option("--runtime-timeout-ms", f.runtime_timeout_ms,
                  "Bound of each runtime-API call (connect, send, answer)")
