@@ -513,25 +513,20 @@ Hub::Pending Hub::settle_locked() {
   if (holdouts_changed_) {
     holdouts_changed_ = false;
     p.holdouts = holdouts_locked();
-    p.seq = ++holdouts_seq_;
     if (metrics_) metrics_->holdouts(p.holdouts->size());
   }
   if (metrics_) metrics_->ghosts_holding(ghosts_holding_);
+  // Taken before acks_mu_ is let go: the next change waits for this one to be told.
+  if (p.moved || p.holdouts) p.order = std::unique_lock(deliver_mu_);
   return p;
 }
 
 void Hub::deliver(Pending p) {
   // The holdouts first: a subscriber that stops holding is on the board before the applied(g)
   // its lapse lets move, so no reader sees the one without the other.
-  if (p.holdouts) {
-    std::lock_guard lock(holdouts_mu_);
-    if (p.seq > holdouts_told_) {
-      holdouts_told_ = p.seq;
-      if (holdouts_fn_) holdouts_fn_(std::move(*p.holdouts));
-    }
-  }
+  if (p.holdouts && holdouts_fn_) holdouts_fn_(std::move(*p.holdouts));
   if (p.moved && applied_fn_) applied_fn_(p.moved);
-}
+}  // p.order: the next change may be told
 
 std::shared_ptr<const model::Delta> Hub::diff(const model::SnapshotPtr& from,
                                               const model::SnapshotPtr& to) {

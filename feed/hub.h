@@ -15,7 +15,8 @@
 // its old stream ended) is held the same way, unless it acknowledged a response already. A new
 // name starts at the current snapshot (it was told nothing older); a stream without a name
 // holds only while it is connected, as it can never be recognised again. One name is one
-// subscriber: two proxies that give the same name are taken for one.
+// subscriber: two proxies that give the same name are taken for one. Ghosts live in memory:
+// an agent that restarts knows none.
 //
 // Grace. A subscriber is waited for at most `grace` (--feed-subscriber-grace-ms, default 10 s)
 // from the moment it is first waited on: its oldest response not acknowledged (NACKed ones
@@ -191,14 +192,15 @@ struct HubOptions {
   std::function<Clock::time_point()> clock;  // null: Clock::now
   Metrics* metrics = nullptr;                // lapses and ghosts are counted here; may be null
   // Called with every holdout whenever the list changes (the feed sink: AckBoard::set_holdouts),
-  // outside the hub's locks, one call at a time, newest list last, and before the applied(g)
-  // that the change lets move is reported.
+  // outside the hub's locks, one call at a time and in the order of the changes, and before the
+  // applied(g) that the change lets move is reported. It must not call into the hub.
   std::function<void(std::vector<Holdout>)> holdouts;
 };
 
 class Hub {
  public:
-  // Called with each new applied snapshot (the feed's applied(g)); outside the hub's lock.
+  // Called with each new applied snapshot (the feed's applied(g)); outside the hub's locks, in
+  // order. It must not call into the hub.
   using AppliedFn = std::function<void(const model::SnapshotPtr&)>;
 
   Hub(HubOptions opts, AppliedFn applied);
@@ -278,11 +280,12 @@ class Hub {
     const char* reason = "";
     SubscriberInfo row;  // its stream's last row
   };
-  // What to tell, outside the locks, after a change.
+  // What to tell, outside the locks, after a change; `order` holds deliver_mu_ from the
+  // change's critical section on, so that changes are told in the order they were made.
   struct Pending {
     model::SnapshotPtr moved;
     std::optional<std::vector<Holdout>> holdouts;
-    uint64_t seq = 0;
+    std::unique_lock<std::mutex> order;
   };
 
   // Moves `s`'s entry in acked_ to what it reports now. Under acks_mu_.
@@ -329,7 +332,6 @@ class Hub {
   size_t ghosts_holding_ = 0;
   uint64_t ghosts_over_limit_ = 0;  // forgotten for kMaxGhosts, to log at powers of two
   bool holdouts_changed_ = false;
-  uint64_t holdouts_seq_ = 0;
   // Acknowledged generation → how many subscribers that hold (streams and ghosts) are there,
   // and that snapshot.
   struct AckedAt {
@@ -339,8 +341,11 @@ class Hub {
   std::map<uint64_t, AckedAt> acked_;
   model::SnapshotPtr applied_;
 
-  std::mutex holdouts_mu_;  // one holdouts_fn_ call at a time; taken with no other lock held
-  uint64_t holdouts_told_ = 0;
+  // Held while holdouts_fn_ and applied_fn_ are called: taken under acks_mu_ (the last of the
+  // hub's locks) before it is let go, so one change is told before the next, and a lapse's
+  // holdout is on the board before any applied(g) that comes after it. The callbacks must not
+  // call into the hub.
+  std::mutex deliver_mu_;
 
   std::mutex diff_mu_;
   struct CachedDiff {
