@@ -263,6 +263,7 @@ void Coordinator::update_watermark(const std::vector<pipeline::AckBoard::Entry>&
                                    TimePoint now, TimePoint* next) {
   if (!cluster_ || marks_.empty()) return;
   auto m = marks_.update(entries, opts_.machine.node_name, now, next);
+  local_fallback_ = std::move(m.fallback);
   cluster_->set_local(m.routing, m.dns, std::move(m.holdouts));
 }
 
@@ -496,6 +497,7 @@ void Coordinator::run() {
     if (cluster_) facts = cluster_->view().facts;
     Machine::Inputs in;
     in.cluster = cluster_ ? &facts : nullptr;
+    in.local_fallback = local_fallback_;
     in.now = Clock::now();
     in.consumers = std::move(entries);
     in.dns_expiry = dns_expiry_;

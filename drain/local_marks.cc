@@ -108,6 +108,7 @@ LocalMarks::Marks LocalMarks::update(const std::vector<pipeline::AckBoard::Entry
     }
   }
   holdout_fallback_ = std::move(scanned);
+  m.fallback = fallback;
   for (const auto& ip : fallback)
     m.holdouts.push_back(
         Holdout{node, fallback_client(ip), 0, "routes to it by the terminating fallback"});

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,6 +39,7 @@ class LocalMarks {
     uint64_t routing = 0;
     uint64_t dns = 0;
     std::vector<Holdout> holdouts;
+    std::set<model::IpAddr> fallback;  // this node's own fallback-routed endpoints
     bool operator==(const Marks&) const = default;
   };
   // The marks now; `next` is lowered to when the DNS watermark moves without new input.

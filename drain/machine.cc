@@ -164,6 +164,7 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
     d.stage = Stage::kStopAccepting;
     d.stop_accepting = now;
     d.revision = snap_->slice_revision;
+    d.generation = snap_->generation;
     d.needs_dns = d.needs_dns || (before && dns_could_answer(*before, d.ip)) ||
                   dns_could_answer(*snap_, d.ip);
     d.routed = routed_anywhere(d.ip);
@@ -216,6 +217,7 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
     } else if (!routed && d.routed) {
       // Out of every consumer's selection again from this update on: the removal to confirm.
       d.revision = snap_->slice_revision;
+      d.generation = snap_->generation;
       d.consumers_confirmed.clear();
       for (auto& [node, p] : d.peers) {
         if (p.state == PeerState::State::kConfirmed) p.state = PeerState::State::kPending;
@@ -386,7 +388,8 @@ bool Machine::local_removed(Drain& d, const Inputs& in) {
     // it again (the terminating fallback) is not removed any more.
     // A terminating endpoint is at most a fallback, which topology hints never narrow, so
     // the node's zone does not change the answer.
-    bool routes = !e.snapshot || model::routes_to(e.view, *e.snapshot, d.ip, {opts_.node_name, {}});
+    bool routes = !e.snapshot || e.snapshot->generation < d.generation ||
+                  model::routes_to(e.view, *e.snapshot, d.ip, {opts_.node_name, {}});
     if (!routes && e.view == model::RouteView::kDns && in.dns_expiry) {
       auto exp = in.dns_expiry(d.ip);
       if (exp && *exp > in.now) routes = true;
@@ -408,6 +411,9 @@ bool Machine::local_removed(Drain& d, const Inputs& in) {
       d.last_confirmation = in.now;
     }
   }
+  // A consumer's applied state is the oldest it may hold; a newer one (a feed subscriber ahead
+  // of the slowest) may route to it by the fallback although the oldest does not.
+  if (in.local_fallback.count(d.ip)) all = false;
   return all;
 }
 

@@ -98,6 +98,10 @@ struct Drain {
   // The EndpointSlice position of the snapshot that showed the endpoint going away: the
   // cluster watermark confirms every peer once it reaches it (0: unknown, ask each peer).
   uint64_t revision = 0;
+  // The generation of that snapshot: a consumer counts as removed only once it applied it or
+  // a newer one (an older state may not route to it only because the pod was not there yet,
+  // while a client already holds a newer one that does).
+  uint64_t generation = 0;
   TimePoint removal_deadline{};
   TimePoint budget_end{};
   bool budget_from_api = false;  // budget_end from the pod's deletionTimestamp
@@ -201,6 +205,9 @@ class Machine {
     std::map<model::IpAddr, Result<FlowCount>> flows;
     // The cluster watermark as this agent knows it (null: none; drains ask peers one by one).
     const ClusterFacts* cluster = nullptr;
+    // Terminating endpoints some state this node's consumers may hold (from the oldest applied
+    // on) routes to by the fallback (LocalMarks): not removed here while they do.
+    std::set<model::IpAddr> local_fallback;
   };
   // Advances every drain and waiter as far as the inputs allow. Returns the transitions.
   std::vector<Transition> evaluate(const Inputs& in);

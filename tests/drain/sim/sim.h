@@ -97,6 +97,9 @@ struct Report {
   std::vector<Violation> liveness;  // a tail drain not confirmed in time
   size_t releases_confirmed = 0, releases_unconfirmed = 0;
   size_t drains = 0;
+  // Confirmed releases that a state newer than the releasing agent's view routed to by the
+  // terminating fallback (not a violation: no agent can know a state it has not seen).
+  size_t fallback_after_view = 0;
   std::map<std::string, size_t> faults;  // kind → how many were injected
   std::vector<std::string> log;          // with Options' trace on: what happened, in order
   bool ok() const { return safety.empty() && liveness.empty(); }
