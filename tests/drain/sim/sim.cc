@@ -48,6 +48,8 @@ struct HubEntry {
   bool connected = false;
   std::optional<TimePoint> outstanding_since;  // a response not acknowledged since
   std::optional<TimePoint> disconnected_at;
+  bool lapsed = false;  // past its grace: a holdout until it acknowledges again
+  TimePoint lapsed_at{};
 };
 
 struct Agent {
@@ -244,14 +246,19 @@ class World {
       f.consumer = "feed";
       f.view = model::RouteView::kFeed;
       model::SnapshotPtr applied = a.snap;
-      for (const auto& [name, e] : a.hub) {
+      for (auto& [name, e] : a.hub) {
         std::optional<TimePoint> since = e.connected ? e.outstanding_since : e.disconnected_at;
-        bool lapsed = since && now_ - *since >= o_.feed_grace;
-        if (lapsed) {
+        // Once past its grace it stays a holdout until it acknowledges again: holding the
+        // watermark again while behind would move it back (feed/hub.h: applied never moves back).
+        if (since && now_ - *since >= o_.feed_grace && !e.lapsed) {
+          e.lapsed = true;
+          e.lapsed_at = *since + o_.feed_grace;
+        }
+        if (e.lapsed) {
           const char* why = !e.connected ? "disconnected" : "unacknowledged";
           for (const auto& s : nodes_[i].subs)
             if (s.name == name && s.nacking && e.connected) why = "nacking";
-          f.holdouts.push_back({name, e.acked, *since + o_.feed_grace, why});
+          f.holdouts.push_back({name, e.acked, e.lapsed_at, why});
           continue;
         }
         if (!e.acked) {
@@ -340,6 +347,7 @@ class World {
         s.acked = s.sent;
         it->second.acked = s.sent;
         it->second.outstanding_since.reset();
+        it->second.lapsed = false;
       }
     }
     // DNS: clients on this node ask for the headless service now and then.
@@ -474,6 +482,13 @@ class World {
     };
     for (const auto& n : nodes_) {
       if (!n.in_api) continue;
+      // A Node (created again) that the releasing agent's view does not list yet: counted
+      // apart, like a state newer than its view.
+      const auto* agent_snap = nodes_[i].agent.snap.get();
+      if (agent_snap && !agent_snap->find_node(n.name)) {
+        ++report_.node_after_view;
+        continue;
+      }
       check(n.kernel, model::RouteView::kDataplane, n.name, "kernel of " + n.name);
       for (const auto& s : n.subs)
         check(s.acked, model::RouteView::kFeed, "", "subscriber " + s.name);

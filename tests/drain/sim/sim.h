@@ -100,6 +100,8 @@ struct Report {
   // Confirmed releases that a state newer than the releasing agent's view routed to by the
   // terminating fallback (not a violation: no agent can know a state it has not seen).
   size_t fallback_after_view = 0;
+  // Nodes created (again) after the releasing agent's view, skipped by the check likewise.
+  size_t node_after_view = 0;
   std::map<std::string, size_t> faults;  // kind → how many were injected
   std::vector<std::string> log;          // with Options' trace on: what happened, in order
   bool ok() const { return safety.empty() && liveness.empty(); }
