@@ -16,7 +16,8 @@ std::vector<std::string> sorted(const std::set<std::string>& s) {
 bool same(const UpReport& a, const UpReport& b) {
   return a.watermark == b.watermark && a.dns_watermark == b.dns_watermark &&
          a.covered == b.covered && a.silent == b.silent && a.returning == b.returning &&
-         a.epoch == b.epoch && a.excluded == b.excluded && a.holdouts == b.holdouts;
+         a.epoch == b.epoch && a.excluded == b.excluded && a.holdouts == b.holdouts &&
+         a.decision == b.decision;
 }
 
 }  // namespace
@@ -232,7 +233,9 @@ void Aggregator::receive(const Message& m, TimePoint now) {
     }
     // A child (or a former one) that holds a newer exclusion decision than this agent passes
     // it up with its list: the newest decision spreads over every link until all agree.
-    if (!up->excluded.empty() || up->leaving) adopt(up->excluded, up->epoch);
+    // (An empty list at a newer epoch is a decision too: a restarted root, at epoch 0, learns
+    // it so, or every agent ignores its down reports from then on.)
+    if (up->decision || !up->excluded.empty() || up->leaving) adopt(up->excluded, up->epoch);
     if (up->leaving) {
       reports_.erase(from);
       if (auto it = child_since_.find(from); it != child_since_.end()) it->second = now;
@@ -361,7 +364,10 @@ UpReport Aggregator::aggregate(TimePoint now) {
   up.silent = sorted(silent);
   up.returning = sorted(returning);
   up.epoch = epoch_;
-  if (epoch_ > parent_epoch_) up.excluded = sorted(excluded_);
+  if (epoch_ > parent_epoch_) {
+    up.excluded = sorted(excluded_);
+    up.decision = true;
+  }
   return up;
 }
 
@@ -400,6 +406,7 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
     bye.leaving = true;
     bye.excluded = sorted(excluded_);
     bye.epoch = epoch_;
+    bye.decision = true;
     out.push_back({to, std::move(bye)});
   }
   leave_.clear();

@@ -85,6 +85,9 @@ struct UpReport {
   // that the newest decision reaches every agent over whatever link there is.
   uint64_t epoch = 0;
   std::vector<std::string> excluded;
+  // `excluded` is the sender's decision at `epoch` (possibly empty), not an omitted list: an
+  // empty decision newer than a restarted root's must reach it too.
+  bool decision = false;
 };
 
 struct DownReport {

@@ -79,6 +79,7 @@ Result<Message> from_wire(const pb::PeerMessage& m) {
     r.epoch = u.epoch();
     r.dns_watermark = u.dns_watermark();
     copy_holdouts(u.holdouts(), r.holdouts);
+    r.decision = u.decision();
     return Message{std::move(r)};
   }
   if (m.has_down()) {
@@ -114,6 +115,7 @@ pb::PeerMessage to_wire(const Message& m) {
     w->set_epoch(u->epoch);
     w->set_dns_watermark(u->dns_watermark);
     put_holdouts(u->holdouts, w);
+    w->set_decision(u->decision);
   } else {
     const auto& d = std::get<DownReport>(m);
     auto* w = out.mutable_down();

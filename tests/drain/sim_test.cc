@@ -217,5 +217,26 @@ TEST(DrainScenario, AnEndpointRoutableAgainIsConfirmedAnew) {
   EXPECT_TRUE(s.report().safety.empty());
 }
 
+// Found by the simulation (seeds 595, 2003, 4028): a root restarted at epoch 0 while every other
+// agent held a newer, empty exclusion decision never learnt it (an empty list was taken for an
+// omitted one), so every agent ignored its down reports and no drain was confirmed again.
+TEST(DrainScenario, ARestartedRootLearnsTheNewestEmptyDecision) {
+  Scenario s(quiet(3, 0, false, PeerPolicy::kProceed));
+  s.advance(3s);
+  size_t root = s.root();
+  size_t other = (root + 1) % 3;
+  s.kill(other);  // excluded: decision 1 {other}
+  s.advance(3s);
+  s.restart(other);  // taken back: decision 2 {}
+  s.advance(3s);
+  s.kill(root);  // a new process: epoch 0
+  s.restart(root);
+  s.advance(4s);
+  std::string ip = s.terminate("web", (root + 2) % 3);
+  s.advance(3s);
+  EXPECT_EQ(s.outcome(ip), "confirmed") << ::testing::PrintToString(s.unconfirmed(ip));
+  EXPECT_LT(s.released_after(ip), 1000ms);
+}
+
 }  // namespace
 }  // namespace endpointd::drain::sim

@@ -762,6 +762,23 @@ class World {
       terminate_random(true);
       advance(o_.liveness + 1500ms);
     }
+    if (tracing_) {
+      for (const auto& n : nodes_) {
+        const Aggregator& g = *n.agent.agg;
+        std::string ex;
+        for (const auto& e : g.excluded()) ex += " " + e;
+        std::string sus;
+        for (const auto& [e, _] : g.suspects()) sus += " " + e;
+        const std::string* parent = g.tree().parent(n.name);
+        trace("agent " + n.name + ": view " +
+              std::to_string(n.agent.snap ? n.agent.snap->generation : 0) + " proxy " +
+              std::to_string(n.agent.proxy ? n.agent.proxy->generation : 0) + " cluster " +
+              std::to_string(g.cluster_watermark()) + " root " + g.tree().root() + " parent " +
+              (parent ? *parent : "-") + " coverage_current " +
+              (g.coverage_current() ? "yes" : "no") + " excluded" + ex + " suspects" + sus +
+              " mismatches " + std::to_string(g.stats().coverage_mismatches));
+      }
+    }
     return report_;
   }
 
@@ -926,6 +943,9 @@ void Scenario::partition(size_t a, size_t b, bool on) {
     world_->cut_.insert(k);
   else
     world_->cut_.erase(k);
+}
+size_t Scenario::root() const {
+  return world_->index_of(world_->nodes_[0].agent.agg->tree().root());
 }
 std::string Scenario::outcome(const std::string& ip) const {
   auto it = world_->outcomes_.find(ip);

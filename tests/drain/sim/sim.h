@@ -139,6 +139,8 @@ class Scenario {
   void partition(size_t a, size_t b, bool on);
 
   // The outcome of the release of `ip` ("confirmed", "unconfirmed", or empty: not released).
+  // The node the aggregation tree's root is on, as node 0's agent lays it out.
+  size_t root() const;
   std::string outcome(const std::string& ip) const;
   // The unconfirmed list of a released drain, "node/consumer: reason" per entry.
   std::vector<std::string> unconfirmed(const std::string& ip) const;
