@@ -69,7 +69,9 @@ void Aggregator::set_members(const std::vector<std::string>& members, TimePoint 
   std::set<std::string> m(members.begin(), members.end());
   if (m == members_) return;
   members_ = std::move(m);
-  std::erase_if(excluded_, [&](const std::string& n) { return !members_.count(n); });
+  // The exclusion decision is not changed here: only the root changes it, under a new epoch
+  // (below, in poll). An agent that dropped a departed node from its list at the same epoch as
+  // one that had not seen it leave would disagree with it for good once the node came back.
   std::erase_if(suspects_, [&](const auto& kv) { return !members_.count(kv.first); });
   std::erase_if(asked_, [&](const auto& kv) { return !members_.count(kv.first); });
   std::erase_if(returning_, [&](const std::string& n) { return !members_.count(n); });
@@ -190,9 +192,8 @@ void Aggregator::relayout(TimePoint now) {
 
 bool Aggregator::adopt(const std::vector<std::string>& excluded, uint64_t epoch) {
   if (epoch <= epoch_) return false;
-  std::set<std::string> ex;
-  for (const auto& n : excluded)
-    if (members_.count(n)) ex.insert(n);
+  // Names this agent does not list (yet) are kept: its member list may be behind the root's.
+  std::set<std::string> ex(excluded.begin(), excluded.end());
   bool readmits = false;
   for (const auto& n : excluded_)
     if (!ex.count(n)) readmits = true;
@@ -435,6 +436,8 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
     // becomes its decision.
     std::set<std::string> ex = excluded_;
     ex.erase(self_);
+    // A node that left the members leaves the decision too, under a new epoch.
+    std::erase_if(ex, [&](const std::string& n) { return !members_.count(n); });
     for (const auto& n : agg.silent)
       if (members_.count(n) && n != self_) ex.insert(n);
     bool readmitted = false;

@@ -175,6 +175,7 @@ class Aggregator {
   bool is_root() const { return tree_.root() == self_; }
   const std::set<std::string>& members() const { return members_; }
   const std::set<std::string>& excluded() const { return excluded_; }
+  uint64_t epoch() const { return epoch_; }  // of excluded()
   // Parents this agent found silent itself (or that did not answer a probe), and since when.
   const std::map<std::string, TimePoint>& suspects() const { return suspects_; }
   const Tree& tree() const { return tree_; }

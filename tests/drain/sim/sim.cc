@@ -776,7 +776,8 @@ class World {
               std::to_string(g.cluster_watermark()) + " root " + g.tree().root() + " parent " +
               (parent ? *parent : "-") + " coverage_current " +
               (g.coverage_current() ? "yes" : "no") + " excluded" + ex + " suspects" + sus +
-              " mismatches " + std::to_string(g.stats().coverage_mismatches));
+              " mismatches " + std::to_string(g.stats().coverage_mismatches) + " epoch " +
+              std::to_string(g.epoch() >> 16) + ":" + std::to_string(g.epoch() & 0xffff));
       }
     }
     return report_;
