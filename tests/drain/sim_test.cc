@@ -34,8 +34,7 @@ constexpr uint64_t kScale = 1;
 #endif
 
 // Seeds [first, first + count): none may release a pod as confirmed while something routes to
-// it. Liveness (every fault-free drain confirmed within 1 s) is counted and bounded: it does
-// not hold on every seed yet (see bench/results/drain-truth.md, "Open").
+// it, and every drain of the fault-free tail is confirmed within 1 s.
 void run_seeds(uint64_t first, uint64_t count) {
   count /= kScale;
   size_t confirmed = 0, unconfirmed = 0, unsafe = 0, late = 0;
@@ -48,7 +47,7 @@ void run_seeds(uint64_t first, uint64_t count) {
     if (!r.liveness.empty() && ++late <= 20) late_seeds += " " + std::to_string(seed);
   }
   EXPECT_EQ(unsafe, 0u) << "seeds with a false \"confirmed\", of " << count;
-  EXPECT_LE(late, count / 200 + 1) << "seeds whose fault-free tail missed liveness:" << late_seeds;
+  EXPECT_EQ(late, 0u) << "seeds whose fault-free tail missed liveness:" << late_seeds;
   // The simulation exercises both outcomes, or it proves nothing.
   EXPECT_GT(confirmed, count);
   EXPECT_GT(unconfirmed, count / 20);
@@ -59,24 +58,20 @@ void run_seeds(uint64_t first, uint64_t count) {
       confirmed, unconfirmed, unsafe, late, late_seeds.c_str());
 }
 
-// Five shards of 2,000 seeds (ctest runs them side by side). DISABLED: at this commit the
-// sweep still finds seeds with a false "confirmed" (about 2.5 % of seeds: a feed subscriber's
-// accepted state routing to a headless pod by the terminating fallback; see
-// bench/results/drain-truth.md, "Open"), so it cannot gate CI yet. Run it with
-// --gtest_also_run_disabled_tests, or bench/drain-sim/run.
-TEST(DrainSim, DISABLED_Seeds0) {
+// Five shards of 2,000 seeds (ctest runs them side by side).
+TEST(DrainSim, Seeds0) {
   run_seeds(1, 2000);
 }
-TEST(DrainSim, DISABLED_Seeds1) {
+TEST(DrainSim, Seeds1) {
   run_seeds(2001, 2000);
 }
-TEST(DrainSim, DISABLED_Seeds2) {
+TEST(DrainSim, Seeds2) {
   run_seeds(4001, 2000);
 }
-TEST(DrainSim, DISABLED_Seeds3) {
+TEST(DrainSim, Seeds3) {
   run_seeds(6001, 2000);
 }
-TEST(DrainSim, DISABLED_Seeds4) {
+TEST(DrainSim, Seeds4) {
   run_seeds(8001, 2000);
 }
 

@@ -359,6 +359,8 @@ class World {
     std::set<model::IpAddr> local_fallback = std::move(m.fallback);
     a.agg->set_local(m.routing, m.dns, std::move(m.holdouts));
     for (auto& s : a.agg->poll(now_)) send(i, std::move(s));
+    // With nothing draining and nobody waiting, evaluate() has nothing to do.
+    if (a.machine->drains().empty() && a.waiters.empty()) return;
     ClusterFacts facts = a.agg->facts(a.members_view);
     a.members_view = facts.members;
     Machine::Inputs in;
