@@ -155,6 +155,7 @@ class Coordinator {
   std::vector<std::thread> peer_threads_;
   std::unique_ptr<Cluster> cluster_;
   LocalMarks marks_;                   // this agent's own watermarks
+  std::set<model::IpAddr> local_fallback_;  // from marks_: routed here by the fallback
   std::set<std::string> agents_seen_;  // nodes ever seen in the agents' Service
   std::set<std::string> departed_;     // of those, not in it now (their Node still listed)
   // Where cluster_'s members came from: the Node objects, or the agents' Service's state.

@@ -194,6 +194,100 @@ items:
 // prestop client keeps retrying the socket, the restarted agent takes the drain up again from
 // the API's state (the endpoint already terminating, the budget from the deletionTimestamp),
 // releases it before the kubelet's deadline, and is a working peer for the next drain.
+// The agents' Service naming `nodes` (kube-system/endpointd-peers, one endpoint per agent).
+void write_agents(DaemonCluster& dc, const std::vector<std::pair<std::string, std::string>>& nodes) {
+  std::string eps;
+  for (const auto& [node, ip] : nodes)
+    eps += "  - {addresses: [" + ip + "], nodeName: " + node + ", conditions: {ready: true}}\n";
+  std::string text = R"(apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Service
+  metadata: {name: endpointd-peers, namespace: kube-system}
+  spec: {clusterIP: None, ports: [{name: drain-peer, port: 9465}]}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata:
+    name: endpointd-peers-1
+    namespace: kube-system
+    labels: {kubernetes.io/service-name: endpointd-peers}
+  addressType: IPv4
+  ports: [{name: drain-peer, port: 9465}]
+  endpoints:
+)" + eps;
+  // Atomically, as the API would change it.
+  std::string tmp = dc.manifest_dir() + "/.agents.yaml.tmp";
+  std::ofstream(tmp) << text;
+  fs::rename(tmp, dc.manifest_dir() + "/agents.yaml");
+}
+
+// Issue 32: node-b's agent leaves the agents' Service and stops (a DaemonSet rollout, a crash
+// loop), its rules left in place, so node-b's kernel still routes by them. Under `wait` a drain
+// on node-a is not released before node-b's agent is back and confirms; then it is released,
+// confirmed. (Before, node-b stopped being a member 3 s after it left the Service and the
+// drain was "confirmed by all peers".)
+TEST_F(DaemonDrainTest, ANodeWhoseAgentStoppedIsWaitedForUnderWait) {
+  DaemonCluster dc;
+  auto servers = start_servers(dc);
+  write_agents(dc, {{"node-a", "192.168.77.2"}, {"node-b", "192.168.77.3"}});
+  for (const char* n : {"node-a", "node-b"})
+    dc.set_extra_args(n, {"--drain-members-service", "kube-system/endpointd-peers",
+                          "--drain-peer-policy", "wait"});
+  ASSERT_EQ(dc.pki_error(), "");
+  ASSERT_TRUE(dc.start_both());
+  ASSERT_TRUE(wait_routed(dc.cluster(), 3)) << dc.daemon("node-a").log();
+
+  // node-b's agent leaves the Service and stops; its table stays.
+  write_agents(dc, {{"node-a", "192.168.77.2"}});
+  dc.daemon("node-b").signal(SIGTERM);
+  ASSERT_TRUE(dc.daemon("node-b").wait_exit(10s));
+  ASSERT_TRUE(dc.cluster().node("node-b").exec({"nft", "list", "table", "ip", "endpointd"}).ok())
+      << "the stopped agent's rules should stay in place";
+  std::this_thread::sleep_for(4s);  // past the liveness deadline and the old 3 s grace
+
+  auto& web1 = dc.pods().at("web-1");
+  web1.grace = 30;  // budget 24 s: room for node-b's agent to come back
+  Termination t;
+  t.pod = "web-1";
+  web1.pod_deleting = true;
+  dc.write();
+  t.marked_ms = now_unix_ms();
+  auto prestop = std::async(std::launch::async, [&] {
+    return dc.cluster().pod("web-1").exec(
+        prestop_command(DaemonCluster::bin(), dc.socket_of("node-a"), {"--timeout", "40s"}));
+  });
+  std::this_thread::sleep_for(300ms);
+  web1.deleting = true;
+  dc.write();
+
+  // Past the peer timeout (3 s): still waiting for node-b.
+  EXPECT_EQ(prestop.wait_for(6s), std::future_status::timeout)
+      << "released while node-b's kernel may route to web-1";
+  auto before = read_timeline(dc.debug_state("node-a"), web1.ip);
+  ASSERT_TRUE(before) << dc.debug_state("node-a");
+  EXPECT_EQ(before->removed, 0) << before->raw;
+  EXPECT_NE(before->raw.find("node-b"), std::string::npos) << before->raw;
+
+  // node-b's agent comes back (and into the Service): it confirms, and web-1 is released.
+  int64_t restarted_ms = now_unix_ms();
+  dc.start_daemon("node-b", "-restarted");
+  write_agents(dc, {{"node-a", "192.168.77.2"}, {"node-b", "192.168.77.3"}});
+  ASSERT_TRUE(dc.wait_ready("node-b")) << dc.daemon("node-b").log();
+  auto r = prestop.get();
+  t.prestop_returned_ms = now_unix_ms();
+  t.prestop_exit = r.exit_code;
+  t.prestop_output = r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("confirmed"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("unconfirmed"), std::string::npos) << r.output;
+  auto tl = read_timeline(dc.debug_state("node-a"), web1.ip);
+  ASSERT_TRUE(tl);
+  EXPECT_GE(tl->removed, restarted_ms) << tl->raw;
+  EXPECT_NE(tl->raw.find("\"outcome\":\"confirmed\""), std::string::npos) << tl->raw;
+  kill_and_remove(dc, servers.at("web-1"), t);
+}
+
 TEST_F(DaemonDrainTest, AgentKilledMidDrainFinishesTheDrainAfterRestart) {
   DaemonCluster dc;
   auto servers = start_servers(dc);
