@@ -115,7 +115,7 @@ LocalMarks::Marks LocalMarks::update(const std::vector<pipeline::AckBoard::Entry
   for (const auto& e : entries)
     for (const auto& h : e.holdouts)
       m.holdouts.push_back(Holdout{node, e.consumer + "/" + h.client,
-                                   h.snapshot ? h.snapshot->slice_revision : 0, h.reason});
+                                   h.snapshot ? h.snapshot->slice_revision : h.revision, h.reason});
   return m;
 }
 

@@ -461,8 +461,17 @@ void Machine::settle_removal(Drain& d, const Inputs& in) {
   // known by the revision of that state, which is older than the removal.
   for (const auto& e : in.consumers) {
     for (const auto& h : e.holdouts) {
-      if (!h.snapshot || !model::routes_to(e.view, *h.snapshot, d.ip, {opts_.node_name, {}}))
+      // Without its state (known from before a restart): it may route to anything terminating
+      // since its revision.
+      if (!h.snapshot) {
+        if (d.revision == 0 || h.revision < d.revision)
+          unconfirm(
+              d, {opts_.node_name, e.consumer + "/" + h.client,
+                  h.reason + ": its last accepted state (revision " + std::to_string(h.revision) +
+                      ", from before this agent's restart) may route to it"});
         continue;
+      }
+      if (!model::routes_to(e.view, *h.snapshot, d.ip, {opts_.node_name, {}})) continue;
       unconfirm(d, {opts_.node_name, e.consumer + "/" + h.client,
                     h.reason + ": its last accepted state routes to it"});
     }

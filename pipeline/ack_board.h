@@ -27,6 +27,10 @@ class AckBoard {
     model::SnapshotPtr snapshot;
     Clock::time_point since{};  // when it stopped holding
     std::string reason;         // "disconnected", "unacknowledged", "nacking"
+    // With no snapshot (a subscriber known from before this agent's restart, whose state was
+    // not kept): the EndpointSlice revision of its last accepted state, 0 if unknown. drain/
+    // then takes it as routing to every endpoint terminating since.
+    uint64_t revision = 0;
   };
   struct Entry {
     std::string consumer;

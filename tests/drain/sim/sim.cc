@@ -337,11 +337,13 @@ class World {
           e.acked = a.snap;
           it = a.hub.emplace(s.name, e).first;
         }
+        // The grace runs from when it was first waited on: a reconnecting stream carries its
+        // ghost's wait (feed/hub.h), so reconnecting again and again holds nothing forever.
         it->second.connected = true;
+        it->second.outstanding_since = it->second.disconnected_at.value_or(now_);
         it->second.disconnected_at.reset();
         s.sent = a.snap;
         s.ack_due = now_ + milliseconds(1 + rng_() % 40);
-        it->second.outstanding_since = now_;
       }
       if (s.sent && s.ack_due <= now_ && !s.nacking && s.acked != s.sent) {
         s.acked = s.sent;
