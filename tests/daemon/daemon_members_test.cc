@@ -43,11 +43,14 @@ std::string agents_slice(const std::vector<size_t>& agents) {
          eps + "]}";
 }
 
+// web-1 on node-a (terminating or not) and web-2 on node-b, ready: web-1 terminating is out of
+// every selection (alone, it would be the terminating fallback and routable everywhere).
 std::string web_slice(bool terminating) {
   std::string c = terminating ? R"({"ready":false,"serving":true,"terminating":true})"
                               : R"({"ready":true,"serving":true,"terminating":false})";
   return R"({"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","metadata":{"name":"web-1","namespace":"demo","labels":{"kubernetes.io/service-name":"web"}},"addressType":"IPv4","ports":[{"name":"http","port":8080}],"endpoints":[{"addresses":["10.244.0.1"],"nodeName":"node-a","conditions":)" +
-         c + R"(,"targetRef":{"kind":"Pod","namespace":"demo","name":"web-1"}}]})";
+         c +
+         R"(,"targetRef":{"kind":"Pod","namespace":"demo","name":"web-1"}},{"addresses":["10.244.0.2"],"nodeName":"node-b","conditions":{"ready":true,"serving":true,"terminating":false}}]})";
 }
 
 // A port free on the first agent's address: every agent listens on the same one.
