@@ -587,6 +587,7 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
                    (grace_given ? std::string("ignored, as that is given")
                                 : "taken as its value, " + std::to_string(old.count()) + " ms")});
   }
+  cfg.feed_state_file = d.text("feed-state-file", cfg.feed_state_file);
   cfg.health_listen = d.listen("health-listen", Host::kAny, cfg.health_listen);
   cfg.admin_listen = d.listen("admin-listen", Host::kAny, cfg.admin_listen);
   cfg.admin_token_file = d.text("admin-token-file", cfg.admin_token_file);
@@ -710,6 +711,11 @@ void add_run_flags(CLI::App& app) {
       std::to_string(def.feed_subscriber_grace.count()));
   add(app, "feed-stale-after-ms",
       "Deprecated: the old name of --feed-subscriber-grace-ms, honoured when that is not given");
+  add(app, "feed-state-file",
+      "File where the feed keeps the names of its subscribers and the EndpointSlice revision "
+      "each acknowledged, so that after a restart a subscriber that stayed away holds drains "
+      "until it comes back and acknowledges, or --feed-subscriber-grace-ms passes (the chart: "
+      "/run/endpointd/feed-subscribers; empty: off)");
   add(app, "health-listen",
       "ADDR:PORT for /healthz, /readyz, /livez only, for probes and load balancers (empty: off)",
       show(def.health_listen));

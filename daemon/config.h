@@ -132,6 +132,9 @@ struct Config {
   // response unacknowledged or rejected — before it no longer holds drains and is a holdout
   // (feed/hub.h); 0: no ghosts, and a connected stream holds for as long as it is.
   std::chrono::milliseconds feed_subscriber_grace{10000};
+  // Where the feed keeps its named subscribers across a restart (feed/hub.h); empty: nowhere.
+  // The chart sets it to a file next to the drain socket (/run/endpointd/feed-subscribers).
+  std::string feed_state_file;
 
   // Health and admin servers, as kube-proxy splits them: the probes on the node's addresses
   // (kube-proxy's healthz port), /metrics and /debug/state on loopback (kube-proxy's metrics

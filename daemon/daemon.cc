@@ -401,6 +401,7 @@ Status Daemon::Impl::start_feed() {
   o.tls_key_file = cfg.feed_tls_key;
   o.tls_client_ca_file = cfg.feed_client_ca;
   o.subscriber_grace = cfg.feed_subscriber_grace;
+  o.state_file = cfg.feed_state_file;
   if (o.tls_cert_file.empty() && !cfg.feed_listen->loopback()) {
     spdlog::warn(
         "feed on {} beyond loopback in plaintext: set --feed-tls-cert, --feed-tls-key "

@@ -44,6 +44,10 @@ struct FeedOptions {
   // so a proxy that is gone or never acknowledges cannot hold every drain until its deadline
   // (24 s). Default 10 s (why: kDefaultGrace in feed/hub.h); zero: no ghosts, no lapses.
   std::chrono::milliseconds subscriber_grace = kDefaultGrace;
+  // Where the hub keeps what it knows of named subscribers across a restart (--feed-state-file;
+  // see feed/hub.h): a new process holds drains for each name listed until it is back or its
+  // grace passes. Empty: nothing kept (an agent that restarts knows no subscriber).
+  std::string state_file;
   // TLS from PEM files when cert and key are set; with a client CA, clients must present a
   // certificate it signed.
   std::string tls_cert_file;

@@ -3,8 +3,16 @@
 
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <string_view>
 #include <tuple>
+#include <variant>
 
 #include "feed/metrics.h"
 
@@ -81,12 +89,18 @@ bool AckTracker::ack(uint64_t version) {
   in_flight_.erase(in_flight_.begin(), it + 1);
   nacking_ = false;
   resumed_since_.reset();
+  at_nothing_ = false;
   return true;
 }
 
 bool AckTracker::resume(const model::SnapshotPtr& last, Clock::time_point since) {
   if (acked_version_ != 0) return false;  // acknowledged here: newer than anything before
-  if (last && (!acked_ || last->generation < acked_->generation)) acked_ = last;
+  if (!last) at_nothing_ = true;          // older than anything this process has
+  if (at_nothing_) {
+    acked_ = nullptr;
+  } else if (!acked_ || last->generation < acked_->generation) {
+    acked_ = last;
+  }
   if (!resumed_since_ || since < *resumed_since_) resumed_since_ = since;
   return true;
 }
@@ -105,7 +119,26 @@ Hub::Hub(HubOptions opts, AppliedFn applied)
       clock_(std::move(opts.clock)),
       metrics_(opts.metrics),
       holdouts_fn_(std::move(opts.holdouts)),
-      fanout_(opts.fanout_threads) {}
+      fanout_(opts.fanout_threads),
+      state_file_(grace_.count() > 0 ? std::move(opts.state_file) : std::string()) {
+  if (grace_.count() <= 0 && !opts.state_file.empty())
+    spdlog::warn("feed: the subscriber grace is 0 (no ghosts): state file {} is not used",
+                 opts.state_file);
+  if (state_file_.empty()) return;
+  load_state();
+  state_writer_ = std::thread([this] { run_state_writer(); });
+}
+
+Hub::~Hub() {
+  if (!state_writer_.joinable()) return;
+  {
+    std::lock_guard lock(state_mu_);
+    state_stop_ = true;
+  }
+  state_cv_.notify_all();
+  state_writer_.join();
+  write_state();
+}
 
 void Hub::publish(model::SnapshotPtr snap) {
   if (!snap->synced) return;  // subscribers see nothing until the first full sync
@@ -156,7 +189,7 @@ void Hub::remove(Subscriber* s) {
         if (metrics_) metrics_->stale_left();
         holdouts_changed_ = true;
       } else {
-        count_locked(e.recorded, -1);
+        count_entry_locked(e, -1);
       }
       if (!e.identity.empty()) {
         auto [first, last] = named_.equal_range(e.identity);
@@ -177,7 +210,8 @@ void Hub::remove(Subscriber* s) {
 
 void Hub::leave_ghost_locked(Subscriber* s, const Entry& e, Clock::time_point now) {
   // It acknowledged nothing (it came before the first snapshot): it routes by nothing we sent.
-  if (!e.recorded) return;
+  // (One at nothing routes by what an earlier process sent.)
+  if (!e.recorded && !e.at_nothing) return;
   const auto waiting = s->outstanding_since();
   const Clock::time_point since = waiting ? std::min(*waiting, now) : now;
   // Another stream of the same name (the proxy reconnected before this one ended): it routes
@@ -189,6 +223,7 @@ void Hub::leave_ghost_locked(Subscriber* s, const Entry& e, Clock::time_point no
       if (!other->resume(e.recorded, since)) continue;  // it acknowledged newer: superseded
       auto o = recorded_.find(other);
       if (o == recorded_.end()) continue;
+      if (e.at_nothing) set_at_nothing_locked(o->second, e.revision);
       refresh_locked(other, o->second);
       update_lapse_locked(other, o->second, now);
     }
@@ -198,6 +233,7 @@ void Hub::leave_ghost_locked(Subscriber* s, const Entry& e, Clock::time_point no
   const SubscriberInfo row = s->info();
   Ghost g;
   g.snapshot = e.recorded;
+  g.revision = e.revision;
   g.waiting_since = since;
   g.gone_at = now;
   g.holding = !e.lapsed;
@@ -214,10 +250,18 @@ void Hub::leave_ghost_locked(Subscriber* s, const Entry& e, Clock::time_point no
     // Two streams of one name that both went away: the older state, held if either held,
     // so that what one of them still routes by is never let go early.
     if (slot.holding) {
-      count_locked(slot.snapshot, -1);
+      count_ghost_locked(slot, -1);
       --ghosts_holding_;
     }
-    g.snapshot = older(slot.snapshot, g.snapshot);
+    if (!slot.snapshot || !g.snapshot) {
+      // One is at nothing: so is the other, at the older revision remembered.
+      g.revision = !slot.snapshot && !g.snapshot ? std::min(slot.revision, g.revision)
+                   : !slot.snapshot              ? slot.revision
+                                                 : g.revision;
+      g.snapshot = nullptr;
+    } else {
+      g.snapshot = older(slot.snapshot, g.snapshot);
+    }
     if (slot.holding && g.holding) {
       g.waiting_since = std::min(slot.waiting_since, g.waiting_since);
     } else if (slot.holding) {
@@ -231,7 +275,7 @@ void Hub::leave_ghost_locked(Subscriber* s, const Entry& e, Clock::time_point no
   }
   slot = std::move(g);
   if (slot.holding) {
-    count_locked(slot.snapshot, +1);
+    count_ghost_locked(slot, +1);
     ++ghosts_holding_;
     spdlog::info(
         "feed: subscriber {} ({} stream, client '{}', peer {}) went away having acknowledged "
@@ -257,7 +301,7 @@ void Hub::leave_ghost_locked(Subscriber* s, const Entry& e, Clock::time_point no
 void Hub::forget_ghost_locked(std::map<std::string, Ghost>::iterator it, bool expired) {
   Ghost& g = it->second;
   if (g.holding) {
-    count_locked(g.snapshot, -1);
+    count_ghost_locked(g, -1);
     --ghosts_holding_;
   } else {
     holdouts_changed_ = true;
@@ -294,16 +338,18 @@ void Hub::identify(Subscriber* s, const std::string& identity) {
       Ghost g = std::move(it->second);
       ghosts_.erase(it);
       if (g.holding) {
-        count_locked(g.snapshot, -1);
+        count_ghost_locked(g, -1);
         --ghosts_holding_;
       } else {
         holdouts_changed_ = true;
       }
       const Clock::time_point t = now();
       if (s->resume(g.snapshot, g.waiting_since)) {
-        // This stream carries the ghost now: from its snapshot, and lapsed if it was.
+        // This stream carries the ghost now: from its snapshot (from nothing for one
+        // remembered from before a restart), and lapsed if it was.
+        if (!g.snapshot) set_at_nothing_locked(e, g.revision);
         if (!g.holding && !e.lapsed) {
-          count_locked(e.recorded, -1);
+          count_entry_locked(e, -1);
           e.lapsed = true;
           e.lapsed_at = g.lapsed_at;
           e.reason = g.reason;
@@ -313,10 +359,18 @@ void Hub::identify(Subscriber* s, const std::string& identity) {
         }
         refresh_locked(s, e);
         update_lapse_locked(s, e, t);
-        spdlog::info(
-            "feed: subscriber '{}' is back (stream {}); it holds from generation {}, what it "
-            "acknowledged before, until it acknowledges a newer one",
-            identity, s->info().id, generation(g.snapshot));
+        if (g.snapshot) {
+          spdlog::info(
+              "feed: subscriber '{}' is back (stream {}); it holds from generation {}, what it "
+              "acknowledged before, until it acknowledges a newer one",
+              identity, s->info().id, generation(g.snapshot));
+        } else {
+          spdlog::info(
+              "feed: subscriber '{}', remembered from before this process started (EndpointSlice "
+              "revision {}), is back (stream {}); it holds at nothing until it acknowledges a "
+              "response of this process",
+              identity, g.revision, s->info().id);
+        }
       }
       // Otherwise it already acknowledged a newer state on this stream: the ghost is done.
     }
@@ -350,8 +404,55 @@ void Hub::count_locked(const model::SnapshotPtr& snap, int by) {
   if (at != acked_.end() && --at->second.count == 0) acked_.erase(at);
 }
 
+void Hub::count_entry_locked(const Entry& e, int by) {
+  if (!e.at_nothing) return count_locked(e.recorded, by);
+  if (by > 0) {
+    ++nothing_holding_;
+  } else {
+    --nothing_holding_;
+  }
+}
+
+void Hub::count_ghost_locked(const Ghost& g, int by) {
+  if (g.snapshot) return count_locked(g.snapshot, by);
+  if (by > 0) {
+    ++nothing_holding_;
+  } else {
+    --nothing_holding_;
+  }
+}
+
+void Hub::set_at_nothing_locked(Entry& e, uint64_t revision) {
+  if (e.at_nothing) {
+    e.revision = std::min(e.revision, revision);
+    return;
+  }
+  if (!e.lapsed) {
+    count_locked(e.recorded, -1);
+    ++nothing_holding_;
+  } else {
+    holdouts_changed_ = true;
+  }
+  e.recorded = nullptr;
+  e.at_nothing = true;
+  e.revision = revision;
+}
+
 void Hub::refresh_locked(Subscriber* s, Entry& e) {
   model::SnapshotPtr now = s->acked();
+  if (e.at_nothing) {
+    if (!now) return;
+    // It acknowledged a response sent on this stream: it holds from there.
+    e.at_nothing = false;
+    if (!e.lapsed) {
+      --nothing_holding_;
+      count_locked(now, +1);
+    } else {
+      holdouts_changed_ = true;
+    }
+    e.recorded = std::move(now);
+    return;
+  }
   if (now == e.recorded) return;
   if (now && e.recorded && now->generation == e.recorded->generation) return;
   if (!e.lapsed) {
@@ -375,7 +476,7 @@ std::optional<Clock::time_point> Hub::update_lapse_locked(Subscriber* s, Entry& 
   const SubscriberInfo i = s->info();
   holdouts_changed_ = true;
   if (overdue) {
-    count_locked(e.recorded, -1);
+    count_entry_locked(e, -1);
     e.lapsed = true;
     e.lapsed_at = now;
     e.reason = s->nacking() ? kNacking : kUnacknowledged;
@@ -394,7 +495,7 @@ std::optional<Clock::time_point> Hub::update_lapse_locked(Subscriber* s, Entry& 
         e.reason == kNacking ? ", then rejected one" : "", generation(e.recorded));
   } else {
     e.lapsed = false;
-    count_locked(e.recorded, +1);
+    count_entry_locked(e, +1);
     --lapsed_streams_;
     if (metrics_) metrics_->stale_left();
     spdlog::info(
@@ -419,18 +520,28 @@ std::optional<Clock::time_point> Hub::check_ghosts_locked(Clock::time_point now)
         ++it;
         continue;
       }
-      count_locked(g.snapshot, -1);
+      count_ghost_locked(g, -1);
       --ghosts_holding_;
       g.holding = false;
       g.lapsed_at = now;
       g.reason = kDisconnected;
       holdouts_changed_ = true;
       if (metrics_) metrics_->lapsed(Metrics::Lapse::kDisconnected);
-      spdlog::warn(
-          "feed: subscriber '{}' (last {} stream {}, peer {}) has not come back for {} ms; it no "
-          "longer holds the feed's applied generation and is a holdout at generation {}: drains "
-          "that it may still route to are unconfirmed",
-          it->first, g.row.api, g.row.id, g.row.peer, ms(now - g.gone_at), generation(g.snapshot));
+      if (!g.snapshot) {
+        spdlog::warn(
+            "feed: subscriber '{}', remembered from before this process started, has not come "
+            "back for {} ms; it no longer holds the feed's applied generation and is a holdout "
+            "at EndpointSlice revision {}: drains of endpoints terminating since are "
+            "unconfirmed",
+            it->first, ms(now - g.gone_at), g.revision);
+      } else {
+        spdlog::warn(
+            "feed: subscriber '{}' (last {} stream {}, peer {}) has not come back for {} ms; it no "
+            "longer holds the feed's applied generation and is a holdout at generation {}: drains "
+            "that it may still route to are unconfirmed",
+            it->first, g.row.api, g.row.id, g.row.peer, ms(now - g.gone_at),
+            generation(g.snapshot));
+      }
     }
     const Clock::time_point forget = std::max(g.lapsed_at, g.gone_at) + kForgetAfter;
     if (now >= forget) {
@@ -484,12 +595,16 @@ std::vector<Holdout> Hub::holdouts() const {
 std::vector<Holdout> Hub::holdouts_locked() const {
   std::vector<Holdout> out;
   if (lapsed_streams_ > 0) {
-    for (const auto& [s, e] : recorded_)
-      if (e.lapsed && e.recorded) out.push_back({e.label, e.recorded, e.lapsed_at, e.reason});
+    for (const auto& [s, e] : recorded_) {
+      if (e.lapsed && (e.recorded || e.at_nothing))
+        out.push_back({e.label, e.recorded, e.lapsed_at, e.reason, e.at_nothing ? e.revision : 0});
+    }
   }
-  // (A ghost always has a snapshot: leave_ghost_locked.)
-  for (const auto& [name, g] : ghosts_)
-    if (!g.holding) out.push_back({name, g.snapshot, g.lapsed_at, g.reason});
+  // A ghost without a snapshot was remembered from before a restart: only its revision.
+  for (const auto& [name, g] : ghosts_) {
+    if (!g.holding)
+      out.push_back({name, g.snapshot, g.lapsed_at, g.reason, g.snapshot ? 0 : g.revision});
+  }
   std::sort(out.begin(), out.end(), [](const Holdout& a, const Holdout& b) {
     return std::tie(a.since, a.client) < std::tie(b.since, b.client);
   });
@@ -498,6 +613,9 @@ std::vector<Holdout> Hub::holdouts_locked() const {
 
 model::SnapshotPtr Hub::recompute_locked() {
   if (!acks_current_) return nullptr;
+  // A subscriber remembered from before a restart may route by anything older than what this
+  // process has: nothing moves until it is back or lapsed.
+  if (nothing_holding_ > 0) return nullptr;
   model::SnapshotPtr low = acks_current_;
   if (!acked_.empty() && acked_.begin()->first < low->generation) low = acked_.begin()->second.snap;
   // Generations only grow: a subscriber that joins starts at the current snapshot or at what
@@ -516,6 +634,7 @@ Hub::Pending Hub::settle_locked() {
     if (metrics_) metrics_->holdouts(p.holdouts->size());
   }
   if (metrics_) metrics_->ghosts_holding(ghosts_holding_);
+  mark_state_dirty();
   // Taken before acks_mu_ is let go: the next change waits for this one to be told.
   if (p.moved || p.holdouts) p.order = std::unique_lock(deliver_mu_);
   return p;
@@ -582,6 +701,273 @@ std::vector<SubscriberInfo> Hub::infos() const {
 model::SnapshotPtr Hub::applied() const {
   std::lock_guard lock(acks_mu_);
   return applied_;
+}
+
+// The state file: a header line, then one line per named subscriber:
+//   endpointd-feed-subscribers 1
+//   <revision> <caught up: 0|1> <identity, percent-encoded>
+// The identity's bytes up to ' ', '%' and from 0x7f on are written %XX.
+namespace {
+
+constexpr std::string_view kStateHeader = "endpointd-feed-subscribers 1";
+
+void escape_to(std::string& out, std::string_view name) {
+  static const char kHex[] = "0123456789ABCDEF";
+  for (unsigned char c : name) {
+    if (c <= ' ' || c >= 0x7f || c == '%') {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+std::optional<std::string> unescape(std::string_view in) {
+  std::string out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(in[i]);
+    if (c <= ' ' || c >= 0x7f) return std::nullopt;
+    if (c != '%') {
+      out += static_cast<char>(c);
+      continue;
+    }
+    const int hi = i + 1 < in.size() ? hex_digit(in[i + 1]) : -1;
+    const int lo = i + 2 < in.size() ? hex_digit(in[i + 2]) : -1;
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+struct Remembered {
+  uint64_t revision = 0;
+  bool caught_up = false;
+};
+
+// The file's names, or why it is not taken.
+std::variant<std::map<std::string, Remembered>, std::string> parse_state(std::string_view text) {
+  std::map<std::string, Remembered> out;
+  size_t line_no = 0;
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    if (nl == std::string_view::npos) return "line " + std::to_string(line_no + 1) + " is cut off";
+    const std::string_view line = text.substr(0, nl);
+    text.remove_prefix(nl + 1);
+    ++line_no;
+    if (line_no == 1) {
+      if (line != kStateHeader)
+        return std::string("no \"") + std::string(kStateHeader) + "\" header";
+      continue;
+    }
+    const std::string where = "line " + std::to_string(line_no);
+    const size_t a = line.find(' ');
+    const size_t b = a == std::string_view::npos ? a : line.find(' ', a + 1);
+    if (b == std::string_view::npos) return where + ": not <revision> <0|1> <name>";
+    const std::string_view rev = line.substr(0, a), caught = line.substr(a + 1, b - a - 1);
+    uint64_t revision = 0;
+    auto [end, ec] = std::from_chars(rev.data(), rev.data() + rev.size(), revision);
+    if (rev.empty() || ec != std::errc() || end != rev.data() + rev.size())
+      return where + ": bad revision";
+    if (caught != "0" && caught != "1") return where + ": bad caught-up flag";
+    auto name = unescape(line.substr(b + 1));
+    if (!name || name->empty() || name->size() > kMaxIdentityBytes) return where + ": bad name";
+    if (out.size() >= kMaxGhosts && !out.contains(*name))
+      return "more than " + std::to_string(kMaxGhosts) + " names";
+    auto [it, fresh] = out.try_emplace(std::move(*name), Remembered{revision, caught == "1"});
+    if (!fresh) {
+      it->second.revision = std::min(it->second.revision, revision);
+      it->second.caught_up = it->second.caught_up && caught == "1";
+    }
+  }
+  if (line_no == 0) return "empty";
+  return out;
+}
+
+}  // namespace
+
+void Hub::load_state() {
+  auto fail = [&](Metrics::StateLoad why, const std::string& what) {
+    if (metrics_) metrics_->state_load_error(why);
+    spdlog::warn("feed: ignoring the subscriber state file {}: {}; no subscriber is remembered",
+                 state_file_, what);
+  };
+  const int fd = ::open(state_file_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      spdlog::info("feed: 0 subscribers remembered from {} (no such file yet)", state_file_);
+      return;
+    }
+    return fail(Metrics::StateLoad::kUnreadable, std::strerror(errno));
+  }
+  std::string text;
+  char buf[65536];
+  bool too_large = false, read_error = false;
+  int err = 0;
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      read_error = true;
+      err = errno;
+      break;
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxStateFileBytes) {
+      too_large = true;
+      break;
+    }
+  }
+  ::close(fd);
+  if (read_error) return fail(Metrics::StateLoad::kUnreadable, std::strerror(err));
+  if (too_large) {
+    return fail(Metrics::StateLoad::kTooLarge,
+                "larger than " + std::to_string(kMaxStateFileBytes) + " bytes");
+  }
+  auto parsed = parse_state(text);
+  if (auto* why = std::get_if<std::string>(&parsed))
+    return fail(Metrics::StateLoad::kMalformed, *why);
+  auto& names = std::get<0>(parsed);
+
+  std::lock_guard acks(acks_mu_);
+  const Clock::time_point t = now();
+  for (auto& [name, r] : names) {
+    // A subscriber caught up then is taken the same as one behind: this process does not have
+    // the state it acknowledged either way.
+    Ghost g;
+    g.revision = r.revision;
+    g.waiting_since = t;
+    g.gone_at = t;
+    g.row.client = name;
+    g.row.connected = false;
+    g.row.acked_version = 0;
+    ghosts_.emplace(name, std::move(g));
+    ++nothing_holding_;
+    ++ghosts_holding_;
+  }
+  remembered_ = names.size();
+  if (metrics_) {
+    metrics_->remembered(names.size());
+    metrics_->ghosts_holding(ghosts_holding_);
+  }
+  spdlog::info(
+      "feed: {} subscribers remembered from {}; each holds the feed's applied generation until "
+      "it reconnects and acknowledges, for {} ms at most",
+      names.size(), state_file_, grace_.count());
+}
+
+void Hub::mark_state_dirty() {
+  if (state_file_.empty() || state_dirty_.exchange(true)) return;
+  { std::lock_guard lock(state_mu_); }  // the writer is waiting or will see the flag
+  state_cv_.notify_one();
+}
+
+void Hub::run_state_writer() {
+  std::unique_lock lock(state_mu_);
+  for (;;) {
+    state_cv_.wait(lock, [&] { return state_stop_ || state_dirty_.load(); });
+    if (state_stop_) return;
+    lock.unlock();
+    write_state();
+    lock.lock();
+    // At most every kStateWriteInterval: changes meanwhile are written together.
+    state_cv_.wait_for(lock, kStateWriteInterval, [&] { return state_stop_; });
+  }
+}
+
+bool Hub::write_state() {
+  if (state_file_.empty()) return false;
+  std::lock_guard order(write_mu_);
+  state_dirty_ = false;
+  std::map<std::string, Remembered> rows;
+  {
+    std::lock_guard acks(acks_mu_);
+    const uint64_t current = generation(acks_current_);
+    auto add = [&](const std::string& name, uint64_t revision, bool caught_up) {
+      auto [it, fresh] = rows.try_emplace(name, Remembered{revision, caught_up});
+      if (!fresh) {
+        it->second.revision = std::min(it->second.revision, revision);
+        it->second.caught_up = it->second.caught_up && caught_up;
+      }
+    };
+    // Connected streams first, then ghosts, at most kMaxGhosts names.
+    for (const auto& [s, e] : recorded_) {
+      if (e.identity.empty() || (!e.recorded && !e.at_nothing)) continue;
+      if (rows.size() >= kMaxGhosts && !rows.contains(e.identity)) continue;
+      if (e.at_nothing) {
+        add(e.identity, e.revision, false);
+      } else {
+        add(e.identity, e.recorded->slice_revision, !e.lapsed && e.recorded->generation >= current);
+      }
+    }
+    for (const auto& [name, g] : ghosts_) {
+      if (rows.size() >= kMaxGhosts && !rows.contains(name)) continue;
+      if (g.snapshot) {
+        add(name, g.snapshot->slice_revision, g.snapshot->generation >= current);
+      } else {
+        add(name, g.revision, false);
+      }
+    }
+  }
+  std::string text(kStateHeader);
+  text += '\n';
+  for (const auto& [name, r] : rows) {
+    std::string line = std::to_string(r.revision);
+    line += r.caught_up ? " 1 " : " 0 ";
+    escape_to(line, name);
+    line += '\n';
+    if (text.size() + line.size() > kMaxStateFileBytes) break;
+    text += line;
+  }
+  if (text == last_written_) return true;  // nothing changed since the last write
+
+  auto fail = [&](Metrics::StateWrite why, const char* what, int err) {
+    if (metrics_) metrics_->state_write_error(why);
+    if (uint64_t k = ++state_write_failures_; (k & (k - 1)) == 0) {
+      spdlog::warn("feed: cannot write the subscriber state file {}: {}: {} ({} failures so far)",
+                   state_file_, what, std::strerror(err), k);
+    }
+    return false;
+  };
+  const std::string tmp = state_file_ + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return fail(Metrics::StateWrite::kOpen, "open", errno);
+  size_t off = 0;
+  while (off < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return fail(Metrics::StateWrite::kWrite, "write", err);
+    }
+    off += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  int err = synced ? 0 : errno;
+  if (::close(fd) != 0 && synced) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    return fail(Metrics::StateWrite::kWrite, "write", err);
+  }
+  if (::rename(tmp.c_str(), state_file_.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return fail(Metrics::StateWrite::kRename, "rename", err);
+  }
+  last_written_ = std::move(text);
+  return true;
 }
 
 }  // namespace endpointd::feed

@@ -15,8 +15,21 @@
 // its old stream ended) is held the same way, unless it acknowledged a response already. A new
 // name starts at the current snapshot (it was told nothing older); a stream without a name
 // holds only while it is connected, as it can never be recognised again. One name is one
-// subscriber: two proxies that give the same name are taken for one. Ghosts live in memory:
-// an agent that restarts knows none.
+// subscriber: two proxies that give the same name are taken for one.
+//
+// Remembered subscribers. With a state file (HubOptions::state_file, --feed-state-file) the
+// hub writes every named subscriber it knows (connected, ghost or holdout) there: its name,
+// the EndpointSlice revision of its last acknowledged snapshot, whether it was caught up. At
+// most kMaxGhosts of them, written atomically (a temporary file, then rename), at most every
+// kStateWriteInterval and on stop. A new process (an agent restarted) loads the file: each
+// name is a ghost from the start without a snapshot (this process never had it) — it holds
+// applied(g) at nothing, as a proxy that stayed away may route by anything older than what
+// this process has, until a stream of that name acknowledges a response sent on it, or its
+// grace passes: then it is a holdout with no snapshot and the remembered revision, which
+// drain/ takes as routing to every endpoint terminating since. A stream that takes such a
+// ghost over holds at nothing until it acknowledges. A file that cannot be read, is larger
+// than kMaxStateFileBytes or does not parse is logged, counted and ignored (the hub starts
+// empty).
 //
 // Grace. A subscriber is waited for at most `grace` (--feed-subscriber-grace-ms, default 10 s)
 // from the moment it is first waited on: its oldest response not acknowledged (NACKed ones
@@ -44,6 +57,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -52,6 +66,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -83,6 +98,10 @@ inline constexpr std::chrono::minutes kForgetAfter{10};
 inline constexpr size_t kMaxGhosts = 1024;
 // A longer name is no identity (its stream is anonymous): a ghost is kept per name.
 inline constexpr size_t kMaxIdentityBytes = 512;
+// The state file (see the top of this file): written at most this often, read at most this
+// large (a full one of kMaxGhosts names is well under it; a writer stops adding names there).
+inline constexpr std::chrono::milliseconds kStateWriteInterval{250};
+inline constexpr size_t kMaxStateFileBytes = size_t{1} << 20;
 
 // What one subscriber confirmed. Fed by its stream: every response sent (with the snapshot
 // whose state it carries), every snapshot that changed nothing the subscriber sees, and every
@@ -117,6 +136,7 @@ class AckTracker {
   // on since `since`. Unless this stream already had a response acknowledged (its state is
   // newer), the client routes by `last` until it acknowledges one here: acked() goes back to
   // `last` and stays until then, and the wait counts from `since`. false: it already had.
+  // `last` null (a subscriber remembered from before a restart): acked() is null until then.
   bool resume(const model::SnapshotPtr& last, Clock::time_point since);
   // Nothing is waited for: every response sent was acknowledged, and it is not resumed.
   bool caught_up() const { return in_flight_.empty() && !resumed_since_; }
@@ -144,6 +164,7 @@ class AckTracker {
   std::deque<uint64_t> sent_versions_;  // the last kRememberedSends, oldest first
   bool nacking_ = false;
   std::optional<Clock::time_point> resumed_since_;  // set while resumed and nothing acked
+  bool at_nothing_ = false;  // resumed from a remembered subscriber and nothing acked since
 };
 
 // A row of /debug/state's feed section: a stream, or the ghost of one (connected false).
@@ -168,7 +189,8 @@ class Subscriber {
   virtual ~Subscriber() = default;
   // A new snapshot; called on the sink thread, one call at a time per subscriber.
   virtual void notify(const model::SnapshotPtr& snap) = 0;
-  // The snapshot this subscriber's confirmed state matches (never null once registered).
+  // The snapshot this subscriber's confirmed state matches (null: none yet, or resumed from a
+  // remembered subscriber and nothing acknowledged since).
   virtual model::SnapshotPtr acked() const = 0;
   // When the oldest response it has not acknowledged was sent, by the hub's clock (Hub::now);
   // nullopt when it acknowledged everything. Subscribers that never wait for acks need not
@@ -195,6 +217,8 @@ struct HubOptions {
   // outside the hub's locks, one call at a time and in the order of the changes, and before the
   // applied(g) that the change lets move is reported. It must not call into the hub.
   std::function<void(std::vector<Holdout>)> holdouts;
+  // The state file (see the top of this file); empty: none. Ignored when the grace is zero.
+  std::string state_file;
 };
 
 class Hub {
@@ -203,7 +227,12 @@ class Hub {
   // order. It must not call into the hub.
   using AppliedFn = std::function<void(const model::SnapshotPtr&)>;
 
+  // Loads the state file, if any, and starts its writer.
   Hub(HubOptions opts, AppliedFn applied);
+  // Stops the writer and writes the state file a last time.
+  ~Hub();
+  Hub(const Hub&) = delete;
+  Hub& operator=(const Hub&) = delete;
   // `fanout_threads` as in HubOptions; the grace is the default.
   explicit Hub(size_t max_subscribers, AppliedFn applied = {}, size_t fanout_threads = 1)
       : Hub(default_options(max_subscribers, fanout_threads), std::move(applied)) {}
@@ -252,6 +281,11 @@ class Hub {
   size_t lapsed_streams() const;  // streams connected that no longer hold
   size_t ghosts() const;          // holding or lapsed
   std::vector<Holdout> holdouts() const;
+  // Writes the state file now (false: it failed, or there is none). The writer does it at
+  // most every kStateWriteInterval after a change; the sink calls it on stop.
+  bool write_state();
+  // The named subscribers loaded from the state file at start.
+  size_t remembered() const { return remembered_; }
 
  private:
   static HubOptions default_options(size_t max_subscribers, size_t fanout_threads) {
@@ -265,6 +299,11 @@ class Hub {
     model::SnapshotPtr recorded;  // the acknowledged snapshot last counted (or seen, if lapsed)
     std::string identity;         // empty: anonymous
     bool lapsed = false;          // excluded: recorded is not in acked_
+    // It took over a remembered ghost and acknowledged nothing since: it holds at nothing
+    // (counted in nothing_holding_ unless lapsed; recorded is null) and `revision` is the one
+    // remembered.
+    bool at_nothing = false;
+    uint64_t revision = 0;
     // While lapsed: its holdout.
     Clock::time_point lapsed_at{};
     const char* reason = "";
@@ -272,7 +311,10 @@ class Hub {
   };
   // What a named stream left when it went away.
   struct Ghost {
-    model::SnapshotPtr snapshot;        // its last acknowledged state
+    // Its last acknowledged state; null for one remembered from the state file, which holds at
+    // nothing (nothing_holding_) and has only `revision`.
+    model::SnapshotPtr snapshot;
+    uint64_t revision = 0;
     Clock::time_point waiting_since{};  // the grace runs from here
     Clock::time_point gone_at{};
     bool holding = true;  // in acked_; else a holdout
@@ -300,6 +342,14 @@ class Hub {
   std::optional<Clock::time_point> check_ghosts_locked(Clock::time_point now);
   void forget_ghost_locked(std::map<std::string, Ghost>::iterator it, bool expired);
   void count_locked(const model::SnapshotPtr& snap, int by);
+  // count_locked, or nothing_holding_ for one at nothing.
+  void count_entry_locked(const Entry& e, int by);
+  void count_ghost_locked(const Ghost& g, int by);
+  // `s`, entry `e`, now holds at nothing (it resumed a remembered ghost).
+  void set_at_nothing_locked(Entry& e, uint64_t revision);
+  void load_state();
+  void run_state_writer();
+  void mark_state_dirty();
   // applied_ from acked_; the snapshot to report when it moved. Under acks_mu_.
   model::SnapshotPtr recompute_locked();
   // recompute_locked() and the holdouts if they changed.
@@ -330,6 +380,9 @@ class Hub {
   std::map<std::string, Ghost> ghosts_;                      // by identity
   size_t lapsed_streams_ = 0;
   size_t ghosts_holding_ = 0;
+  // Subscribers (remembered ghosts, streams that took one over) that hold applied(g) at
+  // nothing: while any does, applied(g) does not move.
+  size_t nothing_holding_ = 0;
   uint64_t ghosts_over_limit_ = 0;  // forgotten for kMaxGhosts, to log at powers of two
   bool holdouts_changed_ = false;
   // Acknowledged generation → how many subscribers that hold (streams and ghosts) are there,
@@ -355,6 +408,19 @@ class Hub {
   std::deque<CachedDiff> diffs_;
 
   FanOut fanout_;  // used by publish() only, under mu_
+
+  // The state file. state_mu_ is taken after acks_mu_ (mark_state_dirty), never before;
+  // write_mu_ orders whole writes and is taken before acks_mu_.
+  const std::string state_file_;
+  size_t remembered_ = 0;
+  std::mutex write_mu_;
+  std::mutex state_mu_;
+  std::condition_variable state_cv_;
+  std::atomic<bool> state_dirty_{false};
+  bool state_stop_ = false;
+  uint64_t state_write_failures_ = 0;  // under write_mu_, to log at powers of two
+  std::string last_written_;           // under write_mu_: the file's content as last written
+  std::thread state_writer_;
 };
 
 }  // namespace endpointd::feed

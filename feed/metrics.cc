@@ -14,6 +14,8 @@ const char* kRejectNames[] = {"too_many_streams", "invalid_subscribe", "invalid_
                               "malformed",        "stream_limit"};
 const char* kLapseNames[] = {"disconnected", "unacknowledged", "nacking"};
 const char* kForgetNames[] = {"expired", "limit"};
+const char* kStateLoadNames[] = {"unreadable", "too_large", "malformed"};
+const char* kStateWriteNames[] = {"open", "write", "rename"};
 int idx(Metrics::Api a) {
   return static_cast<int>(a);
 }
@@ -90,6 +92,26 @@ Metrics::Metrics(prometheus::Registry* r) {
                             "after they lapsed) or limit (too many ghosts)")
                         .Register(*r);
   for (int i = 0; i < kForgets; ++i) forgotten_[i] = &forgotten.Add({{"reason", kForgetNames[i]}});
+  remembered_ = &prometheus::BuildCounter()
+                     .Name("endpointd_feed_subscribers_remembered_total")
+                     .Help(
+                         "Named feed subscribers loaded from the state file (--feed-state-file) "
+                         "at start: each holds the applied generation until it comes back or its "
+                         "grace passes")
+                     .Register(*r)
+                     .Add({});
+  auto& load = prometheus::BuildCounter()
+                   .Name("endpointd_feed_state_load_errors_total")
+                   .Help("Feed subscriber state files not loaded (start empty), by reason")
+                   .Register(*r);
+  for (int i = 0; i < kStateLoads; ++i)
+    state_load_[i] = &load.Add({{"reason", kStateLoadNames[i]}});
+  auto& write = prometheus::BuildCounter()
+                    .Name("endpointd_feed_state_write_errors_total")
+                    .Help("Feed subscriber state file writes that failed, by reason")
+                    .Register(*r);
+  for (int i = 0; i < kStateWrites; ++i)
+    state_write_[i] = &write.Add({{"reason", kStateWriteNames[i]}});
   ghosts_holding_ = &prometheus::BuildGauge()
                          .Name("endpointd_feed_ghosts_holding")
                          .Help(
@@ -153,6 +175,20 @@ void Metrics::forgotten(Forget why) {
   bump(forgotten_counts_[i]);
   if (forgotten_[i]) forgotten_[i]->Increment();
 }
+void Metrics::remembered(size_t n) {
+  remembered_count_.fetch_add(n, std::memory_order_relaxed);
+  if (remembered_) remembered_->Increment(static_cast<double>(n));
+}
+void Metrics::state_load_error(StateLoad why) {
+  const int i = static_cast<int>(why);
+  bump(state_load_counts_[i]);
+  if (state_load_[i]) state_load_[i]->Increment();
+}
+void Metrics::state_write_error(StateWrite why) {
+  const int i = static_cast<int>(why);
+  bump(state_write_counts_[i]);
+  if (state_write_[i]) state_write_[i]->Increment();
+}
 void Metrics::ghosts_holding(size_t n) {
   ghosts_holding_now_.store(static_cast<int64_t>(n), std::memory_order_relaxed);
   if (ghosts_holding_) ghosts_holding_->Set(static_cast<double>(n));
@@ -188,6 +224,15 @@ uint64_t Metrics::forgotten_total(Forget why) const {
 }
 int64_t Metrics::ghosts_holding_now() const {
   return ghosts_holding_now_.load(std::memory_order_relaxed);
+}
+uint64_t Metrics::remembered_total() const {
+  return read(remembered_count_);
+}
+uint64_t Metrics::state_load_errors(StateLoad why) const {
+  return read(state_load_counts_[static_cast<int>(why)]);
+}
+uint64_t Metrics::state_write_errors(StateWrite why) const {
+  return read(state_write_counts_[static_cast<int>(why)]);
 }
 int64_t Metrics::holdouts_now() const {
   return holdouts_now_.load(std::memory_order_relaxed);

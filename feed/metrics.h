@@ -50,6 +50,13 @@ class Metrics {
   // A ghost forgotten: kForgetAfter after it lapsed, or for the cap on ghosts.
   enum class Forget { kExpired, kLimit };
   void forgotten(Forget why);
+  // The subscriber state file (--feed-state-file): identities loaded at start, and why a load
+  // or a write failed.
+  enum class StateLoad { kUnreadable, kTooLarge, kMalformed };
+  enum class StateWrite { kOpen, kWrite, kRename };
+  void remembered(size_t n);
+  void state_load_error(StateLoad why);
+  void state_write_error(StateWrite why);
   void ghosts_holding(size_t n);  // ghosts that hold applied(g) now
   void holdouts(size_t n);        // holdouts on the board now
 
@@ -61,6 +68,9 @@ class Metrics {
   uint64_t lapsed_total(Lapse why) const;
   uint64_t forgotten_total(Forget why) const;
   int64_t ghosts_holding_now() const;
+  uint64_t remembered_total() const;
+  uint64_t state_load_errors(StateLoad why) const;
+  uint64_t state_write_errors(StateWrite why) const;
   int64_t holdouts_now() const;
 
  private:
@@ -68,6 +78,8 @@ class Metrics {
   static constexpr int kRejects = 8;
   static constexpr int kLapses = 3;
   static constexpr int kForgets = 2;
+  static constexpr int kStateLoads = 3;
+  static constexpr int kStateWrites = 3;
   prometheus::Gauge* streams_[kApis] = {};
   prometheus::Counter* updates_[kApis] = {};
   prometheus::Counter* acks_[kApis] = {};
@@ -79,6 +91,9 @@ class Metrics {
   prometheus::Gauge* stale_now_ = nullptr;
   prometheus::Counter* lapsed_[kLapses] = {};
   prometheus::Counter* forgotten_[kForgets] = {};
+  prometheus::Counter* remembered_ = nullptr;
+  prometheus::Counter* state_load_[kStateLoads] = {};
+  prometheus::Counter* state_write_[kStateWrites] = {};
   prometheus::Gauge* ghosts_holding_ = nullptr;
   prometheus::Gauge* holdouts_ = nullptr;
   // Plain counts too, so tests read them without a registry.
@@ -90,6 +105,9 @@ class Metrics {
   std::atomic<uint64_t> lapsed_counts_[kLapses] = {};
   std::atomic<uint64_t> forgotten_counts_[kForgets] = {};
   std::atomic<int64_t> ghosts_holding_now_{0};
+  std::atomic<uint64_t> remembered_count_{0};
+  std::atomic<uint64_t> state_load_counts_[kStateLoads] = {};
+  std::atomic<uint64_t> state_write_counts_[kStateWrites] = {};
   std::atomic<int64_t> holdouts_now_{0};
 };
 

@@ -75,7 +75,8 @@ struct FeedSink::Impl {
                        .holdouts =
                            [this](std::vector<Holdout> h) {
                              if (board) board->set_holdouts("feed", std::move(h));
-                           }},
+                           },
+                       .state_file = opts.state_file},
             [this](const model::SnapshotPtr& snap) {
               metrics.applied(snap->generation);
               if (board) board->applied("feed", snap);
@@ -204,6 +205,8 @@ void FeedSink::stop() {
   im.server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   im.server->Wait();
   im.server.reset();
+  // The streams are gone (ghosts now): what the next process is to remember.
+  im.hub.write_state();
 }
 
 uint16_t FeedSink::port() const {

@@ -28,6 +28,7 @@ TEST(Config, FlagsHaveTheDocumentedDefaults) {
   EXPECT_EQ(c->dns_zone, "cluster.local");
   EXPECT_FALSE(c->dns_listen);
   EXPECT_FALSE(c->feed_listen);
+  EXPECT_TRUE(c->feed_state_file.empty());  // off: a test's agent writes nothing
   EXPECT_EQ(str(c->admin_listen), "127.0.0.1:10249");
   EXPECT_EQ(str(c->health_listen), "0.0.0.0:10256");
   EXPECT_EQ(c->drain_socket, "/run/endpointd/drain.sock");
@@ -178,7 +179,8 @@ TEST(Config, YamlFileTakesTheFlagNamesAndFlagsWin) {
       "dataplane: none\n"
       "masquerade-all: true\n"
       "watch-pods: false\n"
-      "drain-peer-timeout-ms: 2000\n");
+      "drain-peer-timeout-ms: 2000\n"
+      "feed-state-file: /run/endpointd/feed-subscribers\n");
   auto c = run_args({"--config", f.path(), "--dataplane", "nftables"});
   ASSERT_TRUE(c) << c.error();
   EXPECT_EQ(c->source_dir, "/srv/manifests");
@@ -190,6 +192,10 @@ TEST(Config, YamlFileTakesTheFlagNamesAndFlagsWin) {
   EXPECT_TRUE(c->masquerade_all);
   EXPECT_FALSE(c->watch_pods);
   EXPECT_EQ(c->drain_peer_timeout, std::chrono::milliseconds(2000));
+  EXPECT_EQ(c->feed_state_file, "/run/endpointd/feed-subscribers");
+  c = run_args({"--config", f.path(), "--feed-state-file", "/tmp/subs"});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->feed_state_file, "/tmp/subs");
 }
 
 TEST(Config, ClosedSetsRoundTrip) {

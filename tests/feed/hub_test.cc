@@ -2,7 +2,13 @@
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
+#include <stdlib.h>
+
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -107,6 +113,27 @@ TEST(AckTracker, AResumedClientRoutesByItsOldStateUntilItAcksHere) {
   // Acknowledged here: an older state is no longer what it routes by.
   EXPECT_FALSE(t.resume(s1, kT0));
   EXPECT_EQ(t.acked()->generation, 4u);
+}
+
+TEST(AckTracker, AClientResumedFromNothingHasNothingAckedUntilItAcksHere) {
+  auto s1 = snapshot(1, {}), s2 = snapshot(2, {}), s3 = snapshot(3, {});
+  AckTracker t(s2);
+  ASSERT_TRUE(t.resume(nullptr, kT0));
+  EXPECT_EQ(t.acked(), nullptr);
+  EXPECT_FALSE(t.caught_up());
+  EXPECT_EQ(t.outstanding_since(), kT0);
+  t.unchanged(s3);
+  EXPECT_EQ(t.acked(), nullptr);
+  // An earlier stream's state does not bring it back from nothing either.
+  ASSERT_TRUE(t.resume(s1, kT0 + milliseconds(5)));
+  EXPECT_EQ(t.acked(), nullptr);
+  t.sent(s3, kT0 + milliseconds(10));
+  EXPECT_EQ(t.acked(), nullptr);
+  ASSERT_TRUE(t.ack(3));
+  EXPECT_EQ(t.acked(), s3);
+  EXPECT_TRUE(t.caught_up());
+  EXPECT_FALSE(t.resume(nullptr, kT0));  // acknowledged here: newer than anything before
+  EXPECT_EQ(t.acked(), s3);
 }
 
 TEST(AckTracker, NackingLastsUntilAnAck) {
@@ -247,11 +274,13 @@ class TrackedSubscriber : public Subscriber {
 // A hub on a clock the test moves, with a grace of 5 s, its applied(g) and holdouts on a real
 // acknowledgement board as the feed sink puts them there.
 struct StaleHub {
-  StaleHub(milliseconds grace = milliseconds(5000)) : metrics(nullptr) {
+  StaleHub(milliseconds grace = milliseconds(5000), std::string state_file = "")
+      : metrics(nullptr) {
     board.add("feed", model::RouteView::kFeed);
     HubOptions o;
     o.max_subscribers = 100;
     o.grace = grace;
+    o.state_file = std::move(state_file);
     o.clock = [this] { return now; };
     o.metrics = &metrics;
     o.holdouts = [this](std::vector<Holdout> h) { board.set_holdouts("feed", std::move(h)); };
@@ -787,6 +816,250 @@ TEST(HubGhost, AnAnonymousStreamHoldsOnlyWhileConnected) {
   h.hub->remove(&long_name);
   EXPECT_EQ(h.applied(), 3u);
   EXPECT_EQ(h.hub->ghosts(), 0u);
+}
+
+// A directory of its own for a test's state files, removed after.
+struct StateDir {
+  StateDir() {
+    std::string tmpl = ::testing::TempDir() + "/hub_state_XXXXXX";
+    if (!mkdtemp(tmpl.data())) ADD_FAILURE() << "mkdtemp";
+    path = tmpl;
+  }
+  ~StateDir() { std::filesystem::remove_all(path); }
+  std::string file() const { return path + "/feed-subscribers"; }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(path))
+      out.push_back(e.path().filename().string());
+    return out;
+  }
+  std::string path;
+};
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_all(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+// A snapshot at EndpointSlice revision `rev`.
+model::SnapshotPtr at_revision(uint64_t g, uint64_t rev) {
+  auto s = std::make_shared<model::Snapshot>(*snapshot(g, {}));
+  s->slice_revision = rev;
+  return s;
+}
+
+// Hub A (the process before a restart) knows envoy-a, caught up at revision 200, and the ghost
+// of "envoy b%", which left having acknowledged revision 100; anonymous streams are not
+// written. It stops cleanly, which writes the file.
+void write_state_of_a_first_process(const std::string& file) {
+  StaleHub a(milliseconds(10000), file);
+  auto s1 = at_revision(1, 100);
+  a.hub->publish(s1);
+  TrackedSubscriber envoy(s1, 1, "envoy-a"), b(s1, 2, "envoy b%"), anon(s1, 3);
+  for (auto* sub : {&envoy, &b, &anon}) ASSERT_TRUE(a.hub->add(sub));
+  a.hub->identify(&envoy, "envoy-a");
+  a.hub->identify(&b, "envoy b%");
+  auto s2 = at_revision(2, 200);
+  a.publish_to(s2, {&envoy, &b, &anon});
+  a.ack(envoy, 2);
+  a.ack(anon, 2);
+  a.hub->remove(&b);  // a ghost at s1
+  EXPECT_EQ(a.hub->ghosts(), 1u);
+  EXPECT_EQ(a.applied(), 1u);
+}  // ~Hub: the last write
+
+TEST(HubRemembered, AStopWritesEveryNamedSubscriberWithItsRevision) {
+  StateDir dir;
+  write_state_of_a_first_process(dir.file());
+  EXPECT_EQ(read_all(dir.file()),
+            "endpointd-feed-subscribers 1\n"
+            "100 0 envoy%20b%25\n"
+            "200 1 envoy-a\n");
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"feed-subscribers"}));  // no temporary left
+}
+
+TEST(HubRemembered, ARememberedSubscriberHoldsAppliedAtNothingUntilItReconnectsAndAcks) {
+  StateDir dir;
+  write_state_of_a_first_process(dir.file());
+
+  // The agent restarted: a new hub, a new snapshot numbering.
+  StaleHub h(milliseconds(10000), dir.file());
+  EXPECT_EQ(h.hub->remembered(), 2u);
+  EXPECT_EQ(h.metrics.remembered_total(), 2u);
+  EXPECT_EQ(h.hub->ghosts(), 2u);
+  auto row = h.ghost("envoy-a");
+  ASSERT_TRUE(row);
+  EXPECT_TRUE(row->holding);
+  auto s1 = at_revision(1, 300);
+  h.hub->publish(s1);
+  // Held at nothing: no applied(g), and the board's feed entry holds every removal.
+  EXPECT_EQ(h.hub->applied(), nullptr);
+  EXPECT_EQ(h.feed_entry().snapshot, nullptr);
+  EXPECT_TRUE(h.reported.empty());
+  EXPECT_EQ(h.hub->check_graces(), kT0 + milliseconds(10000));  // from the start
+
+  // envoy-a is back: it joins at the current snapshot, but once it names itself it routes by
+  // what it had before the restart, which this process does not have.
+  TrackedSubscriber envoy(h.hub->current(), 1, "envoy-a");
+  ASSERT_TRUE(h.hub->add(&envoy));
+  h.hub->identify(&envoy, "envoy-a");
+  EXPECT_EQ(envoy.acked(), nullptr);
+  EXPECT_EQ(h.hub->ghosts(), 1u);
+  auto s2 = at_revision(2, 310);
+  h.publish_to(s2, {&envoy});
+  envoy.tracker.unchanged(s2);  // changes nothing it sees: still nothing acknowledged
+  h.hub->acks_changed(&envoy);
+  EXPECT_EQ(h.hub->applied(), nullptr);
+  h.ack(envoy, 2);
+  EXPECT_EQ(envoy.acked(), s2);
+  // envoy b% still holds.
+  EXPECT_EQ(h.hub->applied(), nullptr);
+
+  TrackedSubscriber b(h.hub->current(), 2, "envoy b%");
+  ASSERT_TRUE(h.hub->add(&b));
+  h.hub->identify(&b, "envoy b%");
+  EXPECT_EQ(h.hub->ghosts(), 0u);
+  EXPECT_EQ(h.hub->applied(), nullptr);
+  // Its stream goes away before it acknowledges: a ghost at nothing again, still holding.
+  h.hub->remove(&b);
+  EXPECT_EQ(h.hub->ghosts(), 1u);
+  EXPECT_EQ(h.hub->applied(), nullptr);
+  TrackedSubscriber b2(h.hub->current(), 3, "envoy b%");
+  ASSERT_TRUE(h.hub->add(&b2));
+  h.hub->identify(&b2, "envoy b%");
+  auto s3 = at_revision(3, 320);
+  h.publish_to(s3, {&envoy, &b2});
+  h.ack(b2, 3);
+  EXPECT_EQ(h.applied(), 2u);  // envoy acknowledged 2 and holds there
+  h.ack(envoy, 3);
+  EXPECT_EQ(h.applied(), 3u);
+  EXPECT_EQ(h.reported, (std::vector<uint64_t>{2, 3}));
+  EXPECT_TRUE(h.board_holdouts().empty());
+  EXPECT_EQ(h.metrics.lapsed_total(Metrics::Lapse::kDisconnected), 0u);
+  h.hub->remove(&envoy);
+  h.hub->remove(&b2);
+}
+
+TEST(HubRemembered, PastItsGraceARememberedSubscriberIsAHoldoutWithItsRevisionAndNoSnapshot) {
+  StateDir dir;
+  write_state_of_a_first_process(dir.file());
+  StaleHub h(milliseconds(10000), dir.file());
+  auto s1 = at_revision(1, 300);
+  h.hub->publish(s1);
+  TrackedSubscriber envoy(h.hub->current(), 1, "envoy-a");
+  ASSERT_TRUE(h.hub->add(&envoy));
+  h.hub->identify(&envoy, "envoy-a");  // back, but it never acknowledges
+
+  h.now += milliseconds(9999);
+  h.hub->check_graces();
+  EXPECT_EQ(h.hub->applied(), nullptr);
+  EXPECT_TRUE(h.board_holdouts().empty());
+  h.now += milliseconds(1);
+  h.hub->check_graces();
+  // Both lapse: applied(g) moves, and neither state is known, only its revision.
+  EXPECT_EQ(h.applied(), 1u);
+  auto holdouts = h.board_holdouts();
+  ASSERT_EQ(holdouts.size(), 2u);
+  std::sort(holdouts.begin(), holdouts.end(),
+            [](const Holdout& x, const Holdout& y) { return x.client < y.client; });
+  EXPECT_EQ(holdouts[0].client, "envoy b%");
+  EXPECT_EQ(holdouts[0].snapshot, nullptr);
+  EXPECT_EQ(holdouts[0].revision, 100u);
+  EXPECT_EQ(holdouts[0].reason, "disconnected");
+  EXPECT_EQ(holdouts[1].client, "envoy-a");
+  EXPECT_EQ(holdouts[1].snapshot, nullptr);
+  EXPECT_EQ(holdouts[1].revision, 200u);
+  EXPECT_EQ(holdouts[1].reason, "unacknowledged");
+  EXPECT_EQ(h.metrics.lapsed_total(Metrics::Lapse::kDisconnected), 1u);
+  EXPECT_EQ(h.metrics.lapsed_total(Metrics::Lapse::kUnacknowledged), 1u);
+
+  // What a later write keeps: both, at their remembered revisions (sorted by name).
+  ASSERT_TRUE(h.hub->write_state());
+  EXPECT_EQ(read_all(dir.file()),
+            "endpointd-feed-subscribers 1\n"
+            "100 0 envoy%20b%25\n"
+            "200 0 envoy-a\n");
+
+  // envoy-a acknowledges at last: it holds again from there and leaves the board.
+  auto s2 = at_revision(2, 310);
+  h.publish_to(s2, {&envoy});
+  h.ack(envoy, 2);
+  EXPECT_EQ(h.applied(), 2u);
+  holdouts = h.board_holdouts();
+  ASSERT_EQ(holdouts.size(), 1u);
+  EXPECT_EQ(holdouts[0].client, "envoy b%");
+  h.hub->remove(&envoy);
+}
+
+TEST(HubRemembered, AFileThatIsCorruptTooLargeOrNamesGarbageIsIgnoredAndCounted) {
+  StateDir dir;
+  struct Case {
+    std::string text;
+    Metrics::StateLoad why;
+  };
+  const std::vector<Case> cases = {
+      {"not a state file\n", Metrics::StateLoad::kMalformed},
+      {"", Metrics::StateLoad::kMalformed},
+      {"endpointd-feed-subscribers 1\n12 1 envoy-a\n12 1 cut-off", Metrics::StateLoad::kMalformed},
+      {"endpointd-feed-subscribers 1\nx 1 envoy-a\n", Metrics::StateLoad::kMalformed},
+      {"endpointd-feed-subscribers 1\n12 2 envoy-a\n", Metrics::StateLoad::kMalformed},
+      {"endpointd-feed-subscribers 1\n12 1 bad%zzname\n", Metrics::StateLoad::kMalformed},
+      {"endpointd-feed-subscribers 1\n12 1 \n", Metrics::StateLoad::kMalformed},
+      {"endpointd-feed-subscribers 1\n12 1 " + std::string(kMaxIdentityBytes + 1, 'n') + "\n",
+       Metrics::StateLoad::kMalformed},
+      {"endpointd-feed-subscribers 1\n" + std::string(kMaxStateFileBytes, '#') + "\n",
+       Metrics::StateLoad::kTooLarge},
+  };
+  for (const auto& c : cases) {
+    write_all(dir.file(), c.text);
+    StaleHub h(milliseconds(10000), dir.file());
+    EXPECT_EQ(h.metrics.state_load_errors(c.why), 1u) << c.text.substr(0, 80);
+    EXPECT_EQ(h.hub->remembered(), 0u);
+    EXPECT_EQ(h.hub->ghosts(), 0u);
+    h.hub->publish(snapshot(1, {}));
+    EXPECT_EQ(h.applied(), 1u);  // nothing held
+  }
+  // A directory where the file should be: unreadable, and counted so.
+  std::filesystem::remove(dir.file());
+  std::filesystem::create_directory(dir.file());
+  StaleHub h(milliseconds(10000), dir.file());
+  EXPECT_EQ(h.metrics.state_load_errors(Metrics::StateLoad::kUnreadable), 1u);
+  EXPECT_EQ(h.hub->ghosts(), 0u);
+  // And its writes fail, counted too.
+  EXPECT_FALSE(h.hub->write_state());
+  EXPECT_EQ(h.metrics.state_write_errors(Metrics::StateWrite::kRename), 1u);
+}
+
+TEST(HubRemembered, NoFileYetIsAnEmptyStartAndNoError) {
+  StateDir dir;
+  StaleHub h(milliseconds(10000), dir.file());
+  EXPECT_EQ(h.hub->remembered(), 0u);
+  EXPECT_EQ(h.metrics.state_load_errors(Metrics::StateLoad::kUnreadable), 0u);
+  EXPECT_EQ(h.metrics.state_load_errors(Metrics::StateLoad::kMalformed), 0u);
+  h.hub->publish(snapshot(1, {}));
+  EXPECT_EQ(h.applied(), 1u);
+}
+
+TEST(HubRemembered, OffByDefaultAndWithGraceZeroNothingIsWritten) {
+  EXPECT_TRUE(HubOptions{}.state_file.empty());
+  for (auto grace : {milliseconds(10000), milliseconds(0)}) {
+    StateDir dir;
+    {
+      StaleHub h(grace, grace.count() == 0 ? dir.file() : "");
+      auto s1 = at_revision(1, 100);
+      h.hub->publish(s1);
+      TrackedSubscriber envoy(s1, 1, "envoy-a");
+      ASSERT_TRUE(h.hub->add(&envoy));
+      h.hub->identify(&envoy, "envoy-a");
+      EXPECT_FALSE(h.hub->write_state());
+      h.hub->remove(&envoy);
+    }
+    EXPECT_TRUE(dir.entries().empty()) << grace.count();
+  }
 }
 
 TEST(Hub, RefusesSubscribersBeyondTheLimit) {

@@ -4,7 +4,12 @@
 // client that reconnects is held at what it acknowledged before, until it acknowledges again.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 
 #include "endpointd/v1/feed.grpc.pb.h"
@@ -371,6 +376,77 @@ TEST_F(Reconnect, AnAnonymousClientThatLeavesStopsHoldingAtOnce) {
   EXPECT_TRUE(eventually([&] { return board_generation() == 2; }));
   EXPECT_TRUE(sink_->subscribers().empty());  // no ghost
   EXPECT_TRUE(board_holdouts().empty());
+}
+
+// An agent restart over a real feed: the first agent's sink writes the named subscriber to its
+// state file when it stops; the second one loads it, and holds its applied generation at
+// nothing until that client, which stayed away, reconnects and acknowledges.
+TEST(Restart, AClientThatStayedAwayAcrossARestartHoldsTheNewAgentUntilItAcks) {
+  std::string dir = ::testing::TempDir() + "/feed_restart_XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  FeedOptions o;
+  o.listen = "127.0.0.1:0";
+  o.subscriber_grace = std::chrono::minutes(5);
+  o.state_file = dir + "/feed-subscribers";
+  auto web = [](uint64_t g, int n) {
+    std::vector<testing::Ep> eps;
+    for (int i = 1; i <= n; ++i) eps.push_back({.ip = "10.0.0." + std::to_string(i)});
+    auto s = std::make_shared<model::Snapshot>(*snapshot(g, {service("default", "web", eps)}));
+    s->slice_revision = 1000 + g;
+    return model::SnapshotPtr(s);
+  };
+  auto feed_generation = [](const pipeline::AckBoard& b) -> std::optional<uint64_t> {
+    for (const auto& e : b.entries())
+      if (e.consumer == "feed") return e.generation();
+    return std::nullopt;
+  };
+  {
+    pipeline::AckBoard board;
+    prometheus::Registry registry;
+    FeedSink sink(o, &board, &registry);
+    ASSERT_TRUE(sink.start());
+    auto ch = grpc::CreateChannel("127.0.0.1:" + std::to_string(sink.port()),
+                                  grpc::InsecureChannelCredentials());
+    sink.apply(web(1, 3), model::Delta{});
+    {
+      Client c(ch, "proxy-a");
+      ASSERT_EQ(c.read(), 1u);
+      c.ack(1);
+      ASSERT_TRUE(eventually([&] { return feed_generation(board) == 1u; }));
+      ASSERT_TRUE(eventually([&] {
+        for (const auto& i : sink.subscribers())
+          if (i.client == "proxy-a" && i.acked_version == 1) return true;
+        return false;
+      }));
+    }  // it goes away, and stays away while the agent restarts
+    sink.stop();
+  }
+  std::ifstream in(o.state_file);
+  const std::string text{std::istreambuf_iterator<char>(in), {}};
+  EXPECT_EQ(text, "endpointd-feed-subscribers 1\n1001 1 proxy-a\n");
+
+  pipeline::AckBoard board;
+  prometheus::Registry registry;
+  FeedSink sink(o, &board, &registry);
+  ASSERT_TRUE(sink.start());
+  auto ch = grpc::CreateChannel("127.0.0.1:" + std::to_string(sink.port()),
+                                grpc::InsecureChannelCredentials());
+  sink.apply(web(1, 2), model::Delta{});  // the new agent's own numbering
+  EXPECT_EQ(feed_generation(board), 0u);  // held at nothing
+  {
+    Client back(ch, "proxy-a");
+    ASSERT_EQ(back.read(), 1u);
+    ASSERT_TRUE(eventually([&] {
+      for (const auto& i : sink.subscribers())
+        if (i.client == "proxy-a" && !i.connected) return false;  // still a ghost
+      return true;
+    }));
+    EXPECT_EQ(feed_generation(board), 0u);  // it has not acknowledged anything of this agent
+    back.ack(1);
+    EXPECT_TRUE(eventually([&] { return feed_generation(board) == 1u; }));
+  }
+  sink.stop();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -146,13 +146,16 @@ def check_render(name, sets, namespace="endpointd"):
     ftls = v["feed"]["tls"]
     feed_tls = v["feed"]["enabled"] and bool(ftls["secretName"])
     want_feed = {}
+    if v["feed"]["enabled"]:
+        # Kept next to the drain socket, in the hostPath directory the agent mounts read-write.
+        want_feed["feed-state-file"] = v["drain"]["socketDir"].rstrip("/") + "/feed-subscribers"
     if feed_tls:
-        want_feed = {"feed-tls-cert": "/etc/endpointd-feed-tls/tls.crt",
-                     "feed-tls-key": "/etc/endpointd-feed-tls/tls.key"}
+        want_feed.update({"feed-tls-cert": "/etc/endpointd-feed-tls/tls.crt",
+                          "feed-tls-key": "/etc/endpointd-feed-tls/tls.key"})
         if ftls["clientCA"]:
             want_feed["feed-client-ca"] = "/etc/endpointd-feed-tls/ca.crt"
     got_feed = {k: x for k, x in cfg.items() if k.startswith("feed-") and k != "feed-listen"}
-    check(got_feed == want_feed, f"[{name}] feed TLS settings {got_feed}, want {want_feed}")
+    check(got_feed == want_feed, f"[{name}] feed settings {got_feed}, want {want_feed}")
     sock = v["drain"]["socketDir"].rstrip("/") + "/" + v["drain"]["socketName"]
     check(cfg["drain-socket"] == sock, f"[{name}] drain-socket {cfg['drain-socket']}, want {sock}")
     check(cfg["drain-peer-policy"] == v["drain"]["peerPolicy"], f"[{name}] drain-peer-policy")
@@ -259,6 +262,9 @@ def check_render(name, sets, namespace="endpointd"):
     sm = mounts.get(sdir)
     check(sm and vols[sm["name"]].get("hostPath", {}).get("path") == sdir,
           f"[{name}] drain socket dir {sdir} is not a hostPath mount")
+    if "feed-state-file" in cfg:
+        check(sm and not sm.get("readOnly") and os.path.dirname(cfg["feed-state-file"]) == sdir.rstrip("/"),
+              f"[{name}] feed-state-file {cfg['feed-state-file']} is not in the agent's writable {sdir}")
     lm = mounts.get("/lib/modules")
     check(lm and lm.get("readOnly") is True and vols[lm["name"]].get("hostPath", {}).get("path") == "/lib/modules",
           f"[{name}] /lib/modules not mounted read-only from the host")
@@ -486,6 +492,8 @@ def run_config_with_binary(name, objs):
             args += ["--dns-listen", "127.0.0.1:0", "--dns-upstream", "127.0.0.1:1"]
         if "feed-listen" in yaml.safe_load(cm["data"]["config.yaml"]):
             args += ["--feed-listen", "127.0.0.1:0"]
+        if "feed-state-file" in yaml.safe_load(cm["data"]["config.yaml"]):
+            args += ["--feed-state-file", os.path.join(d, "feed-subscribers")]
 #The node-local address would go on an interface of this host: off here (the key is still
 #taken; its values are checked by tests/netns/dns_node_local_test.cc, which runs it).
         if "dns-node-local-address" in yaml.safe_load(cm["data"]["config.yaml"]):
