@@ -48,7 +48,8 @@ struct HubEntry {
   bool connected = false;
   std::optional<TimePoint> outstanding_since;  // a response not acknowledged since
   std::optional<TimePoint> disconnected_at;
-  bool lapsed = false;  // past its grace: a holdout until it acknowledges again
+  bool lapsed = false;    // past its grace: a holdout until it acknowledges again
+  uint64_t revision = 0;  // with no acked state (remembered across a restart): its revision
   TimePoint lapsed_at{};
 };
 
@@ -197,10 +198,16 @@ class World {
     std::map<std::string, HubEntry> hub;
     if (o_.hub_memory_survives_restart) {
       hub = std::move(a.hub);
+      // As the hub's state file keeps it (--feed-state-file): each name and the revision of its
+      // last acknowledged state, not the state itself. A new process holds at nothing for each
+      // until it is back and acknowledges, or its grace (from the start) passes.
       for (auto& [name, e] : hub) {
-        if (e.connected) e.disconnected_at = now_;
+        if (e.acked) e.revision = e.acked->slice_revision;
+        e.acked = nullptr;
+        e.disconnected_at = now_;
         e.connected = false;
         e.outstanding_since.reset();
+        e.lapsed = false;
       }
     }
     a = Agent{};
@@ -258,7 +265,7 @@ class World {
           const char* why = !e.connected ? "disconnected" : "unacknowledged";
           for (const auto& s : nodes_[i].subs)
             if (s.name == name && s.nacking && e.connected) why = "nacking";
-          f.holdouts.push_back({name, e.acked, e.lapsed_at, why});
+          f.holdouts.push_back({name, e.acked, e.lapsed_at, why, e.acked ? 0 : e.revision});
           continue;
         }
         if (!e.acked) {
