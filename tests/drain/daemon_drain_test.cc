@@ -62,6 +62,35 @@ Termination terminate(DaemonCluster& dc, const std::string& pod, netns::Server& 
 
 class DaemonDrainTest : public RootNetnsTest {};
 
+// The agents' Service naming `nodes` (kube-system/endpointd-peers, one endpoint per agent).
+void write_agents(DaemonCluster& dc,
+                  const std::vector<std::pair<std::string, std::string>>& nodes) {
+  std::string eps;
+  for (const auto& [node, ip] : nodes)
+    eps += "  - {addresses: [" + ip + "], nodeName: " + node + ", conditions: {ready: true}}\n";
+  std::string text = R"(apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Service
+  metadata: {name: endpointd-peers, namespace: kube-system}
+  spec: {clusterIP: None, ports: [{name: drain-peer, port: 9465}]}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata:
+    name: endpointd-peers-1
+    namespace: kube-system
+    labels: {kubernetes.io/service-name: endpointd-peers}
+  addressType: IPv4
+  ports: [{name: drain-peer, port: 9465}]
+  endpoints:
+)" + eps;
+  // Atomically, as the API would change it.
+  std::string tmp = dc.manifest_dir() + "/.agents.yaml.tmp";
+  std::ofstream(tmp) << text;
+  fs::rename(tmp, dc.manifest_dir() + "/agents.yaml");
+}
+
 TEST_F(DaemonDrainTest, RollingUpdateThroughEndpointdRunLosesNothingAndKeepsTheOrder) {
   DaemonCluster dc;
   auto servers = start_servers(dc);
@@ -135,28 +164,12 @@ TEST_F(DaemonDrainTest, RollingUpdateThroughEndpointdRunLosesNothingAndKeepsTheO
 TEST_F(DaemonDrainTest, MembersFromTheAgentsServiceAskOnlyNodesWithAnAgent) {
   DaemonCluster dc;
   auto servers = start_servers(dc);
-  std::ofstream(dc.manifest_dir() + "/agents.yaml") << R"(apiVersion: v1
-kind: List
-items:
-- apiVersion: v1
-  kind: Service
-  metadata: {name: endpointd-peers, namespace: kube-system}
-  spec: {clusterIP: None, ports: [{name: drain-peer, port: 9465}]}
-- apiVersion: discovery.k8s.io/v1
-  kind: EndpointSlice
-  metadata:
-    name: endpointd-peers-1
-    namespace: kube-system
-    labels: {kubernetes.io/service-name: endpointd-peers}
-  addressType: IPv4
-  ports: [{name: drain-peer, port: 9465}]
-  endpoints:
-  - {addresses: [192.168.77.2], nodeName: node-a, conditions: {ready: true}}
-  - {addresses: [192.168.77.3], nodeName: node-b, conditions: {ready: true}}
-- apiVersion: v1
-  kind: Node
-  metadata: {name: node-z}
-  status: {addresses: [{type: InternalIP, address: 192.168.77.250}]}
+  write_agents(dc, {{"node-a", "192.168.77.2"}, {"node-b", "192.168.77.3"}});
+  // A Node no agent runs on: not a member with the agents' Service.
+  std::ofstream(dc.manifest_dir() + "/node-z.yaml") << R"(apiVersion: v1
+kind: Node
+metadata: {name: node-z}
+status: {addresses: [{type: InternalIP, address: 192.168.77.250}]}
 )";
   for (const char* n : {"node-a", "node-b"})
     dc.set_extra_args(n, {"--drain-members-service", "kube-system/endpointd-peers"});
@@ -194,34 +207,6 @@ items:
 // prestop client keeps retrying the socket, the restarted agent takes the drain up again from
 // the API's state (the endpoint already terminating, the budget from the deletionTimestamp),
 // releases it before the kubelet's deadline, and is a working peer for the next drain.
-// The agents' Service naming `nodes` (kube-system/endpointd-peers, one endpoint per agent).
-void write_agents(DaemonCluster& dc, const std::vector<std::pair<std::string, std::string>>& nodes) {
-  std::string eps;
-  for (const auto& [node, ip] : nodes)
-    eps += "  - {addresses: [" + ip + "], nodeName: " + node + ", conditions: {ready: true}}\n";
-  std::string text = R"(apiVersion: v1
-kind: List
-items:
-- apiVersion: v1
-  kind: Service
-  metadata: {name: endpointd-peers, namespace: kube-system}
-  spec: {clusterIP: None, ports: [{name: drain-peer, port: 9465}]}
-- apiVersion: discovery.k8s.io/v1
-  kind: EndpointSlice
-  metadata:
-    name: endpointd-peers-1
-    namespace: kube-system
-    labels: {kubernetes.io/service-name: endpointd-peers}
-  addressType: IPv4
-  ports: [{name: drain-peer, port: 9465}]
-  endpoints:
-)" + eps;
-  // Atomically, as the API would change it.
-  std::string tmp = dc.manifest_dir() + "/.agents.yaml.tmp";
-  std::ofstream(tmp) << text;
-  fs::rename(tmp, dc.manifest_dir() + "/agents.yaml");
-}
-
 // Issue 32: node-b's agent leaves the agents' Service and stops (a DaemonSet rollout, a crash
 // loop), its rules left in place, so node-b's kernel still routes by them. Under `wait` a drain
 // on node-a is not released before node-b's agent is back and confirms; then it is released,
