@@ -154,10 +154,10 @@ class Coordinator {
   std::thread thread_;
   std::vector<std::thread> peer_threads_;
   std::unique_ptr<Cluster> cluster_;
-  LocalMarks marks_;                   // this agent's own watermarks
+  LocalMarks marks_;                        // this agent's own watermarks
   std::set<model::IpAddr> local_fallback_;  // from marks_: routed here by the fallback
-  std::set<std::string> agents_seen_;  // nodes ever seen in the agents' Service
-  std::set<std::string> departed_;     // of those, not in it now (their Node still listed)
+  std::set<std::string> agents_seen_;       // nodes ever seen in the agents' Service
+  std::set<std::string> departed_;          // of those, not in it now (their Node still listed)
   // Where cluster_'s members came from: the Node objects, or the agents' Service's state.
   std::vector<model::NodePtr> member_nodes_;
   model::ServiceStatePtr member_state_;

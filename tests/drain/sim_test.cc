@@ -28,7 +28,8 @@ std::string describe(const Report& r) {
 }
 
 #if defined(__SANITIZE_ADDRESS__)
-constexpr uint64_t kScale = 40;  // a 40th of the seeds under the sanitizers (a Debug build, ~40x slower)
+constexpr uint64_t kScale =
+    40;  // a 40th of the seeds under the sanitizers (a Debug build, ~40x slower)
 #else
 constexpr uint64_t kScale = 1;
 #endif
