@@ -747,8 +747,9 @@ void add_run_flags(CLI::App& app) {
       "A peer silent this long is excluded from the cluster watermark (counted and logged)",
       std::to_string(def.drain_liveness.count()));
   add(app, "drain-members-service",
-      "NAMESPACE/NAME of a Service over the endpointd DaemonSet's pods: the drain's members are "
-      "its endpoints' nodes, and only this node's Node is watched (empty: every Node)");
+      "NAMESPACE/NAME of a Service over the endpointd DaemonSet's pods: where each agent is "
+      "reached, and which Nodes ever ran one; the drain's members are every Node less those that "
+      "never did (empty: every Node)");
   add(app, "drain-peer-ca", "PEM file: the CA that signs every agent's peer certificate");
   add(app, "drain-peer-cert",
       "PEM file: this agent's peer certificate (names its node; server and client auth)");
