@@ -1,0 +1,347 @@
+#!/usr/bin/env bash
+# The chart's pods, run as the kubelet runs them: the DaemonSet rendered by `helm template`,
+# turned into podman command lines by podman_flags.py (every field translated or refused by
+# name), run from the image scripts/image builds, on a cluster of network namespaces
+# (tests/netns/cluster.sh) against the fake API server over TLS with the projected token and CA
+# at the in-cluster paths. node-a runs the chart's default values, node-b DNS + feed +
+# node-local DNS. Then: traffic through a ClusterIP and a NodePort, the probes, `podman restart`
+# of the agent under load with no failed request, the agent's privileges (user, capabilities,
+# read-only root, seccomp, no-new-privileges), each capability shown necessary, and bad input.
+#
+#   pod_test.sh REPO BUILD_DIR
+# Exit 77 (a ctest skip) when not root or podman cannot run containers here, saying why.
+set -euo pipefail
+
+repo=$(cd "$1" && pwd)
+build=$(cd "$2" && pwd)
+bin=$build/daemon/endpointd
+server=$build/tests/netns/endpointd-testserver
+client=$build/tests/netns/endpointd-loadclient
+fakeapi=$build/tests/fakeapi/endpointd-fakeapi
+flags=$repo/tests/pod/podman_flags.py
+prefix=epd-pod
+image=endpointd:0.1.0-test
+cache=$build/image-cache
+export CONTAINERS_CONF=$cache/containers.conf
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+step() { echo; echo "== $*"; }
+[ "$(id -u)" -eq 0 ] || skip "tests/pod needs root (rootful podman, network namespaces)"
+command -v podman >/dev/null || skip "podman is not installed (apt-get install podman runc debootstrap; .ci/run installs them)"
+command -v runc >/dev/null || skip "runc is not installed (podman here needs Debian's runc: crun refuses hybrid cgroups)"
+helm=${HELM:-}
+for h in "$(command -v helm 2>/dev/null)" "${ENDPOINTD_TOOLS:-/opt/endpointd-tools}/bin/helm"; do
+  [ -z "$helm" ] && [ -n "$h" ] && [ -x "$h" ] && helm=$h
+done
+[ -n "$helm" ] || fail "helm not found (scripts/setup installs it)"
+
+work=$(mktemp -d /tmp/endpointd-pod.XXXXXX)
+pids=()
+cleanup() {
+  local rc=$?
+  podman ps -a --format '{{.Names}}' 2>/dev/null | grep "^$prefix-" | xargs -r podman rm -f -t 0 >/dev/null 2>&1 || true
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  "$repo/tests/netns/cluster.sh" down "$prefix" >/dev/null 2>&1 || true
+  if [ $rc -ne 0 ] && [ $rc -ne 77 ]; then
+    for f in "$work"/*.log; do [ -f "$f" ] && { echo "--- $f"; tail -25 "$f"; }; done
+  fi
+  rm -rf "$work"
+  exit $rc
+}
+trap cleanup EXIT
+in_ns() { local ns=$1; shift; ip netns exec "$prefix-$ns" "$@"; }
+
+step "the image (scripts/image --prebuilt: the Dockerfile's runtime stage over this build's binaries)"
+t0=$(date +%s)
+"$repo/scripts/image" --prebuilt "$build" --tag "$image" --cache "$cache" --quiet ||
+  fail "scripts/image could not build $image"
+echo "   $(( $(date +%s) - t0 )) s"
+if ! err=$(podman run --rm --network none --entrypoint true docker.io/library/debian:12-slim 2>&1); then
+  skip "podman cannot start a container on this machine: $err"
+fi
+podman run --rm --network none "$image" version || fail "endpointd version does not run in $image"
+
+step "a library the binary needs missing: scripts/image --collect names it"
+mkdir -p "$work/broken"
+cp "$bin" "$work/broken/endpointd"
+patchelf --add-needed libendpointd-absent.so.1 "$work/broken/endpointd"
+if out=$("$repo/scripts/image" --collect "$work/broken-out" "$work/broken/endpointd" 2>&1); then
+  fail "--collect accepted a binary missing a library"
+fi
+echo "   $out"
+grep -q 'libendpointd-absent.so.1' <<<"$out" || fail "--collect did not name the missing library"
+
+step "a cluster of namespaces: node-a, node-b, pods, a client, the API server at 192.168.77.50"
+"$repo/tests/netns/cluster.sh" up "$prefix" >/dev/null
+attach_to_bridge() {  # ns port ip
+  ip netns add "$prefix-$1"
+  ip -n "$prefix-$1" link set lo up
+  ip -n "$prefix-$1" link add eth0 type veth peer name "$2" netns "$prefix-br"
+  ip -n "$prefix-br" link set "$2" master br0 up
+  ip -n "$prefix-$1" addr add "$3/24" dev eth0
+  ip -n "$prefix-$1" link set eth0 up
+}
+attach_to_bridge api a0 192.168.77.50
+for pod in web-1 web-2 web-3; do
+  in_ns "$pod" "$server" --name "$pod" --tcp 8080 --grace-ms 2000 >"$work/$pod.log" 2>&1 &
+  pids+=($!)
+done
+
+# The API's TLS certificate (for its address, as the kubernetes Service's endpoint has it), the
+# CA that signed it and the service account token: what the kubelet projects into the pod.
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=endpointd-test-ca -keyout "$work/ca.key" \
+  -out "$work/ca.crt" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj /CN=kube-apiserver -keyout "$work/api.key" -out "$work/api.csr" 2>/dev/null
+printf 'subjectAltName=IP:192.168.77.50\nextendedKeyUsage=serverAuth\n' >"$work/api.ext"
+openssl x509 -req -in "$work/api.csr" -CA "$work/ca.crt" -CAkey "$work/ca.key" -CAcreateserial -days 2 \
+  -extfile "$work/api.ext" -out "$work/api.crt" 2>/dev/null
+token=$(head -c 24 /dev/urandom | base64 | tr -d '/+=')
+mkdir -p "$work/sa"
+cp "$work/ca.crt" "$work/sa/ca.crt"
+echo -n "$token" >"$work/sa/token"
+echo -n kube-system >"$work/sa/namespace"
+"$repo/scripts/peer-certs" --dir "$work/peer-tls" node-a node-b node-c >/dev/null
+
+# The cluster's objects: examples/cluster, a NodePort service over web, and the agents' own
+# headless Service (the chart's endpointd-peers) with both nodes' agents in it.
+cp -r "$repo/examples/cluster" "$work/manifests"
+cat >"$work/manifests/pod-test.yaml" <<'YAML'
+apiVersion: v1
+kind: Service
+metadata: {name: web-np, namespace: demo, uid: 5f1c0a4e-0000-4000-8000-0000000000a1}
+spec:
+  type: NodePort
+  clusterIP: 10.96.0.80
+  clusterIPs: [10.96.0.80]
+  selector: {app: web}
+  ports: [{name: http, protocol: TCP, port: 80, targetPort: 8080, nodePort: 30080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-np-1
+  namespace: demo
+  labels: {kubernetes.io/service-name: web-np}
+addressType: IPv4
+ports: [{name: http, protocol: TCP, port: 8080}]
+endpoints:
+- {addresses: [10.244.1.10], conditions: {ready: true, serving: true, terminating: false}, nodeName: node-a}
+- {addresses: [10.244.1.11], conditions: {ready: true, serving: true, terminating: false}, nodeName: node-a}
+- {addresses: [10.244.2.10], conditions: {ready: true, serving: true, terminating: false}, nodeName: node-b}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: endpointd-peers, namespace: kube-system, uid: 5f1c0a4e-0000-4000-8000-0000000000a2}
+spec:
+  clusterIP: None
+  selector: {app.kubernetes.io/name: endpointd}
+  ports: [{name: drain-peer, protocol: TCP, port: 9465}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: endpointd-peers-1
+  namespace: kube-system
+  labels: {kubernetes.io/service-name: endpointd-peers}
+addressType: IPv4
+ports: [{name: drain-peer, protocol: TCP, port: 9465}]
+endpoints:
+- {addresses: [192.168.77.2], conditions: {ready: true, serving: true, terminating: false}, nodeName: node-a}
+- {addresses: [192.168.77.3], conditions: {ready: true, serving: true, terminating: false}, nodeName: node-b}
+YAML
+in_ns api "$fakeapi" --listen 192.168.77.50:6443 --dir "$work/manifests" --token "$token" \
+  --tls-cert "$work/api.crt" --tls-key "$work/api.key" --poll-ms 200 >"$work/api.port" 2>"$work/fakeapi.log" &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$work/api.port" ] && break; sleep 0.05; done
+[ -s "$work/api.port" ] || fail "the fake API server did not start"
+
+step "helm template: node-a with the default values, node-b with DNS + feed + node-local DNS"
+common_values=(--set image.tag=0.1.0-test --set apiServer.host=192.168.77.50 --set apiServer.port=6443
+               --set 'clusterCIDR={10.244.0.0/16}')
+"$helm" template endpointd "$repo/helm/endpointd" -n kube-system "${common_values[@]}" >"$work/default.yaml"
+"$helm" template endpointd "$repo/helm/endpointd" -n kube-system "${common_values[@]}" \
+  --set dns.enabled=true --set dns.nodeLocalAddress=169.254.20.10 --set feed.enabled=true \
+  --set 'dns.upstream={127.0.0.1:5399}' >"$work/dns-feed.yaml"
+
+declare -A node_ip=([node-a]=192.168.77.2 [node-b]=192.168.77.3 [node-c]=192.168.77.9)
+declare -A values=([node-a]=default [node-b]=dns-feed)
+declare -A node_no=([node-a]=1 [node-b]=2 [node-c]=3)
+uid_of() { printf '0d0e0000-0000-4000-8000-%012d' "${node_no[$1]}"; }
+translate() {  # node values-file pod-name uid [more flags]
+  local node=$1 vals=$2 name=$3 uid=$4; shift 4
+  mkdir -p "$work/root-$node/lib/modules"
+  python3 "$flags" "$work/$vals.yaml" --kind DaemonSet --node "$node" --pod-name "$name" \
+    --pod-uid "$uid" --namespace kube-system --node-root "$work/root-$node" --work "$work/pods" \
+    --netns "/run/netns/$prefix-$node" --secret "endpointd-peer-tls=$work/peer-tls" --sa-dir "$work/sa" \
+    --host-ip "${node_ip[$node]}" --cluster-dns 10.96.0.53 --kubernetes-service 10.96.0.1:443 \
+    --name-prefix "$prefix-" "$@"
+}
+# Runs a pod's containers (init containers to completion first) from podman_flags.py's JSON.
+start_pod() {  # json
+  python3 - "$1" <<'PY' >"$1.sh"
+import json, shlex, sys
+pod = json.load(open(sys.argv[1]))
+for c in pod["init"]:
+    print(shlex.join(c["run"][:2] + ["--rm"] + c["run"][2:]))
+for c in pod["containers"]:
+    print(shlex.join(c["run"][:2] + ["-d"] + c["run"][2:]) + " >/dev/null")
+PY
+  bash -e "$1.sh"
+}
+probe() {  # json kind -> HTTP status from the node, as the kubelet probes
+  local node=$1 json=$2 kind=$3 h p path
+  read -r h p path < <(python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["containers"][0]["probes"][sys.argv[2]]; print(c["host"], c["port"], c["path"])' "$json" "$kind")
+  in_ns "$node" curl -s -o /dev/null -m 2 -w '%{http_code}' "http://$h:$p$path" || true
+}
+wait_ready() {  # node json seconds
+  local i
+  for i in $(seq $(($3 * 10))); do
+    [ "$(probe "$1" "$2" readiness)" = 200 ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+for node in node-a node-b; do
+  translate "$node" "${values[$node]}" "endpointd-$node" "$(uid_of "$node")" >"$work/$node.json" 2>"$work/$node.translate.log" ||
+    fail "$(cat "$work/$node.translate.log")"
+done
+echo "   podman run for node-a's agent, from the DaemonSet's pod template:"
+python3 -c 'import json,shlex,sys; print("   " + shlex.join(json.load(open(sys.argv[1]))["containers"][0]["run"]))' "$work/node-a.json"
+
+step "the agents start in their pods; the readiness probe on the port the chart names says ready"
+for node in node-a node-b; do start_pod "$work/$node.json"; done
+t0=$(date +%s%N)
+for node in node-a node-b; do
+  wait_ready "$node" "$work/$node.json" 30 || { podman logs "$prefix-endpointd-$node-endpointd" 2>&1 | tail -30; fail "$node's agent not ready in 30 s"; }
+done
+echo "   both ready $(( ($(date +%s%N) - t0) / 1000000 )) ms after podman run"
+for node in node-a node-b; do
+  for kind in liveness readiness; do
+    code=$(probe "$node" "$work/$node.json" "$kind")
+    read -r h p path < <(python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["containers"][0]["probes"][sys.argv[2]]; print(c["host"], c["port"], c["path"])' "$work/$node.json" "$kind")
+    echo "   $node $kind http://$h:$p$path → $code"
+    [ "$code" = 200 ] || fail "$node's $kind probe answered $code"
+  done
+done
+
+tally() { awk '$2=="ok"{n[$3]++} $2=="fail"{f++} END{for (b in n) printf "%s: %d  ", b, n[b]; printf "failed: %d\n", f+0}' "$1"; }
+failed() { awk '$2=="fail"{f++} END{print f+0}' "$1"; }
+backends() { awk '$2=="ok"{n[$3]=1} END{print length(n)}' "$1"; }
+
+step "traffic: the client to web's ClusterIP 10.96.0.10:80 (through node-a) and to the NodePort 30080 of both nodes"
+in_ns client "$client" --target 10.96.0.10:80 --mode new --count 60 --out "$work/clusterip.out" >/dev/null
+echo "   ClusterIP: $(tally "$work/clusterip.out")"
+[ "$(failed "$work/clusterip.out")" = 0 ] && [ "$(backends "$work/clusterip.out")" = 3 ] ||
+  fail "ClusterIP traffic: $(tally "$work/clusterip.out")"
+for node in node-a node-b; do
+  in_ns client "$client" --target "${node_ip[$node]}:30080" --mode new --count 30 --out "$work/np-$node.out" >/dev/null
+  echo "   NodePort on $node: $(tally "$work/np-$node.out")"
+  [ "$(failed "$work/np-$node.out")" = 0 ] && [ "$(backends "$work/np-$node.out")" -ge 2 ] ||
+    fail "NodePort traffic on $node: $(tally "$work/np-$node.out")"
+done
+answer=$(in_ns node-b dig +short +time=2 +tries=1 @169.254.20.10 web.demo.svc.cluster.local A)
+echo "   node-b's node-local DNS 169.254.20.10: web.demo.svc.cluster.local A → $answer"
+[ "$answer" = 10.96.0.10 ] || fail "node-local DNS answered '$answer'"
+in_ns node-b ss -ltn | grep -q ':18000 ' || fail "node-b's feed is not listening on 18000"
+echo "   node-b's feed listens on 0.0.0.0:18000"
+
+step "the agent as the chart says: user, capabilities, read-only root, seccomp, no new privileges"
+for node in node-a node-b; do
+  ctr=$prefix-endpointd-$node-endpointd
+  pid=$(podman inspect --format '{{.State.Pid}}' "$ctr")
+  st=/proc/$pid/status
+  uid=$(awk '/^Uid:/{print $2}' "$st"); capeff=$(awk '/^CapEff:/{print $2}' "$st")
+  seccomp=$(awk '/^Seccomp:/{print $2}' "$st"); nnp=$(awk '/^NoNewPrivs:/{print $2}' "$st")
+  ro=$(podman inspect --format '{{.HostConfig.ReadonlyRootfs}}' "$ctr")
+  want=0000000000001000                        # NET_ADMIN
+  [ "$node" = node-b ] && want=0000000000001400  # NET_ADMIN, NET_BIND_SERVICE (DNS on 53)
+  echo "   $node: uid $uid, CapEff $capeff, Seccomp $seccomp (2: filter), NoNewPrivs $nnp, read-only root $ro"
+  [ "$uid" = 0 ] && [ "$capeff" = "$want" ] && [ "$seccomp" = 2 ] && [ "$nnp" = 1 ] && [ "$ro" = true ] ||
+    fail "$node's agent does not run as the chart says (CapEff wanted $want)"
+  if podman exec "$ctr" sh -c ': > /usr/local/bin/written' 2>/dev/null; then
+    fail "$node: the agent's root file system is writable"
+  fi
+done
+
+step "podman restart of node-a's agent under load: new connections and wrk keep-alive through the ClusterIP"
+in_ns client "$client" --target 10.96.0.10:80 --mode new --concurrency 2 --duration-ms 8000 \
+  --interval-ms 5 --out "$work/restart-new.out" >/dev/null &
+load1=$!
+in_ns client wrk -t 1 -c 8 -d 8s --timeout 3s http://10.96.0.10:80/ >"$work/restart-wrk.out" 2>&1 &
+load2=$!
+sleep 1.5
+t0=$(date +%s%N)
+podman restart "$prefix-endpointd-node-a-endpointd" >/dev/null
+wait_ready node-a "$work/node-a.json" 30 || fail "node-a's agent not ready again after podman restart"
+echo "   restarted and ready again in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+wait $load1 $load2
+wrk_errors=$(grep -E 'Socket errors|Non-2xx' "$work/restart-wrk.out" | tr -s ' ' || true)
+echo "   new connections: $(tally "$work/restart-new.out")"
+echo "   wrk: $(grep -Eo '[0-9]+ requests in [0-9.]+s' "$work/restart-wrk.out"), ${wrk_errors:-no socket errors, no non-2xx responses}"
+[ "$(failed "$work/restart-new.out")" = 0 ] || fail "requests failed while the agent restarted"
+[ -z "$wrk_errors" ] || fail "wrk saw errors while the agent restarted: $wrk_errors"
+
+step "each capability the chart adds is necessary: node-c, fresh, runs the pod without it"
+attach_to_bridge node-c n9 192.168.77.9
+caps_run() {  # values-file drop-cap|"" -> 0 if ready within $2 s
+  local vals=$1 drop=$2 secs=$3 json=$work/node-c-$vals-${drop:-all}.json
+  translate node-c "$vals" endpointd-node-c "$(uid_of node-c)" >"$json"
+  if [ -n "$drop" ]; then
+    python3 - "$json" "$drop" <<'PY'
+import json, sys
+p, drop = sys.argv[1], sys.argv[2].lower()
+pod = json.load(open(p))
+run = pod["containers"][0]["run"]
+i = next(i for i in range(len(run) - 1) if run[i] == "--cap-add" and run[i + 1] == drop)
+del run[i:i + 2]
+json.dump(pod, open(p, "w"))
+PY
+  fi
+  start_pod "$json"
+  local rc=1
+  wait_ready node-c "$json" "$secs" && rc=0
+  podman logs "$prefix-endpointd-node-c-endpointd" >"$work/node-c-${drop:-all}.log" 2>&1 || true
+  podman rm -f -t 0 "$prefix-endpointd-node-c-endpointd" >/dev/null
+  in_ns node-c nft delete table ip endpointd 2>/dev/null || true
+  ip -n "$prefix-node-c" link del endpointd-dns 2>/dev/null || true
+  return $rc
+}
+for vals in default dns-feed; do
+  caps_run "$vals" "" 30 || fail "node-c's agent ($vals values) with the chart's capabilities was not ready in 30 s"
+  caps=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["containers"][0]["run"]; print(" ".join(r[i+1] for i in range(len(r)-1) if r[i]=="--cap-add"))' "$work/node-c-$vals-all.json")
+  echo "   $vals values, capabilities $caps: ready"
+  for cap in $caps; do
+    if caps_run "$vals" "$cap" 8; then fail "$vals values: the agent is ready without $cap: the chart adds more than it needs"; fi
+    why=$( (grep ' E ' "$work/node-c-$cap.log"; grep -iE 'not permitted|permission denied' "$work/node-c-$cap.log") | head -1 | cut -c1-200 || true)
+    echo "   $vals values without $cap: not ready in 8 s (${why:-no error line})"
+  done
+done
+
+step "bad input: no token at the in-cluster path, and a pod spec field the runner cannot honour"
+mkdir -p "$work/sa-notoken"
+cp "$work/sa/ca.crt" "$work/sa/namespace" "$work/sa-notoken/"
+translate node-c default endpointd-node-c "$(uid_of node-c)" --sa-dir "$work/sa-notoken" >"$work/node-c-notoken.json"
+start_pod "$work/node-c-notoken.json"
+for _ in $(seq 50); do
+  [ "$(podman inspect --format '{{.State.Running}}' "$prefix-endpointd-node-c-endpointd")" = false ] && break
+  sleep 0.1
+done
+msg=$(podman logs "$prefix-endpointd-node-c-endpointd" 2>&1 | grep -m1 'token' || true)
+echo "   $msg"
+grep -q '/var/run/secrets/kubernetes.io/serviceaccount/token' <<<"$msg" || fail "the agent's error does not name the token file"
+podman rm -f -t 0 "$prefix-endpointd-node-c-endpointd" >/dev/null
+python3 - "$work/default.yaml" >"$work/bad.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+for d in docs:
+    if d["kind"] == "DaemonSet":
+        d["spec"]["template"]["spec"]["shareProcessNamespace"] = True
+print(yaml.safe_dump_all(docs))
+PY
+if out=$(translate node-c bad endpointd-node-c "$(uid_of node-c)" 2>&1); then fail "podman_flags.py accepted shareProcessNamespace"; fi
+echo "   $out"
+grep -q 'spec.template.spec.shareProcessNamespace' <<<"$out" || fail "the refusal does not name the field"
+
+echo
+echo "PASS"
