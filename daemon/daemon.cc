@@ -160,7 +160,11 @@ struct Daemon::Impl {
     st.snapshot = loop->current();
     st.node_name = cfg.node_name;
     st.sinks = board.entries();
-    if (source) st.source_errors = source->errors();
+    if (source) {
+      st.source_errors = source->errors();
+      st.source = source->describe();
+    }
+    if (feed_sink) st.feed_subscribers = feed_sink->subscribers();
     if (drain) {
       st.drains_json = drain->drains_json();
       st.drain_cluster_json = drain->cluster_json();

@@ -10,6 +10,7 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/render.h"
+#include "daemon/status.h"
 #include "daemon/version.h"
 #include "drain/coordinator.h"
 
@@ -119,6 +120,12 @@ int main(int argc, char** argv) {
   app.add_subcommand("prestop",
                      "Run from a pod's preStop hook: block until the node agent says the pod may "
                      "exit [--drain-socket PATH] [--timeout DURATION]");
+  endpointd::daemon::StatusFlags status_flags;
+  auto* status_cmd = app.add_subcommand(
+      "status",
+      "One screen from the agent's admin API: source and sync, sinks, feed subscribers, peers, "
+      "drains in flight, the last releases (exit 2 when no endpointd answers)");
+  endpointd::daemon::add_status_flags(*status_cmd, status_flags);
   auto* version_cmd = app.add_subcommand("version", "Print the version");
 
   CLI11_PARSE(app, argc, argv);
@@ -126,6 +133,7 @@ int main(int argc, char** argv) {
     std::cout << "endpointd " << endpointd::kVersion << "\n";
     return 0;
   }
+  if (*status_cmd) return endpointd::daemon::run_status(status_flags, std::cout, std::cerr);
   if (*run_cmd) {
     auto flags = endpointd::daemon::raw_flags(*run_cmd);
     if (auto to = flags.find("write-config-to"); to != flags.end()) {

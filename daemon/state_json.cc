@@ -1,6 +1,7 @@
 // Hand-written JSON: the shape is small and fixed, and this keeps field order stable.
 #include "daemon/state_json.h"
 
+#include "daemon/version.h"
 #include "watcher/yaml_json.h"
 
 namespace endpointd::daemon {
@@ -139,7 +140,7 @@ void service(Json& j, const model::ServiceState& st) {
 }  // namespace
 
 StateQuery summary_query() {
-  return StateQuery{{"sinks", "drains", "drainCluster", "sourceErrors"}, ""};
+  return StateQuery{{"sinks", "feed", "drains", "drainCluster", "sourceErrors"}, ""};
 }
 
 Result<StateQuery> parse_state_query(std::string_view section, std::string_view service) {
@@ -190,6 +191,12 @@ void write_json(const DebugState& st, const StateQuery& q,
   auto want = [&](const char* s) { return q.sections.count(s) > 0; };
   j.open('{');
   const auto& snap = *st.snapshot;
+  // Who answers, for `endpointd status` to check before it reads anything else.
+  j.kv("agent", "endpointd");
+  j.kv("version", kVersion);
+  j.key("stateSchema");
+  j.num(kStateSchema);
+  j.kv("source", st.source);
   j.key("generation");
   j.num(snap.generation);
   j.key("synced");
@@ -243,6 +250,37 @@ void write_json(const DebugState& st, const StateQuery& q,
       j.close('}');
     }
     j.close(']');
+  }
+  if (want("feed")) {
+    j.key("feed");
+    if (!st.feed_subscribers) {
+      j.raw("null");
+    } else {
+      j.open('[');
+      for (const auto& f : *st.feed_subscribers) {
+        j.open('{');
+        j.kv("client", f.client);
+        j.kv("api", f.api);
+        j.kv("peer", f.peer);
+        j.kv("subscription", f.subscription);
+        j.key("sentVersion");
+        j.num(f.sent_version);
+        j.key("ackedVersion");
+        j.num(f.acked_version);
+        j.key("ackedGeneration");
+        j.num(f.acked_generation);
+        j.key("nacks");
+        j.num(f.nacks);
+        j.kv("lastNack", f.last_nack);
+        j.key("connected");
+        j.boolean(f.connected);
+        j.key("holding");
+        j.boolean(f.holding);
+        j.kv("lapsed", f.lapsed);
+        j.close('}');
+      }
+      j.close(']');
+    }
   }
   if (want("drains")) {
     j.key("drains");

@@ -3,13 +3,15 @@
 //
 // Like Envoy's config_dump, it answers a summary unless asked for more: at 10k services the
 // full state is tens of MB, and whoever polls it should not make the agent build that.
-//   /debug/state                          generation, counts, sinks, drains, drain cluster, errors
+//   /debug/state                          generation, counts, sinks, feed subscribers,
+//                                         drains, drain cluster, errors
 //   /debug/state?section=services,nodes   those sections in full (any of kSections, or "all")
 //   /debug/state?service=ns/name          that service only (with its endpoints)
 // The output is written in pieces of about 64 KiB as it is made, never whole in memory.
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -17,6 +19,7 @@
 
 #include "model/result.h"
 
+#include "feed/hub.h"
 #include "model/snapshot.h"
 #include "pipeline/ack_board.h"
 #include "watcher/source.h"
@@ -30,10 +33,17 @@ struct DebugState {
   std::vector<watcher::SourceError> source_errors;
   std::string drains_json = "[]";           // filled by drain/ once it runs
   std::string drain_cluster_json = "null";  // the cluster watermark as this agent sees it
+  std::string source;                       // Source::describe(): what cluster state is read from
+  // The feed's subscribers and ghosts (nullopt: the feed is off).
+  std::optional<std::vector<feed::SubscriberInfo>> feed_subscribers;
 };
 
-inline constexpr const char* kSections[] = {"services", "nodes",        "sinks",
-                                            "drains",   "drainCluster", "sourceErrors"};
+// The top-level "stateSchema": raised when a field that `endpointd status` reads changes its
+// meaning or goes away (adding one does not), so an older or newer client can say so.
+inline constexpr int kStateSchema = 1;
+
+inline constexpr const char* kSections[] = {"services",     "nodes",        "sinks", "drains",
+                                            "drainCluster", "sourceErrors", "feed"};
 
 struct StateQuery {
   std::set<std::string> sections;  // those of kSections to write
