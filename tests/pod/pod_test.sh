@@ -24,7 +24,7 @@ image=endpointd:0.1.0-test
 cache=$build/image-cache
 export CONTAINERS_CONF=$cache/containers.conf
 
-skip() { echo "SKIP: $*"; exit 77; }
+skip() { echo "SKIP: tests/pod: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 step() { echo; echo "== $*"; }
 [ "$(id -u)" -eq 0 ] || skip "tests/pod needs root (rootful podman, network namespaces)"
@@ -281,6 +281,147 @@ echo "   new connections: $(tally "$work/restart-new.out")"
 echo "   wrk: $(grep -Eo '[0-9]+ requests in [0-9.]+s' "$work/restart-wrk.out"), ${wrk_errors:-no socket errors, no non-2xx responses}"
 [ "$(failed "$work/restart-new.out")" = 0 ] || fail "requests failed while the agent restarted"
 [ -z "$wrk_errors" ] || fail "wrk saw errors while the agent restarted: $wrk_errors"
+
+step "an nginx Deployment (the chart's example workload) rolled under wrk: preStop 'endpointd prestop' before SIGTERM"
+podman build -q --network host -t endpointd-test-nginx:1 "$repo/tests/pod/nginx" >/dev/null 2>"$work/nginx-build.log" ||
+  fail "the nginx image did not build: $(tail -5 "$work/nginx-build.log")"
+"$helm" template endpointd "$repo/helm/endpointd" -n kube-system "${common_values[@]}" \
+  --set exampleWorkload.enabled=true --set exampleWorkload.image=endpointd-test-nginx:1 \
+  --set exampleWorkload.drainAction= >"$work/workload.yaml"
+declare -A ng_ip=([ng-1]=10.244.1.30 [ng-2]=10.244.1.31 [ng-3]=10.244.1.32 [ng-4]=10.244.1.33)
+declare -A ng_uid=([ng-1]=1a000000-0000-4000-8000-000000000001 [ng-2]=1a000000-0000-4000-8000-000000000002
+                   [ng-3]=1a000000-0000-4000-8000-000000000003 [ng-4]=1a000000-0000-4000-8000-000000000004)
+declare -A ng_state=()
+ng_veth=10
+add_pod_ns() {  # name: a pod's namespace on node-a, as cluster.sh makes them
+  local pns=$prefix-$1 ip=${ng_ip[$1]} veth=p$ng_veth
+  ng_veth=$((ng_veth + 1))
+  ip netns add "$pns"
+  ip -n "$pns" link set lo up
+  ip -n "$prefix-node-a" link add "$veth" type veth peer name eth0 netns "$pns"
+  ip -n "$prefix-node-a" addr add 10.244.1.1/32 dev "$veth"
+  ip -n "$prefix-node-a" link set "$veth" up
+  ip -n "$prefix-node-a" route add "$ip/32" dev "$veth"
+  ip -n "$pns" addr add "$ip/32" dev eth0
+  ip -n "$pns" link set eth0 up
+  ip -n "$pns" route add 10.244.1.1 dev eth0 scope link
+  ip -n "$pns" route add default via 10.244.1.1 dev eth0
+}
+# The API's view, as the Deployment, the kubelet and the EndpointSlice controller would write it:
+# the Service, one Pod per pod (annotations from the rendered template, release-after: drained)
+# and the slice; a pod being deleted has a deletionTimestamp and a terminating endpoint.
+publish() {
+  local spec="" n
+  for n in "${!ng_state[@]}"; do spec+="$n,${ng_uid[$n]},${ng_ip[$n]},${ng_state[$n]} "; done
+  python3 - "$work/workload.yaml" "$work/manifests/nginx.yaml" $spec <<'PY'
+import os, sys, yaml
+rendered, out, pods = sys.argv[1], sys.argv[2], [p.split(",") for p in sys.argv[3:]]
+dep = next(d for d in yaml.safe_load_all(open(rendered)) if d and d["kind"] == "Deployment")
+meta = dep["spec"]["template"]["metadata"]
+ann = dict(meta.get("annotations") or {})
+ann["endpointd.io/release-after"] = "drained"
+grace = dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+docs = [{"apiVersion": "v1", "kind": "Service",
+         "metadata": {"name": "nginx", "namespace": "kube-system", "uid": "5f1c0a4e-0000-4000-8000-0000000000a3"},
+         "spec": {"clusterIP": "10.96.0.90", "clusterIPs": ["10.96.0.90"], "selector": meta["labels"],
+                  "ports": [{"name": "http", "protocol": "TCP", "port": 80, "targetPort": 80}]}}]
+eps = []
+for name, uid, ip, state in sorted(pods):
+    pm = {"name": name, "namespace": "kube-system", "uid": uid, "labels": meta["labels"], "annotations": ann}
+    if state == "terminating":
+        pm["deletionTimestamp"] = "2026-11-28T00:00:00Z"
+        pm["deletionGracePeriodSeconds"] = grace
+    docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": pm,
+                 "spec": {"nodeName": "node-a", "terminationGracePeriodSeconds": grace},
+                 "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}})
+    t = state == "terminating"
+    eps.append({"addresses": [ip], "nodeName": "node-a",
+                "conditions": {"ready": not t, "serving": True, "terminating": t},
+                "targetRef": {"kind": "Pod", "namespace": "kube-system", "name": name, "uid": uid}})
+docs.append({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+             "metadata": {"name": "nginx-1", "namespace": "kube-system",
+                          "labels": {"kubernetes.io/service-name": "nginx"}},
+             "addressType": "IPv4", "ports": [{"name": "http", "protocol": "TCP", "port": 80}],
+             "endpoints": eps})
+with open(out + ".tmp", "w") as f:
+    yaml.safe_dump_all(docs, f)
+os.rename(out + ".tmp", out)
+PY
+}
+start_ng() {  # name: the pod's containers, from the Deployment's template, as the kubelet runs them
+  add_pod_ns "$1"
+  python3 "$flags" "$work/workload.yaml" --kind Deployment --node node-a --pod-name "$1" \
+    --pod-uid "${ng_uid[$1]}" --namespace kube-system --node-root "$work/root-node-a" --work "$work/pods" \
+    --netns "/run/netns/$prefix-$1" --pod-ip "${ng_ip[$1]}" --host-ip 192.168.77.2 --cluster-dns 10.96.0.53 \
+    --kubernetes-service 10.96.0.1:443 --name-prefix "$prefix-" >"$work/$1.json" || fail "$1: $(cat "$work/$1.json")"
+  start_pod "$work/$1.json"
+  for _ in $(seq 100); do in_ns node-a curl -fs -m 1 -o /dev/null "http://${ng_ip[$1]}/" && return 0; sleep 0.1; done
+  fail "nginx in $1 does not answer"
+}
+# The kubelet's deletion: the API marks the pod, the preStop hook runs in the container, SIGTERM
+# only when it returned (podman stop, the grace period as its timeout), then the endpoint goes.
+stop_ng() {  # name
+  local ctr=$prefix-$1-web hook t0 t1 rc=0
+  ng_state[$1]=terminating
+  publish
+  t0=$(date +%s%N)
+  read -r -a hook < <(python3 -c 'import json,shlex,sys; print(shlex.join(json.load(open(sys.argv[1]))["containers"][0]["prestop"]))' "$work/$1.json")
+  podman exec "$ctr" "${hook[@]}" >"$work/$1.prestop" 2>&1 || rc=$?
+  t1=$(date +%s%N)
+  echo "   $1: preStop returned $rc after $(( (t1 - t0) / 1000000 )) ms: $(tail -1 "$work/$1.prestop")"
+  [ $rc -eq 0 ] || fail "$1's preStop failed"
+  podman stop -t 60 "$ctr" >/dev/null
+  unset "ng_state[$1]"
+  publish
+}
+ng_state=([ng-1]=ready [ng-2]=ready)
+publish
+start_ng ng-1
+start_ng ng-2
+for _ in $(seq 50); do
+  in_ns client "$client" --target 10.96.0.90:80 --mode new --count 20 --out "$work/ng-warm.out" >/dev/null
+  [ "$(backends "$work/ng-warm.out")" = 2 ] && [ "$(failed "$work/ng-warm.out")" = 0 ] && break
+  sleep 0.2
+done
+echo "   before: $(tally "$work/ng-warm.out")"
+in_ns client "$client" --target 10.96.0.90:80 --mode new --concurrency 2 --duration-ms 20000 \
+  --interval-ms 5 --out "$work/roll-new.out" >/dev/null &
+load1=$!
+in_ns client wrk -t 1 -c 32 -d 20s --timeout 3s http://10.96.0.90:80/ >"$work/roll-wrk.out" 2>&1 &
+load2=$!
+sleep 2
+t_roll=$(date +%s)
+for pair in ng-1:ng-3 ng-2:ng-4; do
+  old=${pair%%:*} new=${pair##*:}
+  start_ng "$new"
+  ng_state[$new]=ready
+  publish
+  sleep 1  # the new pod takes traffic before the old one goes (maxSurge 1, maxUnavailable 0)
+  stop_ng "$old"
+done
+roll_s=$(( $(date +%s) - t_roll ))
+kill -0 $load1 2>/dev/null || fail "the rollout ($roll_s s) outlasted the load"
+wait $load1 $load2
+wrk_errors=$(grep -E 'Socket errors|Non-2xx' "$work/roll-wrk.out" | tr -s ' ' || true)
+echo "   rollout in $roll_s s; new connections: $(tally "$work/roll-new.out")"
+echo "   wrk (32 keep-alive connections): $(grep -Eo '[0-9]+ requests in [0-9.]+s' "$work/roll-wrk.out"), ${wrk_errors:-no socket errors, no non-2xx responses}"
+echo "   the drains, as node-a's agent recorded them (/debug/state):"
+in_ns node-a curl -fs http://127.0.0.1:10249/debug/state >"$work/state.json"
+python3 - "$work/state.json" <<'PY' || fail "a drain did not reach released"
+import json, sys
+ok = True
+for d in json.load(open(sys.argv[1]))["drains"]:
+    if not d["pod"].endswith(("ng-1", "ng-2")):
+        continue
+    t = d["timeline_ms"]
+    print(f"     {d['pod']} {d['address']}: stop-accepting {t['stop_accepting']} ms -> removed {t.get('removed', '-')} ms"
+          f" -> drained {t.get('drained', '-')} ms -> released {t.get('released', '-')} ms ({d.get('outcome') or '-'})")
+    ok = ok and "released" in t
+sys.exit(0 if ok else 1)
+PY
+[ "$(failed "$work/roll-new.out")" = 0 ] || fail "new connections failed during the rollout"
+[ -z "$wrk_errors" ] || fail "wrk saw errors during the rollout: $wrk_errors"
+[ "$(backends "$work/roll-new.out")" -ge 3 ] || fail "the new pods took no traffic"
 
 step "each capability the chart adds is necessary: node-c, fresh, runs the pod without it"
 attach_to_bridge node-c n9 192.168.77.9

@@ -25,7 +25,8 @@ import yaml
 
 # Field -> how it is run. Anything else in the spec is refused.
 TRANSLATED = {
-    "hostNetwork": "true: --network ns:<the node's netns>; false: the pod's netns (--netns)",
+    "hostNetwork": "true: --network ns:<the node's netns>, --uts host; false: the pod's netns "
+                   "(--netns), --hostname <pod name>",
     "hostPID": "true: --pid host",
     "dnsPolicy": "ClusterFirst(WithHostNet): --dns <cluster DNS> and the search path; Default: the node's",
     "serviceAccountName": "the projected token, ca.crt and namespace, read-only at "
@@ -197,6 +198,8 @@ def main():
     common = ["--pull", "never", "--network", f"ns:{a.netns}", "--uts", "private"]
     if host_network:
         common[-1] = "host"  # the node's host name, as hostNetwork gives
+    else:
+        common += ["--hostname", a.pod_name]
     if spec.get("hostPID"):
         common += ["--pid", "host"]
     # A cgroup under the pod's, as the kubelet's cgroupfs driver makes it: the drain socket
