@@ -29,6 +29,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 step() { echo; echo "== $*"; }
 [ "$(id -u)" -eq 0 ] || skip "tests/pod needs root (rootful podman, network namespaces)"
 command -v podman >/dev/null || skip "podman is not installed (apt-get install podman runc debootstrap; .ci/run installs them)"
+command -v iptables-nft >/dev/null || skip "iptables-nft is not installed (Debian's iptables; .ci/run installs it): kube-proxy's chains cannot be loaded"
 command -v runc >/dev/null || skip "runc is not installed (podman here needs Debian's runc: crun refuses hybrid cgroups)"
 helm=${HELM:-}
 for h in "$(command -v helm 2>/dev/null)" "${ENDPOINTD_TOOLS:-/opt/endpointd-tools}/bin/helm"; do
@@ -209,13 +210,147 @@ done
 echo "   podman run for node-a's agent, from the DaemonSet's pod template:"
 python3 -c 'import json,shlex,sys; print("   " + shlex.join(json.load(open(sys.argv[1]))["containers"][0]["run"]))' "$work/node-a.json"
 
-step "the agents start in their pods; the readiness probe on the port the chart names says ready"
+tally() { awk '$2=="ok"{n[$3]++} $2=="fail"{f++} END{for (b in n) printf "%s: %d  ", b, n[b]; printf "failed: %d\n", f+0}' "$1"; }
+failed() { awk '$2=="fail"{f++} END{print f+0}' "$1"; }
+backends() { awk '$2=="ok"{n[$3]=1} END{print length(n)}' "$1"; }
+
+step "kube-proxy's rules in place on both nodes (its nftables table and iptables-nft chains), carrying the ClusterIP"
+# What kube-proxy leaves in a node's kernel for web (10.96.0.10:80 → three pods' 8080): the
+# nftables mode's table ip kube-proxy, and the iptables mode's KUBE-* chains (iptables-nft), the
+# layouts of pkg/proxy/nftables and pkg/proxy/iptables for this one service.
+web_eps=(10.244.1.10 10.244.1.11 10.244.2.10)
+kube_proxy_nft() {
+  local i vmap="" eps=""
+  for i in 0 1 2; do
+    [ $i -eq 0 ] || vmap+=", "
+    vmap+="$i : goto endpoint-$i-demo/web/tcp/http__${web_eps[$i]}/8080"
+    eps+="  chain endpoint-$i-demo/web/tcp/http__${web_eps[$i]}/8080 {
+    ip saddr ${web_eps[$i]} jump mark-for-masquerade
+    meta l4proto tcp dnat to ${web_eps[$i]}:8080
+  }
+"
+  done
+  cat <<NFT
+table ip kube-proxy {
+  comment "rules for kube-proxy"
+  set cluster-ips { type ipv4_addr; comment "Active ClusterIPs"; elements = { 10.96.0.10 } }
+  map no-endpoint-services { type ipv4_addr . inet_proto . inet_service : verdict; }
+  map service-ips { type ipv4_addr . inet_proto . inet_service : verdict; }
+  map service-nodeports { type inet_proto . inet_service : verdict; }
+  chain filter-forward { type filter hook forward priority -110; ct state new jump service-endpoints-check; }
+  chain filter-output { type filter hook output priority -110; ct state new jump service-endpoints-check; }
+  chain nat-prerouting { type nat hook prerouting priority -100; jump services; }
+  chain nat-output { type nat hook output priority -100; jump services; }
+  chain nat-postrouting { type nat hook postrouting priority 100; jump masquerading; }
+  chain mark-for-masquerade { meta mark set meta mark | 0x4000; }
+  chain masquerading { meta mark & 0x4000 == 0 return; meta mark set meta mark ^ 0x4000; masquerade fully-random; }
+  chain services {
+    ip daddr . meta l4proto . th dport vmap @service-ips
+    fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports
+  }
+  chain service-endpoints-check { ip daddr . meta l4proto . th dport vmap @no-endpoint-services; }
+  chain service-demo/web/tcp/http {
+    ip daddr 10.96.0.10 tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade
+    numgen random mod 3 vmap { $vmap }
+  }
+$eps}
+add element ip kube-proxy service-ips { 10.96.0.10 . tcp . 80 : goto service-demo/web/tcp/http }
+NFT
+}
+kube_proxy_iptables() {
+  cat <<IPT
+*nat
+:KUBE-SERVICES - [0:0]
+:KUBE-POSTROUTING - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+:KUBE-SVC-WEBDEMO - [0:0]
+:KUBE-SEP-WEB1 - [0:0]
+:KUBE-SEP-WEB2 - [0:0]
+:KUBE-SEP-WEB3 - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
+-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
+-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
+-A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0
+-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully
+-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m comment --comment "demo/web:http cluster IP" -m tcp --dport 80 -j KUBE-SVC-WEBDEMO
+-A KUBE-SVC-WEBDEMO ! -s 10.244.0.0/16 -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j KUBE-MARK-MASQ
+-A KUBE-SVC-WEBDEMO -m statistic --mode random --probability 0.33333333349 -j KUBE-SEP-WEB1
+-A KUBE-SVC-WEBDEMO -m statistic --mode random --probability 0.50000000000 -j KUBE-SEP-WEB2
+-A KUBE-SVC-WEBDEMO -j KUBE-SEP-WEB3
+-A KUBE-SEP-WEB1 -s 10.244.1.10/32 -j KUBE-MARK-MASQ
+-A KUBE-SEP-WEB1 -p tcp -m tcp -j DNAT --to-destination 10.244.1.10:8080
+-A KUBE-SEP-WEB2 -s 10.244.1.11/32 -j KUBE-MARK-MASQ
+-A KUBE-SEP-WEB2 -p tcp -m tcp -j DNAT --to-destination 10.244.1.11:8080
+-A KUBE-SEP-WEB3 -s 10.244.2.10/32 -j KUBE-MARK-MASQ
+-A KUBE-SEP-WEB3 -p tcp -m tcp -j DNAT --to-destination 10.244.2.10:8080
+COMMIT
+IPT
+}
+# kube-proxy's own start (its DaemonSet's pod on the node) writes these; here they are loaded.
+kube_proxy_start() {  # node
+  kube_proxy_nft | in_ns "$1" nft -f - || fail "kube-proxy's nftables layout did not load on $1"
+  kube_proxy_iptables | in_ns "$1" iptables-nft-restore --noflush || fail "kube-proxy's iptables chains did not load on $1"
+}
+# What `kube-proxy --cleanup` removes: its nftables tables, and its iptables chains with the
+# jumps to them.
+kube_proxy_cleanup() {  # node
+  in_ns "$1" nft delete table ip kube-proxy 2>/dev/null || true
+  in_ns "$1" nft delete table ip6 kube-proxy 2>/dev/null || true
+  in_ns "$1" iptables-nft -t nat -D PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES 2>/dev/null || true
+  in_ns "$1" iptables-nft -t nat -D OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES 2>/dev/null || true
+  in_ns "$1" iptables-nft -t nat -D POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING 2>/dev/null || true
+  local chains c
+  chains=$(in_ns "$1" iptables-nft -t nat -S | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}')
+  for c in $chains; do in_ns "$1" iptables-nft -t nat -F "$c"; done
+  for c in $chains; do in_ns "$1" iptables-nft -t nat -X "$c"; done
+}
+kube_proxy_rules() {  # node -> what of kube-proxy's is in the kernel
+  { in_ns "$1" nft list tables | grep -w kube-proxy; in_ns "$1" iptables-nft -t nat -S | grep -c KUBE- | sed 's/$/ iptables rules and chains KUBE-*/'; } | tr '\n' ' '
+}
+for node in node-a node-b; do kube_proxy_start "$node"; echo "   $node: $(kube_proxy_rules "$node")"; done
+in_ns client "$client" --target 10.96.0.10:80 --mode new --count 60 --out "$work/kube-proxy.out" >/dev/null
+echo "   ClusterIP through kube-proxy's rules alone: $(tally "$work/kube-proxy.out")"
+[ "$(failed "$work/kube-proxy.out")" = 0 ] && [ "$(backends "$work/kube-proxy.out")" = 3 ] ||
+  fail "kube-proxy's rules do not carry the ClusterIP: $(tally "$work/kube-proxy.out")"
+
+step "the swap, as README's \"Swapping kube-proxy out\" runs it, under load through the ClusterIP"
+swap_load() {  # name seconds
+  in_ns client "$client" --target 10.96.0.10:80 --mode new --concurrency 2 --duration-ms "$(($2 * 1000))" \
+    --interval-ms 5 --out "$work/$1-new.out" >/dev/null &
+  load1=$!
+  in_ns client wrk -t 1 -c 8 -d "${2}s" --timeout 3s http://10.96.0.10:80/ >"$work/$1-wrk.out" 2>&1 &
+  load2=$!
+  sleep 1
+}
+swap_check() {  # name
+  kill -0 $load1 2>/dev/null || fail "$1 outlasted the load"
+  wait $load1 $load2
+  local wrk_errors
+  wrk_errors=$(grep -E 'Socket errors|Non-2xx' "$work/$1-wrk.out" | tr -s ' ' || true)
+  echo "   under $1: new connections $(tally "$work/$1-new.out"); wrk $(grep -Eo '[0-9]+ requests in [0-9.]+s' "$work/$1-wrk.out"), ${wrk_errors:-no socket errors, no non-2xx responses}"
+  [ "$(failed "$work/$1-new.out")" = 0 ] || fail "requests failed during $1"
+  [ -z "$wrk_errors" ] || fail "wrk saw errors during $1: $wrk_errors"
+}
+swap_load swap-out 12
+echo "   1. helm install endpointd (the DaemonSet's pod on every node); kubectl rollout status ds/endpointd"
 for node in node-a node-b; do start_pod "$work/$node.json"; done
 t0=$(date +%s%N)
 for node in node-a node-b; do
   wait_ready "$node" "$work/$node.json" 30 || { podman logs "$prefix-endpointd-$node-endpointd" 2>&1 | tail -30; fail "$node's agent not ready in 30 s"; }
 done
 echo "   both ready $(( ($(date +%s%N) - t0) / 1000000 )) ms after podman run"
+echo "   2. kubectl patch ds kube-proxy (parked: its pods leave the nodes; its rules stay)"
+echo "   3. kube-proxy --cleanup on every node"
+for node in node-a node-b; do kube_proxy_cleanup "$node"; echo "      $node after: $(kube_proxy_rules "$node")"; done
+swap_check swap-out
+for node in node-a node-b; do
+  [ -z "$(in_ns "$node" nft list tables | grep -w kube-proxy)" ] && ! in_ns "$node" iptables-nft -t nat -S | grep -q KUBE- ||
+    fail "kube-proxy's rules are still on $node"
+done
+
+step "the probes, on the port the chart names"
 for node in node-a node-b; do
   for kind in liveness readiness; do
     code=$(probe "$node" "$work/$node.json" "$kind")
@@ -225,9 +360,6 @@ for node in node-a node-b; do
   done
 done
 
-tally() { awk '$2=="ok"{n[$3]++} $2=="fail"{f++} END{for (b in n) printf "%s: %d  ", b, n[b]; printf "failed: %d\n", f+0}' "$1"; }
-failed() { awk '$2=="fail"{f++} END{print f+0}' "$1"; }
-backends() { awk '$2=="ok"{n[$3]=1} END{print length(n)}' "$1"; }
 
 step "traffic: the client to web's ClusterIP 10.96.0.10:80 (through node-a) and to the NodePort 30080 of both nodes"
 in_ns client "$client" --target 10.96.0.10:80 --mode new --count 60 --out "$work/clusterip.out" >/dev/null
@@ -483,6 +615,24 @@ PY
 if out=$(translate node-c bad endpointd-node-c "$(uid_of node-c)" 2>&1); then fail "podman_flags.py accepted shareProcessNamespace"; fi
 echo "   $out"
 grep -q 'spec.template.spec.shareProcessNamespace' <<<"$out" || fail "the refusal does not name the field"
+
+step "and back, as README's steps run it, under load through the ClusterIP"
+swap_load swap-back 25
+echo "   1. kubectl patch ds kube-proxy (unparked); kubectl rollout status ds/kube-proxy: its rules are back"
+for node in node-a node-b; do kube_proxy_start "$node"; done
+echo "   2. helm uninstall endpointd (the agents stop; their tables stay)"
+for node in node-a node-b; do podman rm -f -t 30 "$prefix-endpointd-$node-endpointd" >/dev/null; done
+echo "   3. endpointd run --cleanup on every node (from the image)"
+for node in node-a node-b; do
+  podman run --rm --pull never --network "ns:/run/netns/$prefix-$node" --cap-drop all --cap-add net_admin \
+    "$image" run --cleanup >"$work/cleanup-$node.log" 2>&1 || fail "endpointd run --cleanup failed on $node: $(cat "$work/cleanup-$node.log")"
+done
+swap_check swap-back
+for node in node-a node-b; do
+  left=$(in_ns "$node" nft list tables | grep -w endpointd || true)
+  echo "   $node: endpointd's tables: ${left:-none}; kube-proxy's: $(kube_proxy_rules "$node")"
+  [ -z "$left" ] || fail "endpointd's tables are still on $node"
+done
 
 echo
 echo "PASS"
