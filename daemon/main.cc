@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "daemon/check.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/render.h"
@@ -126,6 +127,15 @@ int main(int argc, char** argv) {
       "One screen from the agent's admin API: source and sync, sinks, feed subscribers, peers, "
       "drains in flight, the last releases (exit 2 when no endpointd answers)");
   endpointd::daemon::add_status_flags(*status_cmd, status_flags);
+  auto* check_cmd = app.add_subcommand(
+      "check",
+      "Preflight before swapping kube-proxy out, with run's flags: nftables (a scratch table), "
+      "conntrack, sysctls, the API and the RBAC verbs, the drain socket's directory, clock skew; "
+      "exit 1 on any failure");
+  endpointd::daemon::add_run_flags(*check_cmd);
+  int max_skew = 5;
+  check_cmd->add_option("--max-clock-skew", max_skew, "Seconds of clock skew against the API allowed")
+      ->capture_default_str();
   auto* version_cmd = app.add_subcommand("version", "Print the version");
 
   CLI11_PARSE(app, argc, argv);
@@ -133,6 +143,9 @@ int main(int argc, char** argv) {
     std::cout << "endpointd " << endpointd::kVersion << "\n";
     return 0;
   }
+  if (*check_cmd)
+    return endpointd::daemon::check_main(*check_cmd, std::chrono::seconds(max_skew), std::cout,
+                                         std::cerr);
   if (*status_cmd) return endpointd::daemon::run_status(status_flags, std::cout, std::cerr);
   if (*run_cmd) {
     auto flags = endpointd::daemon::raw_flags(*run_cmd);

@@ -252,6 +252,8 @@ FakeApiServer::FakeApiServer(Options options) : options_(std::move(options)) {
   server_->set_keep_alive_max_count(std::numeric_limits<size_t>::max());
   auto handler = [this](const httplib::Request& req, httplib::Response& res) { handle(req, res); };
   server_->Get(".*", handler);
+  server_->Post(
+      ".*", [this](const httplib::Request& req, httplib::Response& res) { handle_post(req, res); });
   if (options_.port == 0) {
     port_ = server_->bind_to_any_port(options_.host);
   } else {
@@ -538,6 +540,75 @@ void FakeApiServer::set_required_token(std::string token) {
   required_token_ = std::move(token);
 }
 
+void FakeApiServer::deny_access(std::string verb, std::string group, std::string resource) {
+  std::lock_guard lock(mu_);
+  denied_.emplace(std::move(verb), std::move(group), std::move(resource));
+}
+
+void FakeApiServer::set_clock_offset(std::chrono::seconds offset) {
+  std::lock_guard lock(mu_);
+  clock_offset_ = offset;
+}
+
+namespace {
+
+// An HTTP Date header for now + offset (IMF-fixdate), as every API server answer has.
+std::string http_date(std::chrono::seconds offset) {
+  time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now() + offset);
+  tm parts{};
+  gmtime_r(&t, &parts);
+  char b[64];
+  std::strftime(b, sizeof b, "%a, %d %b %Y %H:%M:%S GMT", &parts);
+  return b;
+}
+
+}  // namespace
+
+void FakeApiServer::handle_post(const httplib::Request& req, httplib::Response& res) {
+  std::unique_lock lock(mu_);
+  RecordedRequest rec;
+  rec.method = req.method;
+  rec.path = req.path;
+  rec.at = std::chrono::steady_clock::now();
+  rec.remote_port = req.remote_port;
+  requests_.push_back(rec);
+  res.set_header("Date", http_date(clock_offset_));
+  if (!required_token_.empty() &&
+      req.get_header_value("Authorization") != "Bearer " + required_token_) {
+    res.status = 401;
+    res.set_content(status_json(401, "Unauthorized", "Unauthorized"), "application/json");
+    return;
+  }
+  if (req.path != "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews") {
+    res.status = 404;
+    res.set_content(
+        status_json(404, "NotFound", "the server could not find the requested resource"),
+        "application/json");
+    return;
+  }
+  simdjson::dom::parser p;
+  simdjson::dom::element root, attrs;
+  std::string_view verb, group, resource;
+  if (p.parse(req.body).get(root) != simdjson::SUCCESS ||
+      root["spec"]["resourceAttributes"].get(attrs) != simdjson::SUCCESS ||
+      attrs["verb"].get(verb) != simdjson::SUCCESS ||
+      attrs["resource"].get(resource) != simdjson::SUCCESS) {
+    res.status = 400;
+    res.set_content(status_json(400, "BadRequest", "spec.resourceAttributes is required"),
+                    "application/json");
+    return;
+  }
+  if (attrs["group"].get(group) != simdjson::SUCCESS) group = {};
+  bool allowed = !denied_.count({std::string(verb), std::string(group), std::string(resource)});
+  res.status = 201;
+  std::string body =
+      R"({"kind":"SelfSubjectAccessReview","apiVersion":"authorization.k8s.io/v1","spec":)" +
+      std::string(simdjson::minify(root["spec"])) + R"(,"status":{"allowed":)" +
+      (allowed ? "true" : "false");
+  if (!allowed) body += R"(,"reason":"denied by the fake API server")";
+  res.set_content(body + "}}", "application/json");
+}
+
 std::vector<RecordedRequest> FakeApiServer::requests() const {
   std::lock_guard lock(mu_);
   return requests_;
@@ -568,6 +639,7 @@ void FakeApiServer::handle(const httplib::Request& req, httplib::Response& res) 
     rec.headers[lower] = v;
   }
   requests_.push_back(rec);
+  res.set_header("Date", http_date(clock_offset_));
 
   if (!required_token_.empty() && rec.header("authorization") != "Bearer " + required_token_) {
     res.status = 401;
@@ -582,6 +654,11 @@ void FakeApiServer::handle(const httplib::Request& req, httplib::Response& res) 
         status_json(fail_status_, fail_status_ == 429 ? "TooManyRequests" : "InternalError",
                     "injected failure"),
         "application/json");
+    return;
+  }
+  if (req.path == "/version") {
+    res.set_content(R"({"major":"1","minor":"33","gitVersion":"v1.33.0-endpointd-fakeapi"})",
+                    "application/json");
     return;
   }
   Resource* r = resource_for_path(req.path);

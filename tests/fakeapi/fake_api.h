@@ -14,9 +14,11 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace httplib {
@@ -126,6 +128,11 @@ class FakeApiServer {
   void set_cache_behind(bool behind);
   // Requests must carry "Authorization: Bearer <token>" (empty: no check).
   void set_required_token(std::string token);
+  // SelfSubjectAccessReviews (POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews)
+  // are answered allowed unless their verb, group and resource were denied here.
+  void deny_access(std::string verb, std::string group, std::string resource);
+  // The Date header every answer carries is the clock plus this (a server whose clock is off).
+  void set_clock_offset(std::chrono::seconds offset);
   // Encodes (and gzips) now every page of every resource's whole list at `limit` objects a
   // page, and answers such a list from them while nothing changes: a benchmark's agent then
   // does not share its cores with the encoding, as it does not with a real API server's.
@@ -186,6 +193,9 @@ class FakeApiServer {
   std::map<std::string, std::unique_ptr<Resource>> resources_;  // by resource name
   std::vector<RecordedRequest> requests_;
   std::string required_token_;
+  std::set<std::tuple<std::string, std::string, std::string>> denied_;  // verb, group, resource
+  std::chrono::seconds clock_offset_{0};
+  void handle_post(const httplib::Request& req, httplib::Response& res);
   size_t fail_remaining_ = 0;
   int fail_status_ = 0;
   int fail_retry_after_ = -1;

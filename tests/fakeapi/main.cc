@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
                  "a BOOKMARK to every watch that asked for them this often, as the API server's "
                  "watch cache sends one about every minute (0: never)")
       ->check(CLI::Range(0, 3600000));
+  std::vector<std::string> deny;
+  app.add_option("--deny", deny,
+                 "VERB:GROUP/RESOURCE a SelfSubjectAccessReview is refused (GROUP empty for the "
+                 "core group: list:/pods)");
   CLI11_PARSE(app, argc, argv);
 
   endpointd::fakeapi::Options opts;
@@ -62,6 +66,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (!token.empty()) server.set_required_token(token);
+  for (const auto& d : deny) {
+    auto colon = d.find(':');
+    auto slash = d.find('/', colon == std::string::npos ? 0 : colon);
+    if (colon == std::string::npos || slash == std::string::npos) {
+      std::cerr << "--deny must be VERB:GROUP/RESOURCE\n";
+      return 2;
+    }
+    server.deny_access(d.substr(0, colon), d.substr(colon + 1, slash - colon - 1),
+                       d.substr(slash + 1));
+  }
 
   auto load = [&] {
     std::vector<std::string> errors;
