@@ -4,9 +4,19 @@
 # name), run from the image scripts/image builds, on a cluster of network namespaces
 # (tests/netns/cluster.sh) against the fake API server over TLS with the projected token and CA
 # at the in-cluster paths. node-a runs the chart's default values, node-b DNS + feed +
-# node-local DNS. Then: traffic through a ClusterIP and a NodePort, the probes, `podman restart`
-# of the agent under load with no failed request, the agent's privileges (user, capabilities,
-# read-only root, seccomp, no-new-privileges), each capability shown necessary, and bad input.
+# node-local DNS. In order:
+#   - the nodes start with kube-proxy's rules (nftables table and iptables-nft chains) carrying a
+#     ClusterIP; the swap out (README "Swapping kube-proxy out") under load, 0 failed;
+#   - `endpointd check` in each agent's pod; the probes on the ports the chart names; traffic
+#     through a ClusterIP and a NodePort; node-local DNS; the feed listening;
+#   - the agent's privileges as the chart says (user, capabilities, read-only root, seccomp,
+#     no-new-privileges); `podman restart` of the agent under load, 0 failed;
+#   - the chart's example nginx workload rolled under wrk and new connections, preStop
+#     `endpointd prestop` before SIGTERM, 0 failed, every drain's timeline;
+#   - each capability the chart adds shown necessary (a fresh node without it is never ready);
+#   - bad input: a binary missing a library, no token at the in-cluster path, a pod spec field
+#     the translator cannot honour;
+#   - the swap back under load, 0 failed, no endpointd table left.
 #
 #   pod_test.sh REPO BUILD_DIR
 # Exit 77 (a ctest skip) when not root or podman cannot run containers here, saying why.
@@ -360,6 +370,21 @@ for node in node-a node-b; do
   done
 done
 
+
+step "endpointd check in each agent's pod, with the pod's own arguments (run → check)"
+for node in node-a node-b; do
+  mapfile -t check_args < <(python3 -c '
+import json, sys
+run = json.load(open(sys.argv[1]))["containers"][0]["run"]
+i = run.index(sys.argv[2])
+args = run[i + 1:]
+args[args.index("run")] = "check"
+print("\n".join(args))' "$work/$node.json" "$image")
+  rc=0
+  podman exec "$prefix-endpointd-$node-endpointd" /usr/local/bin/endpointd "${check_args[@]}" >"$work/check-$node.out" 2>&1 || rc=$?
+  sed 's/^/   '"$node"': /' "$work/check-$node.out"
+  [ $rc -eq 0 ] || fail "endpointd check failed in $node's agent pod (exit $rc)"
+done
 
 step "traffic: the client to web's ClusterIP 10.96.0.10:80 (through node-a) and to the NodePort 30080 of both nodes"
 in_ns client "$client" --target 10.96.0.10:80 --mode new --count 60 --out "$work/clusterip.out" >/dev/null
