@@ -181,6 +181,7 @@ declare -A node_no=([node-a]=1 [node-b]=2 [node-c]=3)
 uid_of() { printf '0d0e0000-0000-4000-8000-%012d' "${node_no[$1]}"; }
 translate() {  # node values-file pod-name uid [more flags]
   local node=$1 vals=$2 name=$3 uid=$4; shift 4
+  # hostPaths live under the node's root; a real node has /lib/modules (this machine has none).
   mkdir -p "$work/root-$node/lib/modules"
   python3 "$flags" "$work/$vals.yaml" --kind DaemonSet --node "$node" --pod-name "$name" \
     --pod-uid "$uid" --namespace kube-system --node-root "$work/root-$node" --work "$work/pods" \
@@ -217,6 +218,8 @@ for node in node-a node-b; do
   translate "$node" "${values[$node]}" "endpointd-$node" "$(uid_of "$node")" >"$work/$node.json" 2>"$work/$node.translate.log" ||
     fail "$(cat "$work/$node.translate.log")"
 done
+echo "   the pod spec fields podman_flags.py translates (any other is refused by name):"
+python3 "$flags" --fields | sed 's/^/     /'
 echo "   podman run for node-a's agent, from the DaemonSet's pod template:"
 python3 -c 'import json,shlex,sys; print("   " + shlex.join(json.load(open(sys.argv[1]))["containers"][0]["run"]))' "$work/node-a.json"
 

@@ -10,6 +10,8 @@ never silently dropped.
       [--host-shared PATH ...] [--secret NAME=DIR ...] [--sa-dir DIR] [--image-map FROM=TO ...]
       [--pod-ip IP] [--host-ip IP] [--cluster-dns IP] [--kubernetes-service HOST:PORT]
 
+  podman_flags.py --fields     the fields it translates and how (any other is refused)
+
 prints JSON: {"init": [container...], "containers": [container...], "stop_timeout": N}, each
 container {"name", "run": [podman argv], "prestop": [argv in the container] or null,
 "probes": {"liveness"|"readiness": {"host", "port", "path", ...}}}.
@@ -83,6 +85,10 @@ def find_object(docs, kind, name):
 
 
 def main():
+    if sys.argv[1:] == ["--fields"]:
+        for field, how in TRANSLATED.items():
+            print(f"{field}: {how}")
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("rendered")
     ap.add_argument("--kind", default="DaemonSet")
