@@ -750,7 +750,10 @@ void add_run_flags(CLI::App& app) {
       "NAMESPACE/NAME of a Service over the endpointd DaemonSet's pods: where each agent is "
       "reached, and which Nodes ever ran one; the drain's members are every Node less those that "
       "never did (empty: every Node)");
-  add(app, "drain-peer-ca", "PEM file: the CA that signs every agent's peer certificate");
+  add(app, "drain-peer-ca",
+      "PEM file: the CA that signs every agent's peer certificate (the three files are needed "
+      "unless --drain-peer-insecure, or a --source-dir whose Nodes name no other node: then no "
+      "peer port)");
   add(app, "drain-peer-cert",
       "PEM file: this agent's peer certificate (names its node; server and client auth)");
   add(app, "drain-peer-key", "PEM file: the peer certificate's private key");

@@ -14,6 +14,7 @@
 #include "daemon/admin.h"
 #include "daemon/conntrack_flows.h"
 #include "daemon/health.h"
+#include "daemon/peer_plan.h"
 #include "daemon/sources.h"
 #include "daemon/state_json.h"
 #include "dns/sink.h"
@@ -243,6 +244,15 @@ std::chrono::milliseconds Daemon::begin_lameduck() {
 
 Status Daemon::start() {
   auto& m = *impl_;
+  // A manifest directory naming no other node needs no peer port (daemon/peer_plan.h).
+  if (peer_plan_needs_nodes(m.cfg)) {
+    auto plan = plan_peers(m.cfg, manifest_node_names(m.cfg.source_dir));
+    if (!plan) return Error{plan.error()};
+    if (!plan->listen) {
+      spdlog::info("{}", plan->note);
+      m.cfg.drain_peer_listen = std::nullopt;
+    }
+  }
   // kube-proxy's conntrack settings, before any traffic is programmed; a setting that cannot
   // be written stops the start (it was asked for), naming it and its file.
   if (auto ct = proxy::apply_conntrack_sysctls(m.cfg.conntrack); !ct) {

@@ -360,7 +360,8 @@ std::string render_status(const StatusView& v, const RenderOptions& o) {
   // Peers and the cluster watermark.
   out << heading("Peers");
   if (!v.cluster) {
-    out << state(p, "Off", '-') << "no cluster watermark (per-endpoint peer calls)\n";
+    out << state(p, "Off", '-')
+        << "no cluster watermark: no peer port, or --drain-peer-protocol per-endpoint\n";
   } else {
     const auto& c = *v.cluster;
     std::vector<std::pair<std::string, std::string>> neighbours;  // node, role
