@@ -425,16 +425,17 @@ for node in node-a node-b; do
 done
 
 step "podman restart of node-a's agent under load: new connections and wrk keep-alive through the ClusterIP"
-in_ns client "$client" --target 10.96.0.10:80 --mode new --concurrency 2 --duration-ms 8000 \
+in_ns client "$client" --target 10.96.0.10:80 --mode new --concurrency 2 --duration-ms 15000 \
   --interval-ms 5 --out "$work/restart-new.out" >/dev/null &
 load1=$!
-in_ns client wrk -t 1 -c 8 -d 8s --timeout 3s http://10.96.0.10:80/ >"$work/restart-wrk.out" 2>&1 &
+in_ns client wrk -t 1 -c 8 -d 15s --timeout 3s http://10.96.0.10:80/ >"$work/restart-wrk.out" 2>&1 &
 load2=$!
 sleep 1.5
 t0=$(date +%s%N)
 podman restart "$prefix-endpointd-node-a-endpointd" >/dev/null
 wait_ready node-a "$work/node-a.json" 30 || fail "node-a's agent not ready again after podman restart"
 echo "   restarted and ready again in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+kill -0 $load1 2>/dev/null || fail "the restart outlasted the load"
 wait $load1 $load2
 wrk_errors=$(grep -E 'Socket errors|Non-2xx' "$work/restart-wrk.out" | tr -s ' ' || true)
 echo "   new connections: $(tally "$work/restart-new.out")"

@@ -34,7 +34,7 @@ TRANSLATED = {
     "serviceAccountName": "the projected token, ca.crt and namespace, read-only at "
                           "/var/run/secrets/kubernetes.io/serviceaccount (--sa-dir)",
     "automountServiceAccountToken": "false: no service account volume",
-    "terminationGracePeriodSeconds": "podman stop --time",
+    "terminationGracePeriodSeconds": "--stop-timeout: SIGTERM, then SIGKILL after it (podman stop, restart)",
     "priorityClassName": "the scheduler's: nothing to run",
     "tolerations": "the scheduler's: nothing to run",
     "nodeSelector": "the scheduler's: nothing to run",
@@ -220,6 +220,7 @@ def main():
     elif policy not in ("Default", "ClusterFirst"):
         refuse(f"{base}.dnsPolicy", f"dnsPolicy {policy}")
     stop_timeout = int(spec.get("terminationGracePeriodSeconds", 30))
+    common += ["--stop-timeout", str(stop_timeout)]
 
     field_env = {"spec.nodeName": a.node, "metadata.name": a.pod_name, "metadata.namespace": a.namespace,
                  "metadata.uid": a.pod_uid, "status.podIP": a.pod_ip or a.host_ip, "status.hostIP": a.host_ip}
