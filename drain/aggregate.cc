@@ -22,32 +22,33 @@ bool same(const UpReport& a, const UpReport& b) {
 
 }  // namespace
 
-void merge_holdouts(std::vector<Holdout>& into, const std::vector<Holdout>& more) {
-  if (more.empty()) return;
+HoldoutList HoldoutList::of(std::vector<Holdout> raw) {
+  if (raw.empty()) return {};
   uint64_t more_count = 0;
   uint64_t more_rev = UINT64_MAX;
   std::vector<Holdout> all;
-  all.reserve(into.size() + more.size());
-  for (const std::vector<Holdout>* list :
-       std::initializer_list<const std::vector<Holdout>*>{&into, &more}) {
-    for (const auto& h : *list) {
-      if (h.client.starts_with("+")) {
-        // A summary entry: "+N more".
-        more_count += std::strtoull(h.client.c_str() + 1, nullptr, 10);
-        more_rev = std::min(more_rev, h.revision);
-      } else {
-        all.push_back(h);
-      }
+  all.reserve(raw.size());
+  for (auto& h : raw) {
+    if (h.client.starts_with("+")) {
+      // A summary entry: "+N more".
+      more_count += std::strtoull(h.client.c_str() + 1, nullptr, 10);
+      more_rev = std::min(more_rev, h.revision);
+    } else {
+      all.push_back(std::move(h));
     }
   }
+  // One per (node, client): the lowest revision, the one that holds the most drains.
   std::sort(all.begin(), all.end(), [](const Holdout& a, const Holdout& b) {
-    return std::tie(a.revision, a.node, a.client) < std::tie(b.revision, b.node, b.client);
+    return std::tie(a.node, a.client, a.revision) < std::tie(b.node, b.client, b.revision);
   });
   all.erase(std::unique(all.begin(), all.end(),
                         [](const Holdout& a, const Holdout& b) {
                           return a.node == b.node && a.client == b.client;
                         }),
             all.end());
+  std::sort(all.begin(), all.end(), [](const Holdout& a, const Holdout& b) {
+    return std::tie(a.revision, a.node, a.client) < std::tie(b.revision, b.node, b.client);
+  });
   const size_t keep = kMaxHoldouts - 1;
   if (all.size() > keep + (more_count ? 0 : 1)) {
     for (size_t i = keep; i < all.size(); ++i) {
@@ -59,7 +60,32 @@ void merge_holdouts(std::vector<Holdout>& into, const std::vector<Holdout>& more
   if (more_count)
     all.push_back(Holdout{"*", "+" + std::to_string(more_count) + " more", more_rev,
                           "holdouts past the report's bound"});
-  into = std::move(all);
+  return HoldoutList(std::make_shared<const std::vector<Holdout>>(std::move(all)));
+}
+
+HoldoutList HoldoutList::merge(const std::vector<const HoldoutList*>& lists) {
+  const HoldoutList* only = nullptr;
+  size_t total = 0;
+  for (const auto* l : lists) {
+    if (l->empty()) continue;
+    if (!only) only = l;
+    total += l->size();
+  }
+  if (!only) return {};
+  if (total == only->size()) return *only;
+  std::vector<Holdout> all;
+  all.reserve(total);
+  for (const auto* l : lists) all.insert(all.end(), l->begin(), l->end());
+  return of(std::move(all));
+}
+
+HoldoutList HoldoutList::merge(std::initializer_list<const HoldoutList*> lists) {
+  return merge(std::vector<const HoldoutList*>(lists));
+}
+
+const std::vector<Holdout>& HoldoutList::items() const {
+  static const std::vector<Holdout> kNone;
+  return list_ ? *list_ : kNone;
 }
 
 Aggregator::Aggregator(std::string self, AggregatorOptions opts)
@@ -82,12 +108,10 @@ void Aggregator::set_local(uint64_t watermark) {
   set_local(watermark, watermark, {});
 }
 
-void Aggregator::set_local(uint64_t watermark, uint64_t dns_watermark,
-                           std::vector<Holdout> holdouts) {
+void Aggregator::set_local(uint64_t watermark, uint64_t dns_watermark, HoldoutList holdouts) {
   local_ = watermark;
   local_dns_ = std::min(watermark, dns_watermark);
-  local_holdouts_.clear();
-  merge_holdouts(local_holdouts_, holdouts);
+  local_holdouts_ = std::move(holdouts);
 }
 
 bool Aggregator::coverage_current() const {
@@ -335,7 +359,7 @@ UpReport Aggregator::aggregate(TimePoint now) {
   up.from = self_;
   up.watermark = local_;
   up.dns_watermark = local_dns_;
-  up.holdouts = local_holdouts_;
+  std::vector<const HoldoutList*> holdouts{&local_holdouts_};
   up.covered.add(self_);
   std::set<std::string> silent;
   for (const auto& [p, since] : suspects_)
@@ -344,7 +368,7 @@ UpReport Aggregator::aggregate(TimePoint now) {
   auto include = [&](const UpReport& r) {
     up.watermark = std::min(up.watermark, r.watermark);
     up.dns_watermark = std::min(up.dns_watermark, r.dns_watermark);
-    merge_holdouts(up.holdouts, r.holdouts);
+    holdouts.push_back(&r.holdouts);
     up.covered.add(r.covered);
     silent.insert(r.silent.begin(), r.silent.end());
     returning.insert(r.returning.begin(), r.returning.end());
@@ -358,6 +382,14 @@ UpReport Aggregator::aggregate(TimePoint now) {
     if (!excluded_.count(it->first)) include(it->second.report);
     ++it;
   }
+  if (holdouts.size() != merged_from_.size() ||
+      !std::equal(holdouts.begin(), holdouts.end(), merged_from_.begin(),
+                  [](const HoldoutList* a, const HoldoutList& b) { return a->is(b); })) {
+    merged_ = HoldoutList::merge(holdouts);
+    merged_from_.clear();
+    for (const auto* l : holdouts) merged_from_.push_back(*l);
+  }
+  up.holdouts = merged_;
   silent.insert(lapsed_.begin(), lapsed_.end());
   if (!ring_next_.empty() && now - ring_heard_ > opts_.silence) silent.insert(ring_next_);
   for (const auto& c : children_)

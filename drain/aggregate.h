@@ -34,6 +34,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -60,9 +61,35 @@ struct Holdout {
 // At most this many holdouts travel in a report (the oldest revisions first: they matter to
 // the most drains); more are summed into one entry with client "+N more".
 inline constexpr size_t kMaxHoldouts = 64;
-// Merges `more` into `into` keeping the kMaxHoldouts lowest revisions (node, client order
-// among equals); what is cut is counted in a last "+N more" entry at the lowest cut revision.
-void merge_holdouts(std::vector<Holdout>& into, const std::vector<Holdout>& more);
+
+// A report's holdouts: sorted by (revision, node, client), one per (node, client), at most
+// kMaxHoldouts with what is cut counted in a last "+N more" entry at the lowest cut revision.
+// Immutable and shared: reports, their copies and the facts drains read pass one list around
+// instead of copying its strings at every hop and every evaluation.
+class HoldoutList {
+ public:
+  HoldoutList() = default;
+  // Any list (from the board, from the wire): put in the order and bound above.
+  static HoldoutList of(std::vector<Holdout> raw);
+  // The lists together, in the same order and bound. A list merged with empty ones is
+  // returned as it is, shared.
+  static HoldoutList merge(std::initializer_list<const HoldoutList*> lists);
+  static HoldoutList merge(const std::vector<const HoldoutList*>& lists);
+
+  bool empty() const { return !list_ || list_->empty(); }
+  size_t size() const { return list_ ? list_->size() : 0; }
+  std::vector<Holdout>::const_iterator begin() const { return items().begin(); }
+  std::vector<Holdout>::const_iterator end() const { return items().end(); }
+  const Holdout& operator[](size_t i) const { return items()[i]; }
+  const std::vector<Holdout>& items() const;
+  bool operator==(const HoldoutList& o) const { return list_ == o.list_ || items() == o.items(); }
+  // The very same list (not only an equal one).
+  bool is(const HoldoutList& o) const { return list_ == o.list_; }
+
+ private:
+  explicit HoldoutList(std::shared_ptr<const std::vector<Holdout>> l) : list_(std::move(l)) {}
+  std::shared_ptr<const std::vector<Holdout>> list_;
+};
 
 struct UpReport {
   std::string from;
@@ -71,7 +98,7 @@ struct UpReport {
   // expired from clients' caches (an agent without DNS reports its `watermark`). Never above
   // `watermark`.
   uint64_t dns_watermark = 0;
-  std::vector<Holdout> holdouts;
+  HoldoutList holdouts;
   Coverage covered;
   std::vector<std::string> silent;     // agents below `from` that missed their deadline
   std::vector<std::string> returning;  // excluded agents heard from again
@@ -103,8 +130,8 @@ struct DownReport {
   // excluded). An agent counts the watermark for a node only when this is exactly its own
   // members less its excluded: a watermark made before a membership change covers nobody new.
   Coverage covered;
-  uint64_t dns_watermark = 0;     // the DNS watermark over the same agents
-  std::vector<Holdout> holdouts;  // every covered agent's holdouts (bounded)
+  uint64_t dns_watermark = 0;  // the DNS watermark over the same agents
+  HoldoutList holdouts;        // every covered agent's holdouts
 };
 
 using Message = std::variant<UpReport, DownReport>;
@@ -117,7 +144,7 @@ struct ClusterFacts {
   bool coverage_current = false;  // the published minimum covers exactly members − excluded
   std::shared_ptr<const std::set<std::string>> members;  // null: none known yet
   std::set<std::string> excluded;
-  std::vector<Holdout> holdouts;
+  HoldoutList holdouts;
   // Why the watermark does not count `node` (nullopt: it does): the one rule for every kind
   // of missing peer — excluded for silence, departed from the members, or a minimum made
   // before the last membership change.
@@ -146,7 +173,7 @@ class Aggregator {
   // This agent's own watermark: its consumers applied every EndpointSlice event up to it;
   // its DNS watermark (≤ watermark); the clients of its consumers that stopped holding it.
   void set_local(uint64_t watermark);
-  void set_local(uint64_t watermark, uint64_t dns_watermark, std::vector<Holdout> holdouts);
+  void set_local(uint64_t watermark, uint64_t dns_watermark, HoldoutList holdouts);
 
   void receive(const Message& m, TimePoint now);
 
@@ -163,7 +190,7 @@ class Aggregator {
   // EndpointSlice event up to it.
   uint64_t cluster_watermark() const { return cluster_; }
   uint64_t cluster_dns_watermark() const { return cluster_dns_; }
-  const std::vector<Holdout>& cluster_holdouts() const { return cluster_holdouts_; }
+  const HoldoutList& cluster_holdouts() const { return cluster_holdouts_; }
   // Whether the cluster watermark counts `node`: the coverage it was published with is this
   // agent's members less its excluded, and `node` is one of those. A node it does not count is
   // unknown: never confirmed by the watermark, whatever its value.
@@ -244,11 +271,15 @@ class Aggregator {
   TimePoint last_ring_probe_at_{};
   uint64_t local_ = 0;
   uint64_t local_dns_ = 0;
-  std::vector<Holdout> local_holdouts_;
+  HoldoutList local_holdouts_;
+  // The last merge of the subtree's holdouts and the lists it was made of: reports that did
+  // not change bring the same lists, and the merge is not made again.
+  std::vector<HoldoutList> merged_from_;
+  HoldoutList merged_;
   uint64_t cluster_ = 0;
   uint64_t cluster_dns_ = 0;
   Coverage cluster_covered_;  // whom cluster_ covers, as the root published it
-  std::vector<Holdout> cluster_holdouts_;
+  HoldoutList cluster_holdouts_;
   // Publishes a minimum (the root) or takes one from a down report.
   void take_cluster(const DownReport& d);
   DownReport down_report() const;

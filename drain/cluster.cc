@@ -42,16 +42,18 @@ void copy_names(const google::protobuf::RepeatedPtrField<std::string>& in,
 }
 
 void copy_holdouts(const google::protobuf::RepeatedPtrField<pb::WatermarkHoldout>& in,
-                   std::vector<Holdout>& out) {
+                   HoldoutList& out) {
+  std::vector<Holdout> raw;
   for (const auto& h : in) {
-    if (out.size() >= kMaxHoldouts) break;
+    if (raw.size() >= kMaxHoldouts) break;
     if (!valid_name(h.node()) || !valid_name(h.client())) continue;
-    out.push_back(Holdout{h.node(), h.client(), h.revision(), h.reason().substr(0, kMaxName)});
+    raw.push_back(Holdout{h.node(), h.client(), h.revision(), h.reason().substr(0, kMaxName)});
   }
+  out = HoldoutList::of(std::move(raw));
 }
 
 template <typename W>
-void put_holdouts(const std::vector<Holdout>& in, W* w) {
+void put_holdouts(const HoldoutList& in, W* w) {
   for (const auto& h : in) {
     auto* o = w->add_holdouts();
     o->set_node(h.node);
@@ -496,7 +498,7 @@ void Cluster::set_local(uint64_t watermark) {
   set_local(watermark, watermark, {});
 }
 
-void Cluster::set_local(uint64_t watermark, uint64_t dns_watermark, std::vector<Holdout> holdouts) {
+void Cluster::set_local(uint64_t watermark, uint64_t dns_watermark, HoldoutList holdouts) {
   {
     std::lock_guard lock(inbox_mu_);
     if (watermark == pending_local_ && dns_watermark == pending_local_dns_ &&
@@ -849,7 +851,7 @@ void Cluster::run() {
     bool members_changed = false, local_changed = false, stopping = false;
     std::map<std::string, std::string> members;
     uint64_t local = 0, local_dns = 0;
-    std::vector<Holdout> holdouts;
+    HoldoutList holdouts;
     {
       std::unique_lock lock(inbox_mu_);
       // At most a poll per millisecond whatever the deadlines say.

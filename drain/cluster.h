@@ -83,7 +83,7 @@ class Cluster {
   void set_members(std::map<std::string, std::string> addresses);
   // This agent's own watermark: every consumer applied every EndpointSlice event up to it.
   void set_local(uint64_t watermark);
-  void set_local(uint64_t watermark, uint64_t dns_watermark, std::vector<Holdout> holdouts);
+  void set_local(uint64_t watermark, uint64_t dns_watermark, HoldoutList holdouts);
 
   struct View {
     uint64_t local = 0;
@@ -143,7 +143,7 @@ class Cluster {
   bool members_changed_ = false;
   uint64_t pending_local_ = 0;
   uint64_t pending_local_dns_ = 0;
-  std::vector<Holdout> pending_holdouts_;
+  HoldoutList pending_holdouts_;
   bool local_changed_ = false;
 
   // Owned by the cluster thread.

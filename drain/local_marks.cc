@@ -108,14 +108,25 @@ LocalMarks::Marks LocalMarks::update(const std::vector<pipeline::AckBoard::Entry
     }
   }
   holdout_fallback_ = std::move(scanned);
-  m.fallback = fallback;
-  for (const auto& ip : fallback)
-    m.holdouts.push_back(
-        Holdout{node, fallback_client(ip), 0, "routes to it by the terminating fallback"});
+  std::vector<std::pair<std::string, std::vector<pipeline::AckBoard::Holdout>>> clients;
   for (const auto& e : entries)
-    for (const auto& h : e.holdouts)
-      m.holdouts.push_back(Holdout{node, e.consumer + "/" + h.client,
-                                   h.snapshot ? h.snapshot->slice_revision : h.revision, h.reason});
+    if (!e.holdouts.empty()) clients.emplace_back(e.consumer, e.holdouts);
+  if (fallback != last_fallback_ || clients != last_clients_ || node != last_node_) {
+    std::vector<Holdout> raw;
+    for (const auto& ip : fallback)
+      raw.push_back(
+          Holdout{node, fallback_client(ip), 0, "routes to it by the terminating fallback"});
+    for (const auto& [consumer, held] : clients)
+      for (const auto& h : held)
+        raw.push_back(Holdout{node, consumer + "/" + h.client,
+                              h.snapshot ? h.snapshot->slice_revision : h.revision, h.reason});
+    last_holdouts_ = HoldoutList::of(std::move(raw));
+    last_fallback_ = fallback;
+    last_node_ = node;
+    last_clients_ = std::move(clients);
+  }
+  m.holdouts = last_holdouts_;
+  m.fallback = std::move(fallback);
   return m;
 }
 

@@ -38,7 +38,7 @@ class LocalMarks {
   struct Marks {
     uint64_t routing = 0;
     uint64_t dns = 0;
-    std::vector<Holdout> holdouts;
+    HoldoutList holdouts;
     std::set<model::IpAddr> fallback;  // this node's own fallback-routed endpoints
     bool operator==(const Marks&) const = default;
   };
@@ -63,6 +63,11 @@ class LocalMarks {
   std::map<model::ServiceKey, std::vector<model::IpAddr>> fallback_by_service_;
   // Holdouts' states looked at already, and what they route to by the fallback.
   std::map<model::SnapshotPtr, std::vector<model::IpAddr>> holdout_fallback_;
+  // The last holdouts made, and what they were made from: unchanged inputs give the same list.
+  std::string last_node_;
+  std::set<model::IpAddr> last_fallback_;
+  std::vector<std::pair<std::string, std::vector<pipeline::AckBoard::Holdout>>> last_clients_;
+  HoldoutList last_holdouts_;
   // Per DNS consumer: (applied at, generation), oldest first, until the TTL passed.
   std::map<std::string, std::deque<std::pair<TimePoint, uint64_t>>> dns_applied_;
 };

@@ -43,6 +43,11 @@ ReleaseAfter release_after_of(const model::Pod& pod, ReleaseAfter fallback) {
 
 namespace {
 
+const std::string& fallback_client(Drain& d) {
+  if (d.fallback_client.empty()) d.fallback_client = LocalMarks::fallback_client(d.ip);
+  return d.fallback_client;
+}
+
 bool in_any_service(const model::Snapshot& s, const model::IpAddr& ip) {
   for (const auto& st : s.services)
     if (st->find(ip)) return true;
@@ -425,7 +430,7 @@ void Machine::judge_peers(Drain& d, const Inputs& in) {
   const uint64_t mark = d.needs_dns ? c.dns : c.routing;
   // Nodes whose applied state routes to it by the terminating fallback, and whether the list
   // overflowed its bound (then any node may).
-  const std::string fallback = LocalMarks::fallback_client(d.ip);
+  const std::string& fallback = fallback_client(d);
   std::set<std::string> falls_back;
   bool overflow = false;
   for (const auto& h : c.holdouts) {
@@ -568,7 +573,7 @@ void Machine::advance(Drain& d, const Inputs& in, std::vector<Transition>& out) 
   if ((d.stage == Stage::kRemoved || d.stage == Stage::kDrained) && !d.reconfirm && in.cluster) {
     // Removed, not released: a node that routes to it again by the fallback takes the removal
     // back until it is confirmed anew.
-    const std::string fallback = LocalMarks::fallback_client(d.ip);
+    const std::string& fallback = fallback_client(d);
     for (const auto& h : in.cluster->holdouts) {
       if (h.client != fallback || !d.peers.count(h.node)) continue;
       d.reconfirm = true;

@@ -90,7 +90,8 @@ struct Unconfirmed {
 
 struct Drain {
   model::IpAddr ip;
-  model::ObjectKey pod;  // empty when no pod on this node has the address
+  std::string fallback_client;  // LocalMarks::fallback_client(ip), made once when first needed
+  model::ObjectKey pod;         // empty when no pod on this node has the address
   std::string pod_uid;
   ReleaseAfter release_after = ReleaseAfter::kDrained;
   Stage stage = Stage::kWaitingTerminating;

@@ -31,6 +31,7 @@ class AckBoard {
     // not kept): the EndpointSlice revision of its last accepted state, 0 if unknown. drain/
     // then takes it as routing to every endpoint terminating since.
     uint64_t revision = 0;
+    bool operator==(const Holdout&) const = default;
   };
   struct Entry {
     std::string consumer;

@@ -70,9 +70,9 @@ struct Agent {
   std::deque<std::pair<TimePoint, model::SnapshotPtr>> proxy_queue;
   model::SnapshotPtr dns;
   TimePoint dns_at{};
-  std::map<std::string, TimePoint> served_until;  // DNS: address → when its last answer expires
-  std::map<std::string, HubEntry> hub;            // by subscriber identity
-  std::map<std::string, uint64_t> waiters;        // pod → prestop call id
+  std::map<model::IpAddr, TimePoint> served_until;  // DNS: address → when its last answer expires
+  std::map<std::string, HubEntry> hub;              // by subscriber identity
+  std::map<std::string, uint64_t> waiters;          // pod → prestop call id
   bool in_members = false;
 };
 
@@ -376,7 +376,7 @@ class World {
     in.now = now_;
     in.consumers = std::move(entries);
     in.dns_expiry = [&a, this](const model::IpAddr& ip) -> std::optional<TimePoint> {
-      auto it = a.served_until.find(ip.str());
+      auto it = a.served_until.find(ip);
       if (it == a.served_until.end()) return std::nullopt;
       return it->second;
     };
@@ -394,7 +394,7 @@ class World {
       if (!model::routes_to(model::RouteView::kDns, *st, e.address, {})) continue;
       TimePoint until = now_ + ttl_;
       dns_cache_.emplace_back(e.address.str(), until);
-      auto& u = a.served_until[e.address.str()];
+      auto& u = a.served_until[e.address];
       u = std::max(u, until);
     }
     ++report_.faults["dns queries"];
