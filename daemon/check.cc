@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "daemon/kube_request.h"
 
@@ -225,8 +226,15 @@ std::vector<CheckLine> check_api(const Config& cfg, const CheckEnv& env) {
                                          " s (" + said + ", to the second)"));
   }
   // The verbs the agent uses, each asked of the server for the credentials above.
-  for (const auto& [group, resource] : watched_resources(cfg)) {
-    for (const char* verb : {"list", "watch"}) {
+  std::vector<std::tuple<std::string, std::string, std::string>> asks;  // verb, group, resource
+  for (const auto& [group, resource] : watched_resources(cfg))
+    for (const char* verb : {"list", "watch"}) asks.emplace_back(verb, group, resource);
+  // Events on the pods this node drains (daemon/events.h).
+  if (cfg.events)
+    for (const char* verb : {"create", "patch"}) asks.emplace_back(verb, "events.k8s.io", "events");
+  for (const auto& [verb_s, group, resource] : asks) {
+    {
+      const char* verb = verb_s.c_str();
       std::string name = std::string("rbac ") + verb + " " + resource;
       std::string body =
           R"({"apiVersion":"authorization.k8s.io/v1","kind":"SelfSubjectAccessReview",)"
@@ -256,7 +264,8 @@ std::vector<CheckLine> check_api(const Config& cfg, const CheckEnv& env) {
         out.push_back(fail(name, "not granted" + (reason.empty() ? "" : ": " + std::string(reason)),
                            "grant " + std::string(verb) + " on " + what +
                                " to the agent's account (the chart's ClusterRole, "
-                               "helm/endpointd/templates/rbac.yaml)"));
+                               "helm/endpointd/templates/rbac.yaml)" +
+                               (resource == "events" ? "; or run with --events false" : "")));
     }
   }
   return out;

@@ -405,6 +405,7 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
   cfg.kubeconfig = d.text("kubeconfig", cfg.kubeconfig);
   cfg.node_name = d.text("node-name", cfg.node_name);
   cfg.watch_pods = d.boolean("watch-pods", cfg.watch_pods);
+  cfg.events = d.boolean("events", cfg.events);
   cfg.watch_timeout = std::chrono::seconds(d.integer("watch-timeout", 10, 3600, 300));
   cfg.watch_stall_timeout = std::chrono::seconds(
       d.integer("watch-stall-timeout", 0, 3600, cfg.watch_stall_timeout.count()));
@@ -842,6 +843,10 @@ void add_run_flags(CLI::App& app) {
       "kubelets' clusterDNS at it (empty: off)");
   add(app, "watch-pods", "Watch this node's pods (needed for drains)",
       def.watch_pods ? "true" : "false");
+  add(app, "events",
+      "Write Kubernetes Events (events.k8s.io/v1) on the pods this node drains: DrainRemoved, "
+      "DrainReleased, DrainUnconfirmed (needs create and patch on events; API sources only)",
+      def.events ? "true" : "false");
   add(app, "watch-timeout", "Seconds a watch request stays open before it is renewed (10..3600)",
       std::to_string(def.watch_timeout.count()));
   add(app, "watch-stall-timeout",

@@ -60,6 +60,8 @@ struct Config {
   std::string kubeconfig;
   std::string node_name;  // resolve_defaults: $NODE_NAME, else the host name
   bool watch_pods = true;
+  // Kubernetes Events on the pods this node drains (daemon/events.h); API sources only.
+  bool events = true;
   std::chrono::seconds watch_timeout{300};
   // A watch with no byte (event or bookmark) for this long is re-established; 0: off. Above
   // the API server's bookmark period (~1 min) so that quiet watches are not churned; a dead

@@ -4,6 +4,7 @@
 
 #include <prometheus/counter.h>
 #include <prometheus/registry.h>
+#include <simdjson.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -13,7 +14,9 @@
 
 #include "daemon/admin.h"
 #include "daemon/conntrack_flows.h"
+#include "daemon/events.h"
 #include "daemon/health.h"
+#include "daemon/kube_request.h"
 #include "daemon/peer_plan.h"
 #include "daemon/sources.h"
 #include "daemon/state_json.h"
@@ -79,6 +82,11 @@ struct Daemon::Impl {
   std::unique_ptr<proxy::Conntrack> own_conntrack;
   std::unique_ptr<ConntrackFlows> flows;
   std::unique_ptr<drain::Coordinator> drain;
+  // Events on pods this node drains (API sources only).
+  std::unique_ptr<KubeRequester> event_api;
+  std::unique_ptr<EventRecorder> events;
+  std::unique_ptr<DrainEventPoller> event_poller;
+  Status start_events();
 
   Status start_proxy();
   Status start_dns();
@@ -274,6 +282,9 @@ Status Daemon::start() {
     if (auto st = m.start_feed(); !st) return st;
   }
   if (auto st = m.start_drain(); !st) return st;
+  if (m.cfg.events && m.cfg.source_dir.empty()) {
+    if (auto st = m.start_events(); !st) return st;
+  }
   m.loop->on_publish([&m](const model::SnapshotPtr& s) {
     m.last_published = pipeline::AckBoard::Clock::now().time_since_epoch().count();
     spdlog::debug("published generation {} ({} services, synced={})", s->generation,
@@ -337,6 +348,8 @@ void Daemon::stop() {
   if (m.admin) m.admin->stop();
   if (m.health) m.health->stop();
   if (m.loop) m.loop->stop();
+  m.event_poller.reset();
+  if (m.events) m.events->stop();
   if (m.drain) m.drain->stop();
   m.node_local_watch.reset();
   if (m.dns_sink) m.dns_sink->stop();
@@ -404,6 +417,36 @@ Status Daemon::Impl::start_drain() {
   drain = std::make_unique<drain::Coordinator>(&board, flows.get(), expiry, co);
   if (auto st = drain->start(); !st) return prefixed("drain", st.error());
   loop->on_publish([d = drain.get()](const model::SnapshotPtr& s) { d->on_snapshot(s); });
+  return {};
+}
+
+Status Daemon::Impl::start_events() {
+  auto cluster = cluster_config(cfg.kubeconfig);
+  if (!cluster) return prefixed("events", cluster.error());
+  event_api = std::make_unique<KubeRequester>(std::move(*cluster));
+  EventRecorderOptions eo;
+  eo.node = cfg.node_name;
+  eo.registry = registry.get();
+  events = std::make_unique<EventRecorder>(
+      eo,
+      [api = event_api.get()](std::string_view method, const std::string& path,
+                              const std::string& body, std::string_view type,
+                              std::chrono::milliseconds timeout) -> Result<EventRecorder::Reply> {
+        auto r = api->request(method, path, body, timeout, type);
+        if (!r) return Error{r.error()};
+        return EventRecorder::Reply{r->status};
+      });
+  // The drain's members, as /debug/state's drainCluster counts them; without the cluster
+  // watermark, the nodes.
+  auto members = [this]() -> size_t {
+    std::string j = drain->cluster_json();
+    simdjson::dom::parser p;
+    uint64_t n = 0;
+    if (p.parse(j).get_object()["members"].get(n) == simdjson::SUCCESS) return n;
+    return loop->current()->nodes.size();
+  };
+  event_poller = std::make_unique<DrainEventPoller>([this] { return drain->drains_json(); },
+                                                    members, events.get());
   return {};
 }
 

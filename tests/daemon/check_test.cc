@@ -80,11 +80,16 @@ TEST_F(CheckTest, EverythingGrantedPasses) {
       ASSERT_NE(l, nullptr) << v << " " << r;
       EXPECT_EQ(l->state, CheckLine::State::kOk) << l->detail;
     }
+  for (const char* v : {"create", "patch"}) {
+    const CheckLine* l = find(lines, std::string("rbac ") + v + " events");
+    ASSERT_NE(l, nullptr) << v;
+    EXPECT_EQ(l->state, CheckLine::State::kOk) << l->detail;
+  }
   size_t reviews = 0;
   for (const auto& r : api_.requests())
     reviews +=
         r.method == "POST" && r.path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
-  EXPECT_EQ(reviews, 8u);
+  EXPECT_EQ(reviews, 10u);
   const CheckLine* skew = find(lines, "clock skew");
   ASSERT_NE(skew, nullptr);
   EXPECT_EQ(skew->state, CheckLine::State::kOk) << skew->detail;
@@ -104,6 +109,19 @@ TEST_F(CheckTest, AVerbNotGrantedFailsNamingItAndWhatToGrant) {
   std::string text = render_checks(lines, false);
   EXPECT_NE(text.find("FAIL  rbac watch endpointslices"), std::string::npos) << text;
   EXPECT_NE(text.find("1 failed"), std::string::npos) << text;
+}
+
+TEST_F(CheckTest, EventsVerbsOnlyWithEvents) {
+  api_.deny_access("patch", "events.k8s.io", "events");
+  auto lines = run_checks(cfg_, env_);
+  const CheckLine* l = find(lines, "rbac patch events");
+  ASSERT_NE(l, nullptr);
+  EXPECT_EQ(l->state, CheckLine::State::kFail);
+  EXPECT_NE(l->fix.find("--events false"), std::string::npos) << l->fix;
+  cfg_.events = false;
+  lines = run_checks(cfg_, env_);
+  EXPECT_EQ(find(lines, "rbac patch events"), nullptr);
+  EXPECT_EQ(failed(lines), 0u) << render_checks(lines, false);
 }
 
 TEST_F(CheckTest, PodsAreAskedOnlyWhenWatched) {

@@ -254,6 +254,8 @@ FakeApiServer::FakeApiServer(Options options) : options_(std::move(options)) {
   server_->Get(".*", handler);
   server_->Post(
       ".*", [this](const httplib::Request& req, httplib::Response& res) { handle_post(req, res); });
+  server_->Patch(
+      ".*", [this](const httplib::Request& req, httplib::Response& res) { handle_patch(req, res); });
   if (options_.port == 0) {
     port_ = server_->bind_to_any_port(options_.host);
   } else {
@@ -579,6 +581,44 @@ void FakeApiServer::handle_post(const httplib::Request& req, httplib::Response& 
     res.set_content(status_json(401, "Unauthorized", "Unauthorized"), "application/json");
     return;
   }
+  if (fail_remaining_ > 0) {
+    --fail_remaining_;
+    res.status = fail_status_;
+    if (fail_retry_after_ >= 0) res.set_header("Retry-After", std::to_string(fail_retry_after_));
+    res.set_content(status_json(fail_status_, "InternalError", "injected failure"),
+                    "application/json");
+    return;
+  }
+  constexpr std::string_view kEvents = "/apis/events.k8s.io/v1/namespaces/";
+  if (req.path.rfind(kEvents, 0) == 0 && req.path.size() > kEvents.size() + 7 &&
+      req.path.compare(req.path.size() - 7, 7, "/events") == 0) {
+    std::string ns = req.path.substr(kEvents.size(), req.path.size() - 7 - kEvents.size());
+    simdjson::dom::parser ep;
+    simdjson::dom::element ev;
+    std::string_view name, regarding, reason;
+    if (ep.parse(req.body).get(ev) != simdjson::SUCCESS ||
+        ev["metadata"]["name"].get(name) != simdjson::SUCCESS ||
+        ev["regarding"]["name"].get(regarding) != simdjson::SUCCESS ||
+        ev["reason"].get(reason) != simdjson::SUCCESS) {
+      res.status = 422;
+      res.set_content(status_json(422, "Invalid",
+                                  "metadata.name, regarding.name and reason "
+                                  "are required"),
+                      "application/json");
+      return;
+    }
+    for (const auto& e : events_)
+      if (e.ns == ns && e.name == name) {
+        res.status = 409;
+        res.set_content(status_json(409, "AlreadyExists", "events exists"), "application/json");
+        return;
+      }
+    events_.push_back(
+        {ns, std::string(name), std::string(regarding), std::string(simdjson::minify(ev)), ""});
+    res.status = 201;
+    res.set_content(events_.back().json, "application/json");
+    return;
+  }
   if (req.path != "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews") {
     res.status = 404;
     res.set_content(
@@ -624,6 +664,57 @@ size_t FakeApiServer::silent_watches() const {
   return silent_watches_;
 }
 
+std::string FakeApiServer::event_with_series(const StoredEvent& e) const {
+  if (e.series.empty()) return e.json;
+  return e.json.substr(0, e.json.size() - 1) + ",\"series\":" + e.series + "}";
+}
+
+void FakeApiServer::handle_patch(const httplib::Request& req, httplib::Response& res) {
+  std::lock_guard lock(mu_);
+  RecordedRequest rec;
+  rec.method = req.method;
+  rec.path = req.path;
+  rec.at = std::chrono::steady_clock::now();
+  requests_.push_back(rec);
+  res.set_header("Date", http_date(clock_offset_));
+  constexpr std::string_view kEvents = "/apis/events.k8s.io/v1/namespaces/";
+  auto marker = req.path.find("/events/");
+  if (req.path.rfind(kEvents, 0) != 0 || marker == std::string::npos) {
+    res.status = 404;
+    res.set_content(status_json(404, "NotFound", "not found"), "application/json");
+    return;
+  }
+  std::string ns = req.path.substr(kEvents.size(), marker - kEvents.size());
+  std::string name = req.path.substr(marker + 8);
+  simdjson::dom::parser p;
+  simdjson::dom::element patch, series;
+  if (req.get_header_value("Content-Type") != "application/merge-patch+json" ||
+      p.parse(req.body).get(patch) != simdjson::SUCCESS ||
+      patch["series"].get(series) != simdjson::SUCCESS) {
+    res.status = 415;
+    res.set_content(status_json(415, "UnsupportedMediaType", "a merge patch of series only"),
+                    "application/json");
+    return;
+  }
+  for (auto& e : events_)
+    if (e.ns == ns && e.name == name) {
+      e.series = std::string(simdjson::minify(series));
+      res.set_content(event_with_series(e), "application/json");
+      return;
+    }
+  res.status = 404;
+  res.set_content(status_json(404, "NotFound", "events \"" + name + "\" not found"),
+                  "application/json");
+}
+
+std::vector<std::string> FakeApiServer::events(const std::string& ns) const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& e : events_)
+    if (ns.empty() || e.ns == ns) out.push_back(event_with_series(e));
+  return out;
+}
+
 void FakeApiServer::handle(const httplib::Request& req, httplib::Response& res) {
   std::unique_lock lock(mu_);
   RecordedRequest rec;
@@ -654,6 +745,25 @@ void FakeApiServer::handle(const httplib::Request& req, httplib::Response& res) 
         status_json(fail_status_, fail_status_ == 429 ? "TooManyRequests" : "InternalError",
                     "injected failure"),
         "application/json");
+    return;
+  }
+  constexpr std::string_view kEvents = "/apis/events.k8s.io/v1/namespaces/";
+  if (req.path.rfind(kEvents, 0) == 0 && req.path.size() > kEvents.size() + 7 &&
+      req.path.compare(req.path.size() - 7, 7, "/events") == 0) {
+    std::string ns = req.path.substr(kEvents.size(), req.path.size() - 7 - kEvents.size());
+    std::string selector = req.get_param_value("fieldSelector");
+    std::string want;
+    if (selector.rfind("regarding.name=", 0) == 0) want = selector.substr(15);
+    std::string body =
+        R"({"kind":"EventList","apiVersion":"events.k8s.io/v1","metadata":{"resourceVersion":")" +
+        std::to_string(rv_) + R"("},"items":[)";
+    bool first = true;
+    for (const auto& e : events_) {
+      if (e.ns != ns || (!want.empty() && e.regarding != want)) continue;
+      body += (first ? "" : ",") + event_with_series(e);
+      first = false;
+    }
+    res.set_content(body + "]}", "application/json");
     return;
   }
   if (req.path == "/version") {

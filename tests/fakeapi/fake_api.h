@@ -133,6 +133,10 @@ class FakeApiServer {
   void deny_access(std::string verb, std::string group, std::string resource);
   // The Date header every answer carries is the clock plus this (a server whose clock is off).
   void set_clock_offset(std::chrono::seconds offset);
+  // events.k8s.io/v1 Events: created by POST, their series patched by PATCH (merge patch),
+  // listed by GET .../namespaces/NS/events (fieldSelector regarding.name=NAME). Returns the
+  // stored events of `ns` (all namespaces when empty) as JSON, in the order created.
+  std::vector<std::string> events(const std::string& ns = "") const;
   // Encodes (and gzips) now every page of every resource's whole list at `limit` objects a
   // page, and answers such a list from them while nothing changes: a benchmark's agent then
   // does not share its cores with the encoding, as it does not with a real API server's.
@@ -196,6 +200,13 @@ class FakeApiServer {
   std::set<std::tuple<std::string, std::string, std::string>> denied_;  // verb, group, resource
   std::chrono::seconds clock_offset_{0};
   void handle_post(const httplib::Request& req, httplib::Response& res);
+  void handle_patch(const httplib::Request& req, httplib::Response& res);
+  struct StoredEvent {
+    std::string ns, name, regarding, json;  // json: as created
+    std::string series;                     // the patched series object, or empty
+  };
+  std::vector<StoredEvent> events_;
+  std::string event_with_series(const StoredEvent& e) const;
   size_t fail_remaining_ = 0;
   int fail_status_ = 0;
   int fail_retry_after_ = -1;

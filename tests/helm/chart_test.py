@@ -168,6 +168,7 @@ def check_render(name, sets, namespace="endpointd"):
           f"[{name}] drain-members-service {cfg.get('drain-members-service')}, want {want_members}")
     check(cfg["log-format"] == v["log"]["format"], f"[{name}] log-format")
     check(cfg["watch-pods"] == v["watchPods"], f"[{name}] watch-pods")
+    check(cfg["events"] == v["events"]["enabled"], f"[{name}] events")
     check(cfg.get("cluster-cidr", []) == v["clusterCIDR"], f"[{name}] cluster-cidr {cfg.get('cluster-cidr')}")
 
 #The DaemonSet.
@@ -319,10 +320,17 @@ def check_render(name, sets, namespace="endpointd"):
     else:
         check("admin" not in ports, f"[{name}] admin containerPort for a loopback or disabled admin listener")
 
-#RBAC : list / watch on exactly services, nodes, pods and endpointslices.
+#RBAC : list / watch on exactly services, nodes, pods and endpointslices; create / patch on
+#events.k8s.io events only with events.enabled.
     role = one(objs, "ClusterRole")
     granted = set()
+    events_rules = [r for r in role["rules"] if r.get("apiGroups") == ["events.k8s.io"]]
+    want_events = [{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]
+    check(events_rules == (want_events if v["events"]["enabled"] else []),
+          f"[{name}] events rule {events_rules}")
     for rule in role["rules"]:
+        if rule in events_rules:
+            continue
         check(sorted(rule.get("verbs", [])) == ["list", "watch"], f"[{name}] verbs {rule.get('verbs')}")
         check(set(rule) <= {"apiGroups", "resources", "verbs"}, f"[{name}] rule has {sorted(rule)}")
         for g in rule.get("apiGroups", []):
@@ -531,7 +539,7 @@ def main():
               "dns.nodeLocalAddress=169.254.20.10"]
     all_off = ["dataplane.enabled=false", "dns.enabled=false", "kubeDNS.enabled=false", "feed.enabled=false",
                "metrics.serviceMonitor.enabled=false", "exampleWorkload.enabled=false", "watchPods=false",
-               "networkPolicy.enabled=false", "watchStallTimeoutSeconds=0"]
+               "networkPolicy.enabled=false", "watchStallTimeoutSeconds=0", "events.enabled=false"]
     scenarios = [
         ("defaults", [], "endpointd"),
         ("all-on", all_on, "kube-system"),

@@ -1,0 +1,314 @@
+// Events on pods: the recorder's limits and queue, and the drain events from the coordinator's
+// published state.
+#include "daemon/events.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/registry.h>
+#include <simdjson.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "watcher/yaml_json.h"
+
+namespace endpointd::daemon {
+
+namespace {
+
+std::string quote(std::string_view s) {
+  std::string out;
+  watcher::append_json_string(out, s);
+  return out;
+}
+
+// Kubernetes MicroTime: RFC 3339 with microseconds, UTC.
+std::string micro_time(std::chrono::system_clock::time_point t) {
+  auto us = std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+  time_t secs = static_cast<time_t>(us / 1000000);
+  tm parts{};
+  gmtime_r(&secs, &parts);
+  char b[40];
+  size_t n = std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%S", &parts);
+  std::snprintf(b + n, sizeof b - n, ".%06lldZ", static_cast<long long>(us % 1000000));
+  return b;
+}
+
+// The API server refuses a note over 1 KiB.
+std::string bounded_note(std::string s) {
+  if (s.size() > 1024) {
+    s.resize(1021);
+    s += "...";
+  }
+  return s;
+}
+
+constexpr unsigned kToldRemoved = 1, kToldReleased = 2;
+
+}  // namespace
+
+std::string event_json(const PodEvent& e, const std::string& name, const std::string& node,
+                       std::chrono::system_clock::time_point at) {
+  return R"({"apiVersion":"events.k8s.io/v1","kind":"Event","metadata":{"name":)" + quote(name) +
+         R"(,"namespace":)" + quote(e.ns) + R"(},"eventTime":)" + quote(micro_time(at)) +
+         R"(,"reportingController":"endpointd.io/agent","reportingInstance":)" + quote(node) +
+         R"(,"action":)" + quote(e.action) + R"(,"reason":)" + quote(e.reason) +
+         R"(,"regarding":{"apiVersion":"v1","kind":"Pod","namespace":)" + quote(e.ns) +
+         R"(,"name":)" + quote(e.pod) + (e.uid.empty() ? "" : R"(,"uid":)" + quote(e.uid)) +
+         R"(},"note":)" + quote(bounded_note(e.note)) + R"(,"type":)" + quote(e.type) + "}";
+}
+
+EventRecorder::EventRecorder(EventRecorderOptions opts, Send send)
+    : opts_(std::move(opts)), send_(std::move(send)) {
+  if (opts_.registry)
+    metric_ = &prometheus::BuildCounter()
+                   .Name("endpointd_events_total")
+                   .Help(
+                       "Kubernetes Events on pods, by result: written, patched (a repeat into "
+                       "its series), dropped_queue, dropped_rate_limit, failed (the API server "
+                       "refused or did not answer)")
+                   .Register(*opts_.registry);
+  global_.tokens = opts_.global_burst;
+  global_.at = now();
+  thread_ = std::thread([this] { run(); });
+}
+
+EventRecorder::~EventRecorder() {
+  stop();
+}
+
+void EventRecorder::stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::chrono::system_clock::time_point EventRecorder::now() const {
+  return opts_.clock ? opts_.clock() : std::chrono::system_clock::now();
+}
+
+bool EventRecorder::take(Bucket& b, double burst, double per_second,
+                         std::chrono::system_clock::time_point t) {
+  if (b.at == std::chrono::system_clock::time_point{}) {
+    b.tokens = burst;
+    b.at = t;
+  }
+  double secs = std::chrono::duration<double>(t - b.at).count();
+  if (secs > 0) b.tokens = std::min(burst, b.tokens + secs * per_second);
+  b.at = std::max(b.at, t);
+  if (b.tokens < 1) return false;
+  b.tokens -= 1;
+  return true;
+}
+
+void EventRecorder::count(const char* result, uint64_t Counts::*field) {
+  ++(counts_.*field);
+  if (metric_) metric_->Add({{"result", result}}).Increment();
+}
+
+void EventRecorder::record(PodEvent e) {
+  std::unique_lock lock(mu_);
+  if (stopping_) return;
+  auto t = now();
+  double object_rate =
+      1000.0 / static_cast<double>(std::max<int64_t>(1, opts_.object_refill.count()));
+  Bucket& obj = objects_[e.ns + "/" + e.pod + "/" + e.uid];
+  // The object's bucket first: a pod that floods does not use up the others' global tokens.
+  if (!take(obj, opts_.object_burst, object_rate, t) ||
+      !take(global_, opts_.global_burst, opts_.global_per_second, t)) {
+    count("dropped_rate_limit", &Counts::dropped_rate_limit);
+    return;
+  }
+  if (queue_.size() >= opts_.queue) {
+    count("dropped_queue", &Counts::dropped_queue);
+    return;
+  }
+  // Buckets of objects idle long enough to be full again are forgotten (bounded memory).
+  if (objects_.size() > 4096) {
+    for (auto it = objects_.begin(); it != objects_.end();)
+      it = t - it->second.at > opts_.object_refill * opts_.object_burst ? objects_.erase(it)
+                                                                        : std::next(it);
+  }
+  queue_.push_back(std::move(e));
+  lock.unlock();
+  cv_.notify_all();
+}
+
+EventRecorder::Counts EventRecorder::counts() const {
+  std::lock_guard lock(mu_);
+  return counts_;
+}
+
+bool EventRecorder::flush(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return queue_.empty() && !busy_; });
+}
+
+void EventRecorder::run() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (stopping_) return;
+    PodEvent e = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    send_one(e);
+    lock.lock();
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
+void EventRecorder::send_one(const PodEvent& e) {
+  auto t = now();
+  std::string key = e.ns + "/" + e.pod + "/" + e.uid + "\n" + e.reason + "\n" + e.note;
+  // Series are kept for the window only.
+  for (auto it = series_.begin(); it != series_.end();)
+    it = t - it->second.last > opts_.series_window ? series_.erase(it) : std::next(it);
+  auto found = series_.find(key);
+  std::string base = "/apis/events.k8s.io/v1/namespaces/" + e.ns + "/events";
+  if (found != series_.end()) {
+    Series& s = found->second;
+    std::string patch = R"({"series":{"count":)" + std::to_string(s.count + 1) +
+                        R"(,"lastObservedTime":)" + quote(micro_time(t)) + "}}";
+    auto r = send_("PATCH", base + "/" + s.name, patch, "application/merge-patch+json",
+                   opts_.request_timeout);
+    std::lock_guard lock(mu_);
+    if (r && r->status >= 200 && r->status < 300) {
+      ++s.count;
+      s.last = t;
+      count("patched", &Counts::patched);
+      return;
+    }
+    count("failed", &Counts::failed);
+    spdlog::debug("event {} on pod {}/{}: series patch failed ({})", e.reason, e.ns, e.pod,
+                  r ? std::to_string(r->status) : r.error());
+    return;
+  }
+  char suffix[32];
+  {
+    std::lock_guard lock(mu_);
+    std::snprintf(
+        suffix, sizeof suffix, ".%llx",
+        static_cast<unsigned long long>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count() +
+            static_cast<int64_t>(names_++)));
+  }
+  std::string name = e.pod + suffix;
+  auto r = send_("POST", base, event_json(e, name, opts_.node, t), "application/json",
+                 opts_.request_timeout);
+  std::lock_guard lock(mu_);
+  if (r && r->status >= 200 && r->status < 300) {
+    series_[key] = Series{name, 1, t};
+    count("written", &Counts::written);
+    return;
+  }
+  // A pod (or namespace) that is gone, throttling, an outage: counted, not retried.
+  count("failed", &Counts::failed);
+  spdlog::debug("event {} on pod {}/{} not written ({})", e.reason, e.ns, e.pod,
+                r ? "HTTP " + std::to_string(r->status) : r.error());
+}
+
+std::vector<PodEvent> DrainEvents::observe(std::string_view drains_json, size_t members) {
+  std::vector<PodEvent> out;
+  simdjson::dom::parser parser;
+  simdjson::dom::array drains;
+  if (parser.parse(drains_json.data(), drains_json.size()).get(drains) != simdjson::SUCCESS)
+    return out;
+  std::map<std::string, unsigned> seen;
+  for (simdjson::dom::element d : drains) {
+    std::string_view pod, uid, address, stage, release_after;
+    if (d["pod"].get(pod) || d["address"].get(address) || d["stage"].get(stage)) continue;
+    if (d["pod_uid"].get(uid)) uid = {};
+    if (d["release_after"].get(release_after)) release_after = {};
+    auto slash = pod.find('/');
+    if (slash == std::string_view::npos) continue;
+    std::string key = std::string(uid) + "/" + std::string(address);
+    unsigned told = told_.count(key) ? told_[key] : 0;
+    PodEvent base;
+    base.ns = std::string(pod.substr(0, slash));
+    base.pod = std::string(pod.substr(slash + 1));
+    base.uid = std::string(uid);
+    int64_t removed = -1, released = -1;
+    if (d["timeline_ms"]["removed"].get(removed)) removed = -1;
+    if (d["timeline_ms"]["released"].get(released)) released = -1;
+    bool forced = false;
+    if (d["removal_forced"].get(forced)) forced = false;
+    if (removed >= 0 && !forced && !(told & kToldRemoved)) {
+      PodEvent e = base;
+      e.reason = "DrainRemoved";
+      e.note = std::string(address) + " removed from every consumer on " + std::to_string(members) +
+               (members == 1 ? " node" : " nodes") + " in " + std::to_string(removed) + " ms";
+      out.push_back(std::move(e));
+      told |= kToldRemoved;
+    }
+    if (stage == "released" && !(told & kToldReleased)) {
+      std::string_view outcome;
+      if (d["outcome"].get(outcome)) outcome = "released";
+      PodEvent e = base;
+      e.reason = "DrainReleased";
+      e.note = std::string(address) + " released after " + std::to_string(released) +
+               " ms: " + std::string(outcome) + " (release after " + std::string(release_after) +
+               ")";
+      out.push_back(std::move(e));
+      simdjson::dom::array un;
+      if (d["unconfirmed"].get(un) == simdjson::SUCCESS && un.size() > 0) {
+        std::string who;
+        for (simdjson::dom::element u : un) {
+          std::string_view node, consumer, reason;
+          if (u["node"].get(node)) node = "?";
+          if (u["consumer"].get(consumer)) consumer = "?";
+          if (u["reason"].get(reason)) reason = {};
+          who += (who.empty() ? "" : "; ") + std::string(node) + "/" + std::string(consumer) +
+                 (reason.empty() ? "" : " (" + std::string(reason) + ")");
+        }
+        PodEvent w = base;
+        w.type = "Warning";
+        w.reason = "DrainUnconfirmed";
+        w.note = std::string(address) + " released without confirmation from " + who;
+        out.push_back(std::move(w));
+      }
+      told |= kToldReleased;
+    }
+    seen[key] = told;
+  }
+  // What the coordinator no longer lists is forgotten: its state is bounded, so this is too.
+  told_ = std::move(seen);
+  return out;
+}
+
+DrainEventPoller::DrainEventPoller(std::function<std::string()> drains_json,
+                                   std::function<size_t()> members, EventRecorder* recorder,
+                                   std::chrono::milliseconds every) {
+  thread_ = std::thread(
+      [this, drains_json = std::move(drains_json), members = std::move(members), recorder, every] {
+        DrainEvents events;
+        std::unique_lock lock(mu_);
+        while (!stopping_) {
+          lock.unlock();
+          for (auto& e : events.observe(drains_json(), members())) recorder->record(std::move(e));
+          lock.lock();
+          cv_.wait_for(lock, every, [&] { return stopping_; });
+        }
+      });
+}
+
+DrainEventPoller::~DrainEventPoller() {
+  stop();
+}
+
+void DrainEventPoller::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace endpointd::daemon

@@ -1,0 +1,155 @@
+// Kubernetes Events on the pods this node drains (events.k8s.io/v1, reportingController
+// endpointd.io/agent, the node as reportingInstance), as `kubectl describe pod` shows them.
+//
+// With client-go's EventRecorder habits: a repeat of the same event within the series window
+// patches the first one's series instead of writing another; a per-object and a global token
+// bucket; a bounded queue written by one thread. record() never waits on the API server: an
+// event it cannot queue, or that the limits refuse, is dropped and counted
+// (endpointd_events_total{result}); an API error is counted and not retried. So a slow or
+// throttling API server never holds a drain.
+//
+// DrainEvents turns the drain coordinator's published state (/debug/state's drains) into
+// events — state out, not calls in: it reads what drain/ publishes and keeps what it told.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "model/result.h"
+
+namespace prometheus {
+class Registry;
+template <typename T>
+class Family;
+class Counter;
+}  // namespace prometheus
+
+namespace endpointd::daemon {
+
+struct PodEvent {
+  std::string ns, pod, uid;
+  std::string type = "Normal";  // or "Warning"
+  std::string reason;           // DrainRemoved, DrainReleased, DrainUnconfirmed
+  std::string action = "Drain";
+  std::string note;
+};
+
+struct EventRecorderOptions {
+  std::string node;    // reportingInstance
+  size_t queue = 256;  // events waiting to be written; past it, dropped
+  // Per object (pod): client-go's spam filter, a burst of 25 refilled one per 5 minutes.
+  double object_burst = 25;
+  std::chrono::milliseconds object_refill{300000};
+  // Every event of this agent: 25 at once, 5 a second.
+  double global_burst = 25;
+  double global_per_second = 5;
+  // A repeat (same pod, reason and note) within this patches the series of the first.
+  std::chrono::milliseconds series_window{360000};
+  std::chrono::milliseconds request_timeout{5000};
+  std::function<std::chrono::system_clock::time_point()> clock;  // null: system_clock::now
+  prometheus::Registry* registry = nullptr;
+};
+
+class EventRecorder {
+ public:
+  struct Reply {
+    long status = 0;
+  };
+  // One request to the API server: method, path, JSON body, content type. An error: no answer.
+  using Send = std::function<Result<Reply>(std::string_view method, const std::string& path,
+                                           const std::string& body, std::string_view content_type,
+                                           std::chrono::milliseconds timeout)>;
+  EventRecorder(EventRecorderOptions opts, Send send);
+  ~EventRecorder();
+  EventRecorder(const EventRecorder&) = delete;
+  EventRecorder& operator=(const EventRecorder&) = delete;
+
+  // Queues the event, or drops and counts it. Never waits on the API server.
+  void record(PodEvent e);
+
+  struct Counts {
+    uint64_t written = 0;  // created
+    uint64_t patched = 0;  // repeats folded into a series
+    uint64_t dropped_queue = 0;
+    uint64_t dropped_rate_limit = 0;
+    uint64_t failed = 0;  // the API server refused or did not answer
+  };
+  Counts counts() const;
+  // Waits until everything queued was sent (tests).
+  bool flush(std::chrono::milliseconds timeout);
+  void stop();
+
+ private:
+  struct Bucket {
+    double tokens = 0;
+    std::chrono::system_clock::time_point at{};
+  };
+  struct Series {
+    std::string name;
+    uint64_t count = 1;
+    std::chrono::system_clock::time_point last{};
+  };
+  bool take(Bucket& b, double burst, double per_second, std::chrono::system_clock::time_point now);
+  void run();
+  void send_one(const PodEvent& e);
+  void count(const char* result, uint64_t Counts::*field);
+  std::chrono::system_clock::time_point now() const;
+
+  EventRecorderOptions opts_;
+  Send send_;
+  prometheus::Family<prometheus::Counter>* metric_ = nullptr;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<PodEvent> queue_;
+  bool busy_ = false;
+  bool stopping_ = false;
+  Counts counts_;
+  Bucket global_;
+  std::map<std::string, Bucket> objects_;  // by namespace/name/uid
+  std::map<std::string, Series> series_;   // by pod, reason and note (the worker's)
+  uint64_t names_ = 0;
+  std::thread thread_;
+};
+
+// The JSON of an events.k8s.io/v1 Event (for the recorder and the tests).
+std::string event_json(const PodEvent& e, const std::string& name, const std::string& node,
+                       std::chrono::system_clock::time_point at);
+
+// From successive states of the drain coordinator, the events each drain has not told yet:
+// DrainRemoved once its endpoint is confirmed removed, DrainReleased (with the outcome) and,
+// when unconfirmed, a Warning DrainUnconfirmed naming who may still route.
+class DrainEvents {
+ public:
+  // `drains_json`: Coordinator::drains_json(); `members`: the drain's members (nodes).
+  std::vector<PodEvent> observe(std::string_view drains_json, size_t members);
+
+ private:
+  std::map<std::string, unsigned> told_;  // by pod uid and address: bits of what was told
+};
+
+// Reads the coordinator's state every `every` and records what DrainEvents finds.
+class DrainEventPoller {
+ public:
+  DrainEventPoller(std::function<std::string()> drains_json, std::function<size_t()> members,
+                   EventRecorder* recorder,
+                   std::chrono::milliseconds every = std::chrono::milliseconds(100));
+  ~DrainEventPoller();
+  void stop();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace endpointd::daemon

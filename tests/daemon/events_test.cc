@@ -1,0 +1,326 @@
+// Events on pods: written to the fake API server as events.k8s.io/v1 Events, repeats folded
+// into a series, the per-object and global limits, a bounded queue that never blocks the
+// caller, API errors counted; and the drain events from the coordinator's published state.
+#include "daemon/events.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+#include <simdjson.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <thread>
+
+#include "daemon/daemon.h"
+#include "daemon/kube_request.h"
+#include "tests/fakeapi/fake_api.h"
+#include "watcher/kube_auth.h"
+
+namespace endpointd::daemon {
+namespace {
+
+using namespace std::chrono_literals;
+
+EventRecorder::Send to(KubeRequester& api) {
+  return [&api](std::string_view method, const std::string& path, const std::string& body,
+                std::string_view type,
+                std::chrono::milliseconds timeout) -> Result<EventRecorder::Reply> {
+    auto r = api.request(method, path, body, timeout, type);
+    if (!r) return Error{r.error()};
+    return EventRecorder::Reply{r->status};
+  };
+}
+
+PodEvent event(std::string pod, std::string reason, std::string note) {
+  PodEvent e;
+  e.ns = "demo";
+  e.pod = std::move(pod);
+  e.uid = "uid-" + e.pod;
+  e.reason = std::move(reason);
+  e.note = std::move(note);
+  return e;
+}
+
+class EventsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(fake_.ok());
+    watcher::ClusterConfig c;
+    c.server = fake_.url();
+    api_ = std::make_unique<KubeRequester>(c);
+    opts_.node = "node-a";
+    opts_.registry = &registry_;
+  }
+  std::string metrics() { return prometheus::TextSerializer().Serialize(registry_.Collect()); }
+  fakeapi::FakeApiServer fake_;
+  std::unique_ptr<KubeRequester> api_;
+  prometheus::Registry registry_;
+  EventRecorderOptions opts_;
+};
+
+TEST_F(EventsTest, WrittenAsEventsOnThePodInOrder) {
+  EventRecorder rec(opts_, to(*api_));
+  rec.record(event("web-2", "DrainRemoved", "10.244.1.11 removed from every consumer"));
+  rec.record(event("web-2", "DrainReleased", "10.244.1.11 released: confirmed"));
+  auto w = event("web-2", "DrainUnconfirmed", "without confirmation from node-b/agent");
+  w.type = "Warning";
+  rec.record(w);
+  rec.record(event("web-1", "DrainReleased", "other pod"));
+  ASSERT_TRUE(rec.flush(5s));
+  EXPECT_EQ(rec.counts().written, 4u);
+  // As `kubectl get events --field-selector` would list them.
+  httplib::Client http("127.0.0.1", fake_.port());
+  auto r = http.Get(
+      "/apis/events.k8s.io/v1/namespaces/demo/events?fieldSelector=regarding.name%3Dweb-2");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  simdjson::dom::parser p;
+  simdjson::dom::element list = p.parse(r->body);
+  std::vector<std::string> reasons;
+  for (simdjson::dom::element e : list["items"].get_array()) {
+    reasons.emplace_back(std::string_view(e["reason"]));
+    EXPECT_EQ(std::string_view(e["reportingController"]), "endpointd.io/agent");
+    EXPECT_EQ(std::string_view(e["reportingInstance"]), "node-a");
+    EXPECT_EQ(std::string_view(e["regarding"]["kind"]), "Pod");
+    EXPECT_EQ(std::string_view(e["regarding"]["uid"]), "uid-web-2");
+    EXPECT_EQ(std::string_view(e["action"]), "Drain");
+    std::string_view t = e["eventTime"];
+    EXPECT_EQ(t.size(), 27u) << t;  // 2026-11-28T02:00:00.123456Z
+  }
+  EXPECT_EQ(reasons,
+            (std::vector<std::string>{"DrainRemoved", "DrainReleased", "DrainUnconfirmed"}));
+  EXPECT_NE(r->body.find(R"("type":"Warning")"), std::string::npos);
+  EXPECT_NE(metrics().find(R"(endpointd_events_total{result="written"} 4)"), std::string::npos)
+      << metrics();
+}
+
+TEST_F(EventsTest, ARepeatPatchesTheSeries) {
+  EventRecorder rec(opts_, to(*api_));
+  for (int i = 0; i < 3; ++i) rec.record(event("web-2", "DrainReleased", "same"));
+  rec.record(event("web-2", "DrainReleased", "different"));
+  ASSERT_TRUE(rec.flush(5s));
+  auto c = rec.counts();
+  EXPECT_EQ(c.written, 2u);
+  EXPECT_EQ(c.patched, 2u);
+  auto stored = fake_.events("demo");
+  ASSERT_EQ(stored.size(), 2u);
+  EXPECT_NE(stored[0].find(R"("series":{"count":3,)"), std::string::npos) << stored[0];
+  EXPECT_EQ(stored[1].find("series"), std::string::npos) << stored[1];
+}
+
+TEST_F(EventsTest, PerObjectAndGlobalLimits) {
+  opts_.object_burst = 3;
+  opts_.global_burst = 5;
+  opts_.global_per_second = 0.001;
+  EventRecorder rec(opts_, to(*api_));
+  for (int i = 0; i < 10; ++i) rec.record(event("web-2", "DrainReleased", std::to_string(i)));
+  // Another pod is not held back by web-2's flood, until the global bucket is empty.
+  for (int i = 0; i < 4; ++i) rec.record(event("web-1", "DrainReleased", std::to_string(i)));
+  ASSERT_TRUE(rec.flush(5s));
+  auto c = rec.counts();
+  EXPECT_EQ(c.written, 5u);  // 3 of web-2, 2 of web-1: the global burst
+  EXPECT_EQ(c.dropped_rate_limit, 9u);
+  EXPECT_NE(metrics().find(R"(endpointd_events_total{result="dropped_rate_limit"} 9)"),
+            std::string::npos);
+}
+
+TEST_F(EventsTest, ABlockedApiNeverBlocksTheCallerAndTheQueueIsBounded) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  std::atomic<int> sent{0};
+  opts_.queue = 8;
+  opts_.global_burst = 1e9;
+  EventRecorder rec(opts_,
+                    [&](std::string_view, const std::string&, const std::string&, std::string_view,
+                        std::chrono::milliseconds) -> Result<EventRecorder::Reply> {
+                      std::unique_lock lock(mu);
+                      cv.wait(lock, [&] { return open; });
+                      ++sent;
+                      return EventRecorder::Reply{201};
+                    });
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 1000; ++i) rec.record(event("p" + std::to_string(i), "DrainReleased", "x"));
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, 500ms) << "record() waited on the API";
+  auto c = rec.counts();
+  // One taken by the writer (blocked), 8 queued, the rest dropped; or all 9 queued when the
+  // writer had not taken one yet.
+  EXPECT_GE(c.dropped_queue, 1000u - 9u);
+  EXPECT_LE(c.dropped_queue, 1000u - 8u);
+  {
+    std::lock_guard lock(mu);
+    open = true;
+  }
+  cv.notify_all();
+  ASSERT_TRUE(rec.flush(5s));
+  EXPECT_EQ(static_cast<uint64_t>(sent.load()), 1000u - c.dropped_queue);
+}
+
+TEST_F(EventsTest, ApiErrorsAreCountedAndNotRetried) {
+  fake_.fail_next_requests(2, 429, 1);
+  EventRecorder rec(opts_, to(*api_));
+  rec.record(event("web-2", "DrainRemoved", "a"));
+  rec.record(event("web-2", "DrainReleased", "b"));
+  rec.record(event("web-2", "DrainUnconfirmed", "c"));
+  ASSERT_TRUE(rec.flush(5s));
+  auto c = rec.counts();
+  EXPECT_EQ(c.failed, 2u);
+  EXPECT_EQ(c.written, 1u);
+  ASSERT_EQ(fake_.events("demo").size(), 1u);
+  EXPECT_NE(fake_.events("demo")[0].find("DrainUnconfirmed"), std::string::npos);
+}
+
+std::string drain(const std::string& stage, const std::string& timeline, bool forced,
+                  const std::string& outcome, const std::string& unconfirmed) {
+  return R"({"address":"10.244.1.11","pod":"demo/web-2","pod_uid":"u2","stage":")" + stage +
+         R"(","release_after":"removed","timeline_ms":{)" + timeline + R"(},"removal_forced":)" +
+         (forced ? "true" : "false") + R"(,"outcome":)" + outcome + R"(,"unconfirmed":[)" +
+         unconfirmed + "]}";
+}
+
+TEST(DrainEvents, EachDrainTellsEachStepOnce) {
+  DrainEvents ev;
+  EXPECT_TRUE(
+      ev.observe("[" + drain("stop-accepting", R"("stop_accepting":0)", false, "null", "") + "]", 2)
+          .empty());
+  std::string removed =
+      "[" + drain("removed", R"("stop_accepting":0,"removed":37)", false, "null", "") + "]";
+  auto out = ev.observe(removed, 2);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].reason, "DrainRemoved");
+  EXPECT_EQ(out[0].ns, "demo");
+  EXPECT_EQ(out[0].pod, "web-2");
+  EXPECT_EQ(out[0].uid, "u2");
+  EXPECT_NE(out[0].note.find("on 2 nodes in 37 ms"), std::string::npos) << out[0].note;
+  EXPECT_TRUE(ev.observe(removed, 2).empty());
+  out =
+      ev.observe("[" +
+                     drain("released", R"("removed":37,"released":5003)", false, R"("unconfirmed")",
+                           R"({"node":"node-b","consumer":"agent","reason":"excluded"})") +
+                     "]",
+                 2);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].reason, "DrainReleased");
+  EXPECT_NE(out[0].note.find("after 5003 ms: unconfirmed"), std::string::npos) << out[0].note;
+  EXPECT_EQ(out[1].reason, "DrainUnconfirmed");
+  EXPECT_EQ(out[1].type, "Warning");
+  EXPECT_NE(out[1].note.find("node-b/agent (excluded)"), std::string::npos) << out[1].note;
+}
+
+TEST(DrainEvents, AForcedRemovalIsNotCalledRemoved) {
+  DrainEvents ev;
+  auto out = ev.observe(
+      "[" +
+          drain("released", R"("removed":5000,"released":5001)", true, R"("unconfirmed")",
+                R"({"node":"node-b","consumer":"agent","reason":"silent"})") +
+          "]",
+      2);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].reason, "DrainReleased");
+  EXPECT_EQ(out[1].reason, "DrainUnconfirmed");
+  // A confirmed release: no warning.
+  DrainEvents ok;
+  out = ok.observe(
+      "[" + drain("released", R"("removed":20,"released":21)", false, R"("confirmed")", "") + "]",
+      1);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].reason, "DrainRemoved");
+  EXPECT_NE(out[0].note.find("on 1 node in 20 ms"), std::string::npos) << out[0].note;
+  EXPECT_EQ(out[1].reason, "DrainReleased");
+}
+
+// Through `endpointd run`'s wiring against the fake API: web-2 on node-a turns terminating and
+// the agent on node-a writes DrainRemoved on it; the events are off with --events false.
+class EventsDaemonTest : public ::testing::TestWithParam<bool> {};
+
+std::string web_slice(bool terminating) {
+  return std::string(
+             R"({"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","metadata":{"name":"web-1","namespace":"demo","labels":{"kubernetes.io/service-name":"web"}},"addressType":"IPv4","ports":[{"name":"http","port":8080}],"endpoints":[{"addresses":["10.244.1.11"],"nodeName":"node-a","targetRef":{"kind":"Pod","namespace":"demo","name":"web-2","uid":"u-web-2"},"conditions":{"ready":)") +
+         (terminating ? "false" : "true") + R"(,"serving":true,"terminating":)" +
+         (terminating ? "true" : "false") + "}}]}";
+}
+
+std::string web_pod(bool deleted) {
+  return std::string(
+             R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-2","namespace":"demo","uid":"u-web-2")") +
+         (deleted ? R"(,"deletionTimestamp":"2030-01-01T00:00:00Z","deletionGracePeriodSeconds":30)"
+                  : "") +
+         R"(},"spec":{"nodeName":"node-a","terminationGracePeriodSeconds":30},"status":{"phase":"Running","podIP":"10.244.1.11","podIPs":[{"ip":"10.244.1.11"}]}})";
+}
+
+TEST_P(EventsDaemonTest, ATerminatingPodOnThisNodeGetsDrainRemoved) {
+  bool on = GetParam();
+  fakeapi::FakeApiServer api;
+  ASSERT_TRUE(api.ok());
+  api.apply(R"({"apiVersion":"v1","kind":"Node","metadata":{"name":"node-a"}})");
+  api.apply(
+      R"({"apiVersion":"v1","kind":"Service","metadata":{"name":"web","namespace":"demo"},"spec":{"clusterIP":"10.96.0.10","ports":[{"name":"http","port":80}]}})");
+  api.apply(web_slice(false));
+  api.apply(web_pod(false));
+  std::string kubeconfig = api.write_kubeconfig();
+  ASSERT_FALSE(kubeconfig.empty());
+  Config cfg;
+  cfg.kubeconfig = kubeconfig;
+  cfg.admin_listen = model::HostPort{"127.0.0.1", 0};
+  cfg.health_listen = std::nullopt;
+  cfg.node_name = "node-a";
+  cfg.dataplane = Dataplane::kNone;
+  cfg.drain_socket = kubeconfig + ".sock";
+  cfg.drain_peer_listen = std::nullopt;
+  cfg.events = on;
+  auto d = std::make_unique<Daemon>(cfg);
+  auto st = d->start();
+  ASSERT_TRUE(st) << st.error();
+  httplib::Client http("127.0.0.1", d->admin_port());
+  auto wait = [](const std::function<bool()>& cond, std::chrono::milliseconds for_) {
+    auto deadline = std::chrono::steady_clock::now() + for_;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (cond()) return true;
+      std::this_thread::sleep_for(10ms);  // polling HTTP and the fake's store
+    }
+    return cond();
+  };
+  EXPECT_TRUE(wait(
+      [&] {
+        auto r = http.Get("/readyz");
+        return r && r->status == 200;
+      },
+      10s));
+  api.apply(web_pod(true));
+  api.apply(web_slice(true));
+  auto removed = [&] {
+    for (const auto& e : api.events("demo"))
+      if (e.find(R"("reason":"DrainRemoved")") != std::string::npos) return true;
+    return false;
+  };
+  // The drain itself, as /debug/state shows it.
+  EXPECT_TRUE(wait(
+      [&] {
+        auto r = http.Get("/debug/state");
+        return r && r->body.find(R"("pod":"demo/web-2")") != std::string::npos &&
+               r->body.find(R"("removed":)") != std::string::npos;
+      },
+      10s));
+  if (on) {
+    ASSERT_TRUE(wait(removed, 10s)) << "no DrainRemoved";
+    auto events = api.events("demo");
+    EXPECT_NE(events[0].find(R"("reportingInstance":"node-a")"), std::string::npos) << events[0];
+    EXPECT_NE(events[0].find(R"("name":"web-2","uid":"u-web-2")"), std::string::npos) << events[0];
+  } else {
+    std::this_thread::sleep_for(300ms);  // three polls of the drain state
+    EXPECT_FALSE(removed());
+    EXPECT_TRUE(api.events().empty());
+  }
+  d.reset();
+  unlink(kubeconfig.c_str());
+  unlink((kubeconfig + ".sock").c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(OnAndOff, EventsDaemonTest, ::testing::Bool());
+
+}  // namespace
+}  // namespace endpointd::daemon
