@@ -515,6 +515,101 @@ def run_config_with_binary(name, objs):
         check(rc is None, f"[{name}] endpointd rejected the rendered config (exit {rc}): {err.strip()[-500:]}")
 
 
+# The names the agent's code exports metrics under: every string literal that is a metric name of
+# one of its prefixes, in the agent's sources (prometheus-cpp registrations, the helpers that
+# take a name, and the process collector's text).
+AGENT_DIRS = ["watcher", "pipeline", "proxy", "httpd", "dns", "feed", "drain", "daemon"]
+METRIC_LITERAL = r'"((?:kubeproxy|endpointd|coredns|rest_client|process)_[a-z0-9_]+)"'
+PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or",
+                "unless", "offset", "le", "inf", "nan"}
+
+
+def exported_metrics(source_root):
+    import re
+    names = set()
+    for d in AGENT_DIRS:
+        for dirpath, _, files in os.walk(os.path.join(source_root, d)):
+            for f in files:
+                if f.endswith((".cc", ".h")):
+                    with open(os.path.join(dirpath, f), encoding="utf-8") as fh:
+                        text = fh.read()
+                    names.update(re.findall(METRIC_LITERAL, text))
+                    # Written as Prometheus text by hand (the process collector, build info).
+                    names.update(re.findall(r"# TYPE ([a-z_]+_[a-z0-9_]+) ", text))
+    return names
+
+
+def promql_metric_names(expr):
+    """The metric names a PromQL expression selects: identifiers outside label matchers, ranges,
+    strings and by/without lists that are not functions or keywords."""
+    import re
+    e = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    e = re.sub(r"\{[^}]*\}", " ", e)
+    e = re.sub(r"\[[^\]]*\]", " ", e)
+    e = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", e)
+    names = set()
+    for m in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", e):
+        word = m.group(0)
+        rest = e[m.end():].lstrip()
+        if rest.startswith("(") or word.lower() in PROMQL_WORDS:
+            continue
+        if m.start() > 0 and (e[m.start() - 1].isdigit() or e[m.start() - 1] == "."):
+            continue  # part of a number (1e3)
+        names.add(word)
+    return names
+
+
+def unexported(names, exported):
+    def known(n):
+        if n in exported:
+            return True
+        for suffix in ("_bucket", "_sum", "_count"):
+            if n.endswith(suffix) and n[: -len(suffix)] in exported:
+                return True
+        return False
+    return sorted(n for n in names if not known(n))
+
+
+def check_dashboard():
+    """The Grafana dashboard ConfigMap: rendered only when enabled, labelled for the sidecar, and
+    every query names only metrics the agent exports."""
+    import json
+    source_root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    exported = exported_metrics(source_root)
+    check(len(exported) > 50, f"dashboard: only {len(exported)} exported metric names found")
+    # The checker itself: it must see a name the agent does not export, and none in a valid one.
+    check(unexported(promql_metric_names('rate(endpointd_not_a_metric_total{job="x"}[5m])'),
+                     exported) == ["endpointd_not_a_metric_total"], "dashboard: the checker misses a bad name")
+    check(unexported(promql_metric_names(
+        'histogram_quantile(0.99, sum by (le, instance) (rate(kubeproxy_network_programming_duration_seconds_bucket[5m])))'),
+        exported) == [], "dashboard: the checker refuses a good query")
+    objs = render("dashboard-off", [])
+    check(not [o for o in objs if o["kind"] == "ConfigMap" and "endpointd.json" in o.get("data", {})],
+          "dashboard: rendered while disabled")
+    objs = render("dashboard", ["metrics.grafanaDashboard.enabled=true"])
+    cms = [o for o in objs if o["kind"] == "ConfigMap" and "endpointd.json" in o.get("data", {})]
+    check(len(cms) == 1, f"dashboard: {len(cms)} ConfigMaps with endpointd.json")
+    if len(cms) != 1:
+        return
+    cm = cms[0]
+    check(cm["metadata"]["labels"].get("grafana_dashboard") == "1", "dashboard: no grafana_dashboard label")
+    dash = json.loads(cm["data"]["endpointd.json"])
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    exprs += [v["query"]["query"] for v in dash["templating"]["list"] if isinstance(v.get("query"), dict)]
+    check(len(exprs) >= 10, f"dashboard: {len(exprs)} queries")
+    seen = set()
+    for e in exprs:
+        import re
+        names = promql_metric_names(re.sub(r"label_values\(([^,)]*).*", r"\1", e))
+        check(names, f"dashboard: query names no metric: {e}")
+        bad = unexported(names, exported)
+        check(not bad, f"dashboard: {bad} not exported by the agent, in {e}")
+        seen |= names
+    for want in ("kubeproxy_network_programming_duration_seconds_bucket", "endpointd_drain_releases_total",
+                 "coredns_dns_responses_total", "endpointd_feed_nacks_total"):
+        check(want in seen, f"dashboard: no panel on {want}")
+
+
 def main():
     r = helm("lint", CHART)
     check(r.returncode == 0, f"helm lint: {r.stdout}{r.stderr}")
@@ -665,6 +760,7 @@ def main():
         check(named in r.stderr, f"invalid {sets}: message does not name {named}: {r.stderr.strip()}")
     for ip in ("10.96.0.10",):
         ipaddress.ip_address(ip)
+    check_dashboard()
 
     print(f"{checks} checks, {len(failures)} failed")
     return 1 if failures else 0
