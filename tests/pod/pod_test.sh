@@ -328,7 +328,7 @@ echo "   ClusterIP through kube-proxy's rules alone: $(tally "$work/kube-proxy.o
 [ "$(failed "$work/kube-proxy.out")" = 0 ] && [ "$(backends "$work/kube-proxy.out")" = 3 ] ||
   fail "kube-proxy's rules do not carry the ClusterIP: $(tally "$work/kube-proxy.out")"
 
-step "the swap, as README's \"Swapping kube-proxy out\" runs it, under load through the ClusterIP"
+step "the swap: README's \"Swapping kube-proxy out\" commands as written, under load through the ClusterIP"
 swap_load() {  # name seconds
   in_ns client "$client" --target 10.96.0.10:80 --mode new --concurrency 2 --duration-ms "$(($2 * 1000))" \
     --interval-ms 5 --out "$work/$1-new.out" >/dev/null &
@@ -346,17 +346,85 @@ swap_check() {  # name
   [ "$(failed "$work/$1-new.out")" = 0 ] || fail "requests failed during $1"
   [ -z "$wrk_errors" ] || fail "wrk saw errors during $1: $wrk_errors"
 }
-swap_load swap-out 12
-echo "   1. helm install endpointd (the DaemonSet's pod on every node); kubectl rollout status ds/endpointd"
-for node in node-a node-b; do start_pod "$work/$node.json"; done
+# README's "Swapping kube-proxy out" commands, run as written: its two sh blocks (out, back),
+# a line naming node/NODE once per node. kubectl and helm are the functions below, which do on
+# this cluster what the commands do on a real one; the README's example API server address
+# gives way to this cluster's (apiServer.host is the user's own value), and its image tag to
+# the one built for this test.
+python3 - "$repo/README.md" "$work/swap" <<'PY' || fail "README's swap section: no two sh blocks"
+import re, sys
+text = open(sys.argv[1]).read()
+start = text.index("### Swapping kube-proxy out")
+end = text.find("\n## ", start)
+blocks = re.findall(r"```sh\n(.*?)```", text[start:end], re.S)
+if len(blocks) != 2:
+    sys.exit(1)
+for name, block in zip(("out", "back"), blocks):
+    with open(f"{sys.argv[2]}-{name}.sh", "w") as f:
+        f.write(block.replace("\\\n", " "))
+PY
+cluster_values=(--set image.tag=0.1.0-test --set apiServer.host=192.168.77.50 --set apiServer.port=6443)
+helm() {
+  case "$1" in
+    install)  # the DaemonSet's pod on every node (node-b: DNS + feed + node-local DNS on as well)
+      local release=$2 chart=$3 node
+      shift 3
+      (cd "$repo" && "$helm" template "$release" "$chart" "$@" "${cluster_values[@]}") >"$work/default.yaml"
+      (cd "$repo" && "$helm" template "$release" "$chart" "$@" "${cluster_values[@]}" --set dns.enabled=true \
+        --set dns.nodeLocalAddress=169.254.20.10 --set feed.enabled=true --set 'dns.upstream={127.0.0.1:5399}') \
+        >"$work/dns-feed.yaml"
+      for node in node-a node-b; do
+        translate "$node" "${values[$node]}" "endpointd-$node" "$(uid_of "$node")" >"$work/$node.json" ||
+          fail "helm install: $node's pod cannot be run"
+        start_pod "$work/$node.json"
+      done ;;
+    uninstall)  # the agents' pods go; SIGTERM, their tables stay
+      for node in node-a node-b; do podman rm -f -t 30 "$prefix-endpointd-$node-endpointd" >/dev/null; done ;;
+    *) fail "helm $*: not one of the swap's steps" ;;
+  esac
+}
+kubectl() {
+  local node all="$*"
+  case "$all" in
+    *"rollout status ds/endpointd"*)
+      for node in node-a node-b; do
+        wait_ready "$node" "$work/$node.json" 30 ||
+          { podman logs "$prefix-endpointd-$node-endpointd" 2>&1 | tail -30; fail "$node's agent not ready in 30 s"; }
+      done ;;
+    *"rollout status ds/kube-proxy"*)
+      for node in node-a node-b; do
+        in_ns "$node" nft list tables | grep -qw kube-proxy || fail "kube-proxy's rules are not on $node"
+      done ;;
+    *"patch ds kube-proxy --type json"*)  # unparked: its pods are back and write their rules
+      for node in node-a node-b; do kube_proxy_start "$node"; done ;;
+    *"patch ds kube-proxy"*) ;;  # parked: its pods leave the nodes, their rules stay
+    *"debug node/"*"-- kube-proxy --cleanup"*)
+      node=${all#*node/}; node=${node%% *}
+      kube_proxy_cleanup "$node" ;;
+    *"debug node/"*"-- endpointd run --cleanup"*)  # --profile=sysadmin: privileged, the node's network
+      node=${all#*node/}; node=${node%% *}
+      podman run --rm --pull never --privileged --network "ns:/run/netns/$prefix-$node" "$image" run --cleanup \
+        >"$work/cleanup-$node.log" 2>&1 || fail "endpointd run --cleanup failed on $node: $(cat "$work/cleanup-$node.log")" ;;
+    *) fail "kubectl $*: not one of the swap's steps" ;;
+  esac
+}
+run_readme_steps() {  # out|back
+  local line node
+  while IFS= read -r line <&3; do
+    [ -n "${line// /}" ] || continue
+    if [[ $line == *NODE* ]]; then
+      for node in node-a node-b; do echo "   \$ ${line//NODE/$node}"; eval "${line//NODE/$node}"; done
+    else
+      echo "   \$ $line"
+      eval "$line"
+    fi
+  done 3<"$work/swap-$1.sh"
+}
+swap_load swap-out 20
 t0=$(date +%s%N)
-for node in node-a node-b; do
-  wait_ready "$node" "$work/$node.json" 30 || { podman logs "$prefix-endpointd-$node-endpointd" 2>&1 | tail -30; fail "$node's agent not ready in 30 s"; }
-done
-echo "   both ready $(( ($(date +%s%N) - t0) / 1000000 )) ms after podman run"
-echo "   2. kubectl patch ds kube-proxy (parked: its pods leave the nodes; its rules stay)"
-echo "   3. kube-proxy --cleanup on every node"
-for node in node-a node-b; do kube_proxy_cleanup "$node"; echo "      $node after: $(kube_proxy_rules "$node")"; done
+run_readme_steps out
+echo "   done in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+for node in node-a node-b; do echo "   $node after: $(kube_proxy_rules "$node")"; done
 swap_check swap-out
 for node in node-a node-b; do
   [ -z "$(in_ns "$node" nft list tables | grep -w kube-proxy)" ] && ! in_ns "$node" iptables-nft -t nat -S | grep -q KUBE- ||
@@ -645,17 +713,9 @@ if out=$(translate node-c bad endpointd-node-c "$(uid_of node-c)" 2>&1); then fa
 echo "   $out"
 grep -q 'spec.template.spec.shareProcessNamespace' <<<"$out" || fail "the refusal does not name the field"
 
-step "and back, as README's steps run it, under load through the ClusterIP"
+step "and back: README's commands as written, under load through the ClusterIP"
 swap_load swap-back 25
-echo "   1. kubectl patch ds kube-proxy (unparked); kubectl rollout status ds/kube-proxy: its rules are back"
-for node in node-a node-b; do kube_proxy_start "$node"; done
-echo "   2. helm uninstall endpointd (the agents stop; their tables stay)"
-for node in node-a node-b; do podman rm -f -t 30 "$prefix-endpointd-$node-endpointd" >/dev/null; done
-echo "   3. endpointd run --cleanup on every node (from the image)"
-for node in node-a node-b; do
-  podman run --rm --pull never --network "ns:/run/netns/$prefix-$node" --cap-drop all --cap-add net_admin \
-    "$image" run --cleanup >"$work/cleanup-$node.log" 2>&1 || fail "endpointd run --cleanup failed on $node: $(cat "$work/cleanup-$node.log")"
-done
+run_readme_steps back
 swap_check swap-back
 for node in node-a node-b; do
   left=$(in_ns "$node" nft list tables | grep -w endpointd || true)
