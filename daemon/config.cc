@@ -844,7 +844,7 @@ void add_run_flags(CLI::App& app) {
   add(app, "watch-pods", "Watch this node's pods (needed for drains)",
       def.watch_pods ? "true" : "false");
   add(app, "events",
-      "Write Kubernetes Events (events.k8s.io/v1) on the pods this node drains: DrainRemoved, "
+      "Write Kubernetes Events (events.k8s.io/v1) on this node's pods: Propagated, DrainRemoved, "
       "DrainReleased, DrainUnconfirmed (needs create and patch on events; API sources only)",
       def.events ? "true" : "false");
   add(app, "watch-timeout", "Seconds a watch request stays open before it is renewed (10..3600)",

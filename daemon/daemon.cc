@@ -4,7 +4,6 @@
 
 #include <prometheus/counter.h>
 #include <prometheus/registry.h>
-#include <simdjson.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -436,17 +435,12 @@ Status Daemon::Impl::start_events() {
         if (!r) return Error{r.error()};
         return EventRecorder::Reply{r->status};
       });
-  // The drain's members, as /debug/state's drainCluster counts them; without the cluster
-  // watermark, the nodes.
-  auto members = [this]() -> size_t {
-    std::string j = drain->cluster_json();
-    simdjson::dom::parser p;
-    uint64_t n = 0;
-    if (p.parse(j).get_object()["members"].get(n) == simdjson::SUCCESS) return n;
-    return loop->current()->nodes.size();
-  };
-  event_poller = std::make_unique<DrainEventPoller>([this] { return drain->drains_json(); },
-                                                    members, events.get());
+  DrainEventPoller::Inputs in;
+  in.drains_json = [this] { return drain->drains_json(); };
+  in.cluster_json = [this] { return drain->cluster_json(); };
+  in.snapshot = [this] { return loop->current(); };
+  in.node = cfg.node_name;
+  event_poller = std::make_unique<DrainEventPoller>(std::move(in), events.get());
   return {};
 }
 

@@ -282,20 +282,93 @@ std::vector<PodEvent> DrainEvents::observe(std::string_view drains_json, size_t 
   return out;
 }
 
-DrainEventPoller::DrainEventPoller(std::function<std::string()> drains_json,
-                                   std::function<size_t()> members, EventRecorder* recorder,
+namespace {
+constexpr size_t kMaxPending = 4096;
+}  // namespace
+
+void PropagationEvents::on_snapshot(const model::Snapshot& snap, const std::string& node,
+                                    std::chrono::steady_clock::time_point now) {
+  if (snap.generation == generation_ || !snap.synced) return;
+  generation_ = snap.generation;
+  std::map<std::string, std::shared_ptr<const model::ServiceState>> next;
+  for (const auto& st : snap.services) {
+    std::string key = st->service.key.ns + "/" + st->service.key.name;
+    auto before = services_.find(key);
+    if (!first_ && (before == services_.end() || before->second != st)) {
+      for (const auto& e : st->endpoints) {
+        if (e.node_name != node || !e.conditions.ready || !e.target_ref) continue;
+        bool was_ready = false;
+        if (before != services_.end())
+          for (const auto& b : before->second->endpoints)
+            was_ready = was_ready || (b.address == e.address && b.conditions.ready);
+        if (was_ready || pending_.size() >= kMaxPending) continue;
+        Pending p;
+        p.base.ns = e.target_ref->ns;
+        p.base.pod = e.target_ref->name;
+        p.base.uid = e.target_ref->uid;
+        p.base.reason = "Propagated";
+        p.base.action = "Propagate";
+        p.address = e.address.str();
+        p.revision = snap.slice_revision;
+        p.since = now;
+        pending_.emplace(p.base.uid + "/" + p.address, std::move(p));
+      }
+    }
+    next.emplace(std::move(key), st);
+  }
+  services_ = std::move(next);
+  first_ = false;
+}
+
+std::vector<PodEvent> PropagationEvents::observe(uint64_t cluster_watermark, size_t members,
+                                                 std::chrono::steady_clock::time_point now) {
+  std::vector<PodEvent> out;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    const Pending& p = it->second;
+    if (p.revision == 0 || cluster_watermark < p.revision) {
+      ++it;
+      continue;
+    }
+    PodEvent e = p.base;
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - p.since).count();
+    e.note = p.address + " routable on " + std::to_string(members) + "/" + std::to_string(members) +
+             (members == 1 ? " node" : " nodes") + " (every consumer and feed subscriber) " +
+             std::to_string(ms) + " ms after this agent saw it ready";
+    out.push_back(std::move(e));
+    it = pending_.erase(it);
+  }
+  return out;
+}
+
+DrainEventPoller::DrainEventPoller(Inputs in, EventRecorder* recorder,
                                    std::chrono::milliseconds every) {
-  thread_ = std::thread(
-      [this, drains_json = std::move(drains_json), members = std::move(members), recorder, every] {
-        DrainEvents events;
-        std::unique_lock lock(mu_);
-        while (!stopping_) {
-          lock.unlock();
-          for (auto& e : events.observe(drains_json(), members())) recorder->record(std::move(e));
-          lock.lock();
-          cv_.wait_for(lock, every, [&] { return stopping_; });
-        }
-      });
+  thread_ = std::thread([this, in = std::move(in), recorder, every] {
+    DrainEvents drains;
+    PropagationEvents propagation;
+    std::unique_lock lock(mu_);
+    while (!stopping_) {
+      lock.unlock();
+      model::SnapshotPtr snap = in.snapshot ? in.snapshot() : nullptr;
+      // The members and the cluster watermark, as /debug/state's drainCluster has them.
+      std::string cj = in.cluster_json ? in.cluster_json() : "null";
+      simdjson::dom::parser p;
+      simdjson::dom::element c;
+      uint64_t members = 0, watermark = 0;
+      bool cluster = p.parse(cj).get(c) == simdjson::SUCCESS && c.is_object();
+      if (!cluster || c["members"].get(members) != simdjson::SUCCESS)
+        members = snap ? snap->nodes.size() : 0;
+      if (!cluster || c["cluster_watermark"].get(watermark) != simdjson::SUCCESS) watermark = 0;
+      for (auto& e : drains.observe(in.drains_json(), members)) recorder->record(std::move(e));
+      // Without the cluster watermark nothing says when every node routes: no Propagated.
+      if (snap && cluster) {
+        auto now = std::chrono::steady_clock::now();
+        propagation.on_snapshot(*snap, in.node, now);
+        for (auto& e : propagation.observe(watermark, members, now)) recorder->record(std::move(e));
+      }
+      lock.lock();
+      cv_.wait_for(lock, every, [&] { return stopping_; });
+    }
+  });
 }
 
 DrainEventPoller::~DrainEventPoller() {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "model/result.h"
+#include "model/snapshot.h"
 
 namespace prometheus {
 class Registry;
@@ -136,11 +137,43 @@ class DrainEvents {
   std::map<std::string, unsigned> told_;  // by pod uid and address: bits of what was told
 };
 
-// Reads the coordinator's state every `every` and records what DrainEvents finds.
+// From successive snapshots and the cluster watermark: Propagated, once an endpoint of a pod on
+// this node that turned ready is in the state every member node's consumers (and their feed
+// subscribers) applied — the cluster watermark reached the slice revision that showed it ready.
+class PropagationEvents {
+ public:
+  // Endpoints on `node` ready now and not in the previous snapshot seen start waiting (none at
+  // the first snapshot: those were ready before this agent looked).
+  void on_snapshot(const model::Snapshot& snap, const std::string& node,
+                   std::chrono::steady_clock::time_point now);
+  std::vector<PodEvent> observe(uint64_t cluster_watermark, size_t members,
+                                std::chrono::steady_clock::time_point now);
+  size_t pending() const { return pending_.size(); }
+
+ private:
+  struct Pending {
+    PodEvent base;
+    std::string address;
+    uint64_t revision = 0;
+    std::chrono::steady_clock::time_point since;
+  };
+  bool first_ = true;
+  uint64_t generation_ = 0;
+  std::map<std::string, std::shared_ptr<const model::ServiceState>> services_;  // ns/name
+  std::map<std::string, Pending> pending_;  // by pod uid and address; at most kMaxPending
+};
+
+// Reads the coordinator's state every `every` and records what DrainEvents and
+// PropagationEvents find.
 class DrainEventPoller {
  public:
-  DrainEventPoller(std::function<std::string()> drains_json, std::function<size_t()> members,
-                   EventRecorder* recorder,
+  struct Inputs {
+    std::function<std::string()> drains_json;   // Coordinator::drains_json
+    std::function<std::string()> cluster_json;  // Coordinator::cluster_json ("null": off)
+    std::function<model::SnapshotPtr()> snapshot;
+    std::string node;
+  };
+  DrainEventPoller(Inputs in, EventRecorder* recorder,
                    std::chrono::milliseconds every = std::chrono::milliseconds(100));
   ~DrainEventPoller();
   void stop();

@@ -322,5 +322,71 @@ TEST_P(EventsDaemonTest, ATerminatingPodOnThisNodeGetsDrainRemoved) {
 
 INSTANTIATE_TEST_SUITE_P(OnAndOff, EventsDaemonTest, ::testing::Bool());
 
+// A pod on node-a whose endpoint turns ready gets Propagated once the cluster watermark (here
+// node-a alone, with its peer port so the watermark runs) covers the slice that showed it.
+TEST(EventsDaemon, ANewReadyEndpointIsPropagated) {
+  fakeapi::FakeApiServer api;
+  ASSERT_TRUE(api.ok());
+  // A member of the drain's cluster: a Node with an InternalIP (where peers would dial it).
+  api.apply(
+      R"({"apiVersion":"v1","kind":"Node","metadata":{"name":"node-a"},"status":{"addresses":[{"type":"InternalIP","address":"127.0.0.1"}]}})");
+  api.apply(
+      R"({"apiVersion":"v1","kind":"Service","metadata":{"name":"web","namespace":"demo"},"spec":{"clusterIP":"10.96.0.10","ports":[{"name":"http","port":80}]}})");
+  api.apply(web_slice(false));
+  api.apply(web_pod(false));
+  std::string kubeconfig = api.write_kubeconfig();
+  ASSERT_FALSE(kubeconfig.empty());
+  Config cfg;
+  cfg.kubeconfig = kubeconfig;
+  cfg.admin_listen = model::HostPort{"127.0.0.1", 0};
+  cfg.health_listen = std::nullopt;
+  cfg.node_name = "node-a";
+  cfg.dataplane = Dataplane::kNone;
+  cfg.drain_socket = kubeconfig + ".sock";
+  cfg.drain_peer_listen = model::HostPort{"127.0.0.1", 0};
+  cfg.drain_peer_insecure = true;
+  auto d = std::make_unique<Daemon>(cfg);
+  auto st = d->start();
+  ASSERT_TRUE(st) << st.error();
+  httplib::Client http("127.0.0.1", d->admin_port());
+  auto wait = [](const std::function<bool()>& cond, std::chrono::milliseconds for_) {
+    auto deadline = std::chrono::steady_clock::now() + for_;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (cond()) return true;
+      std::this_thread::sleep_for(10ms);  // polling HTTP and the fake's store
+    }
+    return cond();
+  };
+  ASSERT_TRUE(wait(
+      [&] {
+        auto r = http.Get("/readyz");
+        return r && r->status == 200;
+      },
+      10s));
+  std::this_thread::sleep_for(300ms);  // the poller's first look: web-2 was ready before it
+  std::string slice = web_slice(false);
+  slice.replace(
+      slice.rfind("]}"), 2,
+      R"(,{"addresses":["10.244.1.12"],"nodeName":"node-a","targetRef":{"kind":"Pod","namespace":"demo","name":"web-3","uid":"u-web-3"},"conditions":{"ready":true,"serving":true,"terminating":false}}]})");
+  api.apply(slice);
+  auto propagated = [&](const std::string& pod) {
+    for (const auto& e : api.events("demo"))
+      if (e.find(R"("reason":"Propagated")") != std::string::npos &&
+          e.find(R"("name":")" + pod + R"(")") != std::string::npos)
+        return true;
+    return false;
+  };
+  EXPECT_TRUE(wait([&] { return propagated("web-3"); }, 10s))
+      << "no Propagated; state: " << http.Get("/debug/state")->body;
+  EXPECT_FALSE(propagated("web-2")) << "web-2 was ready before the agent looked";
+  for (const auto& e : api.events("demo"))
+    if (e.find("Propagated") != std::string::npos) {
+      EXPECT_NE(e.find("10.244.1.12 routable on 1/1 node"), std::string::npos) << e;
+    }
+  d.reset();
+  unlink(kubeconfig.c_str());
+  unlink((kubeconfig + ".sock").c_str());
+}
+
 }  // namespace
 }  // namespace endpointd::daemon
