@@ -63,14 +63,26 @@ cleanup() {
 trap cleanup EXIT
 in_ns() { local ns=$1; shift; ip netns exec "$prefix-$ns" "$@"; }
 
+"$repo/scripts/image" --setup-only --cache "$cache" --quiet || fail "scripts/image --setup-only failed"
+# A run killed before its cleanup leaves containers; they go now.
+podman ps -a --format '{{.Names}}' | grep "^$prefix-" | xargs -r podman rm -f -t 0 >/dev/null 2>&1 || true
+# Can podman start a container here at all? A root file system of /bin/true and its libraries
+# answers before any image is built.
+mkdir -p "$work/probe-root/bin"
+cp /bin/true "$work/probe-root/bin/"
+for lib in $(ldd /bin/true | grep -o '/[^ ]*'); do
+  mkdir -p "$work/probe-root$(dirname "$lib")"
+  cp -L "$lib" "$work/probe-root$lib"
+done
+if ! err=$(podman run --rm --network none --rootfs "$work/probe-root" /bin/true 2>&1); then
+  skip "podman cannot start a container on this machine: $err"
+fi
+
 step "the image (scripts/image --prebuilt: the Dockerfile's runtime stage over this build's binaries)"
 t0=$(date +%s)
 "$repo/scripts/image" --prebuilt "$build" --tag "$image" --cache "$cache" --quiet ||
   fail "scripts/image could not build $image"
 echo "   $(( $(date +%s) - t0 )) s"
-if ! err=$(podman run --rm --network none --entrypoint true docker.io/library/debian:12-slim 2>&1); then
-  skip "podman cannot start a container on this machine: $err"
-fi
 podman run --rm --network none "$image" version || fail "endpointd version does not run in $image"
 
 step "a library the binary needs missing: scripts/image --collect names it"
