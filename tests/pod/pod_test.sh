@@ -37,7 +37,7 @@ export CONTAINERS_CONF=$cache/containers.conf
 skip() { echo "SKIP: tests/pod: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 step() { echo; echo "== $*"; }
-[ "$(id -u)" -eq 0 ] || skip "tests/pod needs root (rootful podman, network namespaces)"
+[ "$(id -u)" -eq 0 ] || skip "needs root (rootful podman, network namespaces)"
 command -v podman >/dev/null || skip "podman is not installed (apt-get install podman runc debootstrap; .ci/run installs them)"
 command -v iptables-nft >/dev/null || skip "iptables-nft is not installed (Debian's iptables; .ci/run installs it): kube-proxy's chains cannot be loaded"
 command -v runc >/dev/null || skip "runc is not installed (podman here needs Debian's runc: crun refuses hybrid cgroups)"
