@@ -134,7 +134,8 @@ int main(int argc, char** argv) {
       "exit 1 on any failure");
   endpointd::daemon::add_run_flags(*check_cmd);
   int max_skew = 5;
-  check_cmd->add_option("--max-clock-skew", max_skew, "Seconds of clock skew against the API allowed")
+  check_cmd
+      ->add_option("--max-clock-skew", max_skew, "Seconds of clock skew against the API allowed")
       ->capture_default_str();
   auto* version_cmd = app.add_subcommand("version", "Print the version");
 

@@ -254,8 +254,9 @@ FakeApiServer::FakeApiServer(Options options) : options_(std::move(options)) {
   server_->Get(".*", handler);
   server_->Post(
       ".*", [this](const httplib::Request& req, httplib::Response& res) { handle_post(req, res); });
-  server_->Patch(
-      ".*", [this](const httplib::Request& req, httplib::Response& res) { handle_patch(req, res); });
+  server_->Patch(".*", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_patch(req, res);
+  });
   if (options_.port == 0) {
     port_ = server_->bind_to_any_port(options_.host);
   } else {
