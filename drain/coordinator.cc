@@ -505,9 +505,12 @@ void Coordinator::run() {
     auto ts = machine_.evaluate(in);
     record(ts);
     changed_.notify_all();
+    // Everything else that moves a drain wakes this loop (the board, the cluster watermark, a
+    // snapshot, a prestop call) or is a deadline; only connection counts are polled, and only
+    // while a removed drain waits for them (or has not been asked yet).
     bool polling = false;
-    for (const auto& [ip, d] : machine_.drains())
-      if (d.stage == Stage::kStopAccepting || d.stage == Stage::kRemoved) polling = true;
+    for (const auto& ip : machine_.need_flow_counts())
+      if (flows_ || !machine_.drains().at(ip).conntrack_failed_since) polling = true;
     next = Clock::now() + std::chrono::hours(1);
     if (auto dl = machine_.next_deadline()) next = std::min(next, *dl);
     if (polling) next = std::min(next, Clock::now() + opts_.conntrack_poll);

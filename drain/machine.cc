@@ -397,7 +397,10 @@ bool Machine::local_removed(Drain& d, const Inputs& in) {
                   model::routes_to(e.view, *e.snapshot, d.ip, {opts_.node_name, {}});
     if (!routes && e.view == model::RouteView::kDns && in.dns_expiry) {
       auto exp = in.dns_expiry(d.ip);
-      if (exp && *exp > in.now) routes = true;
+      if (exp && *exp > in.now) {
+        routes = true;
+        recheck_at(*exp);
+      }
     }
     if (e.view == model::RouteView::kDns && d.needs_dns && e.cache_ttl.count() > 0) {
       // What this process served is known; what the agent before a restart served is not:
@@ -406,7 +409,10 @@ bool Machine::local_removed(Drain& d, const Inputs& in) {
         d.dns_out_since.reset();
       } else {
         if (!d.dns_out_since) d.dns_out_since = in.now;
-        if (in.now < *d.dns_out_since + e.cache_ttl) routes = true;
+        if (in.now < *d.dns_out_since + e.cache_ttl) {
+          routes = true;
+          recheck_at(*d.dns_out_since + e.cache_ttl);
+        }
       }
     }
     if (routes) {
@@ -774,6 +780,7 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
 
 std::vector<Transition> Machine::evaluate(const Inputs& in) {
   std::vector<Transition> out;
+  recheck_at_.reset();
   for (auto& [ip, d] : drains_) advance(d, in, out);
   for (auto& [id, w] : waiters_) settle_waiter(w, in, out);
   return out;
@@ -807,6 +814,7 @@ std::optional<TimePoint> Machine::next_deadline() const {
   }
   for (const auto& [id, w] : waiters_)
     if (!w.verdict) consider(w.called + opts_.terminating_wait);
+  if (recheck_at_) consider(*recheck_at_);
   return best;
 }
 

@@ -212,7 +212,8 @@ class Machine {
   };
   // Advances every drain and waiter as far as the inputs allow. Returns the transitions.
   std::vector<Transition> evaluate(const Inputs& in);
-  // The earliest deadline that would change something without any new input.
+  // The earliest deadline that would change something without any new input (a DNS answer's
+  // expiry that the last evaluation waited for included).
   std::optional<TimePoint> next_deadline() const;
 
   const std::map<model::IpAddr, Drain>& drains() const { return drains_; }
@@ -272,6 +273,12 @@ class Machine {
   std::map<uint64_t, Waiter> waiters_;
   uint64_t next_waiter_ = 1;
   Counters counters_;
+  // When the last evaluation's answer changes by time alone: a DNS answer it counted as
+  // routing expires, or the hold after a DNS consumer first saw the address out ends.
+  std::optional<TimePoint> recheck_at_;
+  void recheck_at(TimePoint t) {
+    if (!recheck_at_ || t < *recheck_at_) recheck_at_ = t;
+  }
 };
 
 // The release rule of a pod from its annotation (unknown values: `fallback`).
