@@ -43,6 +43,10 @@ ReleaseAfter release_after_of(const model::Pod& pod, ReleaseAfter fallback) {
 
 namespace {
 
+bool is_fallback(const Holdout& h) {
+  return h.client.starts_with("fallback/");
+}
+
 const std::string& fallback_client(Drain& d) {
   if (d.fallback_client.empty()) d.fallback_client = LocalMarks::fallback_client(d.ip);
   return d.fallback_client;
@@ -443,6 +447,7 @@ void Machine::judge_peers(Drain& d, const Inputs& in) {
     if (h.client == fallback) falls_back.insert(h.node);
     if (h.node == "*" && h.revision == 0) overflow = true;
   }
+  bool keep_holdouts = false;
   for (auto& [node, p] : d.peers) {
     // A node confirmed before that now routes to it by the fallback is not confirmed any more.
     if (p.state == PeerState::State::kConfirmed && (falls_back.count(node) || overflow)) {
@@ -458,11 +463,20 @@ void Machine::judge_peers(Drain& d, const Inputs& in) {
       p.state = PeerState::State::kConfirmed;
       p.answered = in.now;
       p.last_error.clear();
+      keep_holdouts = true;
     } else {
       p.last_error =
           std::string(d.needs_dns ? "the cluster DNS watermark " : "the cluster watermark ") +
           std::to_string(mark) + " is below the removal's revision " + std::to_string(d.revision);
     }
+  }
+  if (!keep_holdouts) return;
+  for (const auto& h : c.holdouts) {
+    if (h.node == opts_.node_name || h.revision >= d.revision || is_fallback(h)) continue;
+    bool known = false;
+    for (const auto& k : d.confirmed_with)
+      if (k.node == h.node && k.client == h.client) known = true;
+    if (!known && d.confirmed_with.size() < kMaxHoldouts) d.confirmed_with.push_back(h);
   }
 }
 
@@ -488,13 +502,15 @@ void Machine::settle_removal(Drain& d, const Inputs& in) {
     }
   }
   if (in.cluster && d.revision > 0) {
-    for (const auto& h : in.cluster->holdouts) {
-      if (h.node == opts_.node_name || h.revision >= d.revision) continue;
-      if (h.client.starts_with("fallback/")) continue;  // held peers (judge_peers), not this
+    auto held = [&](const Holdout& h) {
+      if (h.node == opts_.node_name || h.revision >= d.revision) return;
+      if (is_fallback(h)) return;  // held peers (judge_peers), not this
       unconfirm(d, {h.node, h.client,
                     h.reason + ": its last accepted state (revision " + std::to_string(h.revision) +
                         ") is older than the removal (" + std::to_string(d.revision) + ")"});
-    }
+    };
+    for (const auto& h : in.cluster->holdouts) held(h);
+    for (const auto& h : d.confirmed_with) held(h);
   }
 }
 

@@ -122,6 +122,10 @@ struct Drain {
   bool needs_dns = false;
   // Everything that may still route to it; empty at release: the release is "confirmed".
   std::vector<Unconfirmed> unconfirmed;
+  // Other nodes' holdouts older than the removal in the cluster facts that confirmed a peer:
+  // they count at the release even when later facts no longer list them (a parent with older
+  // news can send an older watermark and list, while the peers stay confirmed). Bounded.
+  std::vector<Holdout> confirmed_with;
   // The endpoint became routable again after stop-accepting (kube-proxy's terminating fallback:
   // every other endpoint of a service unready): `revision` moves to the update that took it
   // out again, and the release waits for the removal to be confirmed anew.
