@@ -181,7 +181,7 @@ def check_render(name, sets, namespace="endpointd"):
           f"[{name}] selector does not select the template")
     check(pod.get("hostNetwork") is True, f"[{name}] hostNetwork")
     check(pod.get("hostPID") is True, f"[{name}] hostPID")
-    check(pod.get("dnsPolicy") == "ClusterFirstWithHostNet", f"[{name}] dnsPolicy")
+    check(pod.get("dnsPolicy") == "Default", f"[{name}] dnsPolicy (the node's resolv.conf: never its own upstream)")
     check(pod.get("priorityClassName") == "system-node-critical", f"[{name}] priorityClassName")
     check(pod.get("tolerations") == [{"operator": "Exists"}], f"[{name}] tolerations {pod.get('tolerations')}")
     sa = one(objs, "ServiceAccount")
