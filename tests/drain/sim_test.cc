@@ -87,16 +87,20 @@ void expect_seed_safe(uint64_t seed) {
 // peers were confirmed by a newer one that listed node-2's disconnected proxy (at revision 119,
 // before db-5's removal at 122): the release checked only the older list and said confirmed.
 // Now the holdouts of the facts that confirmed a peer count at the release too.
+// Seed 187905 (of the second 100,000) is another of the kind.
 TEST(DrainSimFound, AnOlderWatermarkAfterConfirmationDoesNotHideAHoldout) {
   expect_seed_safe(69735);
+  expect_seed_safe(187905);
 }
 
 // Open (bench/results/drain-truth.md): node-4 was paused while the terminating fallback made
 // web-0 routable again (revisions 104-105) and then not (106); it resumed with view 106 and
 // cluster facts from before the pause, and released web-0 as confirmed while node-0's kernel
 // still held 105. The facts do not say which states they cover; a view watermark would.
+// Seed 238613 is another of the kind (node-0 paused, view 116, nodes 1-3 still at 115).
 TEST(DrainSimFound, DISABLED_AViewThatSkippedAFallbackIsNotConfirmedOnOlderFacts) {
   expect_seed_safe(29240);
+  expect_seed_safe(238613);
 }
 
 TEST(DrainSim, Replay) {
