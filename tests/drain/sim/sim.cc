@@ -708,8 +708,16 @@ class World {
         cand.push_back(k);
     }
     if (cand.empty()) return;
-    PodRec& p = pods_[cand[pick(cand.size())]];
-    terminate_pod(p, liveness);
+    size_t k = cand[pick(cand.size())];
+    if (liveness) {
+      // A rolling update's order (maxSurge): the new pod is ready before the old one
+      // terminates. Without it a service can be left with no ready endpoint, its terminating
+      // ones then route by the fallback, and no drain of them can be confirmed — rightly, so
+      // it would say nothing about the protocol's liveness.
+      std::string svc = pods_[k].service;
+      add_pod(std::move(svc), pick_in_api());
+    }
+    terminate_pod(pods_[k], liveness);
   }
 
   void terminate_pod(PodRec& p, bool liveness) {
