@@ -13,6 +13,16 @@ std::vector<std::string> sorted(const std::set<std::string>& s) {
   return {s.begin(), s.end()};
 }
 
+// An order on exclusion lists that every agent computes alike (names in order, FNV-1a).
+uint64_t list_digest(const std::set<std::string>& names) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& n : names) {
+    for (unsigned char c : n) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+  }
+  return h;
+}
+
 bool same(const UpReport& a, const UpReport& b) {
   return a.watermark == b.watermark && a.dns_watermark == b.dns_watermark &&
          a.covered == b.covered && a.silent == b.silent && a.returning == b.returning &&
@@ -215,9 +225,16 @@ void Aggregator::relayout(TimePoint now) {
 }
 
 bool Aggregator::adopt(const std::vector<std::string>& excluded, uint64_t epoch) {
-  if (epoch <= epoch_) return false;
+  if (epoch < epoch_) return false;
   // Names this agent does not list (yet) are kept: its member list may be behind the root's.
   std::set<std::string> ex(excluded.begin(), excluded.end());
+  // Two decisions under one number: a root that restarted (its epoch back to 0) and decided
+  // again before it heard the number it had given its last decision. Neither is newer by the
+  // number, so every agent takes the one whose list digests higher: all agree on one list,
+  // and an agent that list excludes wrongly is heard from and taken back under a new number.
+  // (An exclusion only makes a node unknown: never a confirmation.)
+  if (epoch == epoch_ && (ex == excluded_ || list_digest(ex) <= list_digest(excluded_)))
+    return false;
   bool readmits = false;
   for (const auto& n : excluded_)
     if (!ex.count(n)) readmits = true;
@@ -291,10 +308,11 @@ void Aggregator::receive(const Message& m, TimePoint now) {
   parent_since_ = now;
   parent_answered_ = true;
   parent_epoch_ = down.epoch;
+  parent_excluded_ = std::set<std::string>(down.excluded.begin(), down.excluded.end());
   adopt(down.excluded, down.epoch);
   // The parent's watermark holds under the decision it was made with; one made under an older
   // decision than this agent's (the parent has not heard of the newer one yet) waits.
-  if (down.epoch == epoch_) take_cluster(down);
+  if (down.epoch == epoch_ && parent_excluded_ == excluded_) take_cluster(down);
 }
 
 void Aggregator::ask(const std::string& to, std::vector<Send>& out) {
@@ -397,7 +415,7 @@ UpReport Aggregator::aggregate(TimePoint now) {
   up.silent = sorted(silent);
   up.returning = sorted(returning);
   up.epoch = epoch_;
-  if (epoch_ > parent_epoch_) {
+  if (epoch_ > parent_epoch_ || (epoch_ == parent_epoch_ && excluded_ != parent_excluded_)) {
     up.excluded = sorted(excluded_);
     up.decision = true;
   }

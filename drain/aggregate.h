@@ -288,8 +288,9 @@ class Aggregator {
   std::optional<DownReport> last_down_;
   TimePoint last_down_at_{};
   static constexpr size_t kProbesPerHeartbeat = 2;
-  uint64_t epoch_ = 0;         // of excluded_
-  uint64_t parent_epoch_ = 0;  // the decision the parent last sent
+  uint64_t epoch_ = 0;                     // of excluded_
+  uint64_t parent_epoch_ = 0;              // the decision the parent last sent
+  std::set<std::string> parent_excluded_;  // and its list
   TimePoint last_probe_at_{};
   size_t probe_next_ = 0;
   bool layout_dirty_ = true;

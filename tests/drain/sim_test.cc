@@ -93,6 +93,15 @@ TEST(DrainSimFound, AnOlderWatermarkAfterConfirmationDoesNotHideAHoldout) {
   expect_seed_safe(187905);
 }
 
+// node-3, the root, decided epoch 11 excluding three stopped agents, was stopped itself, came
+// back at epoch 0 and, before it heard of 11, decided 11 again with an empty list: the same
+// number with two lists, neither newer, and the agents never agreed on one (every drain in the
+// fault-free tail unconfirmed). Now equal numbers are ordered by the list's digest.
+TEST(DrainSimFound, ARestartedRootsSameEpochWithAnotherListConverges) {
+  Report r = run(110656, options_for_seed(110656), true);
+  EXPECT_TRUE(r.ok()) << describe(r);
+}
+
 // Open (bench/results/drain-truth.md): node-4 was paused while the terminating fallback made
 // web-0 routable again (revisions 104-105) and then not (106); it resumed with view 106 and
 // cluster facts from before the pause, and released web-0 as confirmed while node-0's kernel
