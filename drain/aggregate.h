@@ -124,7 +124,9 @@ struct DownReport {
   // Which decision `excluded` is: a root numbers each change past every number it has seen
   // (high bits) and adds its own hash (low 16 bits) to break ties. Every agent takes the
   // newest decision it hears of, from whomever: two roots that excluded each other while they
-  // could not talk (a mass stop, a partition) converge on one list, so on one tree.
+  // could not talk (a mass stop, a partition) converge on one list, so on one tree. Two lists
+  // under one number (a root that restarted at 0 and decided again before it heard its old
+  // number) are ordered by the list's digest, so they converge too.
   uint64_t epoch = 0;
   // Whom `watermark` covers: the agents the root's minimum counted (its members less the
   // excluded). An agent counts the watermark for a node only when this is exactly its own
