@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <initializer_list>
 #include <tuple>
 #include <utility>
 
@@ -87,10 +86,6 @@ HoldoutList HoldoutList::merge(const std::vector<const HoldoutList*>& lists) {
   all.reserve(total);
   for (const auto* l : lists) all.insert(all.end(), l->begin(), l->end());
   return of(std::move(all));
-}
-
-HoldoutList HoldoutList::merge(std::initializer_list<const HoldoutList*> lists) {
-  return merge(std::vector<const HoldoutList*>(lists));
 }
 
 const std::vector<Holdout>& HoldoutList::items() const {

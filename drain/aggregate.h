@@ -34,7 +34,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -73,7 +72,6 @@ class HoldoutList {
   static HoldoutList of(std::vector<Holdout> raw);
   // The lists together, in the same order and bound. A list merged with empty ones is
   // returned as it is, shared.
-  static HoldoutList merge(std::initializer_list<const HoldoutList*> lists);
   static HoldoutList merge(const std::vector<const HoldoutList*>& lists);
 
   bool empty() const { return !list_ || list_->empty(); }
