@@ -509,17 +509,6 @@ TEST_F(KubeClientTest, RequestsAreCountedUnderClientGosMetrics) {
   start(services_only());
   ASSERT_TRUE(wait_until([&] { return client_->synced() && watching(); }));
   std::string host = server_.url().substr(std::string("http://").size());
-  // The server has the watch request before the client has its answer and counts it.
-  wait_until([&] {
-    return metric("rest_client_requests_total",
-                  {{"code", "200"}, {"method", "GET"}, {"host", host}}) >= 2;
-  });
-  EXPECT_EQ(
-      metric("rest_client_requests_total", {{"code", "503"}, {"method", "GET"}, {"host", host}}),
-      2);
-  EXPECT_EQ(
-      metric("rest_client_requests_total", {{"code", "200"}, {"method", "GET"}, {"host", host}}),
-      2);  // the list and the watch
   auto histogram = [&](const std::string& name) -> const prometheus::ClientMetric::Histogram {
     for (const auto& fam : registry_.Collect())
       if (fam.name == name)
@@ -531,6 +520,17 @@ TEST_F(KubeClientTest, RequestsAreCountedUnderClientGosMetrics) {
         }
     return {};
   };
+  // The server has the watch request before the client has its answer and counts it. A
+  // request is counted, then its latency observed: the watch's latency, the last thing
+  // written, is what is waited for (waiting for the counter read the histogram one short).
+  ASSERT_TRUE(wait_until(
+      [&] { return histogram("rest_client_request_duration_seconds").sample_count >= 4; }));
+  EXPECT_EQ(
+      metric("rest_client_requests_total", {{"code", "503"}, {"method", "GET"}, {"host", host}}),
+      2);
+  EXPECT_EQ(
+      metric("rest_client_requests_total", {{"code", "200"}, {"method", "GET"}, {"host", host}}),
+      2);  // the list and the watch
   auto latency = histogram("rest_client_request_duration_seconds");
   EXPECT_EQ(latency.sample_count, 4u);
   ASSERT_FALSE(latency.bucket.empty());
@@ -542,12 +542,9 @@ TEST_F(KubeClientTest, RequestsAreCountedUnderClientGosMetrics) {
   EXPECT_EQ(size.sample_count, 3u);  // the list page and the two error bodies; not the watch
   EXPECT_GT(size.sample_sum, 100.0);
 
-  // Nothing listens here any more.
-  std::string gone_url;
-  {
-    FakeApiServer gone;
-    gone_url = gone.url();
-  }
+  // Nothing listens here (and nothing else takes the port while the test runs).
+  kubetest::RefusingPort refusing;
+  std::string gone_url = refusing.url();
   prometheus::Registry other;
   ClusterConfig cluster;
   cluster.server = gone_url;
@@ -779,14 +776,10 @@ TEST_F(KubeClientTest, StopIsPromptDuringWatchAndBackoff) {
 }
 
 TEST_F(KubeClientTest, UnreachableServerIsRetried) {
-  // Nothing listens on the port of a server that was started and destroyed.
-  std::string url;
-  {
-    FakeApiServer gone;
-    url = gone.url();
-  }
+  // Nothing listens on the port, and nothing else can take it while the test runs.
+  kubetest::RefusingPort refusing;
   ClusterConfig cluster;
-  cluster.server = url;
+  cluster.server = refusing.url();
   start(services_only(), cluster);
   ASSERT_TRUE(wait_until(
       [&] { return client_->stats(ObjectKind::kService).reconnect_count("connect") >= 3; }));

@@ -2,7 +2,10 @@
 // map, condition waits with deadlines, object JSON builders and temporary directories.
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -33,6 +36,36 @@ inline bool wait_until(const std::function<bool()>& pred,
   }
   return pred();
 }
+
+// A loopback TCP port where nothing listens, for as long as this lives: bound and never
+// listened on, so a connect is refused at once. A server started and destroyed frees its
+// port, and another test (or process) may take it before the client dials it.
+class RefusingPort {
+ public:
+  RefusingPort() : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    if (fd_ < 0) throw std::runtime_error("RefusingPort: socket");
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    auto* sa = reinterpret_cast<sockaddr*>(&a);
+    if (::bind(fd_, sa, sizeof(a)) != 0 || ::getsockname(fd_, sa, &len) != 0) {
+      ::close(fd_);
+      throw std::runtime_error("RefusingPort: bind");
+    }
+    port_ = ntohs(a.sin_port);
+  }
+  ~RefusingPort() { ::close(fd_); }
+  RefusingPort(const RefusingPort&) = delete;
+  RefusingPort& operator=(const RefusingPort&) = delete;
+
+  uint16_t port() const { return port_; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_;
+  uint16_t port_ = 0;
+};
 
 // Records every event the client posts and keeps the state they add up to.
 class Recorder {
