@@ -205,10 +205,16 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
   for (auto& [ip, d] : drains_) {
     if (d.stage < Stage::kStopAccepting || d.stage == Stage::kReleased) continue;
     bool touched = false;
+    // A service of it whose new state does not directly follow the one this agent held: the
+    // states in between were never seen here (ServiceState::follows).
+    bool skipped = false;
     for (const auto* keys : {&delta.added, &delta.changed}) {
       for (const auto& k : *keys) {
         const model::ServiceState* st = snap_->find(k);
-        if (st && st->find(ip)) touched = true;
+        if (!st || !st->find(ip)) continue;
+        touched = true;
+        const model::ServiceState* was = before ? before->find(k) : nullptr;
+        if (!was || st->follows == 0 || st->follows != was->revision) skipped = true;
       }
     }
     if (!touched && !delta.removed.empty()) touched = d.routed;
@@ -231,7 +237,30 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
       for (auto& [node, p] : d.peers) {
         if (p.state == PeerState::State::kConfirmed) p.state = PeerState::State::kPending;
       }
-      if (d.stage >= Stage::kRemoved) d.reconfirm = true;
+      if (d.stage >= Stage::kRemoved) {
+        d.reconfirm = true;
+        d.peers_since = now;
+      }
+    } else if (!routed && skipped && d.revision != 0 && snap_->slice_revision > d.confirm_at()) {
+      // The service changed while the endpoint stayed out, and this agent's view skipped
+      // states in between (a paused agent, a watch that fell behind and relisted, updates
+      // merged into one snapshot). One of those may have routed to it by the fallback, and a
+      // node that still holds it reports no holdout in facts made before it got there. So the
+      // peers are confirmed again by a watermark past this update, under which every node's
+      // state of the service is this one or newer (a newer one than this agent's view is no
+      // agent's to judge). Only the drain's own service moves it, and only when states of it
+      // were skipped: an agent that saw each state judged each one.
+      d.confirm_revision = snap_->slice_revision;
+      bool had_confirmed = false;
+      for (auto& [node, p] : d.peers) {
+        if (p.state != PeerState::State::kConfirmed) continue;
+        p.state = PeerState::State::kPending;
+        had_confirmed = true;
+      }
+      if (d.stage >= Stage::kRemoved && d.stage != Stage::kReleased && had_confirmed) {
+        d.reconfirm = true;
+        d.peers_since = now;
+      }
     }
     d.routed = routed;
   }
@@ -459,7 +488,7 @@ void Machine::judge_peers(Drain& d, const Inputs& in) {
       p.last_error = *why;
     } else if (falls_back.count(node) || overflow) {
       p.last_error = "its state routes to it by the terminating fallback";
-    } else if (mark >= d.revision) {
+    } else if (mark >= d.confirm_at()) {
       p.state = PeerState::State::kConfirmed;
       p.answered = in.now;
       p.last_error.clear();
@@ -467,7 +496,11 @@ void Machine::judge_peers(Drain& d, const Inputs& in) {
     } else {
       p.last_error =
           std::string(d.needs_dns ? "the cluster DNS watermark " : "the cluster watermark ") +
-          std::to_string(mark) + " is below the removal's revision " + std::to_string(d.revision);
+          std::to_string(mark) + " is below " +
+          (d.confirm_at() > d.revision
+               ? "its service's last change " + std::to_string(d.confirm_at()) + " (the removal " +
+                     std::to_string(d.revision) + ")"
+               : "the removal's revision " + std::to_string(d.revision));
     }
   }
   if (!keep_holdouts) return;
@@ -525,7 +558,7 @@ bool Machine::peers_done(Drain& d, const Inputs& in) {
   if (d.needs_dns)
     for (const auto& e : in.consumers)
       if (e.view == model::RouteView::kDns) dns_ttl = std::max(dns_ttl, e.cache_ttl);
-  d.peer_deadline = d.start + opts_.peer_timeout + dns_ttl;
+  d.peer_deadline = std::max(d.start, d.peers_since) + opts_.peer_timeout + dns_ttl;
   TimePoint peer_deadline = d.peer_deadline;
   bool done = true;
   for (auto& [node, p] : d.peers) {
@@ -818,9 +851,11 @@ std::optional<TimePoint> Machine::next_deadline() const {
           consider(std::max(d.peer_deadline, d.start + opts_.peer_timeout));
         break;
       case Stage::kRemoved:
+      case Stage::kDrained:
         consider(d.budget_end);
         if (d.reconfirm && opts_.peer_policy == PeerPolicy::kProceed)
-          consider(std::max(d.peer_deadline, d.start + opts_.peer_timeout));
+          consider(
+              std::max(d.peer_deadline, std::max(d.start, d.peers_since) + opts_.peer_timeout));
         if (d.conntrack_failed_since)
           consider(*d.conntrack_failed_since + opts_.conntrack_unavailable_wait);
         break;
@@ -880,7 +915,8 @@ std::string Machine::to_json(TimePoint now) const {
     std::string c;
     for (const auto& [name, at] : d.consumers_confirmed)
       c += (c.empty() ? "" : ",") + model::json_string(name) + ":" + ms_since(d.start, at);
-    j += c + "},\"revision\":" + std::to_string(d.revision) + ",\"peers\":[";
+    j += c + "},\"revision\":" + std::to_string(d.revision) +
+         ",\"confirmRevision\":" + std::to_string(d.confirm_at()) + ",\"peers\":[";
     std::string p;
     for (const auto& [node, ps] : d.peers) {
       const char* st = ps.state == PeerState::State::kConfirmed ? "confirmed"

@@ -3,6 +3,7 @@
 // answers and conntrack counts come in as values, so it is tested without threads or root.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -99,6 +100,11 @@ struct Drain {
   // The EndpointSlice position of the snapshot that showed the endpoint going away: the
   // cluster watermark confirms every peer once it reaches it (0: unknown, ask each peer).
   uint64_t revision = 0;
+  // The watermark that confirms the peers: the removal's revision, or the newest update of the
+  // endpoint's service this agent saw while the endpoint was out and not yet released (states
+  // between two of its snapshots may have routed to it by the fallback; see on_snapshot).
+  uint64_t confirm_revision = 0;
+  uint64_t confirm_at() const { return std::max(revision, confirm_revision); }
   // The generation of that snapshot: a consumer counts as removed only once it applied it or
   // a newer one (an older state may not route to it only because the pod was not there yet,
   // while a client already holds a newer one that does).
@@ -131,6 +137,10 @@ struct Drain {
   // out again, and the release waits for the removal to be confirmed anew.
   bool reconfirm = false;
   bool routed = false;  // routable somewhere in the newest snapshot
+  // When the peers' confirmations last started over: the drain's start, or the update that
+  // took the endpoint out again (after the fallback) or changed its service while it was out
+  // and not yet released. Under proceed, peers have peer_timeout from here.
+  TimePoint peers_since{};
   TimePoint peer_deadline{};
   // Since when the local DNS consumer's state has not answered it (needs_dns only).
   std::optional<TimePoint>

@@ -40,6 +40,13 @@ struct ServiceState {
   // The newest last-change-trigger-time among its EndpointSlices (zero: none carried one):
   // where kube-proxy's network programming duration starts.
   std::chrono::system_clock::time_point trigger_time{};
+  // The EndpointSlice position of the snapshot this state first appeared in, and that of the
+  // state it directly follows: one update from it, with no state in between that any watch
+  // could have seen (0: unknown — several updates merged into one build, or a relist after a
+  // gap). A reader that held the state at `follows` saw every state of the service; one that
+  // held another may have missed some (drain/'s terminating fallback check needs to know).
+  uint64_t revision = 0;
+  uint64_t follows = 0;
   const ServiceKey& key() const { return service.key; }
   const MergedEndpoint* find(const IpAddr& a) const;
 };

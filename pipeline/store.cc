@@ -45,13 +45,17 @@ bool Store::pending() const {
          slice_revision_ != built_revision_;
 }
 
+void Store::touch(const model::ServiceKey& key) {
+  if (!dirty_.insert(key).second || relisting_) skipped_.insert(key);
+}
+
 void Store::upsert(model::Service&& s) {
   auto it = services_.find(s.key);
   if (it != services_.end() && it->second.equal_spec(s)) {
     it->second.resource_version = std::move(s.resource_version);
     return;
   }
-  dirty_.insert(s.key);
+  touch(s.key);
   services_.insert_or_assign(s.key, std::move(s));
 }
 
@@ -63,6 +67,10 @@ void Store::upsert(model::EndpointSlice&& s) {
   auto it = slices_.find(s.key);
   if (it != slices_.end()) {
     if (it->second.equal_content(s)) {
+      // A relist that finds a slice rewritten with what it held before: the writes in between
+      // (an endpoint unready and ready again) were states this store never saw.
+      if (relisting_ && it->second.resource_version != s.resource_version)
+        touch(it->second.service_key());
       it->second.resource_version = std::move(s.resource_version);
       return;
     }
@@ -71,12 +79,12 @@ void Store::upsert(model::EndpointSlice&& s) {
       auto& set = slices_by_service_[old_svc];
       set.erase(s.key);
       if (set.empty()) slices_by_service_.erase(old_svc);
-      dirty_.insert(old_svc);
+      touch(old_svc);
     }
   }
   auto svc = s.service_key();
   slices_by_service_[svc].insert(s.key);
-  dirty_.insert(svc);
+  touch(svc);
   slices_.insert_or_assign(s.key, std::move(s));
 }
 
@@ -99,7 +107,7 @@ void Store::upsert(model::Pod&& p) {
 void Store::remove(ObjectKind kind, const model::ObjectKey& key) {
   switch (kind) {
     case ObjectKind::kService:
-      if (services_.erase(key)) dirty_.insert(key);
+      if (services_.erase(key)) touch(key);
       break;
     case ObjectKind::kEndpointSlice: {
       auto it = slices_.find(key);
@@ -109,7 +117,7 @@ void Store::remove(ObjectKind kind, const model::ObjectKey& key) {
       set.erase(key);
       if (set.empty()) slices_by_service_.erase(svc);
       slices_.erase(it);
-      dirty_.insert(svc);
+      touch(svc);
       break;
     }
     case ObjectKind::kNode:
@@ -175,10 +183,12 @@ void Store::replace(model::Replace&& r) {
         if (!keep.count(k)) gone.push_back(k);
       break;
   }
+  relisting_ = held;
   for (const auto& k : gone) remove(r.kind, k);
   for (auto& o : r.objects)
     if (model::kind_of(o) == r.kind)
       std::visit([&](auto&& x) { upsert(std::move(x)); }, std::move(o));
+  relisting_ = false;
   if (listed_.insert(r.kind).second) synced_changed_ = true;
 }
 
@@ -262,14 +272,20 @@ model::SnapshotPtr Store::build(const model::SnapshotPtr& prev) {
       continue;
     }
     auto& state = *built[i];
-    // Same content: keep the old pointer, so sinks see no change.
-    if (old && old->service.equal_spec(state.service) && old->endpoints == state.endpoints)
+    const bool direct = !skipped_.count(key);
+    // Same content: keep the old pointer, so sinks see no change — unless states were merged
+    // in between, which a reader of `follows` must hear of.
+    if (old && direct && old->service.equal_spec(state.service) &&
+        old->endpoints == state.endpoints)
       continue;
+    state.revision = slice_revision_;
+    state.follows = old && direct ? old->revision : 0;
     if (old) endpoints -= old->endpoints.size();
     endpoints += state.endpoints.size();
     changes.emplace_back(key, std::make_shared<const model::ServiceState>(std::move(state)));
   }
   dirty_.clear();
+  skipped_.clear();
   if (!changes.empty()) changed = true;
   next->services = p.services.with(changes);
   next->endpoints = endpoints;

@@ -55,7 +55,14 @@ class Store {
   std::map<std::string, model::NodePtr> nodes_;
   std::map<model::ObjectKey, model::PodPtr> pods_;
 
+  // Marks `key` changed since the last build. A second change before the build (or one made
+  // by a relist, which may hide states the watch never delivered) makes the next state one
+  // that does not directly follow the last (ServiceState::follows = 0).
+  void touch(const model::ServiceKey& key);
+
   std::set<model::ServiceKey> dirty_;
+  std::set<model::ServiceKey> skipped_;  // dirty services whose states in between were merged
+  bool relisting_ = false;               // in replace() over held objects
   bool nodes_dirty_ = false;
   bool pods_dirty_ = false;
   uint64_t slice_revision_ = 0;  // the EndpointSlice watch's position (0: none known)

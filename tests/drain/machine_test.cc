@@ -133,6 +133,83 @@ TEST_F(MachineTest, StagesInOrderWithPeersAndConntrack) {
   EXPECT_EQ(m.finished().size(), 1u);
 }
 
+// `snap` at EndpointSlice position `rev`, its service's state first seen there and directly
+// following the state at `follows` (0: states were merged or skipped on the way).
+model::SnapshotPtr at_revision(model::SnapshotPtr snap, uint64_t rev, uint64_t follows) {
+  auto s = std::make_shared<model::Snapshot>(*snap);
+  s->slice_revision = rev;
+  auto st = std::make_shared<model::ServiceState>(*s->find({"demo", "web"}));
+  st->revision = rev;
+  st->follows = follows;
+  s->services = model::ServiceList({st});
+  return s;
+}
+
+ClusterFacts facts_at(uint64_t routing) {
+  ClusterFacts c;
+  c.routing = c.dns = routing;
+  c.coverage_current = true;
+  c.members =
+      std::make_shared<const std::set<std::string>>(std::set<std::string>{"node-a", "node-b"});
+  return c;
+}
+
+// An agent whose view of the service jumped (paused, or its watch relisted) may have skipped a
+// state that routed to the draining pod by the terminating fallback; node-b may still hold it,
+// and facts made before node-b got there list no holdout. The peers are confirmed again by a
+// watermark past the jump; an agent that saw each state in turn is not held.
+TEST_F(MachineTest, AViewThatSkippedStatesOfTheServiceIsConfirmedPastThem) {
+  const Ep kWeb4{"10.244.2.11", "node-b", true, true, false, "web-4"};
+  for (bool skipped : {true, false}) {
+    SCOPED_TRACE(skipped ? "skipped" : "every state seen");
+    Machine m(opts());
+    auto pods = std::vector<PodDef>{{"web-1", "10.244.1.10", "node-a", true}};
+    auto s1 = at_revision(make_snapshot(1, {kWeb1, kWeb3}, {{"web-1", "10.244.1.10"}}), 101, 100);
+    m.on_snapshot(s1, t0);
+    uint64_t w = m.add_waiter({"demo", "web-1"}, "uid-web-1", t0);
+    auto s2 = at_revision(make_snapshot(2, {kWeb1Terminating, kWeb3}, pods), 102, 101);
+    m.on_snapshot(s2, t0 + 10ms);
+    const Drain& d = m.drains().at(ip("10.244.1.10"));
+    ClusterFacts old = facts_at(102);
+    auto in = inputs(t0 + 20ms, {entry("proxy", s2)});
+    in.cluster = &old;
+    drain::FlowCount busy;
+    busy.tcp_established = 1;
+    in.flows.emplace(ip("10.244.1.10"), busy);
+    m.evaluate(in);
+    ASSERT_EQ(d.stage, Stage::kRemoved);
+    EXPECT_EQ(d.peers.at("node-b").state, PeerState::State::kConfirmed);
+
+    // Revisions 103-105 (web-3 unready: web-1 routed by the fallback on every node that
+    // applied them, then web-4 ready) reach this agent as one jump to 106.
+    auto s3 = at_revision(make_snapshot(3, {kWeb1Terminating, kWeb3, kWeb4}, pods), 106,
+                          skipped ? 105 : 102);
+    m.on_snapshot(s3, t0 + 30ms);
+    in = inputs(t0 + 40ms, {entry("proxy", s3)});
+    in.cluster = &old;
+    in.flows.emplace(ip("10.244.1.10"), drain::FlowCount{});
+    m.evaluate(in);
+    if (!skipped) {
+      EXPECT_EQ(d.stage, Stage::kReleased);
+      ASSERT_TRUE(m.verdict(w));
+      EXPECT_EQ(d.outcome(), "confirmed");
+      continue;
+    }
+    EXPECT_FALSE(m.verdict(w)) << "released on facts older than the states it skipped";
+    EXPECT_EQ(d.confirm_at(), 106u);
+    EXPECT_EQ(d.peers.at("node-b").state, PeerState::State::kPending);
+    EXPECT_NE(d.peers.at("node-b").last_error.find("last change 106"), std::string::npos)
+        << d.peers.at("node-b").last_error;
+    ClusterFacts past = facts_at(106);
+    in.now = t0 + 50ms;
+    in.cluster = &past;
+    m.evaluate(in);
+    EXPECT_EQ(d.stage, Stage::kReleased);
+    ASSERT_TRUE(m.verdict(w));
+    EXPECT_EQ(d.outcome(), "confirmed");
+  }
+}
+
 TEST_F(MachineTest, ReleaseAfterRemovedSkipsTheDrain) {
   Machine m(opts());
   auto s = make_snapshot(2, {kWeb1Terminating, kWeb3},

@@ -197,6 +197,58 @@ TEST_F(StoreTest, ReplaceChangesOnlyRealDifferences) {
   EXPECT_TRUE(d.changed.empty());
 }
 
+model::Event at(model::Event e, const char* rv) {
+  e.resource_version = rv;
+  return e;
+}
+model::EndpointSlice with_rv(model::EndpointSlice s, const char* rv) {
+  s.resource_version = rv;
+  return s;
+}
+
+// A service's state says which state it directly follows: one update from it, or several
+// merged (a reader holding the older one never saw the states in between).
+TEST_F(StoreTest, AStateFollowsTheLastOnlyWhenOneUpdateMadeIt) {
+  store.apply(at(up(svc("web")), "10"));
+  store.apply(at(up(with_rv(slice("web-1", "web", {"10.0.0.1", "10.0.0.2"}), "11")), "11"));
+  auto s1 = build();
+  const auto* first = s1->find({"ns", "web"});
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->revision, 11u);
+  EXPECT_EQ(first->follows, 0u) << "merged from two updates";
+
+  store.apply(at(up(with_rv(slice("web-1", "web", {"10.0.0.1"}), "12")), "12"));
+  auto s2 = build();
+  EXPECT_EQ(s2->find({"ns", "web"})->revision, 12u);
+  EXPECT_EQ(s2->find({"ns", "web"})->follows, 11u);
+
+  // Unready and ready again before the next build: the same content, but a state in between
+  // that nobody holding revision 12 saw. A new state that follows nothing.
+  store.apply(at(up(with_rv(slice("web-1", "web", {"10.0.0.1"}, false), "13")), "13"));
+  store.apply(at(up(with_rv(slice("web-1", "web", {"10.0.0.1"}), "14")), "14"));
+  auto s3 = build();
+  EXPECT_NE(s3->find_ptr({"ns", "web"}), s2->find_ptr({"ns", "web"}));
+  EXPECT_EQ(s3->find({"ns", "web"})->endpoints, s2->find({"ns", "web"})->endpoints);
+  EXPECT_EQ(s3->find({"ns", "web"})->revision, 14u);
+  EXPECT_EQ(s3->find({"ns", "web"})->follows, 0u);
+  EXPECT_EQ(model::diff(s2.get(), *s3).changed.size(), 1u);
+
+  // A write that changes nothing the state holds: the same state.
+  store.apply(at(up(with_rv(slice("web-1", "web", {"10.0.0.1"}), "15")), "15"));
+  auto s4 = build();
+  EXPECT_EQ(s4->find_ptr({"ns", "web"}), s3->find_ptr({"ns", "web"}));
+
+  // A relist after a gap that finds the slice rewritten with what it held: the writes in the
+  // gap were never seen.
+  store.apply(at(model::Event{model::Replace{ObjectKind::kEndpointSlice,
+                                             {with_rv(slice("web-1", "web", {"10.0.0.1"}), "19")}}},
+                 "20"));
+  auto s5 = build();
+  EXPECT_NE(s5->find_ptr({"ns", "web"}), s4->find_ptr({"ns", "web"}));
+  EXPECT_EQ(s5->find({"ns", "web"})->follows, 0u);
+  EXPECT_EQ(s5->find({"ns", "web"})->revision, 20u);
+}
+
 // The first list of each kind fills an empty Store; the next one of each kind drops what it
 // no longer holds.
 TEST_F(StoreTest, FirstListThenRelistOfEveryKind) {

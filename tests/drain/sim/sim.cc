@@ -156,6 +156,16 @@ class World {
       }
       std::sort(st->endpoints.begin(), st->endpoints.end(),
                 [](const auto& a, const auto& b) { return a.address < b.address; });
+      // As the agent's store does: an unchanged service keeps its state; a changed one
+      // directly follows the last (the API's updates are one revision each).
+      const model::ServiceState* was =
+          history_.empty() ? nullptr : history_.back().second->find(st->service.key);
+      if (was && was->endpoints == st->endpoints) {
+        services.push_back(history_.back().second->find_ptr(st->service.key));
+        continue;
+      }
+      st->revision = rev_;
+      st->follows = was ? was->revision : 0;
       services.push_back(st);
     }
     s->services = model::ServiceList(std::move(services));
