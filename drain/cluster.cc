@@ -14,6 +14,7 @@
 #include <string_view>
 #include <variant>
 
+#include "drain/peer_identity.h"
 #include "drain/peer_tls.h"
 #include "endpointd/v1/drain.grpc.pb.h"
 #include "model/json.h"
@@ -248,6 +249,13 @@ class Cluster::InStream final : public grpc::ServerBidiReactor<pb::PeerMessage, 
       : c_(c), out_(queue), opened_(SteadyClock::now()) {
     peer_ = ctx->peer();
     if (auto auth = ctx->auth_context()) cert_names = peer_certificate_names(*auth);
+    // Identity: what names this token (its signature; the processor verified it already).
+    auto md = ctx->client_metadata().find(kPeerTokenMetadata);
+    if (md != ctx->client_metadata().end()) {
+      std::string_view t(md->second.data(), md->second.size());
+      auto dot = t.rfind('.');
+      if (dot != std::string_view::npos) credential = std::string(t.substr(dot + 1, 128));
+    }
     StartRead(&in_);
   }
 
@@ -309,6 +317,7 @@ class Cluster::InStream final : public grpc::ServerBidiReactor<pb::PeerMessage, 
   std::string node;                     // set by the cluster thread from the first message
   bool refused = false;                 // the cluster thread closed it
   std::vector<std::string> cert_names;  // what the client's verified certificate names
+  std::string credential;               // identity: the token's signature
   const std::string& peer() const { return peer_; }
   SteadyClock::time_point opened() const { return opened_; }
 
@@ -593,6 +602,7 @@ void Cluster::publish_view() {
          ",\"refused_renamed\":" + std::to_string(s.refused_renamed) +
          ",\"refused_limit\":" + std::to_string(s.refused_limit) +
          ",\"refused_identity\":" + std::to_string(s.refused_identity) +
+         ",\"refused_replayed\":" + std::to_string(s.refused_replayed) +
          ",\"refused_malformed\":" + std::to_string(s.refused_malformed) +
          ",\"dropped_queue\":" + std::to_string(s.dropped_queue) +
          ",\"dropped_inbox\":" + std::to_string(s.dropped_inbox) +
@@ -637,7 +647,11 @@ void Cluster::handle(Event& ev, SteadyClock::time_point now) {
   auto refuse = [&](InStream* s, grpc::StatusCode code, const std::string& why,
                     uint64_t Stats::*counter, const char* reason) {
     s->refused = true;
-    spdlog::warn("drain: peer stream from {} refused: {}", s->peer(), why);
+    // Logged at powers of two per reason: a hostile neighbour does not fill the log.
+    uint64_t n = ++refusals_logged_[reason];
+    if ((n & (n - 1)) == 0)
+      spdlog::warn("drain: peer stream from {} refused ({}, {} so far): {}", s->peer(), reason, n,
+                   why);
     {
       std::lock_guard lock(view_mu_);
       ++(stats_.*counter);
@@ -660,6 +674,11 @@ void Cluster::handle(Event& ev, SteadyClock::time_point now) {
       if (!ev.in->node.empty()) {
         auto it = incoming_by_node_.find(ev.in->node);
         if (it != incoming_by_node_.end() && it->second == ev.in) incoming_by_node_.erase(it);
+      }
+      if (!ev.in->credential.empty()) {
+        auto it = incoming_by_credential_.find(ev.in->credential);
+        if (it != incoming_by_credential_.end() && it->second == ev.in)
+          incoming_by_credential_.erase(it);
       }
       incoming_.erase(ev.in);
       delete ev.in;
@@ -713,11 +732,34 @@ void Cluster::handle(Event& ev, SteadyClock::time_point now) {
       if (opts_.tls &&
           std::find(s->cert_names.begin(), s->cert_names.end(), from) == s->cert_names.end()) {
         refuse(s, grpc::StatusCode::PERMISSION_DENIED,
-               "it spoke as \"" + from.substr(0, 64) + "\" but its certificate names " +
+               "it spoke as \"" + from.substr(0, 64) + "\" but its " +
+                   (opts_.verifier ? "token" : "certificate") + " names " +
                    (s->cert_names.empty() ? std::string("no node")
                                           : "\"" + s->cert_names.front().substr(0, 64) + "\""),
-               &Stats::refused_identity, "identity");
+               &Stats::refused_identity, opts_.verifier ? "other_node" : "identity");
         return;
+      }
+      if (opts_.verifier) {
+        // A token is taken on one live stream at a time: the same token on a second stream
+        // while the first is open is someone who holds a copy (a peer it was sent to).
+        if (s->credential.empty()) {
+          refuse(s, grpc::StatusCode::UNAUTHENTICATED, "no token on the stream",
+                 &Stats::refused_identity, "no_token");
+          return;
+        }
+        auto [cit, fresh_cred] = incoming_by_credential_.emplace(s->credential, s);
+        if (!fresh_cred && cit->second != s) {
+          InStream* first = cit->second;
+          if (incoming_.count(first) && !first->refused) {
+            refuse(s, grpc::StatusCode::PERMISSION_DENIED,
+                   "node " + from.substr(0, 64) +
+                       "'s token is already in use on another open stream (from " + first->peer() +
+                       ")",
+                   &Stats::refused_replayed, "replayed");
+            return;
+          }
+          cit->second = s;
+        }
       }
       s->node = from;
       auto [it, fresh] = incoming_by_node_.emplace(from, s);

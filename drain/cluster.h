@@ -43,6 +43,8 @@ class Registry;
 
 namespace endpointd::drain {
 
+class TokenVerifier;
+
 struct ClusterOptions {
   std::string node;  // this agent's node name
   AggregatorOptions aggregator;
@@ -58,8 +60,12 @@ struct ClusterOptions {
   // Credentials for outgoing streams (null: insecure).
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   // Mutual TLS: a parent's certificate must name the node dialled, and a stream's reports are
-  // taken only from the node its client certificate names.
+  // taken only from the node its client certificate names. Identity (drain/peer_identity.h):
+  // only from the node its verified token names.
   bool tls = false;
+  // Identity: the verifier (counts the stream's refusals). A token is taken on one live stream
+  // at a time: a second stream presenting it while the first is open is refused (replayed).
+  std::shared_ptr<TokenVerifier> verifier;
   prometheus::Registry* registry = nullptr;
 };
 
@@ -103,7 +109,8 @@ class Cluster {
     uint64_t streams_opened = 0;  // outgoing
     uint64_t streams_accepted = 0;
     uint64_t refused_unnamed = 0, refused_not_member = 0, refused_renamed = 0, refused_limit = 0;
-    uint64_t refused_identity = 0;   // the certificate names another node
+    uint64_t refused_identity = 0;   // the certificate (or token) names another node
+    uint64_t refused_replayed = 0;   // a token already presented on another live stream
     uint64_t refused_malformed = 0;  // a message that is no report
     uint64_t dropped_queue = 0, dropped_inbox = 0, dropped_no_stream = 0;
     uint64_t watermark_backwards = 0;      // a peer's report went backwards: taken, logged
@@ -151,6 +158,8 @@ class Cluster {
   std::map<std::string, std::string> addresses_;
   std::set<InStream*> incoming_;
   std::map<std::string, InStream*> incoming_by_node_;
+  std::map<std::string, InStream*> incoming_by_credential_;  // identity: the live stream of a token
+  std::map<std::string, uint64_t> refusals_logged_;          // per reason: logged at powers of two
   std::map<std::string, OutStream*> outgoing_;
   // Per peer: the last attempt to open a stream and the wait before the next one (doubled
   // while attempts go unanswered, reset by an answer).

@@ -150,6 +150,7 @@ Status Coordinator::start() {
       ClusterOptions co;
       co.credentials = peer_creds_.client;
       co.tls = peer_creds_.tls;
+      co.verifier = peer_creds_.verifier;
       co.node = opts_.machine.node_name;
       co.aggregator = opts_.aggregator;
       // A stream nothing went over for three heartbeats is not a tree edge any more.
