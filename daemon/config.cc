@@ -612,6 +612,7 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
   cfg.drain_peer_cert = d.text("drain-peer-cert", cfg.drain_peer_cert);
   cfg.drain_peer_key = d.text("drain-peer-key", cfg.drain_peer_key);
   cfg.drain_peer_insecure = d.boolean("drain-peer-insecure", cfg.drain_peer_insecure);
+  cfg.drain_peer_token_file = d.text("drain-peer-token-file", cfg.drain_peer_token_file);
   std::string members_service = d.text("drain-members-service", "");
 
   cfg.log_format = d.choice("log-format", kLogFormats, cfg.log_format);
@@ -758,6 +759,11 @@ void add_run_flags(CLI::App& app) {
   add(app, "drain-peer-cert",
       "PEM file: this agent's peer certificate (names its node; server and client auth)");
   add(app, "drain-peer-key", "PEM file: the peer certificate's private key");
+  add(app, "drain-peer-token-file",
+      "This agent's projected ServiceAccount token (audience endpointd-peer): peers are then "
+      "authenticated by token, verified against the cluster's service-account issuer keys, and "
+      "--drain-peer-ca/-cert/-key are one server certificate every agent shares (the chart's "
+      "default)");
   app.add_flag("--drain-peer-insecure")
       ->description(
           "Run the peer port in plaintext without authentication (a manifest directory, tests); "

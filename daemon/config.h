@@ -164,6 +164,10 @@ struct Config {
   // drain_peer_insecure (drain/peer_tls.h).
   std::string drain_peer_ca, drain_peer_cert, drain_peer_key;
   bool drain_peer_insecure = false;
+  // Identity (the chart's default): this agent's projected ServiceAccount token (audience
+  // endpointd-peer), sent to peers and verified by them against the issuer's keys; the TLS
+  // files above are then one server certificate every agent shares (daemon/peer_auth.h).
+  std::string drain_peer_token_file;
 
   // Logging.
   LogFormat log_format = LogFormat::kText;

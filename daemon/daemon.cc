@@ -17,6 +17,7 @@
 #include "daemon/health.h"
 #include "daemon/kube_request.h"
 #include "daemon/peer_plan.h"
+#include "daemon/peer_auth.h"
 #include "daemon/sources.h"
 #include "daemon/state_json.h"
 #include "dns/sink.h"
@@ -161,6 +162,7 @@ struct Daemon::Impl {
       if (!e.snapshot || !e.snapshot->synced)
         return {false, "sink " + e.consumer + " has not applied the first synced state", ""};
     return {true, "ok", ""};
+    if (auto warn = peer_insecure_warning(cfg); !warn.empty()) return {true, "ok; " + warn, ""};
   }
 
   void debug_state(const StateQuery& q, const std::function<bool(std::string_view)>& out) {
@@ -397,6 +399,8 @@ Status Daemon::Impl::start_drain() {
   co.peer_tls = {cfg.drain_peer_ca, cfg.drain_peer_cert, cfg.drain_peer_key};
   co.peer_insecure = cfg.drain_peer_insecure;
   co.drain_socket = cfg.drain_socket;
+  if (auto st = add_peer_identity(cfg, registry.get(), &co.peer_tls); !st)
+    return prefixed("drain", st.error());
   co.registry = registry.get();
   if (!cfg.drain_socket.empty()) {
     // The socket's directory is what the chart mounts into pods; make it when running bare.

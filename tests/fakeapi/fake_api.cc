@@ -18,6 +18,7 @@
 #include <stdexcept>
 
 #include "tests/fakeapi/protobuf_encode.h"
+#include "tests/fakeapi/token_issuer.h"
 
 #if __has_include("watcher/yaml_json.h")
 #include "model/event.h"
@@ -267,6 +268,7 @@ FakeApiServer::FakeApiServer(Options options) : options_(std::move(options)) {
     error_ = "cannot bind " + options_.host;
     return;
   }
+  issuer_ = std::make_unique<TokenIssuer>(url());
   listen_thread_ = std::thread([this] { server_->listen_after_bind(); });
   // stop() before the listen loop runs would be lost; wait for it to run.
   while (!server_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -297,6 +299,65 @@ FakeApiServer::~FakeApiServer() {
   if (server_) server_->stop();
   if (listen_thread_.joinable()) listen_thread_.join();
   if (ticker_thread_.joinable()) ticker_thread_.join();
+}
+
+// TokenRequest (POST .../serviceaccounts/SA/token): a token for the ServiceAccount bound to
+// the pod in boundObjectRef, on the node the stored Pod names (or, for a pod the fake does not
+// hold, the `node` query parameter: a test's shortcut). Audience and expirationSeconds as asked.
+bool FakeApiServer::handle_token_request(const httplib::Request& req, httplib::Response& res) {
+  constexpr std::string_view kNs = "/api/v1/namespaces/";
+  constexpr std::string_view kSa = "/serviceaccounts/";
+  auto sa_at = req.path.find(kSa);
+  if (req.path.rfind(kNs, 0) != 0 || sa_at == std::string::npos || req.path.size() < 6 ||
+      req.path.compare(req.path.size() - 6, 6, "/token") != 0)
+    return false;
+  TokenSpec spec;
+  spec.sa_namespace = req.path.substr(kNs.size(), sa_at - kNs.size());
+  spec.sa_name = req.path.substr(sa_at + kSa.size(), req.path.size() - 6 - sa_at - kSa.size());
+  simdjson::dom::parser p;
+  simdjson::dom::element body;
+  if (p.parse(req.body).get(body) != simdjson::SUCCESS) {
+    res.status = 400;
+    res.set_content(status_json(400, "BadRequest", "not JSON"), "application/json");
+    return true;
+  }
+  std::string_view pod, aud;
+  int64_t seconds = 3600;
+  if (body["spec"]["boundObjectRef"]["name"].get(pod) == simdjson::SUCCESS) spec.pod = pod;
+  if (body["spec"]["audiences"].at(0).get(aud) == simdjson::SUCCESS) spec.audience = aud;
+  if (body["spec"]["expirationSeconds"].get(seconds) != simdjson::SUCCESS) seconds = 3600;
+  spec.lifetime = std::chrono::seconds(seconds);
+  spec.node = req.get_param_value("node");
+  if (Resource* pods = resource_named("pods"); pods && !spec.pod.empty()) {
+    auto it = pods->objects.find(spec.sa_namespace + "/" + spec.pod);
+    if (it != pods->objects.end()) {
+      simdjson::dom::parser pp;
+      simdjson::dom::element obj;
+      std::string_view node, uid;
+      if (pp.parse(it->second->json).get(obj) == simdjson::SUCCESS) {
+        if (obj["spec"]["nodeName"].get(node) == simdjson::SUCCESS) spec.node = node;
+        if (obj["metadata"]["uid"].get(uid) == simdjson::SUCCESS) spec.pod_uid = uid;
+      }
+    }
+  }
+  if (spec.pod.empty() || spec.node.empty()) {
+    res.status = 400;
+    res.set_content(status_json(400, "BadRequest", "a pod-bound token needs a pod on a node"),
+                    "application/json");
+    return true;
+  }
+  std::string token = issuer_->mint(spec);
+  res.status = 201;
+  res.set_content(
+      R"({"kind":"TokenRequest","apiVersion":"authentication.k8s.io/v1","status":{"token":")" +
+          token + R"("}})",
+      "application/json");
+  return true;
+}
+
+void FakeApiServer::fail_issuer_keys(bool fail) {
+  std::lock_guard lock(mu_);
+  issuer_keys_fail_ = fail;
 }
 
 std::string FakeApiServer::url() const {
@@ -590,6 +651,7 @@ void FakeApiServer::handle_post(const httplib::Request& req, httplib::Response& 
                     "application/json");
     return;
   }
+  if (handle_token_request(req, res)) return;
   constexpr std::string_view kEvents = "/apis/events.k8s.io/v1/namespaces/";
   if (req.path.rfind(kEvents, 0) == 0 && req.path.size() > kEvents.size() + 7 &&
       req.path.compare(req.path.size() - 7, 7, "/events") == 0) {
@@ -767,9 +829,23 @@ void FakeApiServer::handle(const httplib::Request& req, httplib::Response& res) 
     res.set_content(body + "]}", "application/json");
     return;
   }
+  if (handle_core_events(req, res) || handle_discovery(req, res)) return;
   if (req.path == "/version") {
     res.set_content(R"({"major":"1","minor":"33","gitVersion":"v1.33.0-endpointd-fakeapi"})",
                     "application/json");
+    return;
+  }
+  // The service-account issuer's discovery document and keys (peer token identity).
+  if (req.path == "/.well-known/openid-configuration" || req.path == "/openid/v1/jwks") {
+    if (issuer_keys_fail_) {
+      res.status = 503;
+      res.set_content(status_json(503, "ServiceUnavailable", "injected issuer failure"),
+                      "application/json");
+      return;
+    }
+    res.set_content(
+        req.path == "/openid/v1/jwks" ? issuer_->jwks() : issuer_->discovery(),
+        req.path == "/openid/v1/jwks" ? "application/jwk-set+json" : "application/json");
     return;
   }
   Resource* r = resource_for_path(req.path);

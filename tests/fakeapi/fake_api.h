@@ -21,6 +21,8 @@
 #include <tuple>
 #include <vector>
 
+#include "tests/fakeapi/token_issuer.h"
+
 namespace httplib {
 class Server;
 class Request;
@@ -146,6 +148,13 @@ class FakeApiServer {
   // kube-apiserver does; false: in JSON whatever is asked, as a server without protobuf.
   void set_serve_protobuf(bool serve);
 
+  // The service-account issuer (peer token identity): its discovery document at
+  // /.well-known/openid-configuration, its keys at /openid/v1/jwks, TokenRequest (POST
+  // .../serviceaccounts/SA/token) minting pod-bound tokens. Its issuer is url().
+  TokenIssuer& token_issuer() { return *issuer_; }
+  // While set, discovery and keys are answered 503.
+  void fail_issuer_keys(bool fail);
+
   // --- what happened -----------------------------------------------------------------
   std::vector<RecordedRequest> requests() const;
   size_t open_watches() const;
@@ -200,7 +209,16 @@ class FakeApiServer {
   std::set<std::tuple<std::string, std::string, std::string>> denied_;  // verb, group, resource
   std::chrono::seconds clock_offset_{0};
   void handle_post(const httplib::Request& req, httplib::Response& res);
+  bool handle_token_request(const httplib::Request& req, httplib::Response& res);
+  std::unique_ptr<TokenIssuer> issuer_;
+  bool issuer_keys_fail_ = false;
   void handle_patch(const httplib::Request& req, httplib::Response& res);
+  // core/v1 Events (GET /api/v1/namespaces/NS/events, /api/v1/events): the events.k8s.io/v1
+  // Events stored, converted as kube-apiserver converts them, as a list or the Table kubectl
+  // asks for; and the legacy discovery documents kubectl reads (core_events.cc). False: not
+  // such a path. Called with mu_ held.
+  bool handle_core_events(const httplib::Request& req, httplib::Response& res);
+  bool handle_discovery(const httplib::Request& req, httplib::Response& res);
   struct StoredEvent {
     std::string ns, name, regarding, json;  // json: as created
     std::string series;                     // the patched series object, or empty
