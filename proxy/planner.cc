@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "model/routing.h"
+#include "proxy/frontends.h"
 
 namespace endpointd::proxy {
 namespace {
@@ -406,11 +407,10 @@ void Planner::plan_service(const ServiceState& st, PlanStats* skips, PlannedServ
   };
   const model::RoutingNode node{ctx.node_name, ctx.zone};
 
+  const std::vector<Frontend> addresses = service_addresses(svc);
   for (IpFamily fam : {IpFamily::kV4, IpFamily::kV6}) {
     bool fam_used = false;
-    for (const auto& a : svc.cluster_ips) fam_used |= a.family() == fam;
-    for (const auto& a : svc.external_ips) fam_used |= a.family() == fam;
-    for (const auto& a : svc.load_balancer_ips) fam_used |= a.family() == fam;
+    for (const auto& a : addresses) fam_used |= a.addr.family() == fam;
     if (!fam_used) continue;
     if (!has_family(fam)) {
       skip(std::string("node has no ") + std::string(model::to_string(fam)) + " family");
@@ -420,8 +420,11 @@ void Planner::plan_service(const ServiceState& st, PlanStats* skips, PlannedServ
     // refused in cluster-ips-check).
     bool any_port = std::any_of(svc.ports.begin(), svc.ports.end(),
                                 [](const ServicePort& sp) { return sp.port != 0; });
-    for (const auto& vip : svc.cluster_ips) {
-      if (!any_port || vip.family() != fam || vip.is_unspecified() || vip.is_loopback()) continue;
+    for (const auto& a : addresses) {
+      const IpAddr& vip = a.addr;
+      if (a.kind != FrontendKind::kClusterIp || !any_port || vip.family() != fam ||
+          vip.is_unspecified() || vip.is_loopback())
+        continue;
       emit(fam, SetId{SetKind::kClusterIps}, Element{addr_field(vip), {}, {}, Verdict::kNone, {}});
     }
     // kube-proxy's loadBalancerSourceRanges exception for the node: when a range holds this
@@ -512,56 +515,33 @@ void Planner::plan_service(const ServiceState& st, PlanStats* skips, PlannedServ
       // endpoint change touches no verdict element (see rebuild_lb_chains).
       const char* lb_chain = affinity ? names::kLbAffinity : names::kLb;
 
-      // Cluster IPs.
-      for (const auto& vip : svc.cluster_ips) {
-        if (vip.family() != fam) continue;
-        if (vip.is_unspecified() || vip.is_loopback()) {
-          skip("cluster IP " + vip.str() + " is not routable");
-          continue;
-        }
-        std::string key = vip_key(vip, proto, sp.port);
-        put(SetKind::kServiceIps, verdict_element(key, Verdict::kGoto, names::kSvcInternal));
-        put(SetKind::kServiceLb, verdict_element(key, Verdict::kGoto, lb_chain));
-        if (internal.empty()) {
-          // kube-proxy: no endpoints at all -> reject; none on this node for
-          // internalTrafficPolicy Local -> drop.
-          bool drop = itp_local && !cluster.empty();
-          if (drop) plan.no_local_internal[family_index(fam)] = true;
-          put(drop ? SetKind::kNoEndpointDrop : SetKind::kNoEndpointReject,
-              Element{key, {}, {}, Verdict::kNone, {}});
-          continue;
-        }
-        put_backends(key, internal, false);
-      }
-
-      // External addresses: externalIPs, load-balancer ingress IPs, node ports.
-      struct External {
-        IpAddr addr;
-        uint16_t port;
-        bool firewall;
-      };
-      std::vector<External> externals;
-      for (const auto& a : svc.external_ips) {
-        if (a.family() == fam) externals.push_back({a, sp.port, false});
-      }
+      // Every frontend of this port in this family: cluster IPs, then external addresses
+      // (externalIPs, load-balancer ingress IPs, node ports).
       bool has_ranges = !svc.load_balancer_source_ranges.empty();
-      for (const auto& a : svc.load_balancer_ips) {
-        if (a.family() == fam) externals.push_back({a, sp.port, has_ranges});
-      }
-      bool node_port = (svc.type == model::ServiceType::kNodePort ||
-                        svc.type == model::ServiceType::kLoadBalancer) &&
-                       sp.node_port != 0;
-      if (node_port) {
-        for (const auto& a : node_port_ips_)
-          if (a.family() == fam) externals.push_back({a, sp.node_port, false});
-      }
-      for (const auto& ext : externals) {
-        if (ext.addr.is_unspecified() || ext.addr.is_loopback()) {
-          skip("external IP " + ext.addr.str() + " is not routable");
+      for (const Frontend& f : frontends(svc, sp, node_port_ips_)) {
+        if (f.addr.family() != fam) continue;
+        const bool internal_vip = f.kind == FrontendKind::kClusterIp;
+        if (f.addr.is_unspecified() || f.addr.is_loopback()) {
+          skip((internal_vip ? "cluster IP " : "external IP ") + f.addr.str() + " is not routable");
           continue;
         }
-        std::string key = vip_key(ext.addr, proto, ext.port);
-        if (ext.firewall) {
+        std::string key = vip_key(f.addr, proto, f.port);
+        if (internal_vip) {
+          put(SetKind::kServiceIps, verdict_element(key, Verdict::kGoto, names::kSvcInternal));
+          put(SetKind::kServiceLb, verdict_element(key, Verdict::kGoto, lb_chain));
+          if (internal.empty()) {
+            // kube-proxy: no endpoints at all -> reject; none on this node for
+            // internalTrafficPolicy Local -> drop.
+            bool drop = itp_local && !cluster.empty();
+            if (drop) plan.no_local_internal[family_index(fam)] = true;
+            put(drop ? SetKind::kNoEndpointDrop : SetKind::kNoEndpointReject,
+                Element{key, {}, {}, Verdict::kNone, {}});
+            continue;
+          }
+          put_backends(key, internal, false);
+          continue;
+        }
+        if (f.kind == FrontendKind::kLoadBalancerIp && has_ranges) {
           put(SetKind::kFirewallIps, Element{key, {}, {}, Verdict::kNone, {}});
           for (const auto& r : ranges) {
             put(SetKind::kFirewallAllow,
@@ -763,17 +743,16 @@ void Planner::resolve_shared(IpFamily f, std::vector<TableChanges>* out) {
   std::map<std::pair<std::string, std::string>, Element> last;
   for (const auto& [_, planned] : services_) {
     const model::Service& svc = planned.state->service;
-    auto has = [&](const std::vector<IpAddr>& ips) {
-      return std::any_of(ips.begin(), ips.end(), [&](const IpAddr& a) {
-        return a.size() == addr_size &&
-               addrs.count(std::string_view(reinterpret_cast<const char*>(a.data()), a.size()));
-      });
+    auto has = [&](const IpAddr& a) {
+      return a.size() == addr_size &&
+             addrs.count(std::string_view(reinterpret_cast<const char*>(a.data()), a.size()));
     };
-    bool node_port = std::any_of(svc.ports.begin(), svc.ports.end(),
-                                 [](const ServicePort& sp) { return sp.node_port != 0; });
-    if (!has(svc.cluster_ips) && !has(svc.external_ips) && !has(svc.load_balancer_ips) &&
-        !(node_port && has(node_port_ips_)))
-      continue;
+    bool candidate = false;
+    for (const auto& a : service_addresses(svc)) candidate |= has(a.addr);
+    for (const auto& sp : svc.ports)
+      if (node_port(svc, sp))
+        for (const auto& a : node_port_ips_) candidate |= has(a);
+    if (!candidate) continue;
     PlannedService ignored;
     plan_service(*planned.state, nullptr, ignored, [&](IpFamily ef, SetId id, Element&& e) {
       if (ef != f) return;

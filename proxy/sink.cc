@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "model/routing.h"
+#include "proxy/frontends.h"
 #include "proxy/healthcheck.h"
 
 namespace endpointd::proxy {
@@ -32,8 +33,8 @@ std::set<std::pair<model::IpAddr, uint16_t>> used_targets(const model::ServiceSt
   std::set<std::pair<model::IpAddr, uint16_t>> out;
   if (!st) return out;
   for (const auto& e : st->endpoints) {
-    auto p = e.port_for(sp);
-    if (p && *p != 0 && usable(st->service, e)) out.emplace(e.address, *p);
+    auto p = model::backend_port(e, sp);
+    if (p && usable(st->service, e)) out.emplace(e.address, *p);
   }
   return out;
 }
@@ -66,10 +67,10 @@ std::vector<FlowMatch> stale_udp_flows(const model::ServiceState* before,
       const auto* old_port = same_port(before, sp);
       if (old_port && !used_targets(before, *old_port).empty()) continue;
       const auto& svc = after->service;
-      for (const auto* list : {&svc.cluster_ips, &svc.external_ips, &svc.load_balancer_ips}) {
-        for (const auto& a : *list) out.push_back(udp_to_service(a, sp.port));
-      }
-      if (sp.node_port != 0) out.push_back(udp_to_node_port(sp.node_port));
+      // Every address, on any node address for a NodePort (the flows may be to any of them).
+      for (const Frontend& f : frontends(svc, sp, {}))
+        out.push_back(udp_to_service(f.addr, f.port));
+      if (auto np = node_port(svc, sp)) out.push_back(udp_to_node_port(*np));
     }
   }
   return out;
@@ -90,15 +91,7 @@ UdpServiceIndex::UdpServiceIndex(const model::Snapshot& snap, const NodeContext&
       }
       std::sort(targets->begin(), targets->end());
       std::shared_ptr<const Targets> shared = std::move(targets);
-      for (const auto* list : {&svc.cluster_ips, &svc.external_ips, &svc.load_balancer_ips}) {
-        for (const auto& a : *list) add({a, sp.port}, shared);
-      }
-      bool node_port = (svc.type == model::ServiceType::kNodePort ||
-                        svc.type == model::ServiceType::kLoadBalancer) &&
-                       sp.node_port != 0;
-      if (node_port) {
-        for (const auto& a : node_port_ips) add({a, sp.node_port}, shared);
-      }
+      for (const Frontend& f : frontends(svc, sp, node_port_ips)) add({f.addr, f.port}, shared);
     }
   }
 }
@@ -351,9 +344,8 @@ namespace {
 unsigned families_of(const model::ServiceState* st) {
   unsigned bits = 0;
   if (!st) return 0;
-  const model::Service& s = st->service;
-  for (const auto* list : {&s.cluster_ips, &s.external_ips, &s.load_balancer_ips})
-    for (const auto& a : *list) bits |= 1u << Planner::family_index(a.family());
+  for (const Frontend& a : service_addresses(st->service))
+    bits |= 1u << Planner::family_index(a.addr.family());
   if (bits == 0)
     for (const auto& e : st->endpoints) bits |= 1u << Planner::family_index(e.address.family());
   return bits;
