@@ -54,6 +54,7 @@ API = {
     "Deployment": "apps/v1",
     "ServiceMonitor": "monitoring.coreos.com/v1",
     "NetworkPolicy": "networking.k8s.io/v1",
+    "Secret": "v1",
 }
 
 
@@ -90,15 +91,30 @@ def values_of(sets):
     return v
 
 
+def peer_auth(v):
+    """identity, peerTLS or insecure (drain.peerTLS.insecure wins), as the chart decides."""
+    return "insecure" if v["drain"]["peerTLS"]["insecure"] else v["drain"]["peerAuth"]
+
+
+def peer_server_secret(v, objs):
+    return v["drain"]["peerIdentity"]["serverSecretName"] or \
+        one(objs, "DaemonSet")["metadata"]["name"] + "-peer-server"
+
+
 def check_render(name, sets, namespace="endpointd"):
     objs = render(name, sets, namespace)
     if not objs:
         return None
     v = values_of(sets)
+    auth = peer_auth(v)
     dns_port = hostport(v["dns"]["listen"])[1]
 #Kinds and apiVersions.
     kinds = sorted(o["kind"] for o in objs)
     want = ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount"]
+    if auth == "identity":
+        want.append("ClusterRoleBinding")  # system:service-account-issuer-discovery
+        if not v["drain"]["peerIdentity"]["serverSecretName"]:
+            want.append("Secret")  # the peer port's one server certificate
     if v["kubeDNS"]["enabled"]:
         want.append("Service")
     if v["drain"]["members"] == "service":
@@ -189,13 +205,59 @@ def check_render(name, sets, namespace="endpointd"):
     check(len(pod["containers"]) == 1, f"[{name}] one container")
     c = pod["containers"][0]
     check(c["args"][:3] == ["run", "--config", "/etc/endpointd/config.yaml"], f"[{name}] args {c['args']}")
-#Peers : mutual TLS from the Secret(this node's pair), or plaintext only when asked for.
+#Peers : identity (a projected token, one shared server certificate), mutual TLS from the
+#Secret (this node's pair), or plaintext only when asked for.
     tls_dir = "/etc/endpointd-peer-tls"
-    peer_vols = [x for x in ds["spec"]["template"]["spec"]["volumes"] if x["name"] == "peer-tls"]
+    pod_vols = ds["spec"]["template"]["spec"]["volumes"]
+    peer_vols = [x for x in pod_vols if x["name"] == "peer-tls"]
     peer_mounts = [m for m in c["volumeMounts"] if m["name"] == "peer-tls"]
-    if v["drain"]["peerTLS"]["insecure"]:
+    token_vols = [x for x in pod_vols if x["name"] == "peer-token"]
+    server_vols = [x for x in pod_vols if x["name"] == "peer-server"]
+    if auth == "insecure":
         check(c["args"][3:] == ["--drain-peer-insecure"], f"[{name}] insecure peers: args {c['args']}")
-        check(not peer_vols and not peer_mounts, f"[{name}] insecure peers mount no Secret")
+        check(not peer_vols and not peer_mounts and not token_vols and not server_vols,
+              f"[{name}] insecure peers mount no Secret and no token")
+    elif auth == "identity":
+        sdir = "/etc/endpointd-peer-server"
+        want_args = ["--drain-peer-token-file", "/var/run/secrets/endpointd-peer/token",
+                     "--drain-peer-ca", sdir + "/ca.crt", "--drain-peer-cert", sdir + "/tls.crt",
+                     "--drain-peer-key", sdir + "/tls.key"]
+        check(c["args"][3:] == want_args, f"[{name}] peer identity args {c['args']}")
+        check(not peer_vols and not peer_mounts, f"[{name}] identity mounts the per-node peer Secret")
+        src = token_vols[0]["projected"]["sources"] if len(token_vols) == 1 else []
+        check(src == [{"serviceAccountToken": {
+                  "audience": "endpointd-peer",
+                  "expirationSeconds": v["drain"]["peerIdentity"]["expirationSeconds"], "path": "token"}}],
+              f"[{name}] peer token volume {token_vols}")
+        mounts_by = {m["name"]: m for m in c["volumeMounts"]}
+        check(mounts_by.get("peer-token", {}).get("mountPath") == "/var/run/secrets/endpointd-peer"
+              and mounts_by["peer-token"].get("readOnly") is True, f"[{name}] peer token mount")
+        check(mounts_by.get("peer-server", {}).get("mountPath") == sdir
+              and mounts_by["peer-server"].get("readOnly") is True, f"[{name}] peer server mount")
+        # The Done-when of issue 33: no Secret mounted holds a node's private key. The server
+        # Secret's volume projects exactly the shared certificate, its key and the CA.
+        sv = server_vols[0]["secret"] if len(server_vols) == 1 else {}
+        check(sv.get("secretName") == peer_server_secret(v, objs)
+              and sorted(i["key"] for i in sv.get("items", [])) == ["ca.crt", "tls.crt", "tls.key"],
+              f"[{name}] peer server Secret volume {server_vols}")
+        made = one(objs, "Secret", peer_server_secret(v, objs))
+        if not v["drain"]["peerIdentity"]["serverSecretName"]:
+            check(made is not None and sorted(made["data"]) == ["ca.crt", "tls.crt", "tls.key"],
+                  f"[{name}] the chart's peer server Secret holds {sorted(made['data']) if made else None}")
+            if made:
+                crt = base64.b64decode(made["data"]["tls.crt"]).decode()
+                out = subprocess.run(["openssl", "x509", "-noout", "-subject"], input=crt, capture_output=True,
+                                     text=True).stdout
+                check("endpointd-peer" in out, f"[{name}] peer server certificate subject {out.strip()}")
+        for o in objs:
+            if o["kind"] == "Secret":
+                check(not [k for k in o.get("data", {}) if k.endswith(".key") and k != "tls.key"],
+                      f"[{name}] Secret {o['metadata']['name']} holds per-node keys {sorted(o['data'])}")
+        disc = [o for o in objs if o["kind"] == "ClusterRoleBinding"
+                and o["roleRef"]["name"] == "system:service-account-issuer-discovery"]
+        check(len(disc) == 1 and disc[0]["subjects"] == [
+            {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": namespace}],
+              f"[{name}] issuer discovery binding {disc}")
     else:
         want_args = ["--drain-peer-ca", tls_dir + "/ca.crt",
                      "--drain-peer-cert", tls_dir + "/$(NODE_NAME).crt",
@@ -205,6 +267,7 @@ def check_render(name, sets, namespace="endpointd"):
               f"[{name}] peer Secret volume {peer_vols}")
         check(len(peer_mounts) == 1 and peer_mounts[0]["mountPath"] == tls_dir and peer_mounts[0].get("readOnly"),
               f"[{name}] peer Secret mount {peer_mounts}")
+        check(not token_vols and not server_vols, f"[{name}] peerTLS mounts no token")
     env = {e["name"]: e for e in c.get("env", [])}
     check(env.get("NODE_NAME", {}).get("valueFrom") == {"fieldRef": {"fieldPath": "spec.nodeName"}},
           f"[{name}] NODE_NAME from the downward API")
@@ -290,7 +353,8 @@ def check_render(name, sets, namespace="endpointd"):
     else:
         check(fm is None, f"[{name}] feed TLS mounted without feed.enabled and feed.tls.secretName")
     secret_vols = sorted(x["secret"]["secretName"] for x in pod["volumes"] if "secret" in x)
-    want_secrets = ([] if v["drain"]["peerTLS"]["insecure"] else [v["drain"]["peerTLS"]["secretName"]]) \
+    want_secrets = {"insecure": [], "peerTLS": [v["drain"]["peerTLS"]["secretName"]],
+                    "identity": [peer_server_secret(v, objs)]}[auth] \
         + ([token["name"]] if token["name"] else []) + ([ftls["secretName"]] if feed_tls else [])
     check(secret_vols == sorted(want_secrets), f"[{name}] Secret volumes {secret_vols}, want {sorted(want_secrets)}")
 
@@ -328,8 +392,11 @@ def check_render(name, sets, namespace="endpointd"):
     want_events = [{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]
     check(events_rules == (want_events if v["events"]["enabled"] else []),
           f"[{name}] events rule {events_rules}")
+    pod_get = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+    get_rules = [r for r in role["rules"] if r.get("verbs") == ["get"]]
+    check(get_rules == (pod_get if auth == "identity" else []), f"[{name}] get rules {get_rules}")
     for rule in role["rules"]:
-        if rule in events_rules:
+        if rule in events_rules or rule in get_rules:
             continue
         check(sorted(rule.get("verbs", [])) == ["list", "watch"], f"[{name}] verbs {rule.get('verbs')}")
         check(set(rule) <= {"apiGroups", "resources", "verbs"}, f"[{name}] rule has {sorted(rule)}")
@@ -338,7 +405,9 @@ def check_render(name, sets, namespace="endpointd"):
                 granted.add((g, r))
     check(granted == {("", "services"), ("", "nodes"), ("", "pods"), ("discovery.k8s.io", "endpointslices")},
           f"[{name}] RBAC grants {sorted(granted)}")
-    crb = one(objs, "ClusterRoleBinding")
+    crb = [o for o in objs if o["kind"] == "ClusterRoleBinding" and o["roleRef"]["kind"] == "ClusterRole"
+           and o["roleRef"]["name"] == role["metadata"]["name"]]
+    crb = crb[0] if len(crb) == 1 else {"roleRef": None, "subjects": None}
     check(crb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]},
           f"[{name}] roleRef {crb['roleRef']}")
     check(crb["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": namespace}],
@@ -492,6 +561,10 @@ def run_config_with_binary(name, objs):
         open(path, "w").write(cfg_text)
         extra = [a.replace("/etc/endpointd-peer-tls", tls_dir).replace("$(NODE_NAME)", "n1")
                  for a in c["args"][3:]]
+        # Identity fetches the issuer's keys from an API server there is none of here (its flags
+        # are checked by check_render; tests/daemon/daemon_identity_test runs them): plaintext.
+        if "--drain-peer-token-file" in extra:
+            extra = ["--drain-peer-insecure"]
         args = [ENDPOINTD, "run", "--config", path, "--source-dir", os.path.join(d, "manifests"),
                 "--node-name", "n1", "--dataplane", "none", "--admin-listen", "127.0.0.1:0",
                 "--health-listen", "127.0.0.1:0",
@@ -673,6 +746,10 @@ def main():
                        "conntrack.udpTimeoutStream=2m"], "endpointd"),
         ("conntrack-one", ["conntrack.udpTimeout=45s"], "endpointd"),
         ("members-nodes", ["drain.members=nodes"], "endpointd"),
+        ("peer-tls", ["drain.peerAuth=peerTLS"], "endpointd"),
+        ("peer-identity-own-secret", ["drain.peerIdentity.serverSecretName=my-peer-server",
+                                      "drain.peerIdentity.expirationSeconds=3600"], "kube-system"),
+        ("peer-tls-insecure", ["drain.peerAuth=peerTLS", "drain.peerTLS.insecure=true"], "endpointd"),
         ("members-service-other-port", ["drain.members=service", "drain.peerPort=9500"], "kube-system"),
         ("conntrack-privileged", ["conntrack.udpTimeout=45s", "privileged=true"], "endpointd"),
         ("other-socket", ["drain.socketDir=/var/run/edp", "drain.socketName=d.sock", "exampleWorkload.enabled=true",
@@ -719,6 +796,8 @@ def main():
         (["feed.listen=localhost"], "/feed/listen"),
         (["drain.peerPort=70000"], "/drain/peerPort"),
         (["drain.peerPolicy=maybe"], "/drain/peerPolicy"),
+        (["drain.peerAuth=token"], "/drain/peerAuth"),
+        (["drain.peerIdentity.expirationSeconds=60"], "/drain/peerIdentity/expirationSeconds"),
         (["drain.members=pods"], "/drain/members"),
         (["image.repository=null"], "repository"),
         (["dns.enabled=true", "kubeDNS.enabled=true"], "/kubeDNS/clusterIP"),

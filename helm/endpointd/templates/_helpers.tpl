@@ -75,3 +75,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $h := include "endpointd.host" . -}}
 {{- if or (hasPrefix "127." $h) (eq $h "::1") (eq $h "localhost") -}}true{{- end -}}
 {{- end -}}
+
+{{/* How agents authenticate each other: identity, peerTLS or insecure (drain.peerTLS.insecure wins). */}}
+{{- define "endpointd.peerAuth" -}}
+{{- if .Values.drain.peerTLS.insecure -}}insecure{{- else -}}{{ .Values.drain.peerAuth }}{{- end -}}
+{{- end -}}
+
+{{/* The peer port's server certificate Secret under identity. */}}
+{{- define "endpointd.peerServerSecret" -}}
+{{- .Values.drain.peerIdentity.serverSecretName | default (printf "%s-peer-server" (include "endpointd.fullname" .)) -}}
+{{- end -}}
