@@ -3,6 +3,7 @@
 #include "daemon/events.h"
 
 #include <prometheus/counter.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <simdjson.h>
 #include <spdlog/spdlog.h>
@@ -286,33 +287,61 @@ namespace {
 constexpr size_t kMaxPending = 4096;
 }  // namespace
 
+std::vector<double> PropagationEvents::buckets() {
+  std::vector<double> b = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5};
+  for (int i = 1; i <= 59; ++i) b.push_back(i);
+  for (int i = 60; i <= 115; i += 5) b.push_back(i);
+  for (int i = 120; i <= 300; i += 30) b.push_back(i);
+  return b;
+}
+
 void PropagationEvents::on_snapshot(const model::Snapshot& snap, const std::string& node,
                                     std::chrono::steady_clock::time_point now) {
   if (snap.generation == generation_ || !snap.synced) return;
   generation_ = snap.generation;
   std::map<std::string, std::shared_ptr<const model::ServiceState>> next;
+  auto wait_for = [&](const model::MergedEndpoint& e, bool ready,
+                      std::chrono::system_clock::time_point trigger) {
+    if (pending_.size() >= kMaxPending) return;
+    Pending p;
+    p.base.ns = e.target_ref->ns;
+    p.base.pod = e.target_ref->name;
+    p.base.uid = e.target_ref->uid;
+    p.base.reason = "Propagated";
+    p.base.action = "Propagate";
+    p.address = e.address.str();
+    p.revision = snap.slice_revision;
+    p.since = now;
+    p.ready = ready;
+    // A trigger time from before this agent started is not this agent's to measure.
+    if (programming_ && trigger >= started_) p.trigger = trigger;
+    std::string key = p.base.uid + "/" + p.address + (ready ? "+" : "-");
+    // A later change of the same endpoint the same way replaces the one not yet covered.
+    pending_.insert_or_assign(std::move(key), std::move(p));
+  };
   for (const auto& st : snap.services) {
     std::string key = st->service.key.ns + "/" + st->service.key.name;
     auto before = services_.find(key);
     if (!first_ && (before == services_.end() || before->second != st)) {
+      const model::ServiceState* was = before == services_.end() ? nullptr : before->second.get();
+      // A new trigger time: the slice change this snapshot carries was triggered then.
+      auto trigger = was && st->trigger_time <= was->trigger_time
+                         ? std::chrono::system_clock::time_point{}
+                         : st->trigger_time;
       for (const auto& e : st->endpoints) {
         if (e.node_name != node || !e.conditions.ready || !e.target_ref) continue;
-        bool was_ready = false;
-        if (before != services_.end())
-          for (const auto& b : before->second->endpoints)
-            was_ready = was_ready || (b.address == e.address && b.conditions.ready);
-        if (was_ready || pending_.size() >= kMaxPending) continue;
-        Pending p;
-        p.base.ns = e.target_ref->ns;
-        p.base.pod = e.target_ref->name;
-        p.base.uid = e.target_ref->uid;
-        p.base.reason = "Propagated";
-        p.base.action = "Propagate";
-        p.address = e.address.str();
-        p.revision = snap.slice_revision;
-        p.since = now;
-        pending_.emplace(p.base.uid + "/" + p.address, std::move(p));
+        const model::MergedEndpoint* b = was ? was->find(e.address) : nullptr;
+        if (b && b->conditions.ready) continue;
+        wait_for(e, true, trigger);
       }
+      // Ready before and not now (not ready, terminating, or out of the slice).
+      if (was && programming_)
+        for (const auto& b : was->endpoints) {
+          if (b.node_name != node || !b.conditions.ready || !b.target_ref) continue;
+          const model::MergedEndpoint* e = st->find(b.address);
+          if (e && e->conditions.ready) continue;
+          wait_for(b, false, trigger);
+        }
     }
     next.emplace(std::move(key), st);
   }
@@ -321,7 +350,8 @@ void PropagationEvents::on_snapshot(const model::Snapshot& snap, const std::stri
 }
 
 std::vector<PodEvent> PropagationEvents::observe(uint64_t cluster_watermark, size_t members,
-                                                 std::chrono::steady_clock::time_point now) {
+                                                 std::chrono::steady_clock::time_point now,
+                                                 std::chrono::system_clock::time_point wall) {
   std::vector<PodEvent> out;
   for (auto it = pending_.begin(); it != pending_.end();) {
     const Pending& p = it->second;
@@ -329,12 +359,19 @@ std::vector<PodEvent> PropagationEvents::observe(uint64_t cluster_watermark, siz
       ++it;
       continue;
     }
-    PodEvent e = p.base;
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - p.since).count();
-    e.note = p.address + " routable on " + std::to_string(members) + "/" + std::to_string(members) +
-             (members == 1 ? " node" : " nodes") + " (every consumer and feed subscriber) " +
-             std::to_string(ms) + " ms after this agent saw it ready";
-    out.push_back(std::move(e));
+    if (programming_ && p.trigger != std::chrono::system_clock::time_point{}) {
+      programming_->Observe(std::max(0.0, std::chrono::duration<double>(wall - p.trigger).count()));
+      ++programmed_;
+    }
+    if (p.ready) {
+      PodEvent e = p.base;
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - p.since).count();
+      e.note = p.address + " routable on " + std::to_string(members) + "/" +
+               std::to_string(members) + (members == 1 ? " node" : " nodes") +
+               " (every consumer and feed subscriber) " + std::to_string(ms) +
+               " ms after this agent saw it ready";
+      out.push_back(std::move(e));
+    }
     it = pending_.erase(it);
   }
   return out;
@@ -344,7 +381,7 @@ DrainEventPoller::DrainEventPoller(Inputs in, EventRecorder* recorder,
                                    std::chrono::milliseconds every) {
   thread_ = std::thread([this, in = std::move(in), recorder, every] {
     DrainEvents drains;
-    PropagationEvents propagation;
+    PropagationEvents propagation(in.cluster_programming, in.started);
     std::unique_lock lock(mu_);
     while (!stopping_) {
       lock.unlock();
@@ -358,12 +395,14 @@ DrainEventPoller::DrainEventPoller(Inputs in, EventRecorder* recorder,
       if (!cluster || c["members"].get(members) != simdjson::SUCCESS)
         members = snap ? snap->nodes.size() : 0;
       if (!cluster || c["cluster_watermark"].get(watermark) != simdjson::SUCCESS) watermark = 0;
-      for (auto& e : drains.observe(in.drains_json(), members)) recorder->record(std::move(e));
+      if (recorder)
+        for (auto& e : drains.observe(in.drains_json(), members)) recorder->record(std::move(e));
       // Without the cluster watermark nothing says when every node routes: no Propagated.
       if (snap && cluster) {
         auto now = std::chrono::steady_clock::now();
         propagation.on_snapshot(*snap, in.node, now);
-        for (auto& e : propagation.observe(watermark, members, now)) recorder->record(std::move(e));
+        for (auto& e : propagation.observe(watermark, members, now))
+          if (recorder) recorder->record(std::move(e));
       }
       lock.lock();
       cv_.wait_for(lock, every, [&] { return stopping_; });

@@ -32,6 +32,7 @@ class Registry;
 template <typename T>
 class Family;
 class Counter;
+class Histogram;
 }  // namespace prometheus
 
 namespace endpointd::daemon {
@@ -140,15 +141,39 @@ class DrainEvents {
 // From successive snapshots and the cluster watermark: Propagated, once an endpoint of a pod on
 // this node that turned ready is in the state every member node's consumers (and their feed
 // subscribers) applied — the cluster watermark reached the slice revision that showed it ready.
+//
+// And the cluster-wide programming latency (endpointd_cluster_programming_duration_seconds):
+// for each endpoint of this node that turned ready or stopped being ready (not ready,
+// terminating, or gone while ready), from its service's EndpointSlice trigger time
+// (endpoints.kubernetes.io/last-change-trigger-time) to the cluster watermark covering the
+// revision that showed the change. Measured by the endpoint's own node only, so each change is
+// counted once in the cluster; changes without a trigger time, or before this agent started, are
+// left out, as kube-proxy leaves them out of network_programming_duration_seconds.
 class PropagationEvents {
  public:
+  PropagationEvents() = default;
+  // `cluster_programming`: where the latencies go (null: not measured).
+  // `started`: trigger times before it are not this agent's to measure.
+  PropagationEvents(prometheus::Histogram* cluster_programming,
+                    std::chrono::system_clock::time_point started)
+      : programming_(cluster_programming), started_(started) {}
   // Endpoints on `node` ready now and not in the previous snapshot seen start waiting (none at
-  // the first snapshot: those were ready before this agent looked).
+  // the first snapshot: those were ready before this agent looked); so do endpoints ready in
+  // the previous one and not now (for the latency only).
   void on_snapshot(const model::Snapshot& snap, const std::string& node,
                    std::chrono::steady_clock::time_point now);
-  std::vector<PodEvent> observe(uint64_t cluster_watermark, size_t members,
-                                std::chrono::steady_clock::time_point now);
+  // `wall`: now by the wall clock, which trigger times are in.
+  std::vector<PodEvent> observe(
+      uint64_t cluster_watermark, size_t members, std::chrono::steady_clock::time_point now,
+      std::chrono::system_clock::time_point wall = std::chrono::system_clock::now());
   size_t pending() const { return pending_.size(); }
+  // Latencies observed so far (what the histogram got; for tests and the log).
+  uint64_t programmed() const { return programmed_; }
+
+  // The histogram's buckets: kube-proxy's network_programming_duration_seconds (0.25 s, 0.5 s,
+  // every second to 59 s, every 5 s to 115 s, every 30 s to 300 s) with 10, 25, 50 and 100 ms
+  // below them, since a cluster that keeps up programs in well under a quarter second.
+  static std::vector<double> buckets();
 
  private:
   struct Pending {
@@ -156,15 +181,21 @@ class PropagationEvents {
     std::string address;
     uint64_t revision = 0;
     std::chrono::steady_clock::time_point since;
+    bool ready = true;  // false: stopped being ready; no event, the latency only
+    std::chrono::system_clock::time_point trigger{};  // zero: no latency to measure
   };
+  prometheus::Histogram* programming_ = nullptr;
+  std::chrono::system_clock::time_point started_{};
+  uint64_t programmed_ = 0;
   bool first_ = true;
   uint64_t generation_ = 0;
   std::map<std::string, std::shared_ptr<const model::ServiceState>> services_;  // ns/name
-  std::map<std::string, Pending> pending_;  // by pod uid and address; at most kMaxPending
+  // By pod uid and address, "+" (turned ready) or "-"; at most kMaxPending.
+  std::map<std::string, Pending> pending_;
 };
 
 // Reads the coordinator's state every `every` and records what DrainEvents and
-// PropagationEvents find.
+// PropagationEvents find (so the programming latency is measured to within `every`).
 class DrainEventPoller {
  public:
   struct Inputs {
@@ -172,7 +203,11 @@ class DrainEventPoller {
     std::function<std::string()> cluster_json;  // Coordinator::cluster_json ("null": off)
     std::function<model::SnapshotPtr()> snapshot;
     std::string node;
+    // endpointd_cluster_programming_duration_seconds (null: not measured) and the agent's start.
+    prometheus::Histogram* cluster_programming = nullptr;
+    std::chrono::system_clock::time_point started{};
   };
+  // `recorder` null: Events are off; the latency is still measured.
   DrainEventPoller(Inputs in, EventRecorder* recorder,
                    std::chrono::milliseconds every = std::chrono::milliseconds(100));
   ~DrainEventPoller();

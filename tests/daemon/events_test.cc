@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -233,6 +235,109 @@ TEST(DrainEvents, AForcedRemovalIsNotCalledRemoved) {
   EXPECT_EQ(out[1].reason, "DrainReleased");
 }
 
+// A snapshot of service demo/web with these endpoints (address, node, ready) at `revision`,
+// its slice triggered at `trigger`.
+struct Ep {
+  std::string address, node;
+  bool ready;
+};
+model::SnapshotPtr web_snapshot(uint64_t generation, uint64_t revision, std::vector<Ep> eps,
+                                std::chrono::system_clock::time_point trigger) {
+  model::ServiceState st;
+  st.service.key = {"demo", "web"};
+  st.trigger_time = trigger;
+  std::sort(eps.begin(), eps.end(), [](const Ep& a, const Ep& b) {
+    return *model::IpAddr::parse(a.address) < *model::IpAddr::parse(b.address);
+  });
+  for (const auto& e : eps) {
+    model::MergedEndpoint m;
+    m.address = *model::IpAddr::parse(e.address);
+    m.conditions.ready = e.ready;
+    m.conditions.terminating = !e.ready;
+    m.node_name = e.node;
+    m.target_ref = model::ObjectRef{"Pod", "demo", "pod-" + e.address, "uid-" + e.address};
+    st.endpoints.push_back(std::move(m));
+  }
+  auto snap = std::make_shared<model::Snapshot>();
+  snap->generation = generation;
+  snap->synced = true;
+  snap->slice_revision = revision;
+  snap->services =
+      std::vector<model::ServiceStatePtr>{std::make_shared<model::ServiceState>(std::move(st))};
+  return snap;
+}
+
+// The cluster programming latency: per endpoint of this node that turned ready or stopped
+// being ready, from the slice's trigger time to the cluster watermark covering the change;
+// other nodes' endpoints, changes without a trigger time or from before the agent started are
+// left out.
+TEST(PropagationEvents, ClusterProgrammingLatencyFromTriggerTimeToTheWatermark) {
+  prometheus::Registry reg;
+  auto& family = prometheus::BuildHistogram()
+                     .Name("endpointd_cluster_programming_duration_seconds")
+                     .Help("test")
+                     .Register(reg);
+  auto& hist = family.Add({}, PropagationEvents::buckets());
+  auto t0 = std::chrono::system_clock::now();
+  auto steady = std::chrono::steady_clock::now();
+  PropagationEvents pe(&hist, t0 - 10s);
+  auto count_and_sum = [&] {
+    auto m = family.Collect().at(0).metric.at(0).histogram;
+    return std::make_pair(m.sample_count, m.sample_sum);
+  };
+  // The first snapshot: what was ready before the agent looked is not measured.
+  pe.on_snapshot(*web_snapshot(1, 100, {{"10.0.0.1", "node-a", true}}, t0 - 60s), "node-a", steady);
+  EXPECT_EQ(pe.pending(), 0u);
+  // 10.0.0.2 (node-a) turns ready, 10.0.0.3 on node-b too: only node-a's is this agent's.
+  pe.on_snapshot(*web_snapshot(2, 110,
+                               {{"10.0.0.1", "node-a", true},
+                                {"10.0.0.2", "node-a", true},
+                                {"10.0.0.3", "node-b", true}},
+                               t0),
+                 "node-a", steady);
+  EXPECT_EQ(pe.pending(), 1u);
+  // The watermark short of revision 110: nothing yet.
+  EXPECT_TRUE(pe.observe(109, 2, steady, t0 + 1500ms).empty());
+  EXPECT_EQ(count_and_sum().first, 0u);
+  auto out = pe.observe(110, 2, steady, t0 + 1500ms);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].reason, "Propagated");
+  EXPECT_EQ(out[0].pod, "pod-10.0.0.2");
+  EXPECT_EQ(count_and_sum().first, 1u);
+  EXPECT_DOUBLE_EQ(count_and_sum().second, 1.5);
+  // 10.0.0.1 stops being ready (terminating): no event, but the latency, 250 ms.
+  pe.on_snapshot(*web_snapshot(3, 120,
+                               {{"10.0.0.1", "node-a", false},
+                                {"10.0.0.2", "node-a", true},
+                                {"10.0.0.3", "node-b", true}},
+                               t0 + 2s),
+                 "node-a", steady);
+  EXPECT_TRUE(pe.observe(125, 2, steady, t0 + 2250ms).empty());
+  EXPECT_EQ(count_and_sum().first, 2u);
+  EXPECT_DOUBLE_EQ(count_and_sum().second, 1.75);
+  EXPECT_EQ(pe.programmed(), 2u);
+  // 10.0.0.2 leaves the slice while ready: stopped being ready too.
+  pe.on_snapshot(
+      *web_snapshot(4, 130, {{"10.0.0.1", "node-a", false}, {"10.0.0.3", "node-b", true}}, t0 + 3s),
+      "node-a", steady);
+  EXPECT_TRUE(pe.observe(130, 2, steady, t0 + 3100ms).empty());
+  EXPECT_EQ(count_and_sum().first, 3u);
+  // A change with a trigger time from before the agent started: the event, no latency.
+  pe.on_snapshot(*web_snapshot(5, 140,
+                               {{"10.0.0.1", "node-a", false},
+                                {"10.0.0.3", "node-b", true},
+                                {"10.0.0.4", "node-a", true}},
+                               t0 - 20s),
+                 "node-a", steady);
+  EXPECT_EQ(pe.observe(140, 2, steady, t0 + 4s).size(), 1u);
+  EXPECT_EQ(count_and_sum().first, 3u);
+  // 0.1 s falls in a bucket below kube-proxy's first (0.25 s).
+  auto b = PropagationEvents::buckets();
+  EXPECT_EQ(b.front(), 0.01);
+  EXPECT_NE(std::find(b.begin(), b.end(), 0.25), b.end());
+  EXPECT_EQ(b.back(), 300);
+}
+
 // Through `endpointd run`'s wiring against the fake API: web-2 on node-a turns terminating and
 // the agent on node-a writes DrainRemoved on it; the events are off with --events false.
 class EventsDaemonTest : public ::testing::TestWithParam<bool> {};
@@ -368,6 +473,22 @@ TEST(EventsDaemon, ANewReadyEndpointIsPropagated) {
   slice.replace(
       slice.rfind("]}"), 2,
       R"(,{"addresses":["10.244.1.12"],"nodeName":"node-a","targetRef":{"kind":"Pod","namespace":"demo","name":"web-3","uid":"u-web-3"},"conditions":{"ready":true,"serving":true,"terminating":false}}]})");
+  // The EndpointSlice controller's trigger time: the cluster programming latency starts there.
+  // (RFC 3339 with microseconds, as the controller writes it: after the agent started.)
+  char trigger[48];
+  {
+    auto now = std::chrono::system_clock::now();
+    time_t t = std::chrono::system_clock::to_time_t(now);
+    tm parts{};
+    gmtime_r(&t, &parts);
+    size_t n = std::strftime(trigger, sizeof trigger, "%Y-%m-%dT%H:%M:%S", &parts);
+    auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
+    std::snprintf(trigger + n, sizeof trigger - n, ".%06lldZ",
+                  static_cast<long long>(us % 1000000));
+  }
+  slice.replace(slice.find(R"("labels":)"), 0,
+                R"("annotations":{"endpoints.kubernetes.io/last-change-trigger-time":")" +
+                    std::string(trigger) + R"("},)");
   api.apply(slice);
   auto propagated = [&](const std::string& pod) {
     for (const auto& e : api.events("demo"))
@@ -379,6 +500,14 @@ TEST(EventsDaemon, ANewReadyEndpointIsPropagated) {
   EXPECT_TRUE(wait([&] { return propagated("web-3"); }, 10s))
       << "no Propagated; state: " << http.Get("/debug/state")->body;
   EXPECT_FALSE(propagated("web-2")) << "web-2 was ready before the agent looked";
+  // The cluster programming latency of web-3's endpoint: one observation, under 5 s.
+  std::string metrics = http.Get("/metrics")->body;
+  EXPECT_NE(metrics.find("endpointd_cluster_programming_duration_seconds_count 1\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find(R"(endpointd_cluster_programming_duration_seconds_bucket{le="5"} 1)"),
+            std::string::npos)
+      << metrics;
   for (const auto& e : api.events("demo"))
     if (e.find("Propagated") != std::string::npos) {
       EXPECT_NE(e.find("10.244.1.12 routable on 1/1 node"), std::string::npos) << e;
