@@ -219,8 +219,19 @@ void Aggregator::relayout(TimePoint now) {
   last_down_.reset();
 }
 
-bool Aggregator::adopt(const std::vector<std::string>& excluded, uint64_t epoch) {
+bool Aggregator::adopt(const std::vector<std::string>& excluded, uint64_t epoch,
+                       const std::string& from) {
   if (epoch < epoch_) return false;
+  // Decisions are numbered one past the newest seen: a number beyond the cap, or a jump far
+  // past this agent's own, is no root's (a forged UINT64_MAX would wrap the root's next
+  // number to a small one that every agent ignores from then on). A new process (epoch 0)
+  // takes any number under the cap: it cannot tell how long the cluster has been deciding.
+  const uint64_t counter = epoch >> 16;
+  if (counter >= kMaxEpochCounter || (epoch_ != 0 && counter > (epoch_ >> 16) + kMaxEpochStep)) {
+    ++stats_.refused_epoch;
+    note("epoch", from, epoch, epoch_);
+    return false;
+  }
   // Names this agent does not list (yet) are kept: its member list may be behind the root's.
   std::set<std::string> ex(excluded.begin(), excluded.end());
   // Two decisions under one number: a root that restarted (its epoch back to 0) and decided
@@ -272,7 +283,7 @@ void Aggregator::receive(const Message& m, TimePoint now) {
     // it up with its list: the newest decision spreads over every link until all agree.
     // (An empty list at a newer epoch is a decision too: a restarted root, at epoch 0, learns
     // it so, or every agent ignores its down reports from then on.)
-    if (up->decision || !up->excluded.empty() || up->leaving) adopt(up->excluded, up->epoch);
+    if (up->decision || !up->excluded.empty() || up->leaving) adopt(up->excluded, up->epoch, from);
     if (up->leaving) {
       reports_.erase(from);
       if (auto it = child_since_.find(from); it != child_since_.end()) it->second = now;
@@ -293,18 +304,29 @@ void Aggregator::receive(const Message& m, TimePoint now) {
   }
   const auto& down = std::get<DownReport>(m);
   if (from != parent_) {
-    // A former parent, one by another layout, or a root probing the excluded: its watermark
-    // does not count here, but a newer decision does (with the watermark made under it); and
-    // it is told that this agent is not its child (unless it only answered a probe).
-    if (adopt(down.excluded, down.epoch)) take_cluster(down);
-    if (!asked) leave_.insert(from);
+    // Only this agent's parent in its layout speaks for the cluster to it: another member's
+    // watermark, coverage and holdouts are never taken, so one member cannot make it believe
+    // a watermark. A newer decision counts (bounded, in adopt) only in an answer to this
+    // agent's own probe (a suspect, a next parent asked ahead, the ring): the way it learns
+    // the newest one across layouts that differ. Anything else — a former parent, one by
+    // another layout — is told that this agent is not its child, and a report it could not
+    // have been asked for that claims more than this agent holds is counted.
+    if (asked) {
+      adopt(down.excluded, down.epoch, from);
+      return;
+    }
+    leave_.insert(from);
+    if (down.watermark > cluster_ || down.epoch > epoch_) {
+      ++stats_.not_parent;
+      note("not-parent", from, down.watermark, cluster_);
+    }
     return;
   }
   parent_since_ = now;
   parent_answered_ = true;
   parent_epoch_ = down.epoch;
   parent_excluded_ = std::set<std::string>(down.excluded.begin(), down.excluded.end());
-  adopt(down.excluded, down.epoch);
+  adopt(down.excluded, down.epoch, from);
   // The parent's watermark holds under the decision it was made with; one made under an older
   // decision than this agent's (the parent has not heard of the newer one yet) waits.
   if (down.epoch == epoch_ && parent_excluded_ == excluded_) take_cluster(down);

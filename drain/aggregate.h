@@ -121,8 +121,11 @@ struct DownReport {
   std::vector<std::string> excluded;
   // Which decision `excluded` is: a root numbers each change past every number it has seen
   // (high bits) and adds its own hash (low 16 bits) to break ties. Every agent takes the
-  // newest decision it hears of, from whomever: two roots that excluded each other while they
-  // could not talk (a mass stop, a partition) converge on one list, so on one tree. Two lists
+  // newest decision it hears of from its parent, its children, or an agent it asked (a probe's
+  // answer): two roots that excluded each other while they could not talk (a mass stop, a
+  // partition) converge on one list, so on one tree. A number past kMaxEpochCounter, or more
+  // than kMaxEpochStep past the receiver's own, is refused (a new process takes any under the
+  // cap). Another member's unasked down report is never taken, watermark nor decision. Two lists
   // under one number (a root that restarted at 0 and decided again before it heard its old
   // number) are ordered by the list's digest, so they converge too.
   uint64_t epoch = 0;
@@ -203,6 +206,10 @@ class Aggregator {
   const std::set<std::string>& members() const { return members_; }
   const std::set<std::string>& excluded() const { return excluded_; }
   uint64_t epoch() const { return epoch_; }  // of excluded()
+  // The bounds on a decision's number (its high bits: the count of decisions): never past the
+  // cap, so a root's next number never wraps; never more than the step past this agent's own.
+  static constexpr uint64_t kMaxEpochCounter = uint64_t{1} << 40;
+  static constexpr uint64_t kMaxEpochStep = uint64_t{1} << 20;
   // Parents this agent found silent itself (or that did not answer a probe), and since when.
   const std::map<std::string, TimePoint>& suspects() const { return suspects_; }
   const Tree& tree() const { return tree_; }
@@ -219,12 +226,17 @@ class Aggregator {
     // A cluster watermark from a parent above this agent's own local watermark although it
     // counts this agent (so it cannot be above it): clamped to the local watermark.
     uint64_t clamped_ahead = 0;
+    // Decisions refused: a number past the cap, or too far past this agent's own.
+    uint64_t refused_epoch = 0;
+    // Down reports with a higher watermark from an agent that is not this one's parent (and
+    // that it did not ask): never taken.
+    uint64_t not_parent = 0;
   };
   const Stats& stats() const { return stats_; }
 
   // Reports that were wrong on their face, as they were received, for the log.
   struct Anomaly {
-    const char* kind;  // "backwards" or "ahead"
+    const char* kind;  // "backwards", "ahead", "epoch" or "not-parent"
     std::string from;
     uint64_t reported = 0, kept = 0;
   };
@@ -241,7 +253,7 @@ class Aggregator {
   void ask_ahead(TimePoint now, std::vector<Send>& out);
   UpReport aggregate(TimePoint now);
   // Takes a newer exclusion decision; false when `epoch` is not newer than the one held.
-  bool adopt(const std::vector<std::string>& excluded, uint64_t epoch);
+  bool adopt(const std::vector<std::string>& excluded, uint64_t epoch, const std::string& from);
   // A cluster watermark from a parent, clamped to what this agent applied when it is counted.
   uint64_t bounded_cluster(const std::string& from, uint64_t watermark);
   void note(const char* kind, const std::string& from, uint64_t reported, uint64_t kept);

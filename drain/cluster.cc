@@ -621,8 +621,9 @@ void Cluster::publish_view() {
 
 void Cluster::report_anomalies(SteadyClock::time_point now) {
   for (const auto& a : agg_.take_anomalies()) {
-    bool ahead = std::string_view(a.kind) == "ahead";
-    {
+    const std::string_view kind(a.kind);
+    bool ahead = kind == "ahead";
+    if (ahead || kind == "backwards") {
       std::lock_guard lock(view_mu_);
       ++(ahead ? stats_.watermark_clamped_ahead : stats_.watermark_backwards);
     }
@@ -630,7 +631,17 @@ void Cluster::report_anomalies(SteadyClock::time_point now) {
     auto& last = anomaly_logged_[std::string(a.kind) + "/" + a.from];
     if (last != SteadyClock::time_point{} && now - last < std::chrono::seconds(10)) continue;
     last = now;
-    if (ahead)
+    if (kind == "epoch")
+      spdlog::warn(
+          "drain: peer {} sent an exclusion decision numbered {}, past the cap or more than {} "
+          "decisions past this agent's {}: refused",
+          a.from, a.reported, Aggregator::kMaxEpochStep, a.kept);
+    else if (kind == "not-parent")
+      spdlog::warn(
+          "drain: peer {} sent a cluster watermark of {} but is not this agent's parent in its "
+          "layout: not taken (this agent's is {})",
+          a.from, a.reported, a.kept);
+    else if (ahead)
       spdlog::warn(
           "drain: peer {} sent a cluster watermark of {}, above this agent's own {} that it "
           "counts: clamped to {}",

@@ -396,5 +396,80 @@ TEST(Aggregator, ClampsAClusterWatermarkAboveItsOwnAndCountsBackwardsReports) {
   EXPECT_EQ(b[0].from, child);
 }
 
+// A member with valid credentials that is not the receiver's parent: its down report — a
+// huge watermark, everyone else excluded under the next decision — is refused and counted, and
+// the receiver keeps the cluster's word. A decision numbered UINT64_MAX (which would wrap the
+// root's next number to one every agent ignores) or far past the receiver's is refused even
+// from the parent; the cluster keeps deciding afterwards.
+TEST(Aggregator, RefusesForgedDownReportsAndEpochsThatWrapOrJump) {
+  Sim sim(9, opts(2));
+  Tree tree(sim.members(), 2);
+  // A leaf, its parent, an attacker that is neither, and one more agent, stopped and started
+  // again first so that the cluster has made decisions (a new process takes any number).
+  std::string leaf, attacker, other;
+  for (const auto& m : sim.members())
+    if (tree.children(m).empty() && tree.parent(m)) leaf = m;
+  for (const auto& m : sim.members())
+    if (m != leaf && m != *tree.parent(leaf)) attacker = m;
+  for (const auto& m : sim.members())
+    if (m != leaf && m != *tree.parent(leaf) && m != attacker && tree.children(m).empty())
+      other = m;
+  for (const auto& m : sim.members()) sim.set_local(m, 100);
+  sim.stop(other);
+  ASSERT_GE(sim.rounds_until_all(100, 400), 0);
+  sim.resume(other);
+  for (int i = 0; i < 200 && !sim.at(leaf).excluded().empty(); ++i) sim.round();
+  ASSERT_GE(sim.rounds_until_all(100, 400), 0);
+  Aggregator& a = sim.at(leaf);
+  ASSERT_TRUE(a.excluded().empty());
+  const uint64_t epoch = a.epoch();
+  ASSERT_NE(epoch, 0u);
+  // (While layouts differed, a former parent's newer news may have been refused too.)
+  const uint64_t not_parent = a.stats().not_parent;
+  a.take_anomalies();
+  DownReport forged;
+  forged.from = attacker;
+  forged.watermark = 1'000'000;
+  forged.epoch = ((epoch >> 16) + 1) << 16;
+  for (const auto& m : sim.members())
+    if (m != leaf && m != attacker) forged.excluded.push_back(m);
+  forged.covered.add(leaf);
+  forged.covered.add(attacker);
+  a.receive(forged, sim.now());
+  EXPECT_EQ(a.cluster_watermark(), 100u);
+  EXPECT_EQ(a.epoch(), epoch);
+  EXPECT_TRUE(a.excluded().empty());
+  EXPECT_EQ(a.stats().not_parent, not_parent + 1);
+  auto seen = a.take_anomalies();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_STREQ(seen[0].kind, "not-parent");
+  EXPECT_EQ(seen[0].from, attacker);
+
+  // From the parent itself (a compromised interior agent): a wrapping number and a jump are
+  // refused; the watermark it may still send is clamped to the leaf's own (above).
+  DownReport wrap;
+  wrap.from = *tree.parent(leaf);
+  wrap.watermark = 100;
+  wrap.epoch = UINT64_MAX;
+  wrap.excluded = {attacker};
+  a.receive(wrap, sim.now());
+  wrap.epoch = ((epoch >> 16) + Aggregator::kMaxEpochStep + 1) << 16;
+  a.receive(wrap, sim.now());
+  EXPECT_EQ(a.epoch(), epoch);
+  EXPECT_TRUE(a.excluded().empty());
+  EXPECT_EQ(a.stats().refused_epoch, 2u);
+  for (const auto& an : a.take_anomalies()) EXPECT_STREQ(an.kind, "epoch");
+
+  // The cluster still decides: an agent stopped is excluded under the next number, and the
+  // watermark moves on without it.
+  sim.stop(attacker);
+  for (const auto& m : sim.members())
+    if (m != attacker) sim.set_local(m, 200);
+  ASSERT_GE(sim.rounds_until_all(200, 400), 0);
+  EXPECT_TRUE(a.excluded().count(attacker));
+  EXPECT_GT(a.epoch(), epoch);
+  EXPECT_LT(a.epoch() >> 16, Aggregator::kMaxEpochCounter);
+}
+
 }  // namespace
 }  // namespace endpointd::drain
