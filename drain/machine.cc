@@ -726,6 +726,7 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
   const model::Pod* pod = snap_ ? snap_->find_pod(w.pod) : nullptr;
   std::vector<model::IpAddr> ips;
   if (pod) {
+    if (pod->terminating) w.terminating_seen = true;
     if (!pod->terminating) {
       if (in.now >= w.called + opts_.terminating_wait) {
         ++counters_.not_terminating_in_api;
@@ -757,6 +758,7 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
   } else {
     for (const auto& [ip, d] : drains_)
       if (d.pod_uid == w.uid) ips.push_back(ip);
+    if (!ips.empty()) w.terminating_seen = true;  // gone from the API: past terminating
   }
   if (ips.empty()) {
     ++counters_.no_endpoints;
@@ -835,6 +837,14 @@ std::vector<Transition> Machine::evaluate(const Inputs& in) {
   return out;
 }
 
+namespace {
+bool pending_peer(const Drain& d) {
+  for (const auto& [node, p] : d.peers)
+    if (p.state == PeerState::State::kPending) return true;
+  return false;
+}
+}  // namespace
+
 std::optional<TimePoint> Machine::next_deadline() const {
   std::optional<TimePoint> best;
   auto consider = [&](TimePoint t) {
@@ -847,13 +857,22 @@ std::optional<TimePoint> Machine::next_deadline() const {
         break;
       case Stage::kStopAccepting:
         consider(d.removal_deadline);
-        if (opts_.peer_policy == PeerPolicy::kProceed)
+        // The peer deadline while a peer is still pending (past it, none is: they failed).
+        if (opts_.peer_policy == PeerPolicy::kProceed && pending_peer(d))
           consider(std::max(d.peer_deadline, d.start + opts_.peer_timeout));
         break;
-      case Stage::kRemoved:
       case Stage::kDrained:
+        // Drained, waiting for its prestop call (or the pod to go): only a reconfirmation
+        // has deadlines (its budget, and under proceed the peers').
+        if (!d.reconfirm) break;
         consider(d.budget_end);
-        if (d.reconfirm && opts_.peer_policy == PeerPolicy::kProceed)
+        if (opts_.peer_policy == PeerPolicy::kProceed && pending_peer(d))
+          consider(
+              std::max(d.peer_deadline, std::max(d.start, d.peers_since) + opts_.peer_timeout));
+        break;
+      case Stage::kRemoved:
+        consider(d.budget_end);
+        if (d.reconfirm && opts_.peer_policy == PeerPolicy::kProceed && pending_peer(d))
           consider(
               std::max(d.peer_deadline, std::max(d.start, d.peers_since) + opts_.peer_timeout));
         if (d.conntrack_failed_since)
@@ -863,8 +882,10 @@ std::optional<TimePoint> Machine::next_deadline() const {
         break;
     }
   }
+  // Only a waiter whose pod the API has not shown terminating yet has that deadline: past it
+  // (its drains under way) it would wake the loop for nothing, again and again.
   for (const auto& [id, w] : waiters_)
-    if (!w.verdict) consider(w.called + opts_.terminating_wait);
+    if (!w.verdict && !w.terminating_seen) consider(w.called + opts_.terminating_wait);
   if (recheck_at_) consider(*recheck_at_);
   return best;
 }

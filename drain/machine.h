@@ -251,6 +251,7 @@ class Machine {
     std::string action_note;  // why there is none (a bad spec), or what running it gave
     enum class ActionState { kNone, kDue, kRunning, kDone } action_state = ActionState::kNone;
     bool action_failed = false;
+    bool terminating_seen = false;  // the API showed its pod terminating
   };
   const model::Pod* pod_for(const model::IpAddr& ip) const;
   Drain& ensure(const model::IpAddr& ip, TimePoint now, bool* created);

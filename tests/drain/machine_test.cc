@@ -234,7 +234,8 @@ TEST_F(MachineTest, TerminatingFallbackIsBoundedByTheBudget) {
   EXPECT_EQ(m.drains().at(ip("10.244.1.10")).stage, Stage::kStopAccepting);
   // Grace 10 s, margin max(2 s, 20 %) = 2 s: the budget ends at 8 s.
   ASSERT_TRUE(m.next_deadline());
-  EXPECT_EQ(*m.next_deadline(), t0 + 5s);  // the peer deadline comes first (already answered)
+  // The peer deadline does not count: the one peer answered already.
+  EXPECT_EQ(*m.next_deadline(), t0 + 8s);
   auto in = inputs(t0 + 8s, {entry("proxy", s)});
   in.flows.emplace(ip("10.244.1.10"), drain::FlowCount{});
   m.evaluate(in);
@@ -306,6 +307,52 @@ TEST_F(MachineTest, PeerDeadlinePolicies) {
       EXPECT_EQ(m.counters().removal_deadlines, 1u);
     }
   }
+}
+
+// After an evaluation, the next deadline is ahead of it (or there is none): a deadline already
+// passed would wake the drain loop again at once, for nothing, as long as the state lasts —
+// a drained drain waiting for its prestop call, a waiter past its terminating wait while its
+// drain goes on, a stop-accepting drain past its peer deadline while a local consumer lags.
+TEST_F(MachineTest, NoDeadlineIsLeftBehindAnEvaluation) {
+  Options o = opts();
+  o.peer_policy = PeerPolicy::kProceed;
+  o.peer_timeout = 500ms;
+  o.terminating_wait = 1000ms;
+  Machine m(o);
+  auto pods = std::vector<PodDef>{{"web-1", "10.244.1.10", "node-a", true}};
+  auto s1 = make_snapshot(1, {kWeb1, kWeb3}, {{"web-1", "10.244.1.10"}});
+  auto s2 = make_snapshot(2, {kWeb1Terminating, kWeb3}, pods);
+  m.on_snapshot(s1, t0);
+  uint64_t w = m.add_waiter({"demo", "web-1"}, "uid-web-1", t0);
+  m.on_snapshot(s2, t0 + 10ms);
+  const Drain& d = m.drains().at(ip("10.244.1.10"));
+  auto ahead = [&](TimePoint now) {
+    auto next = m.next_deadline();
+    EXPECT_TRUE(!next || *next > now) << "a deadline " << (now - *next).count() << " ns behind";
+  };
+  // Past the peer deadline, the local proxy still on generation 1.
+  TimePoint now = t0 + 700ms;
+  m.evaluate(inputs(now, {entry("proxy", s1)}));
+  EXPECT_EQ(d.stage, Stage::kStopAccepting);
+  ahead(now);
+  // Past the waiter's terminating wait, the drain removed and waiting for its connections.
+  now = t0 + 1500ms;
+  auto in = inputs(now, {entry("proxy", s2)});
+  drain::FlowCount busy;
+  busy.tcp_established = 1;
+  in.flows.emplace(ip("10.244.1.10"), busy);
+  m.evaluate(in);
+  EXPECT_EQ(d.stage, Stage::kRemoved);
+  EXPECT_FALSE(m.verdict(w));
+  ahead(now);
+  // Drained, its waiter gone (the kubelet gave up on the hook): nothing left to wait for.
+  m.remove_waiter(w);
+  now = t0 + 1600ms;
+  in = inputs(now, {entry("proxy", s2)});
+  in.flows.emplace(ip("10.244.1.10"), drain::FlowCount{});
+  m.evaluate(in);
+  EXPECT_EQ(d.stage, Stage::kDrained);
+  ahead(now);
 }
 
 TEST_F(MachineTest, DnsWaitsForTheLastAnswersTtl) {
