@@ -25,6 +25,8 @@
 #include <grpcpp/security/tls_certificate_verifier.h>
 #include <grpcpp/security/tls_credentials_options.h>
 
+#include <prometheus/registry.h>
+
 #include "drain/coordinator.h"
 #include "drain/peer_identity.h"
 #include "endpointd/v1/drain.grpc.pb.h"
@@ -278,6 +280,7 @@ uint16_t free_port() {
 
 struct Agent {
   pipeline::AckBoard board;
+  prometheus::Registry registry;
   std::shared_ptr<TokenVerifier> verifier;
   std::unique_ptr<Coordinator> coordinator;
 };
@@ -316,9 +319,12 @@ class PeerIdentity : public ::testing::Test {
     VerifierOptions vo;
     vo.sa_namespace = "kube-system";
     vo.sa_name = "endpointd";
-    a->verifier = std::make_shared<TokenVerifier>(vo, [this]() -> Result<IssuerKeys> {
-      return IssuerKeys{issuer_.issuer(), issuer_.jwks()};
-    });
+    a->verifier = std::make_shared<TokenVerifier>(
+        vo,
+        [this]() -> Result<IssuerKeys> {
+          return IssuerKeys{issuer_.issuer(), issuer_.jwks()};
+        },
+        PodNodeLookup{}, TokenVerifier::Now{}, &a->registry);
     CoordinatorOptions o;
     o.machine.node_name = node;
     o.peer_listen = address_of(i) + ":" + std::to_string(port_);
@@ -331,6 +337,7 @@ class PeerIdentity : public ::testing::Test {
     o.aggregator.heartbeat = 100ms;
     o.aggregator.silence = 1500ms;
     o.aggregator.probe = 300ms;
+    o.registry = &a->registry;
     a->coordinator = std::make_unique<Coordinator>(&a->board, nullptr, Coordinator::DnsExpiry{}, o);
     auto st = a->coordinator->start();
     ASSERT_TRUE(st.ok()) << st.error();
@@ -368,6 +375,17 @@ class PeerIdentity : public ::testing::Test {
   }
   bool wait_cluster(uint64_t rev, std::chrono::milliseconds d) {
     return wait_all("\"cluster_watermark\":" + std::to_string(rev) + ",", d);
+  }
+  // endpointd_drain_peer_refused_total{reason} of an agent's registry (the verifier's refusals
+  // and the streams' share the family).
+  double refused_metric(const std::string& node, const std::string& reason) {
+    for (const auto& f : agents_.at(node)->registry.Collect()) {
+      if (f.name != "endpointd_drain_peer_refused_total") continue;
+      for (const auto& m : f.metric)
+        for (const auto& l : m.label)
+          if (l.name == "reason" && l.value == reason) return m.counter.value;
+    }
+    return 0;
   }
   uint64_t counter(const std::string& node, const std::string& name) {
     std::string j = agents_.at(node)->coordinator->cluster_json();
@@ -458,6 +476,7 @@ TEST_F(PeerIdentity, NodeCsCredentialsCannotSpeakAsNodeB) {
   EXPECT_NE(st.error_message().find("token names \"node-c\""), std::string::npos)
       << st.error_message();
   EXPECT_GE(counter_reaching("node-a", "refused_identity", 1), 1u);
+  EXPECT_EQ(refused_metric("node-a", "other_node"), 1);
 
   // A token minted for node-b by another issuer (a forged one): refused before any stream.
   TokenIssuer forger(kIssuer);
@@ -467,6 +486,7 @@ TEST_F(PeerIdentity, NodeCsCredentialsCannotSpeakAsNodeB) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
   EXPECT_NE(st.error_message().find("(signature)"), std::string::npos) << st.error_message();
   EXPECT_EQ(agents_["node-a"]->verifier->refusals("signature"), 1u);
+  EXPECT_EQ(refused_metric("node-a", "signature"), 1);
 
   // No token at all (a downgraded peer, or a plain TLS client): refused.
   st = speak_as(tls(), "", "node-b");
@@ -499,6 +519,7 @@ TEST_F(PeerIdentity, ATokenIsTakenOnOneLiveStreamAtATime) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
   EXPECT_NE(st.error_message().find("already in use"), std::string::npos) << st.error_message();
   EXPECT_GE(counter_reaching("node-a", "refused_replayed", 1), 1u);
+  EXPECT_GE(refused_metric("node-a", "replayed"), 1);
   apply(2, 11);
   EXPECT_TRUE(wait_cluster(11, 5s)) << agents_["node-a"]->coordinator->cluster_json();
 }
