@@ -37,7 +37,7 @@ class Coordinator::PeerServer::Service final
  public:
   Service(Coordinator* c, std::string node, milliseconds max, Cluster* cluster)
       : c_(c), node_(std::move(node)), max_(max), cluster_(cluster) {}
-  bool tls = false;  // a caller must be the node its certificate names
+  bool tls = false;  // a caller must be the node its token or certificate names
   grpc::ServerBidiReactor<pb::PeerMessage, pb::PeerMessage>* Exchange(
       grpc::CallbackServerContext* ctx) override {
     if (!cluster_) return new Unimplemented();
@@ -49,8 +49,8 @@ class Coordinator::PeerServer::Service final
       auto names = peer_certificate_names(*ctx->auth_context());
       if (std::find(names.begin(), names.end(), req->from_node()) == names.end())
         return {grpc::StatusCode::PERMISSION_DENIED,
-                "the caller's certificate does not name node \"" + req->from_node().substr(0, 64) +
-                    "\""};
+                "the caller's token or certificate does not name node \"" +
+                    req->from_node().substr(0, 64) + "\""};
     }
     auto ip = model::IpAddr::parse(req->address());
     if (!ip)

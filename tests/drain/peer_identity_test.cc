@@ -524,6 +524,34 @@ TEST_F(PeerIdentity, ATokenIsTakenOnOneLiveStreamAtATime) {
   EXPECT_TRUE(wait_cluster(11, 5s)) << agents_["node-a"]->coordinator->cluster_json();
 }
 
+// The per-endpoint protocol (AwaitRemoval, for manifest directories and rolling upgrades)
+// under the same rule: a call is answered only for the node its token names.
+TEST_F(PeerIdentity, AwaitRemovalAnswersOnlyTheTokensNode) {
+  start(0, "node-a");
+  start(1, "node-b");
+  apply(1, 10);
+  auto ask = [&](const std::string& token, const std::string& from) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    auto ch = grpc::CreateCustomChannel(address_of(0) + ":" + std::to_string(port_), tls(), args);
+    auto stub = pb::Peer::NewStub(ch);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 3s);
+    if (!token.empty()) ctx.AddMetadata(kPeerTokenMetadata, token);
+    pb::AwaitRemovalRequest req;
+    req.set_address("10.244.9.9");
+    req.set_from_node(from);
+    pb::AwaitRemovalResponse resp;
+    return stub->AwaitRemoval(&ctx, req, &resp);
+  };
+  auto st = ask(tokens_["node-b"], "node-b");
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  st = ask(tokens_["node-b"], "node-c");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+  st = ask("", "node-b");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
+}
+
 TEST(PeerIdentityConfig, TokenNeedsTlsAndExcludesInsecure) {
   PeerTlsFiles f;
   f.token = std::make_shared<TokenFile>("/nonexistent");
