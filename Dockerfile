@@ -22,7 +22,7 @@ COPY . .
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DENDPOINTD_TESTS=OFF -DENDPOINTD_BENCH=OFF -DENDPOINTD_FUZZ=OFF \
  && ninja -C /build -j"$(nproc)" endpointd endpointd-haproxy \
- && scripts/image --collect /out /build/daemon/endpointd /build/feed/adapters/haproxy/endpointd-haproxy \
+ && scripts/image --collect /out /build/daemon/endpointd /build/adapters/haproxy/endpointd-haproxy \
  && cat /out/runtime-packages
 
 FROM debian:12 AS prebuilt

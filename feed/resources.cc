@@ -29,6 +29,20 @@ v1::Protocol to_proto(model::Protocol p) {
   return v1::TCP;
 }
 
+v1::Routing to_proto(model::PortVerdict v) {
+  switch (v) {
+    case model::PortVerdict::kRouted:
+      return v1::ROUTED;
+    case model::PortVerdict::kFallback:
+      return v1::ROUTED_FALLBACK;
+    case model::PortVerdict::kDraining:
+      return v1::DRAINING;
+    case model::PortVerdict::kNotRouted:
+      return v1::NOT_ROUTED;
+  }
+  return v1::NOT_ROUTED;
+}
+
 std::optional<uint16_t> parse_port(std::string_view s) {
   unsigned v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -183,7 +197,9 @@ void fill_service(const model::ServiceState& st, const Selection& sel, v1::Servi
     p->set_protocol(to_proto(sp.protocol));
     p->set_port(sp.port);
     p->set_app_protocol(sp.app_protocol);
-    for (const auto& e : st.endpoints) {
+    const std::vector<model::PortVerdict> verdicts = model::port_verdicts(st, sp);
+    for (size_t i = 0; i < st.endpoints.size(); ++i) {
+      const model::MergedEndpoint& e = st.endpoints[i];
       auto target = e.port_for(sp);
       if (!target) continue;
       auto* ep = p->add_endpoints();
@@ -192,6 +208,7 @@ void fill_service(const model::ServiceState& st, const Selection& sel, v1::Servi
       ep->set_ready(e.conditions.ready);
       ep->set_serving(e.conditions.serving);
       ep->set_terminating(e.conditions.terminating);
+      ep->set_routing(to_proto(verdicts[i]));
       ep->set_zone(e.zone);
       ep->set_node(e.node_name);
       ep->set_hostname(e.hostname);

@@ -130,8 +130,51 @@ bool proxy_routes_to(const ServiceState& st, const MergedEndpoint& e, const Rout
   return routed_in(st, e, node, scopes);
 }
 
-bool feed_routes_to(const ServiceState& st, const MergedEndpoint& e, const RoutingNode& node) {
-  return routed_in(st, e, node, {Scope::kUnhinted});
+bool feed_routes_to(const ServiceState& st, const MergedEndpoint& e, const RoutingNode&) {
+  // The verdicts the feed sends, so that drain's view of a subscriber is what it was told.
+  size_t self = 0;
+  while (self < st.endpoints.size() && &st.endpoints[self] != &e) ++self;
+  if (self == st.endpoints.size()) return false;  // not one of st's endpoints
+  for (const ServicePort& sp : st.service.ports) {
+    auto v = port_verdicts(st, sp)[self];
+    if (v == PortVerdict::kRouted || v == PortVerdict::kFallback) return true;
+  }
+  return false;
+}
+
+namespace {
+// A feed subscriber's candidate for `sp`: any endpoint with a non-zero target port. Unlike the
+// kernel's NAT, a proxy in user space can connect to a loopback address (EndpointSlice
+// validation keeps those out of clusters; tests on one machine use them).
+bool feed_candidate(const MergedEndpoint& e, const ServicePort& sp) {
+  auto p = e.port_for(sp);
+  return p && *p != 0 && !e.address.is_unspecified();
+}
+}  // namespace
+
+std::vector<PortVerdict> port_verdicts(const ServiceState& st, const ServicePort& sp) {
+  std::vector<PortVerdict> out(st.endpoints.size(), PortVerdict::kNotRouted);
+  if (sp.port == 0) return out;
+  std::vector<const MergedEndpoint*> eps;
+  std::vector<size_t> at;  // eps[i] is st.endpoints[at[i]]
+  for (IpFamily family : {IpFamily::kV4, IpFamily::kV6}) {
+    eps.clear();
+    at.clear();
+    for (size_t i = 0; i < st.endpoints.size(); ++i) {
+      const MergedEndpoint& e = st.endpoints[i];
+      if (e.address.family() != family || !feed_candidate(e, sp)) continue;
+      eps.push_back(&e);
+      at.push_back(i);
+      if (routing_of(st.service, e.conditions) == Routing::kFallback)
+        out[i] = PortVerdict::kDraining;  // unless chosen below
+    }
+    for (size_t i : select_routed(st.service, eps, Scope::kUnhinted, {})) {
+      out[at[i]] = routing_of(st.service, eps[i]->conditions) == Routing::kReady
+                       ? PortVerdict::kRouted
+                       : PortVerdict::kFallback;
+    }
+  }
+  return out;
 }
 
 bool dns_answers(const Service& svc, const MergedEndpoint& e) {

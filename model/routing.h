@@ -69,10 +69,25 @@ bool has_proxy_rules(const Service& svc);
 // to one endpoint).
 bool proxy_routes_to(const ServiceState& st, const MergedEndpoint& e, const RoutingNode& node);
 
-// Whether a feed subscriber (ingress, mesh proxy) may send new connections to `e`: the same
-// rule over every service in kUnhinted scope, so a fallback (DRAINING) endpoint counts as
-// routed while its port has no ready endpoint.
+// Whether a feed subscriber (ingress, mesh proxy) may send new connections to `e`, an endpoint
+// of `st`: its port_verdicts for some port are kRouted or kFallback, so a fallback (DRAINING)
+// endpoint counts as routed while its port has no ready endpoint of its family.
 bool feed_routes_to(const ServiceState& st, const MergedEndpoint& e, const RoutingNode& node);
+
+// How one endpoint of one service port stands for a feed subscriber (ingress, mesh proxy),
+// which weighs localities itself: the verdict the feed sends (endpointd.v1.Routing).
+enum class PortVerdict {
+  kNotRouted,  // no traffic (kNone, or no backend_port)
+  kRouted,     // kReady, chosen
+  kFallback,   // kFallback, chosen: no kReady endpoint of its family on the port
+  kDraining,   // kFallback, not chosen: others are ready; its connections finish
+};
+
+// The verdict of each endpoint of `st` (in `st.endpoints`' order) for service port `sp`:
+// select_routed in kUnhinted scope over the port's endpoints of each address family that have
+// a non-zero target port and a specified address (a subscriber, a proxy in user space, may
+// connect to a loopback one, which the dataplane never routes to). All kNotRouted for port 0.
+std::vector<PortVerdict> port_verdicts(const ServiceState& st, const ServicePort& sp);
 
 // Whether DNS answers `e` among a headless service's records: the kReady endpoints only (a
 // name has no last resort; a terminating endpoint leaves the answers at stop-accepting).

@@ -1,5 +1,5 @@
 // endpointd-haproxy's pure logic: mappings, the folded feed state, desired servers, the diff.
-#include "feed/adapters/haproxy/adapter.h"
+#include "adapters/haproxy/adapter.h"
 
 #include <algorithm>
 #include <charconv>
@@ -105,6 +105,20 @@ std::string_view to_string(ServerState s) {
   return "?";
 }
 
+std::optional<ServerState> server_state(v1::Routing routing) {
+  switch (routing) {
+    case v1::ROUTED:
+    case v1::ROUTED_FALLBACK:
+      return ServerState::kReady;
+    case v1::DRAINING:
+      return ServerState::kDrain;
+    case v1::NOT_ROUTED:
+      return ServerState::kMaint;
+    default:
+      return std::nullopt;
+  }
+}
+
 std::string server_name(std::string_view canonical_addr, uint32_t port) {
   std::string name(canonical_addr);
   std::replace(name.begin(), name.end(), ':', '-');
@@ -120,26 +134,20 @@ Desired desired(const FeedState& state, const std::vector<Mapping>& mappings) {
     for (const auto& port : it->second.ports()) {
       // HAProxy balances TCP; a UDP or SCTP port of the same number is not for it.
       if (port.port() != m.port || port.protocol() != v1::TCP) continue;
-      const auto& eps = port.endpoints();
-      const bool any_ready =
-          std::any_of(eps.begin(), eps.end(), [](const v1::Endpoint& e) { return e.ready(); });
-      for (const auto& e : eps) {
+      for (const auto& e : port.endpoints()) {
         auto ip = model::IpAddr::parse(e.address());
-        if (!ip || e.port() == 0 || e.port() > 65535) {
-          out.skipped.push_back(m.ns + "/" + m.service + ":" + std::to_string(m.port) +
-                                " endpoint " + e.address() + ":" + std::to_string(e.port()));
+        auto state = server_state(e.routing());
+        if (!ip || e.port() == 0 || e.port() > 65535 || !state) {
+          out.skipped.push_back(
+              m.ns + "/" + m.service + ":" + std::to_string(m.port) + " endpoint " + e.address() +
+              ":" + std::to_string(e.port()) +
+              (state ? "" : " (no routing verdict: an agent older than this adapter)"));
           continue;
         }
         DesiredServer s;
         s.addr = ip->str();
         s.port = e.port();
-        if (e.ready()) {
-          s.state = ServerState::kReady;
-        } else if (e.serving() && e.terminating()) {
-          s.state = any_ready ? ServerState::kDrain : ServerState::kReady;
-        } else {
-          s.state = ServerState::kMaint;
-        }
+        s.state = *state;
         auto [slot, added] = backend.emplace(server_name(s.addr, s.port), s);
         if (!added && rank(s.state) > rank(slot->second.state)) slot->second.state = s.state;
       }

@@ -5,13 +5,14 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "adapters/haproxy/runtime.h"
 #include "endpointd/v1/feed.pb.h"
-#include "feed/adapters/haproxy/runtime.h"
 #include "model/result.h"
 
 namespace endpointd::haproxy {
@@ -57,11 +58,15 @@ struct Desired {
   std::vector<std::string> skipped;                // endpoints the feed sent that cannot be servers
 };
 
-// The servers of every mapped backend. Per endpoint of the mapped port: ready → ready;
-// serving and terminating → drain, or ready when no endpoint of the port is ready (the same
-// fallback as kube-proxy: a service whose pods are all terminating keeps serving); otherwise
-// (not yet ready, or no longer serving) → maint. An address that is not an IP or a port out of
-// range is skipped and reported.
+// The server state of an endpoint's routing verdict (endpointd.v1.Routing, the agent's routing
+// rule): ROUTED and ROUTED_FALLBACK → ready, DRAINING → drain, NOT_ROUTED → maint; none for
+// ROUTING_UNSPECIFIED (an agent older than the field). The adapter derives nothing from the
+// raw conditions.
+std::optional<ServerState> server_state(v1::Routing routing);
+
+// The servers of every mapped backend: per endpoint of the mapped port, server_state of its
+// verdict. An address that is not an IP, a port out of range or a missing verdict is skipped
+// and reported.
 Desired desired(const FeedState& state, const std::vector<Mapping>& mappings);
 
 // The server name of an endpoint: "<address>_<port>", with the colons of an IPv6 address

@@ -1,5 +1,5 @@
 // The feed stream loop: subscribe, fold responses, publish complete states, reconnect.
-#include "feed/adapters/haproxy/feed_client.h"
+#include "adapters/haproxy/feed_client.h"
 
 #include <spdlog/spdlog.h>
 

@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "endpointd/v1/feed.grpc.pb.h"
-#include "feed/adapters/haproxy/adapter.h"
-#include "feed/adapters/haproxy/metrics.h"
+#include "adapters/haproxy/adapter.h"
+#include "adapters/haproxy/metrics.h"
 
 namespace endpointd::haproxy {
 

@@ -16,11 +16,11 @@
 #include <thread>
 #include <vector>
 
-#include "feed/adapters/haproxy/adapter.h"
-#include "feed/adapters/haproxy/feed_client.h"
-#include "feed/adapters/haproxy/metrics.h"
-#include "feed/adapters/haproxy/runtime.h"
-#include "feed/adapters/haproxy/sync.h"
+#include "adapters/haproxy/adapter.h"
+#include "adapters/haproxy/feed_client.h"
+#include "adapters/haproxy/metrics.h"
+#include "adapters/haproxy/runtime.h"
+#include "adapters/haproxy/sync.h"
 #include "model/hostport.h"
 
 namespace endpointd::haproxy {
@@ -137,8 +137,10 @@ class Loop {
     for (const auto& s : now) {
       if (skipped_.count(s)) continue;
       metrics_.skipped_endpoints.Increment();
-      spdlog::warn("feed: {} cannot be an HAProxy server (not an IP address, or port 0); skipped",
-                   s);
+      spdlog::warn(
+          "feed: {} cannot be an HAProxy server (not an IP address, port 0, or no routing "
+          "verdict); skipped",
+          s);
     }
     skipped_ = std::move(now);
     desired_ = std::move(d);

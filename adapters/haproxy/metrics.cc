@@ -1,5 +1,5 @@
 // Metrics on prometheus-cpp, served by cpp-httplib with one worker thread.
-#include "feed/adapters/haproxy/metrics.h"
+#include "adapters/haproxy/metrics.h"
 
 #include <httplib.h>
 #include <prometheus/text_serializer.h>

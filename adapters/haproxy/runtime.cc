@@ -1,6 +1,6 @@
 // The runtime-API client: a unix socket per command with one deadline over connect, write and
 // read; and the `show servers state` parser.
-#include "feed/adapters/haproxy/runtime.h"
+#include "adapters/haproxy/runtime.h"
 
 #include <fcntl.h>
 #include <poll.h>

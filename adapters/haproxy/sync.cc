@@ -1,5 +1,5 @@
 // One read → diff → write → read-back pass over every mapped backend.
-#include "feed/adapters/haproxy/sync.h"
+#include "adapters/haproxy/sync.h"
 
 #include <spdlog/spdlog.h>
 

@@ -8,8 +8,8 @@
 #include <set>
 #include <string>
 
-#include "feed/adapters/haproxy/adapter.h"
-#include "feed/adapters/haproxy/runtime.h"
+#include "adapters/haproxy/adapter.h"
+#include "adapters/haproxy/runtime.h"
 
 namespace endpointd::haproxy {
 

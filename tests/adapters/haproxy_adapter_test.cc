@@ -26,9 +26,9 @@
 #include <thread>
 #include <vector>
 
-#include "feed/adapters/haproxy/adapter.h"
-#include "feed/adapters/haproxy/runtime.h"
-#include "feed/adapters/haproxy/sync.h"
+#include "adapters/haproxy/adapter.h"
+#include "adapters/haproxy/runtime.h"
+#include "adapters/haproxy/sync.h"
 #include "tests/netns/process.h"
 
 namespace endpointd::haproxy {
@@ -74,12 +74,12 @@ TEST(HaproxyMapping, SubscribesToEachServicePort) {
   EXPECT_EQ(s.selectors(1).port(), 8443u);
 }
 
+// An endpoint as the feed sends it: the verdict is the agent's (model/routing.h); the
+// conditions, which the adapter never reads, are left unset.
 struct Ep {
   std::string addr;
   uint32_t port = 8080;
-  bool ready = true;
-  bool serving = true;
-  bool terminating = false;
+  v1::Routing routing = v1::ROUTED;
 };
 
 v1::ServiceEndpoints svc(const std::string& name, std::vector<Ep> eps, uint32_t port = 80) {
@@ -92,9 +92,7 @@ v1::ServiceEndpoints svc(const std::string& name, std::vector<Ep> eps, uint32_t 
     auto* x = p->add_endpoints();
     x->set_address(e.addr);
     x->set_port(e.port);
-    x->set_ready(e.ready);
-    x->set_serving(e.serving);
-    x->set_terminating(e.terminating);
+    x->set_routing(e.routing);
   }
   return s;
 }
@@ -130,17 +128,18 @@ TEST(HaproxyFeedState, FullThenIncrementalThenRemoved) {
   EXPECT_TRUE(st.services.empty());
 }
 
-TEST(HaproxyDesired, StatesFollowTheRoutingRule) {
+TEST(HaproxyDesired, StatesAreTheFeedsVerdicts) {
   FeedState st;
   st.complete = true;
   st.services[{"demo", "web"}] =
       svc("web", {{"10.0.0.1"},
-                  {"10.0.0.2", 8080, false, true, true},    // terminating, serving → drain
-                  {"10.0.0.3", 8080, false, false, true},   // terminating, not serving → maint
-                  {"10.0.0.4", 8080, false, false, false},  // not ready yet → maint
-                  {"fd00::7", 9090},                        // IPv6
-                  {"not-an-ip", 8080},                      // skipped
-                  {"10.0.0.5", 0}});                        // skipped
+                  {"10.0.0.2", 8080, v1::DRAINING},               // → drain
+                  {"10.0.0.3", 8080, v1::NOT_ROUTED},             // → maint
+                  {"10.0.0.4", 8080, v1::ROUTED_FALLBACK},        // → ready
+                  {"fd00::7", 9090},                              // IPv6
+                  {"not-an-ip", 8080},                            // skipped
+                  {"10.0.0.5", 0},                                // skipped
+                  {"10.0.0.6", 8080, v1::ROUTING_UNSPECIFIED}});  // skipped: an older agent
   st.services[{"demo", "other"}] = svc("other", {{"10.9.9.9"}});
   auto d = desired(st, {{"demo", "web", 80, "be_web"}, {"demo", "gone", 80, "be_gone"}});
   ASSERT_EQ(d.backends.size(), 2u);
@@ -150,36 +149,35 @@ TEST(HaproxyDesired, StatesFollowTheRoutingRule) {
   EXPECT_EQ(b.at("10.0.0.1_8080"), (DesiredServer{"10.0.0.1", 8080, ServerState::kReady}));
   EXPECT_EQ(b.at("10.0.0.2_8080").state, ServerState::kDrain);
   EXPECT_EQ(b.at("10.0.0.3_8080").state, ServerState::kMaint);
-  EXPECT_EQ(b.at("10.0.0.4_8080").state, ServerState::kMaint);
+  EXPECT_EQ(b.at("10.0.0.4_8080").state, ServerState::kReady);
   EXPECT_EQ(b.at("fd00--7_9090").addr, "fd00::7");
-  EXPECT_EQ(d.skipped.size(), 2u);
+  EXPECT_EQ(d.skipped.size(), 3u);
 }
 
-TEST(HaproxyDesired, TerminatingServeWhenNoneIsReady) {
-  FeedState st;
-  st.services[{"demo", "web"}] =
-      svc("web", {{"10.0.0.1", 8080, false, true, true}, {"10.0.0.2", 8080, false, false, true}});
-  auto d = desired(st, {{"demo", "web", 80, "be"}});
-  EXPECT_EQ(d.backends.at("be").at("10.0.0.1_8080").state, ServerState::kReady);
-  EXPECT_EQ(d.backends.at("be").at("10.0.0.2_8080").state, ServerState::kMaint);
+TEST(HaproxyDesired, EveryVerdictHasOneServerState) {
+  EXPECT_EQ(server_state(v1::ROUTED), ServerState::kReady);
+  EXPECT_EQ(server_state(v1::ROUTED_FALLBACK), ServerState::kReady);
+  EXPECT_EQ(server_state(v1::DRAINING), ServerState::kDrain);
+  EXPECT_EQ(server_state(v1::NOT_ROUTED), ServerState::kMaint);
+  EXPECT_EQ(server_state(v1::ROUTING_UNSPECIFIED), std::nullopt);
 }
 
 TEST(HaproxyDesired, OnlyTheMappedPortAndBestOfDuplicates) {
   FeedState st;
-  auto s = svc("web", {{"10.0.0.1", 8080, false, false, false}, {"10.0.0.1"}}, 80);
+  auto s = svc("web", {{"10.0.0.1", 8080, v1::NOT_ROUTED}, {"10.0.0.1"}}, 80);
   auto* other = s.add_ports();
   other->set_port(443);
   auto* e8 = other->add_endpoints();
   e8->set_address("10.0.0.8");
   e8->set_port(8443);
-  e8->set_ready(true);
+  e8->set_routing(v1::ROUTED);
   auto* udp = s.add_ports();
   udp->set_port(80);
   udp->set_protocol(v1::UDP);
   auto* e9 = udp->add_endpoints();
   e9->set_address("10.0.0.9");
   e9->set_port(8080);
-  e9->set_ready(true);
+  e9->set_routing(v1::ROUTED);
   st.services[{"demo", "web"}] = s;
   auto d = desired(st, {{"demo", "web", 80, "be"}});
   ASSERT_EQ(d.backends.at("be").size(), 1u);

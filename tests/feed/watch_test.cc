@@ -90,6 +90,9 @@ TEST_F(Watch, InitialStateThenIncrementalUpdatesAndAcks) {
   EXPECT_EQ(e.address(), "10.0.0.2");
   EXPECT_EQ(e.port(), 8080u);
   EXPECT_TRUE(e.terminating());
+  // The routing rule's verdicts: 10.0.0.1 is ready, so the terminating one drains.
+  EXPECT_EQ(svc.ports(0).endpoints(0).routing(), v1::ROUTED);
+  EXPECT_EQ(e.routing(), v1::DRAINING);
   EXPECT_EQ(e.zone(), "zone-a");
   EXPECT_EQ(e.node(), "node-zone-a");
   EXPECT_EQ(e.target().name(), "web-10.0.0.2");

@@ -196,6 +196,56 @@ TEST(SelectRouted, PublishNotReadyAddressesRoutesUnreadyButNotTerminating) {
   EXPECT_EQ(picked(st, Scope::kCluster, {"node-a", ""}), Addrs{"10.0.0.1"});
 }
 
+// What the feed sends per endpoint of a port: the rule in kUnhinted scope, per family.
+TEST(PortVerdicts, RoutedFallbackDrainingAndNotRoutedPerFamily) {
+  using V = std::vector<PortVerdict>;
+  auto verdicts = [](const ServiceState& st) { return port_verdicts(st, st.service.ports[0]); };
+  // One ready: the terminating serving one drains, the others get nothing.
+  EXPECT_EQ(verdicts(state({{"10.0.0.1", kReady},
+                            {"10.0.0.2", kTerminatingServing},
+                            {"10.0.0.3", kTerminatingGone},
+                            {"10.0.0.4", kUnready}})),
+            (V{PortVerdict::kRouted, PortVerdict::kDraining, PortVerdict::kNotRouted,
+               PortVerdict::kNotRouted}));
+  // None ready: the serving terminating one is the fallback.
+  EXPECT_EQ(verdicts(state({{"10.0.0.1", kTerminatingServing}, {"10.0.0.2", kTerminatingGone}})),
+            (V{PortVerdict::kFallback, PortVerdict::kNotRouted}));
+  // Per family: a ready IPv4 endpoint does not stop the IPv6 fallback.
+  EXPECT_EQ(verdicts(state({{"10.0.0.1", kReady}, {"fd00::1", kTerminatingServing}})),
+            (V{PortVerdict::kRouted, PortVerdict::kFallback}));
+  // publishNotReadyAddresses: an unready endpoint is routed, a terminating one still is not.
+  Service pub;
+  pub.publish_not_ready_addresses = true;
+  EXPECT_EQ(verdicts(state({{"10.0.0.1", kUnready}, {"10.0.0.2", kTerminatingServing}}, pub)),
+            (V{PortVerdict::kRouted, PortVerdict::kDraining}));
+  // No hints in this scope: a hint for another node changes nothing.
+  EXPECT_EQ(verdicts(state({{"10.0.0.1", kReady, "node-a", {}, {"node-b"}},
+                            {"10.0.0.2", kReady, "node-b", {}, {"node-b"}}})),
+            (V{PortVerdict::kRouted, PortVerdict::kRouted}));
+  // A loopback endpoint is a subscriber's to connect to (not the dataplane's); an unspecified
+  // one is nobody's.
+  EXPECT_EQ(verdicts(state({{"127.0.0.1", kReady}, {"0.0.0.0", kReady}})),
+            (V{PortVerdict::kRouted, PortVerdict::kNotRouted}));
+  // Port 0: nothing.
+  ServiceState zero = state({{"10.0.0.1", kReady}});
+  zero.service.ports[0].port = 0;
+  EXPECT_EQ(port_verdicts(zero, zero.service.ports[0]), (V{PortVerdict::kNotRouted}));
+}
+
+// The feed's verdicts agree with feed_routes_to, which drain asks of the feed's applied state.
+TEST(PortVerdicts, AgreeWithFeedRoutesTo) {
+  for (const auto& st :
+       {state({{"10.0.0.1", kReady}, {"10.0.0.2", kTerminatingServing}}),
+        state({{"10.0.0.1", kTerminatingServing}, {"10.0.0.2", kUnready}}),
+        state({{"10.0.0.1", kTerminatingGone}, {"fd00::2", kTerminatingServing}})}) {
+    auto v = port_verdicts(st, st.service.ports[0]);
+    for (size_t i = 0; i < st.endpoints.size(); ++i) {
+      bool routed = v[i] == PortVerdict::kRouted || v[i] == PortVerdict::kFallback;
+      EXPECT_EQ(routed, feed_routes_to(st, st.endpoints[i], {})) << st.endpoints[i].address.str();
+    }
+  }
+}
+
 TEST(BackendPort, NeedsARoutableAddressAndANonZeroPort) {
   ServicePort sp;
   sp.name = "http";
