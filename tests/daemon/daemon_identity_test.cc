@@ -3,7 +3,8 @@
 // it), one server certificate shared by all, the issuer's keys fetched from the fake's
 // /.well-known/openid-configuration and /openid/v1/jwks. The cluster watermark confirms a
 // removal among them; an agent started with --drain-peer-insecure says so in /readyz and
-// /metrics, and the agents with identity never take its reports (it stays unheard, excluded).
+// /metrics, and the agents with identity never take its reports (it stays unheard, excluded);
+// issuer keys that cannot be fetched: every peer refused until they can.
 // Peers on 127.1.212.x (loopback).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -254,6 +255,33 @@ TEST_F(DaemonIdentityTest, AnInsecureAgentSaysSoAndIsNeverBelieved) {
     })) << kNodes[i]
         << ": " << body_;
   }
+}
+
+// The API server cannot serve the issuer's keys when the agents start: they start (and say so),
+// refuse every peer (jwks_unavailable, counted in /metrics), and once the keys can be fetched
+// again (at most one attempt per 10 s) take their peers and confirm.
+TEST_F(DaemonIdentityTest, NoIssuerKeysNoPeersUntilTheyCanBeFetched) {
+  api_.fail_issuer_keys(true);
+  start_agents();
+  for (size_t i = 0; i < 3; ++i)
+    ASSERT_TRUE(wait([&] {
+      return metric(i, "endpointd_drain_peer_refused_total{reason=\"jwks_unavailable\"}") >= 1;
+    })) << kNodes[i];
+  // Nobody is believed: node-a excludes both peers as silent (their nodes unknown).
+  ASSERT_TRUE(wait([&] { return excluded(0).size() == 2; })) << body_;
+  api_.fail_issuer_keys(false);
+  // The next fetch (10 s after the last attempt at most) brings the keys: every peer readmitted.
+  for (size_t i = 0; i < 3; ++i)
+    ASSERT_TRUE(wait([&] { return excluded(i).empty() && cluster_watermark(i) > 0; }, 30s))
+        << kNodes[i] << ": " << body_;
+  // Some agent fetched in vain and then with success (each verifies on its own schedule).
+  double errors = 0, ok = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    errors += metric(i, "endpointd_drain_peer_jwks_fetches_total{result=\"error\"}");
+    ok += metric(i, "endpointd_drain_peer_jwks_fetches_total{result=\"ok\"}");
+  }
+  EXPECT_GE(errors, 3);
+  EXPECT_GE(ok, 1) << get(0, "/metrics");
 }
 
 }  // namespace
