@@ -11,6 +11,7 @@
 #include <atomic>
 #include <filesystem>
 #include <map>
+#include <mutex>
 
 #include "daemon/admin.h"
 #include "daemon/conntrack_flows.h"
@@ -87,6 +88,10 @@ struct Daemon::Impl {
   std::unique_ptr<KubeRequester> event_api;
   std::unique_ptr<EventRecorder> events;
   std::unique_ptr<DrainEventPoller> event_poller;
+  // The first synced snapshot published: the Events poller's baseline.
+  std::mutex first_synced_mu;
+  model::SnapshotPtr first_synced;
+  std::atomic<bool> has_first_synced{false};
   Status start_events();
 
   Status start_proxy();
@@ -447,6 +452,16 @@ Status Daemon::Impl::start_events() {
   in.drains_json = [this] { return drain->drains_json(); };
   in.cluster_json = [this] { return drain->cluster_json(); };
   in.snapshot = [this] { return loop->current(); };
+  in.first_synced = [this] {
+    std::lock_guard lock(first_synced_mu);
+    return first_synced;
+  };
+  loop->on_publish([this](const model::SnapshotPtr& s) {
+    if (!s->synced || has_first_synced.load(std::memory_order_relaxed)) return;
+    std::lock_guard lock(first_synced_mu);
+    first_synced = s;
+    has_first_synced = true;
+  });
   in.node = cfg.node_name;
   in.cluster_programming =
       &prometheus::BuildHistogram()

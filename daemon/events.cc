@@ -240,7 +240,13 @@ std::vector<PodEvent> DrainEvents::observe(std::string_view drains_json, size_t 
     if (d["timeline_ms"]["released"].get(released)) released = -1;
     bool forced = false;
     if (d["removal_forced"].get(forced)) forced = false;
-    if (removed >= 0 && !forced && !(told & kToldRemoved)) {
+    // Removed everywhere only when nobody was left unconfirmed at the removal (an excluded or
+    // silent node is named by DrainUnconfirmed at the release instead).
+    simdjson::dom::array unconfirmed_at;
+    bool all_confirmed =
+        d["unconfirmed"].get(unconfirmed_at) != simdjson::SUCCESS || unconfirmed_at.size() == 0;
+    if (removed >= 0 && (forced || !all_confirmed)) told |= kToldRemoved;
+    if (removed >= 0 && !(told & kToldRemoved)) {
       PodEvent e = base;
       e.reason = "DrainRemoved";
       e.note = std::string(address) + " removed from every consumer on " + std::to_string(members) +
@@ -316,6 +322,9 @@ void PropagationEvents::on_snapshot(const model::Snapshot& snap, const std::stri
     // A trigger time from before this agent started is not this agent's to measure.
     if (programming_ && trigger >= started_) p.trigger = trigger;
     std::string key = p.base.uid + "/" + p.address + (ready ? "+" : "-");
+    spdlog::debug("events: {}/{} {} {} at revision {}; waits for the cluster watermark", p.base.ns,
+                  p.base.pod, p.address, ready ? "turned ready" : "stopped being ready",
+                  p.revision);
     // A later change of the same endpoint the same way replaces the one not yet covered.
     pending_.insert_or_assign(std::move(key), std::move(p));
   };
@@ -382,6 +391,7 @@ DrainEventPoller::DrainEventPoller(Inputs in, EventRecorder* recorder,
   thread_ = std::thread([this, in = std::move(in), recorder, every] {
     DrainEvents drains;
     PropagationEvents propagation(in.cluster_programming, in.started);
+    bool based = false;
     std::unique_lock lock(mu_);
     while (!stopping_) {
       lock.unlock();
@@ -400,6 +410,14 @@ DrainEventPoller::DrainEventPoller(Inputs in, EventRecorder* recorder,
       // Without the cluster watermark nothing says when every node routes: no Propagated.
       if (snap && cluster) {
         auto now = std::chrono::steady_clock::now();
+        // What changed since the first synced state counts, even before the first look.
+        if (!based && in.first_synced)
+          if (model::SnapshotPtr first = in.first_synced()) {
+            spdlog::debug("events: first synced generation {}, now {}", first->generation,
+                          snap->generation);
+            propagation.on_snapshot(*first, in.node, now);
+          }
+        based = true;
         propagation.on_snapshot(*snap, in.node, now);
         for (auto& e : propagation.observe(watermark, members, now))
           if (recorder) recorder->record(std::move(e));

@@ -202,6 +202,9 @@ class DrainEventPoller {
     std::function<std::string()> drains_json;   // Coordinator::drains_json
     std::function<std::string()> cluster_json;  // Coordinator::cluster_json ("null": off)
     std::function<model::SnapshotPtr()> snapshot;
+    // The first synced snapshot the update loop published (null until then): what was ready
+    // before this agent looked. Without it, the poller's first look is taken as that.
+    std::function<model::SnapshotPtr()> first_synced;
     std::string node;
     // endpointd_cluster_programming_duration_seconds (null: not measured) and the agent's start.
     prometheus::Histogram* cluster_programming = nullptr;

@@ -99,6 +99,77 @@ TEST_F(EventsTest, WrittenAsEventsOnThePodInOrder) {
       << metrics();
 }
 
+// The same events as kubectl lists them: core/v1 Events (kube-apiserver's conversion:
+// involvedObject, message, reportingComponent, a series' count), selected by
+// involvedObject.name, as a list or as the Table `kubectl get` asks for; a field that is not
+// selectable is a 400 naming it.
+TEST_F(EventsTest, ListedAsCoreV1EventsForKubectl) {
+  EventRecorder rec(opts_, to(*api_));
+  rec.record(event("web-2", "DrainRemoved", "10.244.1.11 removed from every consumer"));
+  rec.record(event("web-2", "DrainReleased", "10.244.1.11 released: confirmed"));
+  rec.record(event("web-2", "DrainReleased", "10.244.1.11 released: confirmed"));  // a series
+  rec.record(event("web-1", "DrainReleased", "other pod"));
+  ASSERT_TRUE(rec.flush(5s));
+  httplib::Client http("127.0.0.1", fake_.port());
+  auto r = http.Get("/api/v1/namespaces/demo/events?fieldSelector=involvedObject.name%3Dweb-2");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  simdjson::dom::parser p;
+  simdjson::dom::element list = p.parse(r->body);
+  EXPECT_EQ(std::string_view(list["kind"]), "EventList");
+  std::vector<std::string> reasons;
+  for (simdjson::dom::element e : list["items"].get_array()) {
+    reasons.emplace_back(std::string_view(e["reason"]));
+    EXPECT_EQ(std::string_view(e["apiVersion"]), "v1");
+    EXPECT_EQ(std::string_view(e["involvedObject"]["name"]), "web-2");
+    EXPECT_EQ(std::string_view(e["involvedObject"]["uid"]), "uid-web-2");
+    EXPECT_EQ(std::string_view(e["reportingComponent"]), "endpointd.io/agent");
+    EXPECT_EQ(std::string_view(e["reportingInstance"]), "node-a");
+    EXPECT_TRUE(e["firstTimestamp"].is_null());  // no deprecated fields were written
+    EXPECT_EQ(std::string_view(e["eventTime"]).size(), 27u);
+  }
+  EXPECT_EQ(reasons, (std::vector<std::string>{"DrainRemoved", "DrainReleased"}));
+  EXPECT_EQ(int64_t(list["items"].at(1)["series"]["count"]), 2);
+  EXPECT_NE(std::string_view(list["items"].at(0)["message"]).find("removed from every consumer"),
+            std::string_view::npos);
+  // The Table: LAST SEEN, TYPE, REASON, OBJECT, …, MESSAGE, …, COUNT.
+  r = http.Get("/api/v1/namespaces/demo/events?fieldSelector=involvedObject.name%3Dweb-2",
+               {{"Accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  simdjson::dom::element table = p.parse(r->body);
+  EXPECT_EQ(std::string_view(table["kind"]), "Table");
+  EXPECT_EQ(table["columnDefinitions"].get_array().size(), 10u);
+  auto rows = table["rows"].get_array();
+  ASSERT_EQ(rows.size(), 2u);
+  simdjson::dom::element row = rows.at(1);
+  EXPECT_EQ(std::string_view(row["cells"].at(1)), "Normal");
+  EXPECT_EQ(std::string_view(row["cells"].at(2)), "DrainReleased");
+  EXPECT_EQ(std::string_view(row["cells"].at(3)), "pod/web-2");
+  EXPECT_EQ(std::string_view(row["cells"].at(5)), "endpointd.io/agent, node-a");
+  EXPECT_EQ(int64_t(row["cells"].at(8)), 2);
+  EXPECT_EQ(std::string_view(row["object"]["kind"]), "PartialObjectMetadata");
+  // Every namespace; a != term.
+  r = http.Get("/api/v1/events?fieldSelector=reason%3DDrainReleased,involvedObject.name!%3Dweb-2");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  list = p.parse(r->body);
+  ASSERT_EQ(list["items"].get_array().size(), 1u);
+  EXPECT_EQ(std::string_view(list["items"].at(0)["involvedObject"]["name"]), "web-1");
+  // Not selectable, not a selector.
+  r = http.Get("/api/v1/namespaces/demo/events?fieldSelector=spec.nodeName%3Dnode-a");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("field label not supported: spec.nodeName"), std::string::npos) << r->body;
+  r = http.Get("/api/v1/namespaces/demo/events?fieldSelector=reason");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  // Discovery: events in the core group, which kubectl prefers.
+  r = http.Get("/api/v1");
+  ASSERT_TRUE(r);
+  EXPECT_NE(r->body.find(R"("name":"events")"), std::string::npos) << r->body;
+}
+
 TEST_F(EventsTest, ARepeatPatchesTheSeries) {
   EventRecorder rec(opts_, to(*api_));
   for (int i = 0; i < 3; ++i) rec.record(event("web-2", "DrainReleased", "same"));
@@ -210,6 +281,23 @@ TEST(DrainEvents, EachDrainTellsEachStepOnce) {
   EXPECT_NE(out[0].note.find("after 5003 ms: unconfirmed"), std::string::npos) << out[0].note;
   EXPECT_EQ(out[1].reason, "DrainUnconfirmed");
   EXPECT_EQ(out[1].type, "Warning");
+  EXPECT_NE(out[1].note.find("node-b/agent (excluded)"), std::string::npos) << out[1].note;
+}
+
+// A removal with a node left unconfirmed (its agent excluded) is not "removed from every
+// consumer": the release's DrainUnconfirmed names the node instead.
+TEST(DrainEvents, ARemovalWithAnUnconfirmedNodeIsNotCalledRemoved) {
+  DrainEvents ev;
+  std::string who = R"({"node":"node-b","consumer":"agent","reason":"excluded"})";
+  EXPECT_TRUE(
+      ev.observe("[" + drain("removed", R"("removed":3100)", false, "null", who) + "]", 2).empty());
+  auto out = ev.observe(
+      "[" + drain("released", R"("removed":3100,"released":3101)", false, R"("unconfirmed")", who) +
+          "]",
+      2);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].reason, "DrainReleased");
+  EXPECT_EQ(out[1].reason, "DrainUnconfirmed");
   EXPECT_NE(out[1].note.find("node-b/agent (excluded)"), std::string::npos) << out[1].note;
 }
 

@@ -211,15 +211,15 @@ std::string table_row(simdjson::dom::element core, const std::string& core_json,
 }
 
 constexpr const char* kEventColumns =
-    R"c([{"name":"Last Seen","type":"string","format":"","description":"The time at which the most recent occurrence of this event was recorded.","priority":0},)"
-    R"c({"name":"Type","type":"string","format":"","description":"Type of this event (Normal, Warning), new types could be added in the future","priority":0},)"
-    R"c({"name":"Reason","type":"string","format":"","description":"This should be a short, machine understandable string that gives the reason for the transition into the object's current status.","priority":0},)"
-    R"c({"name":"Object","type":"string","format":"","description":"The object that this event is about.","priority":0},)"
-    R"c({"name":"Subobject","type":"string","format":"","description":"If referring to a piece of an object instead of an entire object, this string should contain a valid JSON/Go field access statement.","priority":1},)"
-    R"c({"name":"Source","type":"string","format":"","description":"The component reporting this event. Should be a short machine understandable string.","priority":1},)"
-    R"c({"name":"Message","type":"string","format":"","description":"A human-readable description of the status of this operation.","priority":0},)"
-    R"c({"name":"First Seen","type":"string","format":"","description":"The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)","priority":1},)"
-    R"c({"name":"Count","type":"string","format":"","description":"The number of times this event has occurred.","priority":1},)"
+    R"c([{"name":"Last Seen","type":"string","format":"","description":"The time at which the most recent occurrence of this event was recorded.","priority":0},)c"
+    R"c({"name":"Type","type":"string","format":"","description":"Type of this event (Normal, Warning), new types could be added in the future","priority":0},)c"
+    R"c({"name":"Reason","type":"string","format":"","description":"This should be a short, machine understandable string that gives the reason for the transition into the object's current status.","priority":0},)c"
+    R"c({"name":"Object","type":"string","format":"","description":"The object that this event is about.","priority":0},)c"
+    R"c({"name":"Subobject","type":"string","format":"","description":"If referring to a piece of an object instead of an entire object, this string should contain a valid JSON/Go field access statement.","priority":1},)c"
+    R"c({"name":"Source","type":"string","format":"","description":"The component reporting this event. Should be a short machine understandable string.","priority":1},)c"
+    R"c({"name":"Message","type":"string","format":"","description":"A human-readable description of the status of this operation.","priority":0},)c"
+    R"c({"name":"First Seen","type":"string","format":"","description":"The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)","priority":1},)c"
+    R"c({"name":"Count","type":"string","format":"","description":"The number of times this event has occurred.","priority":1},)c"
     R"c({"name":"Name","type":"string","format":"name","description":"Name must be unique within a namespace.","priority":1}])c";
 
 }  // namespace
