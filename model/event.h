@@ -60,7 +60,10 @@ struct Event {
   // The source's position after this event, as the API server wrote it: the event's
   // resourceVersion, or a list's. Empty for sources without one (a manifest directory).
   std::string resource_version{};
-  std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
+  // When its source had it, on the source's steady clock: the start of the update loop's
+  // event-to-snapshot latency. The source stamps it (model/ reads no clock); an event posted
+  // without one (zero) is stamped by UpdateLoop::post.
+  std::chrono::steady_clock::time_point received{};
 };
 
 // A resourceVersion as a position in the API server's write order: "12345" -> 12345. The API

@@ -171,6 +171,7 @@ void UpdateLoop::stop() {
 }
 
 void UpdateLoop::post(model::Event ev) {
+  if (ev.received == Clock::time_point{}) ev.received = Clock::now();  // its source gave no time
   {
     std::lock_guard lock(mu_);
     if (waiting_since_ == Clock::time_point{}) waiting_since_ = Clock::now();

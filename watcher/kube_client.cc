@@ -601,7 +601,10 @@ class KubeClient::Watcher {
     stats_.resource_version = rv;
   }
 
-  void post(model::Event ev) { shared_->sink(std::move(ev)); }
+  void post(model::Event ev) {
+    ev.received = Clock::now();  // each event is made just before it is posted
+    shared_->sink(std::move(ev));
+  }
 
   // Another node's pod (watched cluster-wide for DNS's verified pod records) keeps what DNS
   // and the routing rules read of it: its key, node, addresses, phase and deletion; its labels

@@ -465,6 +465,7 @@ void ManifestSource::rescan_files(const std::set<std::string>* names) {
   const bool first = reloads_.load() == 0;
   bool changed = first;  // the first read always posts: it marks the kinds synced
   model::Event ev;
+  ev.received = std::chrono::steady_clock::now();  // the scan's start
   {
     std::lock_guard lock(mu_);
     if (!names)
