@@ -2,6 +2,7 @@
 // and an eventfd. Replies go back through each request's callback.
 #include "dns/forwarder.h"
 
+#include <pthread.h>
 #include <algorithm>
 #include <cstring>
 
@@ -66,7 +67,10 @@ Status Forwarder::start() {
   if (metrics_) metrics_->forward_to(upstream_label());
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) return Error{std::string("eventfd: ") + std::strerror(errno)};
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "dns-forward");
+    run();
+  });
   return {};
 }
 

@@ -1,6 +1,7 @@
 // UDP workers (recvmmsg/sendmmsg on a SO_REUSEPORT socket each) and the TCP thread.
 #include "dns/server.h"
 
+#include <pthread.h>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -172,7 +173,10 @@ class Server::Worker {
  public:
   Worker(Server* s, Fd fd) : s_(s), fd_(std::move(fd)) {}
   void start() {
-    thread_ = std::thread([this] { run(); });
+    thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "dns-udp");
+      run();
+    });
   }
   void join() {
     if (thread_.joinable()) thread_.join();
@@ -366,7 +370,10 @@ class Server::TcpServer {
     add(listen_.fd, EPOLLIN, kListenTag);
     add(s_->stop_fd_, EPOLLIN, kStopTag);
     add(wake_.fd, EPOLLIN, kWakeTag);
-    thread_ = std::thread([this] { run(); });
+    thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "dns-tcp");
+      run();
+    });
     return {};
   }
   void join() {

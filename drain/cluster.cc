@@ -7,6 +7,7 @@
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -460,7 +461,10 @@ void Cluster::start() {
     stopping_ = false;
   }
   publish_view();
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "drain-cluster");
+    run();
+  });
 }
 
 void Cluster::stop() {

@@ -6,6 +6,7 @@
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include "drain/cluster.h"
@@ -142,9 +143,15 @@ Status Coordinator::start() {
     std::lock_guard lock(mu_);
     stopping_ = false;
   }
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "drain");
+    run();
+  });
   for (size_t i = 0; i < std::max<size_t>(1, opts_.peer_concurrency); ++i)
-    peer_threads_.emplace_back([this] { peer_worker(); });
+    peer_threads_.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "drain-peer");
+      peer_worker();
+    });
   if (!opts_.peer_listen.empty()) {
     if (opts_.watermark) {
       ClusterOptions co;

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -458,8 +459,14 @@ Status Server::Impl::start(const model::HostPort& listen) {
   wake_ = std::move(wk);
   port_ = port;
   started_ = true;
-  loop_thread_ = std::thread([this] { loop_main(); });
-  worker_thread_ = std::thread([this] { worker_main(); });
+  loop_thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "httpd-loop");
+    loop_main();
+  });
+  worker_thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "httpd-worker");
+    worker_main();
+  });
   spdlog::info("{}: HTTP server on {}:{}", name_, host, port);
   return {};
 }
