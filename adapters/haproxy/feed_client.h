@@ -15,9 +15,9 @@
 #include <string>
 #include <thread>
 
-#include "endpointd/v1/feed.grpc.pb.h"
 #include "adapters/haproxy/adapter.h"
 #include "adapters/haproxy/metrics.h"
+#include "endpointd/v1/feed.grpc.pb.h"
 
 namespace endpointd::haproxy {
 
