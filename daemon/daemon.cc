@@ -18,8 +18,8 @@
 #include "daemon/events.h"
 #include "daemon/health.h"
 #include "daemon/kube_request.h"
-#include "daemon/peer_plan.h"
 #include "daemon/peer_auth.h"
+#include "daemon/peer_plan.h"
 #include "daemon/sources.h"
 #include "daemon/state_json.h"
 #include "dns/sink.h"
@@ -167,8 +167,8 @@ struct Daemon::Impl {
     for (const auto& e : board.entries())
       if (!e.snapshot || !e.snapshot->synced)
         return {false, "sink " + e.consumer + " has not applied the first synced state", ""};
-    return {true, "ok", ""};
     if (auto warn = peer_insecure_warning(cfg); !warn.empty()) return {true, "ok; " + warn, ""};
+    return {true, "ok", ""};
   }
 
   void debug_state(const StateQuery& q, const std::function<bool(std::string_view)>& out) {
@@ -404,10 +404,10 @@ Status Daemon::Impl::start_drain() {
   co.aggregator.heartbeat = std::max(std::chrono::milliseconds(50), cfg.drain_liveness / 3);
   co.aggregator.probe = std::max(std::chrono::milliseconds(50), cfg.drain_liveness / 5);
   co.peer_tls = {cfg.drain_peer_ca, cfg.drain_peer_cert, cfg.drain_peer_key};
-  co.peer_insecure = cfg.drain_peer_insecure;
-  co.drain_socket = cfg.drain_socket;
   if (auto st = add_peer_identity(cfg, registry.get(), &co.peer_tls); !st)
     return prefixed("drain", st.error());
+  co.peer_insecure = cfg.drain_peer_insecure;
+  co.drain_socket = cfg.drain_socket;
   co.registry = registry.get();
   if (!cfg.drain_socket.empty()) {
     // The socket's directory is what the chart mounts into pods; make it when running bare.
@@ -451,6 +451,7 @@ Status Daemon::Impl::start_events() {
   DrainEventPoller::Inputs in;
   in.drains_json = [this] { return drain->drains_json(); };
   in.cluster_json = [this] { return drain->cluster_json(); };
+  in.version = [this] { return drain->state_version(); };
   in.snapshot = [this] { return loop->current(); };
   in.first_synced = [this] {
     std::lock_guard lock(first_synced_mu);

@@ -392,10 +392,24 @@ DrainEventPoller::DrainEventPoller(Inputs in, EventRecorder* recorder,
     DrainEvents drains;
     PropagationEvents propagation(in.cluster_programming, in.started);
     bool based = false;
+    uint64_t seen_version = 0;
+    model::SnapshotPtr seen_snap;
+    bool looked = false;
     std::unique_lock lock(mu_);
     while (!stopping_) {
       lock.unlock();
       model::SnapshotPtr snap = in.snapshot ? in.snapshot() : nullptr;
+      // Nothing moved since the last look: no drains, members or watermark to read again (at
+      // 10 looks a second, rendering and parsing them was most of an idle agent's CPU).
+      const uint64_t version = in.version ? in.version() : 0;
+      if (looked && in.version && version == seen_version && snap == seen_snap) {
+        lock.lock();
+        cv_.wait_for(lock, every, [&] { return stopping_; });
+        continue;
+      }
+      looked = true;
+      seen_version = version;
+      seen_snap = snap;
       // The members and the cluster watermark, as /debug/state's drainCluster has them.
       std::string cj = in.cluster_json ? in.cluster_json() : "null";
       simdjson::dom::parser p;

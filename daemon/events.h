@@ -201,6 +201,9 @@ class DrainEventPoller {
   struct Inputs {
     std::function<std::string()> drains_json;   // Coordinator::drains_json
     std::function<std::string()> cluster_json;  // Coordinator::cluster_json ("null": off)
+    // Coordinator::state_version (empty: look every time). When it and the snapshot are what
+    // they were, nothing the poller reads changed: it renders and parses nothing.
+    std::function<uint64_t()> version;
     std::function<model::SnapshotPtr()> snapshot;
     // The first synced snapshot the update loop published (null until then): what was ready
     // before this agent looked. Without it, the poller's first look is taken as that.

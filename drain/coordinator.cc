@@ -512,6 +512,7 @@ void Coordinator::run() {
     in.flows = std::move(flows);
     auto ts = machine_.evaluate(in);
     record(ts);
+    state_version_.fetch_add(1, std::memory_order_release);
     changed_.notify_all();
     // Everything else that moves a drain wakes this loop (the board, the cluster watermark, a
     // snapshot, a prestop call) or is a deadline; only connection counts are polled, and only

@@ -3,6 +3,7 @@
 // (Peer.AwaitRemoval over gRPC) and pods' prestop calls (a unix socket).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -93,6 +94,11 @@ class Coordinator {
   uint16_t peer_port() const { return bound_peer_port_; }
   // For /debug/state: the cluster watermark's view ("null" when it is off).
   std::string cluster_json() const;
+  // Grows with every pass of the drain loop (a snapshot, a board or cluster watermark change,
+  // a prestop call, a deadline): what drains_json() and the members and watermark in
+  // cluster_json() show changes only when it does. A reader that polls them looks at this
+  // first.
+  uint64_t state_version() const { return state_version_.load(std::memory_order_acquire); }
 
   // Whether this agent's own consumers still route new connections to `ip` (what a peer asks).
   LocalRemoval local_removal(const model::IpAddr& ip) const;
@@ -142,6 +148,7 @@ class Coordinator {
   std::unique_ptr<Metrics> metrics_;
 
   mutable std::mutex mu_;
+  std::atomic<uint64_t> state_version_{0};
   mutable std::condition_variable cv_;       // work for run()
   mutable std::condition_variable changed_;  // verdicts, board changes, snapshots
   Machine machine_;
