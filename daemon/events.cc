@@ -419,19 +419,29 @@ DrainEventPoller::DrainEventPoller(Inputs in, EventRecorder* recorder,
       if (!cluster || c["members"].get(members) != simdjson::SUCCESS)
         members = snap ? snap->nodes.size() : 0;
       if (!cluster || c["cluster_watermark"].get(watermark) != simdjson::SUCCESS) watermark = 0;
+      spdlog::debug(
+          "events: look at generation {} (state {}): cluster {}, watermark {}, {} members",
+          snap ? snap->generation : 0, version, cluster ? "read" : cj.substr(0, 80), watermark,
+          members);
       if (recorder)
         for (auto& e : drains.observe(in.drains_json(), members)) recorder->record(std::move(e));
       // Without the cluster watermark nothing says when every node routes: no Propagated.
       if (snap && cluster) {
         auto now = std::chrono::steady_clock::now();
         // What changed since the first synced state counts, even before the first look.
-        if (!based && in.first_synced)
-          if (model::SnapshotPtr first = in.first_synced()) {
+        // Not before there is one: a look at the loop's empty state before its first publish
+        // must not make the next look the baseline (what turned ready in between was missed).
+        if (!based) {
+          model::SnapshotPtr first = in.first_synced ? in.first_synced() : nullptr;
+          if (first) {
             spdlog::debug("events: first synced generation {}, now {}", first->generation,
                           snap->generation);
             propagation.on_snapshot(*first, in.node, now);
+            based = true;
+          } else if (!in.first_synced && snap->synced) {
+            based = true;  // without the hook, the first synced look is the baseline
           }
-        based = true;
+        }
         propagation.on_snapshot(*snap, in.node, now);
         for (auto& e : propagation.observe(watermark, members, now))
           if (recorder) recorder->record(std::move(e));

@@ -171,7 +171,9 @@ class DaemonEventsTest : public testing::RootNetnsTest {
                                      "--drain-peer-cert",
                                      pki_ + "/" + node + ".crt",
                                      "--drain-peer-key",
-                                     pki_ + "/" + node + ".key"};
+                                     pki_ + "/" + node + ".key",
+                                     "--log-level",
+                                     "debug"};
     daemons_[node] = &cluster_->node(node).spawn(argv, "endpointd-events-" + node + ".log");
   }
   std::string admin(const std::string& node, const std::string& path) {
