@@ -524,6 +524,10 @@ void Coordinator::run() {
     if (auto dl = machine_.next_deadline()) next = std::min(next, *dl);
     if (polling) next = std::min(next, Clock::now() + opts_.conntrack_poll);
     next = std::min(next, wake_dns);
+    // Everything that moves a drain now wakes the loop itself; a deadline already behind is a
+    // state the machine waits in without acting (a bug): looked at again no sooner than this,
+    // rather than at once, over and over.
+    next = std::max(next, Clock::now() + kMinDeadlineWait);
   }
 }
 

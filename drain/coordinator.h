@@ -149,6 +149,7 @@ class Coordinator {
 
   mutable std::mutex mu_;
   std::atomic<uint64_t> state_version_{0};
+  static constexpr std::chrono::milliseconds kMinDeadlineWait{5};
   mutable std::condition_variable cv_;       // work for run()
   mutable std::condition_variable changed_;  // verdicts, board changes, snapshots
   Machine machine_;

@@ -871,11 +871,13 @@ std::optional<TimePoint> Machine::next_deadline() const {
               std::max(d.peer_deadline, std::max(d.start, d.peers_since) + opts_.peer_timeout));
         break;
       case Stage::kRemoved:
-        consider(d.budget_end);
+        // Its budget ends the drain of its connections, or a reconfirmation; a drain released
+        // after removal waits here for its prestop call (or the pod to go) with no deadline.
+        if (d.release_after == ReleaseAfter::kDrained || d.reconfirm) consider(d.budget_end);
         if (d.reconfirm && opts_.peer_policy == PeerPolicy::kProceed && pending_peer(d))
           consider(
               std::max(d.peer_deadline, std::max(d.start, d.peers_since) + opts_.peer_timeout));
-        if (d.conntrack_failed_since)
+        if (d.conntrack_failed_since && d.release_after == ReleaseAfter::kDrained)
           consider(*d.conntrack_failed_since + opts_.conntrack_unavailable_wait);
         break;
       default:

@@ -353,6 +353,20 @@ TEST_F(MachineTest, NoDeadlineIsLeftBehindAnEvaluation) {
   m.evaluate(in);
   EXPECT_EQ(d.stage, Stage::kDrained);
   ahead(now);
+
+  // Released after removal, nobody waiting (the pod's prestop call not made yet, or never: a
+  // pod without a hook): removed, past its budget, and nothing to do until a call comes.
+  Machine r(o);
+  auto rpods = std::vector<PodDef>{{"web-1", "10.244.1.10", "node-a", true, 30, "removed"}};
+  r.on_snapshot(s1, t0);
+  r.on_snapshot(make_snapshot(2, {kWeb1Terminating, kWeb3}, rpods), t0 + 10ms);
+  r.peer_answered(ip("10.244.1.10"), "node-b", true, "", t0 + 20ms);
+  auto s3 = make_snapshot(2, {kWeb1Terminating, kWeb3}, rpods);
+  now = t0 + 60s;
+  r.evaluate(inputs(now, {entry("proxy", s3)}));
+  EXPECT_EQ(r.drains().at(ip("10.244.1.10")).stage, Stage::kRemoved);
+  auto next = r.next_deadline();
+  EXPECT_TRUE(!next || *next > now);
 }
 
 TEST_F(MachineTest, DnsWaitsForTheLastAnswersTtl) {
