@@ -150,7 +150,9 @@ TEST_F(DaemonDrainTest, RollingUpdateThroughEndpointdRunLosesNothingAndKeepsTheO
               << " ms; prestop returned " << latency << " ms after the last confirmation; "
               << tl->raw << "\n";
     EXPECT_GE(latency, 0) << tl->raw;
-    EXPECT_LE(latency, 100) << tl->raw;
+    // Released when the last confirmation came, not at a poll or a deadline (those are
+    // seconds). How fast is bench/results/drain.md's; a loaded test machine took up to 0.8 s.
+    EXPECT_LE(latency, 1000) << tl->raw;
     int accepts = expect_no_accept_after_removal(t.pod, servers.at(t.pod), *tl);
     EXPECT_GT(accepts, 0) << t.pod << " never served";
   }
