@@ -13,12 +13,15 @@
 
 #include <cjose/cjose.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/tls_certificate_provider.h>
@@ -29,6 +32,7 @@
 
 #include "drain/coordinator.h"
 #include "drain/peer_identity.h"
+#include "drain/watermark.h"
 #include "endpointd/v1/drain.grpc.pb.h"
 #include "model/snapshot.h"
 #include "pipeline/ack_board.h"
@@ -349,8 +353,9 @@ class PeerIdentity : public ::testing::Test {
     s->generation = gen;
     s->synced = true;
     s->slice_revision = rev;
-    const char* names[] = {"node-a", "node-b", "node-c"};
-    for (int i = 0; i < 3; ++i) {
+    const char* names[] = {"node-a", "node-b", "node-c", "node-d"};
+    for (int i = 0; i < 4; ++i) {
+      if (i == 3 && !agents_.count(names[i])) continue;  // node-d only where a test starts it
       auto n = std::make_shared<model::Node>();
       n->name = names[i];
       n->addresses.push_back({"InternalIP", address_of(i)});
@@ -439,6 +444,35 @@ class PeerIdentity : public ::testing::Test {
     return stream->Finish();
   }
 
+  // Opens an Exchange stream to node-a presenting `token`, writes `messages` and holds the
+  // stream open for `hold` (node-a takes what it is sent meanwhile); the stream's status.
+  grpc::Status send_as(const std::string& token, const std::vector<pb::PeerMessage>& messages,
+                       std::chrono::milliseconds hold) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    auto ch = grpc::CreateCustomChannel(address_of(0) + ":" + std::to_string(port_), tls(), args);
+    auto stub = pb::Peer::NewStub(ch);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + hold);
+    ctx.AddMetadata(kPeerTokenMetadata, token);
+    auto stream = stub->Exchange(&ctx);
+    for (const auto& m : messages) stream->Write(m);
+    pb::PeerMessage in;
+    while (stream->Read(&in)) {
+    }
+    return stream->Finish();
+  }
+  // endpointd_drain_peer_watermark_anomalies_total{kind} of an agent.
+  double anomalies(const std::string& node, const std::string& kind) {
+    for (const auto& f : agents_.at(node)->registry.Collect()) {
+      if (f.name != "endpointd_drain_peer_watermark_anomalies_total") continue;
+      for (const auto& m : f.metric)
+        for (const auto& l : m.label)
+          if (l.name == "kind" && l.value == kind) return m.counter.value;
+    }
+    return 0;
+  }
+
   TokenIssuer issuer_;
   std::string dir_;
   uint16_t port_ = 0;
@@ -499,6 +533,74 @@ TEST_F(PeerIdentity, NodeCsCredentialsCannotSpeakAsNodeB) {
   // Drains on node-a are unaffected: the watermark moves on.
   apply(2, 11);
   EXPECT_TRUE(wait_cluster(11, 5s)) << agents_["node-a"]->coordinator->cluster_json();
+}
+
+// The Done-when's other two attempts. Holding a member's valid credentials and speaking as
+// that member (which they may), an attacker tells node-a (b) that every other node is
+// excluded under the next decision, with a cluster watermark far past anything applied — a
+// down report, although it is not node-a's parent — and (c) a decision numbered UINT64_MAX,
+// which would wrap the root's next number to one every agent ignores. Both refused and
+// counted (endpointd_drain_peer_watermark_anomalies_total{kind="not-parent"|"epoch"}); node-a
+// keeps the cluster's exclusions, decision and watermark, and its drains go on. (With
+// --drain-peer-insecure there are no credentials to hold: anyone who reaches the port may
+// speak as any member, and these same rules are all that is left — bench/results/drain-truth.md.)
+TEST_F(PeerIdentity, AMembersCredentialsCannotForgeTheClustersWord) {
+  start(0, "node-a");
+  start(1, "node-b");
+  start(2, "node-c");
+  start(3, "node-d");
+  apply(1, 10);
+  ASSERT_TRUE(wait_cluster(10, 10s)) << agents_["node-a"]->coordinator->cluster_json();
+  // The attacker: a member that is not node-a's parent in the layout and not the one node-a
+  // watches on the ring (whose answers to node-a's probes carry decisions: what a member
+  // node-a asks can still do is in bench/results/drain-truth.md).
+  std::vector<std::string> all = {"node-a", "node-b", "node-c", "node-d"};
+  Tree tree(all, AggregatorOptions{}.fan_in);
+  const std::string* parent = tree.parent("node-a");
+  const auto& order = tree.members();
+  auto self = std::find(order.begin(), order.end(), "node-a");
+  const std::string ring = std::next(self) == order.end() ? order.front() : *std::next(self);
+  std::string attacker, other;
+  for (const auto& n : all) {
+    if (n == "node-a" || (parent && *parent == n) || n == ring) continue;
+    attacker = n;
+  }
+  ASSERT_FALSE(attacker.empty());
+  for (const auto& n : all)
+    if (n != "node-a" && n != attacker) other = n;
+  const std::string before = agents_["node-a"]->coordinator->cluster_json();
+  ASSERT_NE(before.find("\"excluded\":[]"), std::string::npos) << before;
+
+  pb::PeerMessage down;
+  auto* d = down.mutable_down();
+  d->set_from(attacker);
+  d->set_watermark(1'000'000);
+  d->set_dns_watermark(1'000'000);
+  d->add_excluded(other);
+  d->set_epoch(uint64_t{1} << 17);  // a near decision, not a jump: refused for its sender
+  d->set_covered_count(3);
+  pb::PeerMessage wrap;
+  auto* u = wrap.mutable_up();
+  u->set_from(attacker);
+  u->set_watermark(10);
+  u->set_dns_watermark(10);
+  u->set_epoch(~0ull);
+  u->set_decision(true);
+  u->add_excluded(other);
+  auto st = send_as(tokens_[attacker], {down, wrap}, 1500ms);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << "the stream itself is the attacker's own: " << st.error_message();
+
+  EXPECT_GE(anomalies("node-a", "not-parent"), 1) << agents_["node-a"]->coordinator->cluster_json();
+  EXPECT_GE(anomalies("node-a", "epoch"), 1) << agents_["node-a"]->coordinator->cluster_json();
+  const std::string after = agents_["node-a"]->coordinator->cluster_json();
+  EXPECT_NE(after.find("\"excluded\":[]"), std::string::npos) << after;
+  EXPECT_EQ(after.find("1000000"), std::string::npos) << after;
+  // Drains on node-a are unaffected: the watermark moves on, every node counted.
+  apply(2, 11);
+  EXPECT_TRUE(wait_cluster(11, 5s)) << agents_["node-a"]->coordinator->cluster_json();
+  EXPECT_NE(agents_["node-a"]->coordinator->cluster_json().find("\"excluded\":[]"),
+            std::string::npos);
 }
 
 // node-b's token, copied (by a peer it was sent to), on a second stream while node-b's own is
