@@ -434,7 +434,10 @@ void expect_clean_rollout(NginxCluster& nc, const Rollout& r, int load_seconds, 
   std::cout << (nc.http2() ? "h2load: " : "wrk: ") << r.load.summary << "; " << r.load.failed
             << " failed; rollout " << r.duration_ms << " ms; median termination→release "
             << median(release) << " ms, median nginx drain " << median(app_drain) << " ms\n";
-  EXPECT_LE(median(release), 1000 + median(app_drain));
+  // Released once nginx drained, not at a deadline (the drain budget is 30 s). The slack is
+  // wide: under a loaded test machine (the suite's other namespace tests beside it) a median of
+  // 1.5 s against 0.27 s of nginx drain was seen; the speed is bench/results/drain.md's.
+  EXPECT_LE(median(release), 3000 + median(app_drain));
 }
 
 class NginxDrainTest : public RootNetnsTest {

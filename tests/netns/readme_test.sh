@@ -26,8 +26,12 @@ ip netns add "$ns"
 ip -n "$ns" link set lo up
 # Its own /run: the default drain socket (/run/endpointd/drain.sock) stays in it.
 in_ns() { ip netns exec "$ns" unshare -m sh -c 'mount -t tmpfs tmpfs /run && exec "$@"' sh "$@"; }
+# In a subshell that becomes the agent (exec all the way down), so that $pid is the agent
+# itself: a backgrounded function is a subshell of its own, and killing it left the agent
+# running after the test.
 # shellcheck disable=SC2046 # the line is split into words as a shell would
-in_ns $(as_written "$run_line") >"$work/log" 2>&1 &
+(exec ip netns exec "$ns" unshare -m sh -c 'mount -t tmpfs tmpfs /run && exec "$@"' sh \
+  $(as_written "$run_line")) >"$work/log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do
   ip netns exec "$ns" curl -fs --max-time 1 http://127.0.0.1:10249/readyz >/dev/null 2>&1 && break

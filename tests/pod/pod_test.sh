@@ -180,8 +180,12 @@ for _ in $(seq 100); do [ -s "$work/api.port" ] && break; sleep 0.05; done
 [ -s "$work/api.port" ] || fail "the fake API server did not start"
 
 step "helm template: node-a with the default values, node-b with DNS + feed + node-local DNS"
+# Peers by mutual TLS with a pair per node (drain.peerAuth=peerTLS): the chart's default, peer
+# identity, mounts a projected ServiceAccount token that podman_flags does not make yet (it
+# would mint one from the fake API's TokenRequest); the identity itself is tested by
+# tests/drain/peer_identity_test.cc and tests/daemon/daemon_identity_test.cc.
 common_values=(--set image.tag=0.1.0-test --set apiServer.host=192.168.77.50 --set apiServer.port=6443
-               --set 'clusterCIDR={10.244.0.0/16}')
+               --set 'clusterCIDR={10.244.0.0/16}' --set drain.peerAuth=peerTLS)
 "$helm" template endpointd "$repo/helm/endpointd" -n kube-system "${common_values[@]}" >"$work/default.yaml"
 "$helm" template endpointd "$repo/helm/endpointd" -n kube-system "${common_values[@]}" \
   --set dns.enabled=true --set dns.nodeLocalAddress=169.254.20.10 --set feed.enabled=true \
@@ -388,7 +392,8 @@ for name, block in zip(("out", "back"), blocks):
     with open(f"{sys.argv[2]}-{name}.sh", "w") as f:
         f.write(block.replace("\\\n", " "))
 PY
-cluster_values=(--set image.tag=0.1.0-test --set apiServer.host=192.168.77.50 --set apiServer.port=6443)
+cluster_values=(--set image.tag=0.1.0-test --set apiServer.host=192.168.77.50 --set apiServer.port=6443
+                --set drain.peerAuth=peerTLS)
 helm() {
   case "$1" in
     install)  # the DaemonSet's pod on every node (node-b: DNS + feed + node-local DNS on as well)
