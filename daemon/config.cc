@@ -32,6 +32,9 @@ struct Named {
 
 constexpr Named<Dataplane> kDataplanes[] = {{"nftables", Dataplane::kNftables},
                                             {"none", Dataplane::kNone}};
+constexpr Named<watcher::ListMode> kListModes[] = {{"auto", watcher::ListMode::kAuto},
+                                                   {"list", watcher::ListMode::kList},
+                                                   {"cache", watcher::ListMode::kCache}};
 constexpr Named<LogFormat> kLogFormats[] = {{"text", LogFormat::kText}, {"json", LogFormat::kJson}};
 constexpr Named<LogLevel> kLogLevels[] = {{"trace", LogLevel::kTrace},
                                           {"debug", LogLevel::kDebug},
@@ -414,6 +417,7 @@ Result<Config> decode_config(const RawFlags& flags, const YAML::Node* file) {
                 "is below 10 s: quiet watches would be re-established over and over (0 turns "
                 "the check off)");
   cfg.list_page_size = static_cast<size_t>(d.integer("list-page-size", 1, 10000, 500));
+  cfg.api_list_mode = d.choice("api-list-mode", kListModes, cfg.api_list_mode);
   // A media type, as kube-proxy takes it: without case, parameters (";charset=utf-8") ignored.
   if (auto v = d.one("kube-api-content-type")) {
     if (auto e = value_in(kContentTypes, watcher::media_type(*v)))
@@ -878,6 +882,13 @@ void add_run_flags(CLI::App& app) {
       std::to_string(def.livez_timeout.count()));
   add(app, "list-page-size", "Objects per list page (1..10000)",
       std::to_string(def.list_page_size));
+  add(app, "api-list-mode",
+      "How each kind's state is got at start and after an expired watch: auto (WatchList where "
+      "the API server offers it, else consistent lists), list (consistent lists; relists not "
+      "older than the last version seen), cache (the first list at resourceVersion=0, from the "
+      "watch cache, as client-go's informers: cheapest before Kubernetes 1.31, but after a "
+      "restart the state may be older than the one the agent had)",
+      std::string(name_in(kListModes, def.api_list_mode)));
   add(app, "kube-api-content-type",
       "What EndpointSlice lists are asked for in: " + names_in(kContentTypes) +
           " (watches and other lists are JSON)",

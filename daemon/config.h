@@ -19,6 +19,7 @@
 #include "model/result.h"
 #include "proxy/conntrack_sysctl.h"
 #include "proxy/detect_local.h"
+#include "watcher/kube_client.h"
 
 namespace CLI {
 class App;
@@ -68,6 +69,9 @@ struct Config {
   // peer is found sooner by TCP keepalive (watcher/kube_client.h).
   std::chrono::seconds watch_stall_timeout{75};
   size_t list_page_size = 500;
+  // --api-list-mode: how each kind's state is got at start and after an expired watch
+  // (watcher::ListMode): WatchList where the API server offers it, else consistent lists.
+  watcher::ListMode api_list_mode = watcher::ListMode::kAuto;
   // --kube-api-content-type: EndpointSlice lists in protobuf (kube-proxy's default too), else
   // JSON. The API server's answer decides; JSON is always understood.
   bool kube_api_protobuf = true;

@@ -43,6 +43,7 @@ Result<std::unique_ptr<watcher::Source>> make_source(const Config& cfg, watcher:
   // (drain/members.h), whether or not its agent is in the agents' Service.
   kc.own_node_only = false;
   kc.page_size = cfg.list_page_size;
+  kc.list_mode = cfg.api_list_mode;
   kc.protobuf_lists = cfg.kube_api_protobuf;
   kc.watch_timeout = cfg.watch_timeout;
   kc.watch_stall_timeout = cfg.watch_stall_timeout;

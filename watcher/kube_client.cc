@@ -152,6 +152,18 @@ uint64_t KindStats::reconnect_count(const std::string& reason) const {
   return it == reconnects.end() ? 0 : it->second;
 }
 
+std::string_view to_string(ListMode m) {
+  switch (m) {
+    case ListMode::kAuto:
+      return "auto";
+    case ListMode::kList:
+      return "list";
+    case ListMode::kCache:
+      return "cache";
+  }
+  return "auto";
+}
+
 std::string_view collection_path(model::ObjectKind kind) {
   switch (kind) {
     case model::ObjectKind::kService:
@@ -188,6 +200,13 @@ struct KubeClient::Shared {
                           .Name("endpointd_decode_errors_total")
                           .Help("Objects refused because they did not decode")
                           .Register(registry)),
+        watch_list_fallbacks(
+            prometheus::BuildCounter()
+                .Name("endpointd_watch_list_fallbacks_total")
+                .Help("WatchLists given up for lists, by kind and reason (refused: the API "
+                      "server's WatchList is off; no_end / not_offered: it sent no end of the "
+                      "initial events; behind: the state was older than the one held)")
+                .Register(registry)),
         bookmarks(prometheus::BuildCounter()
                       .Name("endpointd_watch_bookmarks_total")
                       .Help("Watch bookmarks received")
@@ -245,6 +264,7 @@ struct KubeClient::Shared {
   prometheus::Family<prometheus::Counter>& relists;
   prometheus::Family<prometheus::Counter>& reconnects;
   prometheus::Family<prometheus::Counter>& decode_errors;
+  prometheus::Family<prometheus::Counter>& watch_list_fallbacks;
   prometheus::Family<prometheus::Counter>& bookmarks;
   prometheus::Family<prometheus::Counter>& stalls;
   prometheus::Family<prometheus::Counter>& requests;
@@ -337,7 +357,10 @@ class KubeClient::Watcher {
       kErrorEvent,
       kBadStream,
       kTooLarge,
-      kStalled
+      kStalled,
+      kNotWatchList,  // a WatchList answered without its end bookmark (not offered)
+      kNoInitialEnd,  // no end bookmark within list_stream_timeout
+      kBehind,        // an end bookmark older than the version asked for
     };
     Abort abort = Abort::kNone;
     ApiStatus error_status;  // of an ERROR event
@@ -347,6 +370,15 @@ class KubeClient::Watcher {
     Clock::time_point last_byte;  // the request's start, then the newest header or body bytes
     Clock::time_point started;    // the request's start
     bool counted = false;         // in the rest_client_* metrics already (a watch, once answered)
+    // A WatchList's state while its initial events arrive; reset once the end bookmark posted
+    // it (the stream then goes on as a watch).
+    struct Initial {
+      std::vector<model::Object> objects;
+      std::vector<model::ObjectKey> keep;  // undecodable: their last good version is kept
+      std::optional<uint64_t> not_older_than;
+    };
+    std::optional<Initial> initial;
+    bool state_posted = false;  // a WatchList's state was posted from this stream
   };
 
   struct Outcome {
@@ -547,6 +579,17 @@ class KubeClient::Watcher {
         break;
       }
       int wait_ms = 5000;
+      if (t.initial) {
+        const auto left = shared_->config.list_stream_timeout - (Clock::now() - t.started);
+        if (left <= Clock::duration::zero()) {
+          t.abort = Transfer::Abort::kNoInitialEnd;
+          out.curl = CURLE_OPERATION_TIMEDOUT;
+          curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
+          break;
+        }
+        wait_ms = static_cast<int>(
+            std::min<int64_t>(wait_ms, std::chrono::ceil<milliseconds>(left).count()));
+      }
       if (t.stall_timeout.count() > 0) {
         // Checked after curl_multi_perform, so bytes that arrived in time always count.
         const auto silent = Clock::now() - t.last_byte;
@@ -618,6 +661,65 @@ class KubeClient::Watcher {
 
   // --- watch -----------------------------------------------------------------------------
 
+  // Whether resourceVersion `rv` is older than `held` (both as this agent's revisions; a
+  // version that does not parse is never called older).
+  static bool behind(const std::string& rv, const std::string& held) {
+    if (held.empty()) return false;
+    auto a = model::parse_revision(rv);
+    auto b = model::parse_revision(held);
+    return a && b && *a < *b;
+  }
+
+  void count_behind(const char* what, const std::string& rv) {
+    spdlog::warn("kube {}: a {} at resourceVersion {}, behind the {} held: not taken", kind_name_,
+                 what, rv, resource_version_);
+    std::lock_guard lock(stats_mu_);
+    stats_.bookmarks_behind++;
+  }
+
+  // The end of a WatchList's initial events: the state is posted as one Replace, as a list's.
+  bool end_initial_events(Transfer& t, const WatchEvent& ev) {
+    if (!ev.initial_events_end) {
+      // A server that does not know sendInitialEvents sends bookmarks without the annotation
+      // and never the end: what came is the state at no known version.
+      t.abort = Transfer::Abort::kNotWatchList;
+      return false;
+    }
+    auto rv = model::parse_revision(ev.resource_version);
+    if (t.initial->not_older_than && rv && *rv < *t.initial->not_older_than) {
+      count_behind("WatchList end bookmark", ev.resource_version);
+      t.abort = Transfer::Abort::kBehind;
+      return false;
+    }
+    Transfer::Initial state = std::move(*t.initial);
+    t.initial.reset();
+    const size_t n = state.objects.size();
+    set_resource_version(ev.resource_version);
+    spdlog::info("kube {}: got {} objects at resourceVersion {} by WatchList ({:.0f} ms)",
+                 kind_name_, n, ev.resource_version,
+                 std::chrono::duration<double, std::milli>(Clock::now() - t.started).count());
+    model::Event out;
+    out.change = model::Replace{kind_, std::move(state.objects), std::move(state.keep)};
+    out.resource_version = ev.resource_version;
+    post(std::move(out));
+    note_listed(true);
+    t.state_posted = true;
+    return true;
+  }
+
+  // A complete state was posted (a list's or a WatchList's).
+  void note_listed(bool by_watch_list) {
+    {
+      std::lock_guard lock(stats_mu_);
+      stats_.lists++;
+      if (by_watch_list) stats_.watch_lists++;
+      if (listed_once_) stats_.relists++;
+      stats_.synced = true;
+    }
+    if (listed_once_) relists_.Increment();
+    listed_once_ = true;
+  }
+
   // Handles one line of the watch stream; false ends the stream.
   bool handle_watch_line(Transfer& t, std::string_view line) {
     auto parsed = parse_watch_event(line, kind_, parser_);
@@ -645,6 +747,14 @@ class KubeClient::Watcher {
           std::lock_guard lock(stats_mu_);
           stats_.bookmarks++;
         }
+        if (t.initial) return end_initial_events(t, ev);
+        // A bookmark behind the version already held would move the position back: a later
+        // watch from it could hand this agent events it has applied, and a relist from it an
+        // older state. Not taken.
+        if (behind(ev.resource_version, resource_version_)) {
+          count_behind("bookmark", ev.resource_version);
+          return true;
+        }
         set_resource_version(ev.resource_version);
         return true;
       }
@@ -652,6 +762,24 @@ class KubeClient::Watcher {
       case WatchEventType::kModified:
       case WatchEventType::kDeleted:
         break;
+    }
+    if (t.initial) {
+      // The state, an object at a time: ADDED events only, until the end bookmark.
+      if (ev.type != WatchEventType::kAdded) {
+        count_decode_error(std::string("WatchList stream: a ") + std::string(to_string(ev.type)) +
+                           " event among the initial events");
+        t.abort = Transfer::Abort::kBadStream;
+        return false;
+      }
+      if (ev.object) {
+        slim(*ev.object);
+        t.initial->objects.push_back(std::move(*ev.object));
+      } else {
+        count_decode_error("ADDED " + (ev.key.ns.empty() ? "" : ev.key.ns + "/") + ev.key.name +
+                           " (rv " + ev.resource_version + "): " + ev.decode_error);
+        if (!ev.key.name.empty()) t.initial->keep.push_back(ev.key);
+      }
+      return true;
     }
     {
       std::lock_guard lock(stats_mu_);
@@ -691,16 +819,24 @@ class KubeClient::Watcher {
     return true;
   }
 
-  enum class WatchEnd : uint8_t { kStopped, kClosed, kExpired, kFailed };
+  // kNotOffered: a WatchList the server refused or did not answer as one; lists from now on.
+  enum class WatchEnd : uint8_t { kStopped, kClosed, kExpired, kFailed, kNotOffered };
   struct WatchResult {
     WatchEnd end = WatchEnd::kFailed;
-    std::string reason;  // for kFailed / kClosed
+    std::string reason;  // for kFailed / kClosed / kNotOffered
     bool progress = false;
     std::optional<seconds> retry_after;
     bool unauthorized = false;
+    bool state_posted = false;         // a WatchList posted its state
+    bool version_unavailable = false;  // a WatchList from a version the cache has not reached
   };
 
-  WatchResult watch_once(bool force_token) {
+  // What a list asks the API server for (list_all), and what a WatchList does.
+  enum class ListFrom { kConsistent, kNotOlderThan, kAny };
+
+  // One watch, until it ends. `initial`: a WatchList, whose initial events are the state.
+  WatchResult watch_once(bool force_token, bool initial = false,
+                         ListFrom from = ListFrom::kConsistent) {
     const auto& cfg = shared_->config;
     int64_t timeout_s = cfg.watch_timeout.count();
     if (cfg.watch_timeout_jitter > 0 && timeout_s > 0) {
@@ -708,10 +844,24 @@ class KubeClient::Watcher {
       timeout_s += static_cast<int64_t>(static_cast<double>(timeout_s) * d(rng_));
     }
     if (timeout_s < 1) timeout_s = 1;
-    std::string url = base_url_ + "?watch=1&allowWatchBookmarks=true&resourceVersion=" +
-                      query_escape(resource_version_) +
-                      "&timeoutSeconds=" + std::to_string(timeout_s) + selectors_;
+    std::string url;
     Transfer t;
+    if (initial) {
+      // The state as a watch: at least as new as the last version seen (a relist), or, with no
+      // version, as a consistent read.
+      url = base_url_ + "?watch=1&sendInitialEvents=true&allowWatchBookmarks=true" +
+            "&resourceVersionMatch=NotOlderThan";
+      t.initial.emplace();
+      if (from == ListFrom::kNotOlderThan && !resource_version_.empty()) {
+        url += "&resourceVersion=" + query_escape(resource_version_);
+        if (auto rv = model::parse_revision(resource_version_)) t.initial->not_older_than = *rv;
+      }
+      url += "&timeoutSeconds=" + std::to_string(timeout_s) + selectors_;
+    } else {
+      url = base_url_ +
+            "?watch=1&allowWatchBookmarks=true&resourceVersion=" + query_escape(resource_version_) +
+            "&timeoutSeconds=" + std::to_string(timeout_s) + selectors_;
+    }
     t.streaming = true;
     t.stall_timeout = cfg.watch_stall_timeout;
     auto started = Clock::now();
@@ -719,6 +869,7 @@ class KubeClient::Watcher {
     Outcome out = perform(url, t, seconds(timeout_s + 30), force_token);
     WatchResult r;
     r.retry_after = t.retry_after;
+    r.state_posted = t.state_posted;
     if (t.abort == Transfer::Abort::kStop || shared_->stop.load()) {
       r.end = WatchEnd::kStopped;
       return r;
@@ -728,7 +879,28 @@ class KubeClient::Watcher {
       stats_.watches++;
     }
     r.progress = t.events > 0 || (t.status == 200 && Clock::now() - started >= seconds(1));
+    // A WatchList made progress only once its state was in: one cut short again and again
+    // (a 410 among its initial events) backs off as a failing list does.
+    if (initial && !t.state_posted) r.progress = false;
     switch (t.abort) {
+      case Transfer::Abort::kNotWatchList:
+      case Transfer::Abort::kNoInitialEnd:
+        spdlog::warn("kube {}: the API server {} a WatchList; listing instead", kind_name_,
+                     t.abort == Transfer::Abort::kNoInitialEnd
+                         ? "sent no end of the initial events within the bound of"
+                         : "answered without an end bookmark");
+        curl_easy_setopt(easy_.get(), CURLOPT_FORBID_REUSE, 1L);
+        fresh_connection_ = true;
+        r.end = WatchEnd::kNotOffered;
+        r.reason = t.abort == Transfer::Abort::kNoInitialEnd ? "no_end" : "not_offered";
+        return r;
+      case Transfer::Abort::kBehind:
+        // The state named a version older than one this agent held: a lagging server. Listed
+        // instead, not older than the version held (list_all), which it answers or refuses.
+        fresh_connection_ = true;
+        r.end = WatchEnd::kNotOffered;
+        r.reason = "behind";
+        return r;
       case Transfer::Abort::kStalled:
         // Abandoning the transfer closes its connection; the next watch opens a new one.
         spdlog::warn(
@@ -771,6 +943,23 @@ class KubeClient::Watcher {
     }
     if (t.status != 200) {
       auto st = parse_status(t.body, parser_);
+      if (initial && (t.status == 422 || t.status == 400)) {
+        spdlog::info("kube {}: the API server refused a WatchList (HTTP {}: {}); listing instead",
+                     kind_name_, t.status, st.message.empty() ? body_excerpt(t) : st.message);
+        r.end = WatchEnd::kNotOffered;
+        r.reason = "refused";
+        return r;
+      }
+      if (initial && t.status == 504) {
+        spdlog::info(
+            "kube {}: the API server's cache cannot answer a WatchList at "
+            "resourceVersion {} ({}); asking again without a version (consistent)",
+            kind_name_, resource_version_, st.message);
+        r.end = WatchEnd::kFailed;
+        r.reason = "version_unavailable";
+        r.version_unavailable = true;
+        return r;
+      }
       if (t.status == 410 || (st.code == 410)) {
         spdlog::info("kube {}: watch answered 410 ({}), relisting", kind_name_, st.message);
         r.end = WatchEnd::kExpired;
@@ -905,7 +1094,6 @@ class KubeClient::Watcher {
   // drain may have released its pod. Agents restart one by one in a DaemonSet rollout, and the
   // first page of a consistent list is served from the cache too from 1.31
   // (ConsistentListFromCache).
-  enum class ListFrom { kConsistent, kNotOlderThan };
 
   ListResult list_all(bool force_token, ListFrom from) {
     ListResult r;
@@ -947,6 +1135,8 @@ class KubeClient::Watcher {
       } else if (not_older_than) {
         url += "&resourceVersion=" + query_escape(resource_version_) +
                "&resourceVersionMatch=NotOlderThan";
+      } else if (from == ListFrom::kAny) {
+        url += "&resourceVersion=0";  // any version: the watch cache's, with no etcd read
       }
       Transfer t;
       t.body_limit = kMaxListBody;
@@ -1050,66 +1240,102 @@ class KubeClient::Watcher {
     return milliseconds(d(rng_));
   }
 
+  // A uniform random share of `d`.
+  milliseconds spread(milliseconds d) {
+    std::uniform_int_distribution<int64_t> u(0, std::max<int64_t>(d.count(), 0));
+    return milliseconds(u(rng_));
+  }
+
+  void count_watch_list_fallback(const std::string& reason) {
+    shared_->watch_list_fallbacks.Add({{"kind", kind_name_}, {"reason", reason}}).Increment();
+    std::lock_guard lock(stats_mu_);
+    stats_.watch_list_fallbacks[reason]++;
+  }
+
+  // Lists (paged); false when the watcher stops.
+  bool list(bool& force_token, ListFrom& from, int& failures) {
+    ListResult l = list_all(force_token, from);
+    force_token = false;
+    if (l.stopped) return false;
+    if (!l.ok) {
+      count_reconnect(l.reason);
+      force_token = l.unauthorized;
+      if (l.version_unavailable) {
+        // The server answered, just not from there: a consistent list next, spread as
+        // every retry is.
+        from = ListFrom::kConsistent;
+        return shared_->sleep_for(spread(shared_->config.backoff_initial));
+      }
+      return shared_->sleep_for(backoff_delay(failures++, l.retry_after));
+    }
+    const size_t n = l.objects.size();
+    set_resource_version(l.resource_version);
+    using ms = std::chrono::duration<double, std::milli>;
+    spdlog::info(
+        "kube {}: listed {} objects at resourceVersion {} ({} pages{}: {:.0f} ms requesting, "
+        "{:.0f} ms decoding)",
+        kind_name_, n, l.resource_version, l.pages,
+        l.protobuf_pages == 0 ? std::string()
+                              : ", " + std::to_string(l.protobuf_pages) + " in protobuf",
+        ms(l.fetching).count(), ms(l.decoding).count());
+    model::Event ev;
+    ev.change = model::Replace{kind_, std::move(l.objects), std::move(l.keep)};
+    ev.resource_version = l.resource_version;
+    post(std::move(ev));
+    note_listed(false);
+    need_list_ = false;
+    from = ListFrom::kConsistent;
+    return true;
+  }
+
   void run() {
-    bool need_list = true;
-    bool listed_once = false;
+    // The first state of a process: a consistent one (no version) unless the mode says any.
+    // A relist after an expired watch asks for one not older than the last version seen, so
+    // that the state never goes back in time. With kCache the first list may be older than a
+    // state this agent held before it restarted: one whose endpoint removal it had confirmed
+    // is then back in its dataplane, DNS and feed until the watch catches up — which is why
+    // kAuto falls back to consistent lists, not to this.
+    const ListMode mode = shared_->config.list_mode;
+    bool watch_list = mode == ListMode::kAuto;
     int failures = 0;
     bool force_token = false;
-    ListFrom from = ListFrom::kConsistent;
+    ListFrom from = mode == ListMode::kCache ? ListFrom::kAny : ListFrom::kConsistent;
     while (!shared_->stop.load()) {
-      if (need_list) {
-        ListResult l = list_all(force_token, from);
-        force_token = false;
-        if (l.stopped) return;
-        if (!l.ok) {
-          count_reconnect(l.reason);
-          force_token = l.unauthorized;
-          if (l.version_unavailable) {
-            from = ListFrom::kConsistent;  // at once: the server answered, just not from there
-            continue;
-          }
-          if (!shared_->sleep_for(backoff_delay(failures++, l.retry_after))) return;
-          continue;
+      bool initial = false;
+      if (need_list_) {
+        if (!watch_list) {
+          if (!list(force_token, from, failures)) return;
+          if (need_list_) continue;
+        } else {
+          initial = true;
         }
-        const size_t n = l.objects.size();
-        set_resource_version(l.resource_version);
-        {
-          std::lock_guard lock(stats_mu_);
-          stats_.lists++;
-          if (listed_once) stats_.relists++;
-        }
-        if (listed_once) relists_.Increment();
-        using ms = std::chrono::duration<double, std::milli>;
-        spdlog::info(
-            "kube {}: listed {} objects at resourceVersion {} ({} pages{}: {:.0f} ms requesting, "
-            "{:.0f} ms decoding)",
-            kind_name_, n, l.resource_version, l.pages,
-            l.protobuf_pages == 0 ? std::string()
-                                  : ", " + std::to_string(l.protobuf_pages) + " in protobuf",
-            ms(l.fetching).count(), ms(l.decoding).count());
-        model::Event ev;
-        ev.change = model::Replace{kind_, std::move(l.objects), std::move(l.keep)};
-        ev.resource_version = l.resource_version;
-        post(std::move(ev));
-        {
-          std::lock_guard lock(stats_mu_);
-          stats_.synced = true;
-        }
-        listed_once = true;
-        need_list = false;
-        from = ListFrom::kConsistent;
       }
-      WatchResult w = watch_once(force_token);
+      WatchResult w = watch_once(force_token, initial, from);
       force_token = false;
       if (w.end == WatchEnd::kStopped) return;
+      if (w.state_posted) {
+        need_list_ = false;
+        from = ListFrom::kConsistent;
+      }
       if (w.progress) failures = 0;
       std::optional<milliseconds> delay;
       switch (w.end) {
+        case WatchEnd::kNotOffered:
+          count_watch_list_fallback(w.reason);
+          // A lagging server's state (behind) is listed once; a server without WatchList is
+          // listed from now on.
+          if (w.reason == "behind") {
+            if (!list(force_token, from, failures)) return;
+          } else {
+            watch_list = false;
+          }
+          continue;
         case WatchEnd::kExpired:
           count_reconnect("expired");
-          need_list = true;
+          need_list_ = true;
           from = ListFrom::kNotOlderThan;  // nothing older than what this agent has seen
-          if (!w.progress) delay = backoff_delay(failures++, std::nullopt);
+          delay = w.progress ? spread(shared_->config.relist_spread)
+                             : backoff_delay(failures++, std::nullopt);
           break;
         case WatchEnd::kClosed:
           count_reconnect("closed");
@@ -1118,6 +1344,11 @@ class KubeClient::Watcher {
         case WatchEnd::kFailed:
           count_reconnect(w.reason);
           force_token = w.unauthorized;
+          if (w.version_unavailable) {
+            from = ListFrom::kConsistent;
+            delay = spread(shared_->config.backoff_initial);
+            break;
+          }
           if (!w.progress) delay = backoff_delay(failures++, w.retry_after);
           break;
         case WatchEnd::kStopped:
@@ -1141,6 +1372,8 @@ class KubeClient::Watcher {
   std::string selectors_;
   std::string resource_version_;
   bool fresh_connection_ = false;  // the next request opens a new connection
+  bool need_list_ = true;          // no state yet, or the watch expired
+  bool listed_once_ = false;       // a state was posted
 
   prometheus::Counter& added_;
   prometheus::Counter& modified_;

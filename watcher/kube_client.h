@@ -1,8 +1,9 @@
 // The Kubernetes API source: list + watch of Services, EndpointSlices, Nodes and (optionally)
 // this node's Pods, turned into model::Events for whoever consumes them.
 //
-// One thread per kind. Each lists (paged), posts one Replace with everything it got, then
-// watches from the list's resourceVersion, posting Upsert/Remove per event. It survives
+// One thread per kind. Each gets the kind's state — by WatchList (a watch that begins with it)
+// where the API server offers it, else by a paged list — posts one Replace with everything it
+// got, then watches from the state's resourceVersion, posting Upsert/Remove per event. It survives
 // dropped streams, 5xx/429 (bounded jittered backoff, Retry-After honoured), 410 Gone (a
 // relist and a new Replace), token rotation and malformed objects (skipped and counted).
 #pragma once
@@ -13,7 +14,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/event.h"
@@ -24,6 +27,28 @@ class Registry;
 }
 
 namespace endpointd::watcher {
+
+// How a kind's state is got, at start and after a watch expired.
+enum class ListMode : uint8_t {
+  // WatchList (client-go's "streaming lists"): one watch with sendInitialEvents=true,
+  // resourceVersionMatch=NotOlderThan and bookmarks, whose ADDED events up to the bookmark
+  // annotated "k8s.io/initial-events-end" are the state. kube-apiserver serves it from its
+  // watch cache, an object at a time, with no list held in its memory; with no resourceVersion
+  // the state is as fresh as a consistent read's (the cache waits until it has caught up).
+  // Where the server refuses it (422: its WatchList feature is off), ignores it (no end
+  // bookmark within list_stream_timeout, or a bookmark without the annotation first), the
+  // watcher lists instead, as kList, for the rest of the process.
+  kAuto,
+  // Paged lists: the first one consistent (no resourceVersion), relists not older than the
+  // last version seen (resourceVersionMatch=NotOlderThan), both from the watch cache on
+  // servers from 1.31.
+  kList,
+  // The first list from the watch cache at any version (resourceVersion=0), as client-go's
+  // informers make it: the cheapest on servers before 1.31, but the state may be older than
+  // one this agent had before it restarted (see run()). Relists as kList.
+  kCache,
+};
+std::string_view to_string(ListMode m);
 
 struct KubeClientConfig {
   // Pods are watched only for this node (fieldSelector spec.nodeName=<node_name>); pods are
@@ -38,6 +63,15 @@ struct KubeClientConfig {
   // Every node's pods, not only this node's: DNS's verified pod records answer pods that exist
   // anywhere. Other nodes' pods are kept without labels and annotations.
   bool pods_cluster_wide = false;
+
+  ListMode list_mode = ListMode::kAuto;
+  // A WatchList whose end bookmark has not come this long after the request is abandoned for a
+  // list (a server that ignores sendInitialEvents sends the state but no end).
+  std::chrono::milliseconds list_stream_timeout{30000};
+  // A relist after the watch expired (410) waits a uniform random share of this first, so that
+  // the agents of a cluster whose watches expired together (an API server restarted past its
+  // watch window) do not list in one burst.
+  std::chrono::milliseconds relist_spread{2000};
 
   size_t page_size = 500;  // list `limit`
   // Ask for EndpointSlice lists in protobuf, as kube-proxy does (--kube-api-content-type);
@@ -95,16 +129,21 @@ struct KindStats {
   uint64_t deleted = 0;
   uint64_t error_events = 0;
   uint64_t bookmarks = 0;
-  uint64_t lists = 0;    // complete lists, the first one included
-  uint64_t relists = 0;  // complete lists after the first
+  uint64_t lists = 0;        // complete states (lists or WatchLists), the first one included
+  uint64_t watch_lists = 0;  // of lists, those got by WatchList
+  uint64_t relists = 0;      // complete lists after the first
   uint64_t list_pages = 0;
   uint64_t list_protobuf_pages = 0;  // of list_pages, those the API server sent in protobuf
   uint64_t decode_errors = 0;
   uint64_t watches = 0;                        // watch requests answered 200
   uint64_t stalls = 0;                         // watches abandoned for silence
   std::map<std::string, uint64_t> reconnects;  // by reason
-  std::string resource_version;                // the watch position
-  bool synced = false;                         // a complete list was posted
+  // WatchList given up for lists (by reason: refused, no_end, not_offered), and end bookmarks
+  // or bookmarks that named a version older than the one held (not taken).
+  std::map<std::string, uint64_t> watch_list_fallbacks;
+  uint64_t bookmarks_behind = 0;
+  std::string resource_version;  // the watch position
+  bool synced = false;           // a complete list was posted
 
   uint64_t reconnects_total() const;
   uint64_t reconnect_count(const std::string& reason) const;

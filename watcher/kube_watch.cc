@@ -131,6 +131,9 @@ Result<WatchEvent> parse_watch_event(std::string_view line, model::ObjectKind ki
   }
   if (ev.type == WatchEventType::kBookmark) {
     if (ev.resource_version.empty()) return Error{"BOOKMARK without metadata.resourceVersion"};
+    simdjson::dom::element annotations;
+    if (meta["annotations"].get(annotations) == simdjson::SUCCESS && annotations.is_object())
+      ev.initial_events_end = string_field(annotations, "k8s.io/initial-events-end") == "true";
     return ev;
   }
   if (kind == model::ObjectKind::kNode) ev.key.ns.clear();

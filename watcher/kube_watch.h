@@ -62,6 +62,10 @@ struct WatchEvent {
   std::string decode_error;
   // ERROR: the Status.
   ApiStatus status;
+  // BOOKMARK: annotated "k8s.io/initial-events-end": "true", the end of the state a watch with
+  // sendInitialEvents=true (WatchList) began with; the bookmark's resourceVersion is that
+  // state's.
+  bool initial_events_end = false;
 };
 
 // Parses one line of a watch stream. An error means the line is not a watch event at all

@@ -860,7 +860,23 @@ void FakeApiServer::handle(const httplib::Request& req, httplib::Response& res) 
     handle_watch(*r, req, res, lock);
   } else {
     handle_list(*r, req, res, lock);
+    bytes_sent_ += res.body.size();
   }
+}
+
+void FakeApiServer::withhold_initial_events_end(bool withhold) {
+  std::lock_guard lock(mu_);
+  withhold_initial_events_end_ = withhold;
+}
+
+void FakeApiServer::expire_next_watch_list_after(size_t events) {
+  std::lock_guard lock(mu_);
+  expire_watch_list_after_ = events;
+}
+
+void FakeApiServer::set_initial_events_end_version(std::optional<uint64_t> rv) {
+  std::lock_guard lock(mu_);
+  initial_events_end_rv_ = rv;
 }
 
 namespace {
@@ -1183,12 +1199,71 @@ void FakeApiServer::handle_watch(Resource& r, const httplib::Request& req, httpl
   silence_next_watch_.reset();
 
   const std::string rv_param = req.get_param_value("resourceVersion");
+  // WatchList: kube-apiserver's validation of ListOptions, then the state it was asked for.
+  const bool send_initial = req.get_param_value("sendInitialEvents") == "true" &&
+                            options_.watch_list != Options::WatchList::kIgnored;
+  if (send_initial) {
+    auto invalid = [&](const std::string& message) {
+      res.status = 422;
+      res.set_content(status_json(422, "Invalid", message), "application/json");
+    };
+    if (options_.watch_list == Options::WatchList::kOff)
+      return invalid(
+          "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: "
+          "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled");
+    if (req.get_param_value("resourceVersionMatch") != "NotOlderThan")
+      return invalid(
+          "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: "
+          "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan");
+    if (!w->bookmarks)
+      return invalid(
+          "ListOptions.meta.k8s.io \"\" is invalid: allowWatchBookmarks: Forbidden: "
+          "sendInitialEvents requires setting allowWatchBookmarks to true");
+    if (!rv_param.empty()) {
+      auto n = model::parse_revision(rv_param);
+      if (!n) {
+        res.status = 400;
+        res.set_content(status_json(400, "BadRequest", n.error()), "application/json");
+        return;
+      }
+      // A state at least as new as N: a watch cache not there yet times out.
+      if (cache_behind_ || *n > rv_) {
+        res.status = 504;
+        res.set_content(status_json(504, "Timeout",
+                                    "Too large resource version: " + rv_param +
+                                        ", current: " + std::to_string(rv_)),
+                        "application/json");
+        return;
+      }
+    }
+  }
   if (expire_next_watch_) {
     expire_next_watch_ = false;
     w->pending.push_back(R"({"type":"ERROR","object":)" +
                          status_json(410, "Expired", "too old resource version: " + rv_param) +
                          "}");
     w->finish_after_pending = true;
+  } else if (send_initial) {
+    size_t sent = 0;
+    for (const auto& [_, s] : r.objects) {
+      if (!w->selected(*s)) continue;
+      if (expire_watch_list_after_ && sent == *expire_watch_list_after_) break;
+      w->pending.push_back(R"({"type":"ADDED","object":)" + s->json + "}");
+      ++sent;
+    }
+    if (expire_watch_list_after_) {
+      expire_watch_list_after_.reset();
+      w->pending.push_back(R"({"type":"ERROR","object":)" +
+                           status_json(410, "Expired", "too old resource version") + "}");
+      w->finish_after_pending = true;
+    } else if (!withhold_initial_events_end_) {
+      const uint64_t end_rv = initial_events_end_rv_.value_or(rv_);
+      w->pending.push_back("{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"" +
+                           std::string(r.info.kind) + "\",\"apiVersion\":\"" + r.info.api_version +
+                           "\",\"metadata\":{\"resourceVersion\":\"" + std::to_string(end_rv) +
+                           "\",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}}}}");
+    }
+    w->pos = rv_;
   } else if (rv_param.empty() || rv_param == "0") {
     // Synthetic ADDED events for the current state, then changes.
     for (const auto& [_, s] : r.objects) {
@@ -1278,7 +1353,9 @@ void FakeApiServer::handle_watch(Resource& r, const httplib::Request& req, httpl
             const size_t piece = (line.size() + pieces - 1) / pieces;
             for (size_t off = 0, i = 0; off < line.size(); off += piece, ++i) {
               if (i > 0 && delay.count() > 0) std::this_thread::sleep_for(delay);
-              if (!sink.write(line.data() + off, std::min(piece, line.size() - off))) return false;
+              const size_t len = std::min(piece, line.size() - off);
+              if (!sink.write(line.data() + off, len)) return false;
+              bytes_sent_ += len;
               if (cut) return false;
             }
             ++events_sent_;

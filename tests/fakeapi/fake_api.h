@@ -47,6 +47,13 @@ struct Options {
   std::chrono::milliseconds bookmark_interval{0};
   // Requests served at once; each open watch holds one (agents × kinds watched).
   size_t threads = 64;
+  // A watch with sendInitialEvents=true (WatchList), answered as kube-apiserver answers it with
+  // the WatchList feature on (from 1.32): the state as ADDED events, then a BOOKMARK annotated
+  // "k8s.io/initial-events-end", then changes; off (1.27-1.31 by default): 422 Invalid; or from
+  // before it (ignored): the parameters are not read, and a watch without a resourceVersion
+  // sends the state as ADDED events with no end bookmark.
+  enum class WatchList : uint8_t { kOn, kOff, kIgnored };
+  WatchList watch_list = WatchList::kOn;
 };
 
 struct RecordedRequest {
@@ -128,6 +135,12 @@ class FakeApiServer {
   // While set, a list naming a resourceVersion other than "0" is answered as by a watch
   // cache that has not caught up with it: 504 "Too large resource version".
   void set_cache_behind(bool behind);
+  // WatchList faults: the state is sent but its end bookmark never is; the next WatchList
+  // stream is cut by an ERROR 410 after `events` of its initial events; the end bookmark names
+  // this resourceVersion instead of the state's (one that goes back).
+  void withhold_initial_events_end(bool withhold);
+  void expire_next_watch_list_after(size_t events);
+  void set_initial_events_end_version(std::optional<uint64_t> rv);
   // Requests must carry "Authorization: Bearer <token>" (empty: no check).
   void set_required_token(std::string token);
   // SelfSubjectAccessReviews (POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews)
@@ -161,6 +174,8 @@ class FakeApiServer {
   // Watches being held silent now (see silence_next_watch).
   size_t silent_watches() const;
   size_t watch_events_sent() const { return events_sent_.load(); }
+  // Bytes of list and watch bodies written (as sent: compressed when they were).
+  uint64_t body_bytes_sent() const { return bytes_sent_.load(); }
   // List pages answered from prepare_lists's pages.
   size_t prepared_pages_served() const { return prepared_served_.load(); }
 
@@ -255,6 +270,10 @@ class FakeApiServer {
   std::map<std::string, Prepared> prepared_;  // by resource name
   size_t open_watches_ = 0;
   std::atomic<size_t> events_sent_{0};
+  std::atomic<uint64_t> bytes_sent_{0};
+  bool withhold_initial_events_end_ = false;
+  std::optional<size_t> expire_watch_list_after_;
+  std::optional<uint64_t> initial_events_end_rv_;
   std::atomic<size_t> prepared_served_{0};
 };
 

@@ -39,7 +39,11 @@ class KubeClientTest : public ::testing::Test {
     c.backoff_initial = 5ms;
     c.backoff_max = 50ms;
     c.watch_timeout_jitter = 0;
+    c.relist_spread = 5ms;
     c.seed = 42;
+    // These tests are of lists (pages, continue tokens, protobuf, versions): WatchList, the
+    // default, is kube_watch_list_test's.
+    c.list_mode = ListMode::kList;
     return c;
   }
 

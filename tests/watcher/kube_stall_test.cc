@@ -56,6 +56,7 @@ class KubeStallTest : public ::testing::Test {
     c.watch_timeout_jitter = 0;
     c.watch_stall_timeout = stall;
     c.seed = 42;
+    c.list_mode = ListMode::kList;  // a stalled WatchList is kube_watch_list_test's
     return c;
   }
 

@@ -139,6 +139,12 @@ class Recorder {
     auto it = removes_.find(k);
     return it == removes_.end() ? 0 : it->second;
   }
+  int total_upserts() const {
+    std::lock_guard lock(mu_);
+    int n = 0;
+    for (const auto& [_, v] : upserts_) n += v;
+    return n;
+  }
   int total_removes() const {
     std::lock_guard lock(mu_);
     int n = 0;
