@@ -315,7 +315,10 @@ Status Daemon::start() {
   h.debug_state = [&m](const StateQuery& q, const std::function<bool(std::string_view)>& out) {
     m.debug_state(q, out);
   };
-  h.before_scrape = [&m] { m.count_listener_drops(); };
+  h.before_scrape = [&m] {
+    m.count_listener_drops();
+    if (m.dns_sink) m.dns_sink->fold_metrics();  // its threads' counts, folded at the scrape
+  };
   if (m.cfg.admin_listen) {
     std::string token;
     if (!m.cfg.admin_token_file.empty()) {

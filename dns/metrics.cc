@@ -44,16 +44,34 @@ size_t rcode_slot(uint16_t rc) {
   return 7;
 }
 
-void LocalCounts::count(uint16_t qtype, size_t rslot) {
-  queries[type_slot(qtype)][rslot]++;
-  pending++;
+namespace {
+
+// Only the owner writes: a load and a store, which the compiler makes one add to memory.
+void bump(std::atomic<uint64_t>& c, uint64_t n) {
+  c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
-void LocalCounts::latency(double seconds, size_t n) {
+// kLatencyBuckets in nanoseconds.
+const std::array<uint64_t, kLatencySlots - 1> kLatencyBucketsNs = [] {
+  std::array<uint64_t, kLatencySlots - 1> ns{};
+  for (size_t b = 0; b < ns.size(); ++b)
+    ns[b] = static_cast<uint64_t>(kLatencyBuckets[b] * 1e9 + 0.5);
+  return ns;
+}();
+
+}  // namespace
+
+void ThreadCounts::count(uint16_t qtype, size_t rslot) {
+  bump(queries[type_slot(qtype)][rslot], 1);
+}
+
+void ThreadCounts::latency(uint64_t ns, size_t n) {
   size_t b = 0;
-  while (b < kLatencyBuckets.size() && seconds > kLatencyBuckets[b]) ++b;
-  latency_buckets[b] += static_cast<double>(n);
-  latency_sum += seconds * static_cast<double>(n);
+  while (b < kLatencyBucketsNs.size() && ns > kLatencyBucketsNs[b]) ++b;
+  bump(latency_buckets[b], n);
+  // Released after the bucket: a fold that reads this sum sees the buckets it covers.
+  latency_sum_ns.store(latency_sum_ns.load(std::memory_order_relaxed) + ns * n,
+                       std::memory_order_release);
 }
 
 namespace {
@@ -150,23 +168,47 @@ Metrics::Metrics(prometheus::Registry* r, const std::string& server) : registry_
            .Add({});
 }
 
-void Metrics::flush(LocalCounts& l) {
-  if (l.pending == 0) return;
-  if (latency_) {
+Metrics::~Metrics() = default;
+
+ThreadCounts* Metrics::thread_counts() {
+  std::lock_guard lk(fold_mu_);
+  threads_.emplace_back();
+  return threads_.back().counts.get();
+}
+
+void Metrics::fold() {
+  std::lock_guard lk(fold_mu_);
+  for (Thread& th : threads_) {
+    const ThreadCounts& now = *th.counts;
+    Folded& was = th.folded;
     for (size_t t = 0; t < kTypeSlots; ++t)
-      for (size_t c = 0; c < kRcodeSlots; ++c)
-        if (l.queries[t][c]) {
-          auto n = static_cast<double>(l.queries[t][c]);
-          queries_[t][c]->Increment(n);
-          cd_requests_[t]->Increment(n);
-          if (cd_responses_[c]) cd_responses_[c]->Increment(n);
-        }
-    std::vector<double> b(l.latency_buckets.begin(),
-                          l.latency_buckets.begin() + kLatencyBuckets.size() + 1);
-    latency_->ObserveMultiple(b, l.latency_sum);
-    cd_latency_->ObserveMultiple(b, l.latency_sum);
+      for (size_t c = 0; c < kRcodeSlots; ++c) {
+        uint64_t v = now.queries[t][c].load(std::memory_order_relaxed);
+        uint64_t d = v - was.queries[t][c];
+        was.queries[t][c] = v;
+        if (!d || !latency_) continue;
+        auto n = static_cast<double>(d);
+        queries_[t][c]->Increment(n);
+        cd_requests_[t]->Increment(n);
+        if (cd_responses_[c]) cd_responses_[c]->Increment(n);
+      }
+    // The sum is read first: a batch adds its buckets before its sum, so the sum folded never
+    // runs ahead of the buckets (it may trail them by a batch until the next fold).
+    uint64_t sum = now.latency_sum_ns.load(std::memory_order_acquire);
+    std::vector<double> buckets(kLatencySlots);
+    bool any = false;
+    for (size_t b = 0; b < kLatencySlots; ++b) {
+      uint64_t v = now.latency_buckets[b].load(std::memory_order_relaxed);
+      buckets[b] = static_cast<double>(v - was.latency_buckets[b]);
+      any = any || v != was.latency_buckets[b];
+      was.latency_buckets[b] = v;
+    }
+    double sum_s = static_cast<double>(sum - was.latency_sum_ns) / 1e9;
+    was.latency_sum_ns = sum;
+    if (!any || !latency_) continue;
+    latency_->ObserveMultiple(buckets, sum_s);
+    cd_latency_->ObserveMultiple(buckets, sum_s);
   }
-  l = LocalCounts{};
 }
 
 void Metrics::cache_hit() {

@@ -1,10 +1,14 @@
-// The DNS metrics. Workers count into plain per-worker arrays and flush them here now and
-// then, so the hot path touches no shared cache line per query.
+// The DNS metrics. Each server thread counts into a block of its own (ThreadCounts), and a
+// scrape folds every block into the registry's counters (Metrics::fold): the hot path takes
+// no lock, makes no locked instruction and writes no cache line another thread writes.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -21,14 +25,18 @@ inline constexpr size_t kRcodeSlots = 8;  // 0..5, BADVERS, dropped
 size_t type_slot(uint16_t qtype);
 size_t rcode_slot(uint16_t rcode);
 extern const std::vector<double> kLatencyBuckets;
+inline constexpr size_t kLatencySlots = 16;  // kLatencyBuckets.size() + 1 (+Inf)
 
-struct LocalCounts {
-  std::array<std::array<uint64_t, kRcodeSlots>, kTypeSlots> queries{};
-  std::vector<double> latency_buckets = std::vector<double>(16, 0.0);  // size >= buckets + 1
-  double latency_sum = 0;
-  uint64_t pending = 0;
+// What one server thread counted since it started. Written by that thread alone, as a relaxed
+// load and store (a plain add: nothing locked, and the block is its own cache lines); read
+// from any thread by Metrics::fold.
+struct alignas(64) ThreadCounts {
+  std::array<std::array<std::atomic<uint64_t>, kRcodeSlots>, kTypeSlots> queries{};
+  std::array<std::atomic<uint64_t>, kLatencySlots> latency_buckets{};
+  std::atomic<uint64_t> latency_sum_ns{0};
+  // The owning thread only.
   void count(uint16_t qtype, size_t rcode_slot_index);
-  void latency(double seconds, size_t n);
+  void latency(uint64_t ns, size_t n);  // n queries, each `ns` from receipt to answer
 };
 
 class Metrics {
@@ -36,7 +44,13 @@ class Metrics {
   // null: counts nowhere. `server`: the listen address, for the CoreDNS-named families'
   // `server` label ("dns://ADDR:PORT", as CoreDNS names its server blocks).
   explicit Metrics(prometheus::Registry* registry, const std::string& server = "dns://:53");
-  void flush(LocalCounts& local);
+  ~Metrics();
+  // A block for one server thread to count into, kept as long as these Metrics.
+  ThreadCounts* thread_counts();
+  // Adds what every thread counted since the last fold to the registry's query counters and
+  // latency histograms, under endpointd's and CoreDNS's names: what a scrape calls first.
+  // Any thread, any time.
+  void fold();
   void cache_hit();
   void cache_miss();
   // The forwarder's figures, under endpointd's names and CoreDNS's forward plugin's:
@@ -86,6 +100,19 @@ class Metrics {
   std::array<prometheus::Histogram*, kRcodeSlots> cd_proxy_latency_{};
   prometheus::Counter* cd_fwd_broken_ = nullptr;
   prometheus::Counter* cd_fwd_rejects_ = nullptr;
+
+  // Every thread's block, and what of it the registry holds already.
+  struct Folded {
+    std::array<std::array<uint64_t, kRcodeSlots>, kTypeSlots> queries{};
+    std::array<uint64_t, kLatencySlots> latency_buckets{};
+    uint64_t latency_sum_ns = 0;
+  };
+  struct Thread {
+    std::unique_ptr<ThreadCounts> counts = std::make_unique<ThreadCounts>();
+    Folded folded;
+  };
+  std::mutex fold_mu_;  // guards threads_ and the folds
+  std::vector<Thread> threads_;
 };
 
 }  // namespace endpointd::dns

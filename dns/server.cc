@@ -171,7 +171,7 @@ std::vector<uint8_t> chased(const Query& q, std::span<const uint8_t> cname,
 
 class Server::Worker {
  public:
-  Worker(Server* s, Fd fd) : s_(s), fd_(std::move(fd)) {}
+  Worker(Server* s, Fd fd) : s_(s), fd_(std::move(fd)), counts_(s->metrics_->thread_counts()) {}
   void start() {
     thread_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "dns-udp");
@@ -193,7 +193,7 @@ class Server::Worker {
   std::thread thread_;
   ZonePtr zone_;
   uint64_t zone_version_ = ~uint64_t{0};
-  LocalCounts counts_;
+  ThreadCounts* counts_;  // folded into the registry at a scrape
   // The batch in hand: every query parsed, then every name looked up, then every reply
   // written (the lookups' cache misses overlap instead of following one another).
   std::array<Query, kBatch> queries_;
@@ -207,7 +207,7 @@ size_t Server::Worker::handle(std::span<const uint8_t> pkt, const Query& q, cons
                               int64_t now) {
   if (q.status == ParseStatus::kDrop) {
     s_->dropped_++;
-    counts_.count(0, 7);
+    counts_->count(0, 7);
     return 0;
   }
   Reply r = lk ? answer_lookup(*zone_, *lk, pkt, q, out, kMaxUdpSize, q.udp_limit(), now)
@@ -226,7 +226,7 @@ size_t Server::Worker::handle(std::span<const uint8_t> pkt, const Query& q, cons
         send_udp(fd, from, fromlen, q, limit, chased(q, cname, reply));
       };
       if (f->forward(t, std::move(done))) {
-        counts_.count(q.qtype, rcode_slot(r.rcode));
+        counts_->count(q.qtype, rcode_slot(r.rcode));
         return 0;
       }
       // Shed by the forwarder's limit: the CNAME alone.
@@ -252,10 +252,10 @@ size_t Server::Worker::handle(std::span<const uint8_t> pkt, const Query& q, cons
   }
   if (r.action != Reply::Action::kSend) {
     s_->dropped_++;
-    counts_.count(q.qtype, 7);
+    counts_->count(q.qtype, 7);
     return 0;
   }
-  counts_.count(q.qtype, rcode_slot(r.rcode));
+  counts_->count(q.qtype, rcode_slot(r.rcode));
   return r.size;
 }
 
@@ -282,7 +282,6 @@ void Server::Worker::run() {
       if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         spdlog::warn("dns: recvmmsg: {}", std::strerror(errno));
       }
-      if (s_->metrics_) s_->metrics_->flush(counts_);
       // Idle: let go of the zone, so that blocks retired since can be freed (drain support
       // waits for that) and a quiet worker never pins an old generation.
       zone_.reset();
@@ -349,18 +348,17 @@ void Server::Worker::run() {
       sent += k;
     }
     // Latency as the batch saw it: receive to send, the same for each query of the batch.
-    counts_.latency(std::chrono::duration<double>(Clock::now() - t0).count(),
-                    static_cast<size_t>(n));
-    if (counts_.pending >= 4096 && s_->metrics_) s_->metrics_->flush(counts_);
+    auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+    counts_->latency(static_cast<uint64_t>(std::max<int64_t>(took, 0)), static_cast<size_t>(n));
   }
-  if (s_->metrics_) s_->metrics_->flush(counts_);
 }
 
 // ---------------------------------------------------------------------------------------
 
 class Server::TcpServer {
  public:
-  TcpServer(Server* s, Fd listen) : s_(s), listen_(std::move(listen)) {}
+  TcpServer(Server* s, Fd listen)
+      : s_(s), listen_(std::move(listen)), counts_(s->metrics_->thread_counts()) {}
   ~TcpServer() { join(); }
   Status start() {
     ep_ = Fd(epoll_create1(EPOLL_CLOEXEC));
@@ -423,7 +421,7 @@ class Server::TcpServer {
   uint64_t next_id_ = 1;
   std::mutex mu_;
   std::deque<std::pair<uint64_t, std::vector<uint8_t>>> replies_;
-  LocalCounts counts_;
+  ThreadCounts* counts_;  // folded into the registry at a scrape
   std::vector<uint8_t> out_buf_ = std::vector<uint8_t>(65535 + 2);
 };
 
@@ -514,7 +512,7 @@ bool Server::TcpServer::read_conn(uint64_t id, Conn& c) {
                      cname = std::vector<uint8_t>(out_buf_.data(), out_buf_.data() + r.size)](
                         std::span<const uint8_t> reply) { deliver(id, chased(q, cname, reply)); };
         if (f->forward(t, std::move(done))) {
-          counts_.count(q.qtype, rcode_slot(r.rcode));
+          counts_->count(q.qtype, rcode_slot(r.rcode));
           continue;
         }
       }
@@ -536,7 +534,7 @@ bool Server::TcpServer::read_conn(uint64_t id, Conn& c) {
       }
     }
     if (r.action != Reply::Action::kSend) return false;
-    counts_.count(q.qtype, rcode_slot(r.rcode));
+    counts_->count(q.qtype, rcode_slot(r.rcode));
     queue_reply(c, {out_buf_.data(), r.size});
   }
   c.in.erase(c.in.begin(), c.in.begin() + static_cast<ptrdiff_t>(pos));
@@ -588,7 +586,6 @@ void Server::TcpServer::run() {
       else
         ++it;
     }
-    if (s_->metrics_) s_->metrics_->flush(counts_);
   }
   conns_.clear();
 }
@@ -596,7 +593,11 @@ void Server::TcpServer::run() {
 // ---------------------------------------------------------------------------------------
 
 Server::Server(ServerOptions opts, const ZoneSlot* zones, Forwarder* forwarder, Metrics* metrics)
-    : opts_(std::move(opts)), zones_(zones), forwarder_(forwarder), metrics_(metrics) {}
+    : opts_(std::move(opts)),
+      zones_(zones),
+      forwarder_(forwarder),
+      own_metrics_(metrics ? nullptr : std::make_unique<Metrics>(nullptr)),
+      metrics_(metrics ? metrics : own_metrics_.get()) {}
 
 Server::~Server() {
   stop();

@@ -50,7 +50,9 @@ struct ServerOptions {
 
 class Server {
  public:
-  // `forwarder` may be null (names outside the zone: REFUSED); `metrics` may be null.
+  // `forwarder` may be null (names outside the zone: REFUSED); `metrics` may be null (counts
+  // nowhere). Its threads count into blocks of `metrics` (Metrics::thread_counts), which
+  // reach the registry when Metrics::fold is called.
   Server(ServerOptions opts, const ZoneSlot* zones, Forwarder* forwarder, Metrics* metrics);
   ~Server();
   Server(const Server&) = delete;
@@ -71,7 +73,8 @@ class Server {
   ServerOptions opts_;
   const ZoneSlot* zones_;
   Forwarder* forwarder_;
-  Metrics* metrics_;
+  std::unique_ptr<Metrics> own_metrics_;  // when given none: counts kept, registered nowhere
+  Metrics* metrics_;                      // never null
   uint16_t port_ = 0;
   int stop_fd_ = -1;
   std::vector<std::unique_ptr<Worker>> workers_;

@@ -127,6 +127,13 @@ void DnsSink::stop() {
   // sockets), so every server stops before the forwarder's callbacks could reach a stopped one.
   for (auto& l : servers_) l.server->stop();
   if (forwarder_) forwarder_->stop();
+  fold_metrics();
+}
+
+void DnsSink::fold_metrics() {
+  metrics_->fold();
+  for (auto& l : servers_)
+    if (l.metrics) l.metrics->fold();
 }
 
 void DnsSink::apply(const model::SnapshotPtr& snap, const model::Delta& delta) {

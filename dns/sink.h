@@ -67,7 +67,12 @@ class DnsSink : public pipeline::Sink {
   // Binds the sockets and starts serving (SERVFAIL inside the zone until the first synced
   // snapshot is applied).
   Status start();
+  // Stops the servers and folds their last counts into the registry.
   void stop();
+  // Brings the registry's query counters and latency histograms up to date with what the
+  // servers' threads counted (they count into blocks of their own, never the registry): a
+  // scrape calls it before it collects.
+  void fold_metrics();
   uint16_t port() const { return servers_.empty() ? 0 : servers_.front().server->port(); }
 
   std::string name() const override { return "dns"; }

@@ -259,6 +259,28 @@ TEST_F(DnsOptionsTest, NegativeTtlIsTheSoaMinimum) {
   EXPECT_NE(out.find(" 17\n"), std::string::npos) << out;
 }
 
+// /metrics counts every query answered before the scrape: the DNS threads count into blocks
+// of their own, and the scrape folds them into the registry.
+TEST_F(DnsOptionsTest, MetricsScrapeCountsEveryQueryAnswered) {
+  start([](Config& c) { c.admin_listen = model::HostPort{"127.0.0.1", 0}; });
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(nxdomain("nope" + std::to_string(i) + ".demo.svc.cluster.local"));
+  ASSERT_EQ(dig("+short +tcp db.demo.svc.cluster.local A"), "10.244.1.1\n");
+  httplib::Client admin("127.0.0.1", d_->admin_port());
+  auto m = admin.Get("/metrics");
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->status, 200);
+  EXPECT_NE(m->body.find("endpointd_dns_queries_total{rcode=\"NXDOMAIN\",type=\"A\"} 3\n"),
+            std::string::npos)
+      << m->body;
+  EXPECT_NE(m->body.find("coredns_dns_responses_total{rcode=\"NXDOMAIN\""), std::string::npos);
+  // Asked again with nothing new: the same count, folded once.
+  m = admin.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("endpointd_dns_queries_total{rcode=\"NXDOMAIN\",type=\"A\"} 3\n"),
+            std::string::npos);
+}
+
 // A reload changes the zone's options at once, without a restart; a reload that cannot be
 // applied (the zone renamed) changes nothing.
 TEST_F(DnsOptionsTest, ReloadAppliesTheZoneOptionsWithoutARestart) {

@@ -623,8 +623,8 @@ TEST_F(ServerTest, MetricsCount) {
   sync();
   ask("web.default.svc.cluster.local", type::kA);
   ask("nope.default.svc.cluster.local", type::kA);
-  // A worker flushes its counts when it goes idle, which nothing outside it can await; it also
-  // flushes on its way out, and stop() joins every worker, so after stop() the counts are in.
+  // The workers count into blocks of their own; stop() joins them and folds the blocks into
+  // the registry (a scrape folds them while they serve: MetricsFoldedAtEachScrape).
   sink_->stop();
   std::string text = prometheus::TextSerializer().Serialize(registry_.Collect());
   EXPECT_NE(text.find("endpointd_dns_queries_total{rcode=\"NXDOMAIN\",type=\"A\"} 1"),
@@ -640,6 +640,42 @@ TEST_F(ServerTest, MetricsCount) {
       std::string::npos);
   EXPECT_NE(text.find("coredns_dns_request_duration_seconds_count{" + server + ",zone=\".\"} 2"),
             std::string::npos);
+}
+
+// What a scrape sees while the servers serve: every answer already sent (a worker counts a
+// query before it sends the answer), folded once (a second fold adds nothing), UDP and TCP.
+TEST_F(ServerTest, MetricsFoldedAtEachScrape) {
+  sync();
+  auto scrape = [&] {
+    sink_->fold_metrics();
+    return prometheus::TextSerializer().Serialize(registry_.Collect());
+  };
+  auto has = [](const std::string& text, const std::string& line) {
+    return text.find(line + "\n") != std::string::npos;
+  };
+  const std::string server = "server=\"dns://127.0.0.1:0\"";
+  EXPECT_FALSE(has(scrape(), "endpointd_dns_queries_total{rcode=\"NOERROR\",type=\"A\"} 1"));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(ask("web.default.svc.cluster.local", type::kA));
+  ASSERT_TRUE(ask("nope.default.svc.cluster.local", type::kA));
+  std::string text = scrape();
+  EXPECT_TRUE(has(text, "endpointd_dns_queries_total{rcode=\"NOERROR\",type=\"A\"} 3")) << text;
+  EXPECT_TRUE(has(text, "endpointd_dns_queries_total{rcode=\"NXDOMAIN\",type=\"A\"} 1"));
+  EXPECT_TRUE(has(text, "coredns_dns_requests_total{" + server + ",type=\"A\",zone=\".\"} 4"));
+  EXPECT_TRUE(
+      has(text, "coredns_dns_responses_total{rcode=\"NOERROR\"," + server + ",zone=\".\"} 3"));
+  // Folding again adds nothing.
+  EXPECT_EQ(scrape(), text);
+  // Over TCP, the TCP thread's block.
+  auto r = tcp_ask(port_, {query("web.default.svc.cluster.local", type::kSRV, 0, 1)});
+  ASSERT_EQ(r.size(), 1u);
+  text = scrape();
+  EXPECT_TRUE(has(text, "endpointd_dns_queries_total{rcode=\"NOERROR\",type=\"SRV\"} 1")) << text;
+  EXPECT_TRUE(has(text, "endpointd_dns_queries_total{rcode=\"NOERROR\",type=\"A\"} 3"));
+  // A worker records a batch's latency after it sent the batch: by stop(), every one is in.
+  sink_->stop();
+  text = prometheus::TextSerializer().Serialize(registry_.Collect());
+  EXPECT_TRUE(has(text, "endpointd_dns_request_duration_seconds_count 4")) << text;
+  EXPECT_TRUE(has(text, "coredns_dns_request_duration_seconds_count{" + server + ",zone=\".\"} 4"));
 }
 
 TEST_F(ServerTest, TerminatingEndpointLeavesButItsLastAnswerIsRemembered) {
