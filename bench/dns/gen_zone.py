@@ -8,9 +8,13 @@ The same deterministic cluster that bench_server builds as a Snapshot (keep the 
   ep-<j> hostnames). PTR records for every ClusterIP and headless endpoint address go to a
   second zone, 10.in-addr.arpa (endpointd serves them beside the cluster zone).
 Queries: 60 % A of a service, 10 % AAAA (NODATA), 10 % NXDOMAIN, 10 % SRV, 10 % PTR.
-Usage: gen_zone.py OUTDIR [--services N] [--endpoints-per-service E]
+With --manifests DIR, the same cluster as `endpointd run --source-dir DIR` reads it: one Node
+(node-a, the agent's own), the Services and their EndpointSlices (one slice per service, every
+endpoint ready on node-a), as JSON `kind: List` files.
+Usage: gen_zone.py OUTDIR [--services N] [--endpoints-per-service E] [--manifests DIR]
 """
 import argparse
+import json
 import os
 import random
 
@@ -19,6 +23,7 @@ ap.add_argument("out")
 ap.add_argument("--services", type=int, default=10000)
 ap.add_argument("--endpoints-per-service", type=int, default=10)
 ap.add_argument("--queries", type=int, default=100000)
+ap.add_argument("--manifests", help="also write the cluster as manifests into this directory")
 a = ap.parse_args()
 os.makedirs(a.out, exist_ok=True)
 Z = "cluster.local"
@@ -84,3 +89,42 @@ with open(os.path.join(a.out, "queries.txt"), "w") as f:
         else:
             ip = eip(i, rng.randrange(E)) if i % 10 == 0 else cip(i)
             f.write(f"{rev(ip)} PTR\n")
+
+
+def write_manifests(out):
+    os.makedirs(out, exist_ok=True)
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"},
+            "spec": {"podCIDR": "10.244.0.0/24"},
+            "status": {"addresses": [{"type": "InternalIP", "address": "192.168.77.2"},
+                                     {"type": "Hostname", "address": "node-a"}]}}
+    services, slices = [], []
+    for i in range(N):
+        ns, name = f"ns{i % 100}", f"svc{i}"
+        ip = "None" if i % 10 == 0 else cip(i)
+        services.append({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": ns, "uid": f"00000000-0000-4000-8000-{i:012d}"},
+            "spec": {"type": "ClusterIP", "clusterIP": ip, "clusterIPs": [ip],
+                     "selector": {"app": name},
+                     "ports": [{"name": "http", "protocol": "TCP", "port": 80,
+                                "targetPort": 8080}]}})
+        slices.append({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": f"{name}-0", "namespace": ns,
+                         "labels": {"kubernetes.io/service-name": name,
+                                    "endpointslice.kubernetes.io/managed-by":
+                                        "endpointslice-controller.k8s.io"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "protocol": "TCP", "port": 8080}],
+            "endpoints": [{"addresses": [eip(i, j)], "hostname": f"ep-{j}", "nodeName": "node-a",
+                           "conditions": {"ready": True, "serving": True, "terminating": False}}
+                          for j in range(E)]})
+    for fname, items in (("nodes.json", [node]), ("services.json", services),
+                         ("endpointslices.json", slices)):
+        with open(os.path.join(out, fname), "w") as f:
+            json.dump({"apiVersion": "v1", "kind": "List", "items": items}, f,
+                      separators=(",", ":"))
+
+
+if a.manifests:
+    write_manifests(a.manifests)
