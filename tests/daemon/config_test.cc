@@ -43,6 +43,7 @@ TEST(Config, FlagsHaveTheDocumentedDefaults) {
   EXPECT_TRUE(c->watch_pods);
   EXPECT_EQ(c->watch_timeout, std::chrono::seconds(300));
   EXPECT_EQ(c->list_page_size, 500u);
+  EXPECT_EQ(c->api_list_mode, watcher::ListMode::kAuto);
   EXPECT_EQ(c->log_format, LogFormat::kText);
   EXPECT_EQ(c->log_level, LogLevel::kInfo);
   EXPECT_FALSE(c->masquerade_all);
@@ -99,6 +100,8 @@ TEST(Config, EveryFlagDecodesToItsTypedValue) {
                      "10",
                      "--list-page-size",
                      "10000",
+                     "--api-list-mode",
+                     "cache",
                      "--kube-api-content-type",
                      "application/json",
                      "--log-format",
@@ -137,6 +140,7 @@ TEST(Config, EveryFlagDecodesToItsTypedValue) {
   EXPECT_FALSE(c->watch_pods);
   EXPECT_EQ(c->watch_timeout, std::chrono::seconds(10));
   EXPECT_EQ(c->list_page_size, 10000u);
+  EXPECT_EQ(c->api_list_mode, watcher::ListMode::kCache);
   EXPECT_EQ(c->log_format, LogFormat::kJson);
   EXPECT_EQ(c->log_level, LogLevel::kDebug);
 }
@@ -367,6 +371,10 @@ TEST(Config, BadInputsGiveOneErrorNamingTheKeyAndValue) {
        {{"kube-api-content-type", {"application/yaml"}}},
        nullptr,
        R"(--kube-api-content-type: "application/yaml" is not one of application/vnd.kubernetes.protobuf|application/json)"},
+      {"list mode",
+       {{"api-list-mode", {"etcd"}}},
+       nullptr,
+       R"(--api-list-mode: "etcd" is not one of auto|list|cache)"},
       {"page size",
        {{"list-page-size", {"-1"}}},
        nullptr,

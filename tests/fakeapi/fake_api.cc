@@ -582,6 +582,18 @@ void FakeApiServer::compact() {
   }
 }
 
+void FakeApiServer::expire_all_watches() {
+  {
+    std::lock_guard lock(mu_);
+    ++rv_;  // a version no watch is at yet, so that every one of them is now too old
+    for (auto& [_, r] : resources_) {
+      r->history.clear();
+      r->compacted_rv = rv_;
+    }
+  }
+  close_watches();
+}
+
 void FakeApiServer::expire_continue_tokens() {
   std::lock_guard lock(mu_);
   snapshots_.clear();

@@ -128,6 +128,9 @@ class FakeApiServer {
   void compact();
   // Continue tokens handed out so far are answered with 410.
   void expire_continue_tokens();
+  // Every open watch ends, and every watch from a version before now gets 410: what an API
+  // server restarted past its watch window does to every agent at once (a relist storm).
+  void expire_all_watches();
   // The next list request with a continue token is answered 410, whatever the token.
   void expire_next_continue();
   // Open watches that allow bookmarks get a BOOKMARK at the current resourceVersion.

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -14,6 +16,8 @@
 
 namespace {
 std::atomic<bool> g_stop{false};
+std::atomic<bool> g_expire{false};
+std::atomic<bool> g_stats{false};
 void on_signal(int) {
   g_stop.store(true);
 }
@@ -43,6 +47,15 @@ int main(int argc, char** argv) {
                  "a BOOKMARK to every watch that asked for them this often, as the API server's "
                  "watch cache sends one about every minute (0: never)")
       ->check(CLI::Range(0, 3600000));
+  std::string watch_list = "on";
+  app.add_option("--watch-list", watch_list,
+                 "WatchList (sendInitialEvents) as kube-apiserver with the feature on, off (422) "
+                 "or from before it (ignored)")
+      ->check(CLI::IsMember({"on", "off", "ignored"}));
+  std::string stats_file;
+  app.add_option("--stats-file", stats_file,
+                 "on SIGUSR2 and at exit, write requests, lists, watches and body bytes served "
+                 "here as one JSON line; SIGUSR1 expires every watch (a relist storm)");
   std::vector<std::string> deny;
   app.add_option("--deny", deny,
                  "VERB:GROUP/RESOURCE a SelfSubjectAccessReview is refused (GROUP empty for the "
@@ -59,6 +72,9 @@ int main(int argc, char** argv) {
   opts.port = std::stoi(listen.substr(colon + 1));
   opts.threads = threads;
   opts.bookmark_interval = std::chrono::milliseconds(bookmark_ms);
+  opts.watch_list = watch_list == "off"       ? endpointd::fakeapi::Options::WatchList::kOff
+                    : watch_list == "ignored" ? endpointd::fakeapi::Options::WatchList::kIgnored
+                                              : endpointd::fakeapi::Options::WatchList::kOn;
   if (!tls_cert.empty()) opts.tls = endpointd::fakeapi::TlsOptions{tls_cert, tls_key, client_ca};
   endpointd::fakeapi::FakeApiServer server(opts);
   if (!server.ok()) {
@@ -91,14 +107,33 @@ int main(int argc, char** argv) {
 
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  std::signal(SIGUSR1, [](int) { g_expire.store(true); });
+  std::signal(SIGUSR2, [](int) { g_stats.store(true); });
+  auto write_stats = [&] {
+    if (stats_file.empty()) return;
+    size_t lists = 0, watches = 0;
+    const auto requests = server.requests();
+    for (const auto& r : requests) (r.is_watch() ? watches : lists)++;
+    std::ofstream f(stats_file + ".tmp");
+    f << "{\"requests\":" << requests.size() << ",\"lists\":" << lists << ",\"watches\":" << watches
+      << ",\"body_bytes\":" << server.body_bytes_sent()
+      << ",\"open_watches\":" << server.open_watches() << "}\n";
+    f.close();
+    std::filesystem::rename(stats_file + ".tmp", stats_file);
+  };
   auto last = std::chrono::steady_clock::now();
   while (!g_stop.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (g_expire.exchange(false)) {
+      server.expire_all_watches();
+    }
+    if (g_stats.exchange(false)) write_stats();
     if (poll_ms > 0 &&
         std::chrono::steady_clock::now() - last >= std::chrono::milliseconds(poll_ms)) {
       last = std::chrono::steady_clock::now();
       load();
     }
   }
+  write_stats();
   return 0;
 }
