@@ -663,6 +663,18 @@ void add_rule(Builder& b, IpFamily f, const std::string& chain, const Rule& r) {
       x.ct_state_new();
       x.verdict(NFT_JUMP, r.target);
       break;
+    case RuleShape::kAcceptEstablished:
+      x.ct(NFT_CT_STATE, NFT_REG_1);
+      x.bitwise(NFT_REG_1, NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED), 0);
+      x.cmp(NFT_REG_1, NFT_CMP_NEQ, 0);
+      x.verdict(NF_ACCEPT);
+      break;
+    case RuleShape::kAcceptDnat:
+      x.ct(NFT_CT_STATUS, NFT_REG_1);
+      x.bitwise(NFT_REG_1, IPS_DST_NAT, 0);
+      x.cmp(NFT_REG_1, NFT_CMP_NEQ, 0);
+      x.verdict(NF_ACCEPT);
+      break;
     case RuleShape::kJump:
       x.verdict(NFT_JUMP, r.target);
       break;

@@ -288,8 +288,13 @@ void Planner::base_table(IpFamily f) {
                  {rule(RuleShape::kCtNewJump, "firewall-check")}));
   add(base_chain("filter-input", "filter", "input", -110,
                  {rule(RuleShape::kCtNewJump, "service-endpoints-check")}));
+  // Forwarded packets: established and related ones (most packets) meet one test; a new
+  // connection a service DNATed meets two. Both checks below are about a destination no service
+  // port took (no endpoints, a port the cluster IP does not serve); after DNAT the packet holds
+  // an endpoint's address, which they cannot match, so they run only for untranslated ones.
   add(base_chain("filter-forward", "filter", "forward", -110,
-                 {rule(RuleShape::kCtNewJump, "service-endpoints-check"),
+                 {rule(RuleShape::kAcceptEstablished), rule(RuleShape::kAcceptDnat),
+                  rule(RuleShape::kCtNewJump, "service-endpoints-check"),
                   rule(RuleShape::kCtNewJump, names::kClusterIpsCheck)}));
   add(base_chain("filter-output", "filter", "output", -110,
                  {rule(RuleShape::kCtNewJump, "service-endpoints-check"),

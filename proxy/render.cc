@@ -174,6 +174,10 @@ std::string render_rule(IpFamily f, const Rule& r) {
   switch (r.shape) {
     case RuleShape::kCtNewJump:
       return "ct state new jump " + r.target;
+    case RuleShape::kAcceptEstablished:
+      return "ct state established,related accept";
+    case RuleShape::kAcceptDnat:
+      return "ct status dnat accept";
     case RuleShape::kJump:
       return "jump " + r.target;
     case RuleShape::kFirewallCheck:

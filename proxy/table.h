@@ -165,6 +165,8 @@ struct Set {
 
 enum class RuleShape : uint8_t {
   kCtNewJump,           // ct state new jump <target>
+  kAcceptEstablished,   // ct state established,related accept
+  kAcceptDnat,          // ct status dnat accept
   kJump,                // jump <target>
   kFirewallCheck,       // <vip> @firewall-ips <vip> . <saddr> != @firewall-allow drop
   kVipVmap,             // <vip> vmap @<set>

@@ -121,6 +121,24 @@ TEST(ProxyPlanner, EveryShape) {
             std::nullopt);
 }
 
+// A forwarded packet of an established flow meets one test, a new connection a service has
+// translated two; only an untranslated new connection goes on to the checks of destinations no
+// service port took (their keys are the original destination, which DNAT has replaced).
+TEST(ProxyPlanner, ForwardedPacketsLeaveBeforeTheChecksOnceEstablishedOrTranslated) {
+  Planner p(testing::node_context());
+  p.reset(*testing::every_shape());
+  for (IpFamily fam : {IpFamily::kV4, IpFamily::kV6}) {
+    const auto& rules = p.table(fam).chains.at("filter-forward").rules;
+    ASSERT_EQ(rules.size(), 4u);
+    EXPECT_EQ(rules[0].shape, RuleShape::kAcceptEstablished);
+    EXPECT_EQ(rules[1].shape, RuleShape::kAcceptDnat);
+    EXPECT_EQ(rules[2].shape, RuleShape::kCtNewJump);
+    EXPECT_EQ(rules[2].target, "service-endpoints-check");
+    EXPECT_EQ(rules[3].shape, RuleShape::kCtNewJump);
+    EXPECT_EQ(rules[3].target, "cluster-ips-check");
+  }
+}
+
 // Node-local DNS: two raw-priority chains in the address's family only, as NodeLocal
 // DNSCache's NOTRACK rules (queries in prerouting; answers and the node's own queries in output).
 TEST(ProxyPlanner, NodeLocalDnsNotrackChainsInItsFamilyOnly) {

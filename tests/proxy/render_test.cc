@@ -23,6 +23,10 @@ TEST(ProxyRender, RuleShapesAsNftPrintsThem) {
             "@affinity-backends-10800 update @affinity { ip6 saddr . ct original ip6 daddr . meta "
             "l4proto . ct original proto-dst timeout 3h : ip6 daddr . th dport }");
   EXPECT_EQ(render_rule(IpFamily::kV6, {RuleShape::kGoto, "lb", "", 0}), "goto lb");
+  // filter-forward's early exits (nft lists them so: netlink_test).
+  EXPECT_EQ(render_rule(IpFamily::kV4, {RuleShape::kAcceptEstablished, "", ""}),
+            "ct state established,related accept");
+  EXPECT_EQ(render_rule(IpFamily::kV6, {RuleShape::kAcceptDnat, "", ""}), "ct status dnat accept");
   // Local traffic by interface, and cluster-ips-check (nft lists them so: netlink_test).
   Rule not_local{RuleShape::kIifnameNotJump, "mark-for-masquerade", "", 0, "", 0, 0, "veth*"};
   EXPECT_EQ(render_rule(IpFamily::kV4, not_local), "iifname != \"veth*\" jump mark-for-masquerade");
