@@ -329,7 +329,7 @@ def main():
     ap.add_argument("--services", type=int, required=True)
     ap.add_argument("--endpoints", type=int, default=10)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--chunk", type=int, default=5000, help="services per kube-proxy nft file")
+    ap.add_argument("--chunk", type=int, default=1000, help="services per kube-proxy nft file")
     a = ap.parse_args()
     c = Cluster(a.services, a.endpoints)
     os.makedirs(a.out, exist_ok=True)
