@@ -3,6 +3,7 @@
 // "synced MS" once every kind has its state, then, on SIGTERM, one line of what it did.
 //   api_load_agent --server URL --node NAME [--mode auto|list|cache]
 #include <prometheus/registry.h>
+#include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
 #include <atomic>
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "list", "cache"}));
   CLI11_PARSE(app, argc, argv);
 
+  spdlog::set_level(spdlog::level::warn);  // stdout is this program's report
   watcher::ClusterConfig cluster;
   cluster.server = server;
   watcher::KubeClientConfig cfg;

@@ -100,6 +100,9 @@ int main(int argc, char** argv) {
     server.replace_all(objects);
   };
   load();
+  // Before the port is told: a signal sent as soon as it is must not find the default action.
+  std::signal(SIGUSR1, [](int) { g_expire.store(true); });
+  std::signal(SIGUSR2, [](int) { g_stats.store(true); });
   std::cout << server.port() << std::endl;
   std::cerr << "endpointd-fakeapi: serving " << dir << " on " << server.url() << " ("
             << server.object_count("services") << " services, "
@@ -107,8 +110,6 @@ int main(int argc, char** argv) {
 
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  std::signal(SIGUSR1, [](int) { g_expire.store(true); });
-  std::signal(SIGUSR2, [](int) { g_stats.store(true); });
   auto write_stats = [&] {
     if (stats_file.empty()) return;
     size_t lists = 0, watches = 0;
