@@ -693,22 +693,28 @@ class KubeClient::Watcher {
     }
     Transfer::Initial state = std::move(*t.initial);
     t.initial.reset();
-    const size_t n = state.objects.size();
-    set_resource_version(ev.resource_version);
     spdlog::info("kube {}: got {} objects at resourceVersion {} by WatchList ({:.0f} ms)",
-                 kind_name_, n, ev.resource_version,
+                 kind_name_, state.objects.size(), ev.resource_version,
                  std::chrono::duration<double, std::milli>(Clock::now() - t.started).count());
-    model::Event out;
-    out.change = model::Replace{kind_, std::move(state.objects), std::move(state.keep)};
-    out.resource_version = ev.resource_version;
-    post(std::move(out));
-    note_listed(true);
+    post_state(std::move(state.objects), std::move(state.keep), ev.resource_version, true);
     t.state_posted = true;
     return true;
   }
 
-  // A complete state was posted (a list's or a WatchList's).
-  void note_listed(bool by_watch_list) {
+  // "ADDED ns/name (rv N): why" for an object that did not decode.
+  static std::string undecodable(const WatchEvent& ev) {
+    return std::string(to_string(ev.type)) + " " + (ev.key.ns.empty() ? "" : ev.key.ns + "/") +
+           ev.key.name + " (rv " + ev.resource_version + "): " + ev.decode_error;
+  }
+
+  // A complete state (a list's or a WatchList's), posted as one Replace at `rv`.
+  void post_state(std::vector<model::Object> objects, std::vector<model::ObjectKey> keep,
+                  const std::string& rv, bool by_watch_list) {
+    set_resource_version(rv);
+    model::Event out;
+    out.change = model::Replace{kind_, std::move(objects), std::move(keep)};
+    out.resource_version = rv;
+    post(std::move(out));
     {
       std::lock_guard lock(stats_mu_);
       stats_.lists++;
@@ -775,8 +781,7 @@ class KubeClient::Watcher {
         slim(*ev.object);
         t.initial->objects.push_back(std::move(*ev.object));
       } else {
-        count_decode_error("ADDED " + (ev.key.ns.empty() ? "" : ev.key.ns + "/") + ev.key.name +
-                           " (rv " + ev.resource_version + "): " + ev.decode_error);
+        count_decode_error(undecodable(ev));
         if (!ev.key.name.empty()) t.initial->keep.push_back(ev.key);
       }
       return true;
@@ -804,9 +809,7 @@ class KubeClient::Watcher {
         post(std::move(out));
       }
     } else if (!ev.object) {
-      count_decode_error(std::string(to_string(ev.type)) + " " +
-                         (ev.key.ns.empty() ? "" : ev.key.ns + "/") + ev.key.name + " (rv " +
-                         ev.resource_version + "): " + ev.decode_error);
+      count_decode_error(undecodable(ev));
     } else {
       slim(*ev.object);
       model::Event out;
@@ -1236,11 +1239,10 @@ class KubeClient::Watcher {
     int64_t cap = cfg.backoff_initial.count();
     for (int i = 0; i < failures && cap < cfg.backoff_max.count(); ++i) cap *= 2;
     cap = std::min<int64_t>(cap, cfg.backoff_max.count());
-    std::uniform_int_distribution<int64_t> d(0, std::max<int64_t>(cap, 0));
-    return milliseconds(d(rng_));
+    return spread(milliseconds(cap));
   }
 
-  // A uniform random share of `d`.
+  // A uniform random share of `d` (full jitter).
   milliseconds spread(milliseconds d) {
     std::uniform_int_distribution<int64_t> u(0, std::max<int64_t>(d.count(), 0));
     return milliseconds(u(rng_));
@@ -1268,21 +1270,15 @@ class KubeClient::Watcher {
       }
       return shared_->sleep_for(backoff_delay(failures++, l.retry_after));
     }
-    const size_t n = l.objects.size();
-    set_resource_version(l.resource_version);
     using ms = std::chrono::duration<double, std::milli>;
     spdlog::info(
         "kube {}: listed {} objects at resourceVersion {} ({} pages{}: {:.0f} ms requesting, "
         "{:.0f} ms decoding)",
-        kind_name_, n, l.resource_version, l.pages,
+        kind_name_, l.objects.size(), l.resource_version, l.pages,
         l.protobuf_pages == 0 ? std::string()
                               : ", " + std::to_string(l.protobuf_pages) + " in protobuf",
         ms(l.fetching).count(), ms(l.decoding).count());
-    model::Event ev;
-    ev.change = model::Replace{kind_, std::move(l.objects), std::move(l.keep)};
-    ev.resource_version = l.resource_version;
-    post(std::move(ev));
-    note_listed(false);
+    post_state(std::move(l.objects), std::move(l.keep), l.resource_version, false);
     need_list_ = false;
     from = ListFrom::kConsistent;
     return true;
