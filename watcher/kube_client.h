@@ -171,7 +171,7 @@ class KubeClient {
   KindStats stats(model::ObjectKind kind) const;
   std::vector<model::ObjectKind> kinds() const;
 
-  class Watcher;  // one kind; defined in kube_client.cc
+  class Watcher;  // one kind; defined in kube_watcher.h
 
  private:
   struct Shared;
