@@ -196,6 +196,8 @@ void Aggregator::relayout(TimePoint now) {
     since[c] = it != child_since_.end() ? it->second : now;
   }
   child_since_ = std::move(since);
+  child_cover_.clear();
+  for (const auto& c : children) child_cover_.emplace(c, tree_.subtree(c));
   children_ = std::move(children);
   // The watch ring: the next member in the layout's order (wrapping), unless the tree already
   // links the two. Its silence counts from when it became the one watched.
@@ -220,7 +222,7 @@ void Aggregator::relayout(TimePoint now) {
 }
 
 bool Aggregator::adopt(const std::vector<std::string>& excluded, uint64_t epoch,
-                       const std::string& from) {
+                       const std::string& from, bool from_below) {
   if (epoch < epoch_) return false;
   // Decisions are numbered one past the newest seen: a number beyond the cap, or a jump far
   // past this agent's own, is no root's (a forged UINT64_MAX would wrap the root's next
@@ -234,6 +236,18 @@ bool Aggregator::adopt(const std::vector<std::string>& excluded, uint64_t epoch,
   }
   // Names this agent does not list (yet) are kept: its member list may be behind the root's.
   std::set<std::string> ex(excluded.begin(), excluded.end());
+  // A decision that excludes this agent or one of its ancestors comes from the root down the
+  // tree (its parent, or an agent it asked), never up from below: a child that passed one up
+  // could cut this agent off from its own parent. The root's word reaches it down the tree.
+  if (from_below && epoch != epoch_) {
+    bool names_own_line = ex.count(self_) > 0;
+    for (const auto& a : tree_.ancestors(self_)) names_own_line = names_own_line || ex.count(a);
+    if (names_own_line) {
+      ++stats_.refused_decision;
+      note("decision", from, epoch, epoch_);
+      return false;
+    }
+  }
   // Two decisions under one number: a root that restarted (its epoch back to 0) and decided
   // again before it heard the number it had given its last decision. Neither is newer by the
   // number, so every agent takes the one whose list digests higher: all agree on one list,
@@ -283,7 +297,8 @@ void Aggregator::receive(const Message& m, TimePoint now) {
     // it up with its list: the newest decision spreads over every link until all agree.
     // (An empty list at a newer epoch is a decision too: a restarted root, at epoch 0, learns
     // it so, or every agent ignores its down reports from then on.)
-    if (up->decision || !up->excluded.empty() || up->leaving) adopt(up->excluded, up->epoch, from);
+    if (up->decision || !up->excluded.empty() || up->leaving)
+      adopt(up->excluded, up->epoch, from, /*from_below=*/true);
     if (up->leaving) {
       reports_.erase(from);
       if (auto it = child_since_.find(from); it != child_since_.end()) it->second = now;
@@ -296,6 +311,21 @@ void Aggregator::receive(const Message& m, TimePoint now) {
                                          up->covered == prev->second.report.covered) {
       ++stats_.backwards;
       note("backwards", from, up->watermark, up->watermark);
+    }
+    if (up->dns_watermark > up->watermark) {
+      // No agent's DNS watermark passes its routing one (set_local takes the lower).
+      ++stats_.malformed;
+      note("malformed", from, up->dns_watermark, up->watermark);
+      return;
+    }
+    // Only a child's report over exactly its subtree in this agent's layout counts in the
+    // minimum (aggregate, below): an agent vouches for no one it does not hear from, so a
+    // member cannot make another count agents it claims to cover. Kept either way: its silent
+    // and returning names travel on, and it is answered.
+    if (!excluded_.count(from) && !counts_report(from, up->covered)) {
+      ++stats_.refused_coverage;
+      note("coverage", from, up->covered.count,
+           child_cover_.count(from) ? child_cover_.find(from)->second.count : 0);
     }
     // An excluded agent's report is kept only to answer it (so that it does not find this
     // agent silent); it is not counted until the root takes it back.
@@ -311,8 +341,13 @@ void Aggregator::receive(const Message& m, TimePoint now) {
     // the newest one across layouts that differ. Anything else — a former parent, one by
     // another layout — is told that this agent is not its child, and a report it could not
     // have been asked for that claims more than this agent holds is counted.
+    if (sample_ && from == sample_->node) {
+      take_sample(down);
+      adopt(down.excluded, down.epoch, from, /*from_below=*/false);
+      return;
+    }
     if (asked) {
-      adopt(down.excluded, down.epoch, from);
+      adopt(down.excluded, down.epoch, from, /*from_below=*/false);
       return;
     }
     leave_.insert(from);
@@ -326,7 +361,7 @@ void Aggregator::receive(const Message& m, TimePoint now) {
   parent_answered_ = true;
   parent_epoch_ = down.epoch;
   parent_excluded_ = std::set<std::string>(down.excluded.begin(), down.excluded.end());
-  adopt(down.excluded, down.epoch, from);
+  adopt(down.excluded, down.epoch, from, /*from_below=*/false);
   // The parent's watermark holds under the decision it was made with; one made under an older
   // decision than this agent's (the parent has not heard of the newer one yet) waits.
   if (down.epoch == epoch_ && parent_excluded_ == excluded_) take_cluster(down);
@@ -373,6 +408,61 @@ uint64_t Aggregator::bounded_cluster(const std::string& from, uint64_t watermark
   return local_;
 }
 
+bool Aggregator::counts_report(const std::string& from, const Coverage& covered) const {
+  auto it = child_cover_.find(from);
+  return it != child_cover_.end() && it->second == covered;
+}
+
+void Aggregator::sample(TimePoint now, std::vector<Send>& out) {
+  if (tree_.size() < 2 || now - last_sample_at_ < opts_.heartbeat) return;
+  last_sample_at_ = now;
+  // The one asked last has its `silence` to answer (an answer after that is any unasked down
+  // report); one unanswered sample is no evidence of anything.
+  if (sample_ && now - sample_->at <= opts_.silence) return;
+  // One agent a heartbeat, in an order no agent can foresee from the layout alone (the root's
+  // hash and a turn count), the one under a ceiling every time until it is lifted.
+  std::string node;
+  if (ceiling_ && tree_.contains(ceiling_->node)) {
+    node = ceiling_->node;
+  } else {
+    ceiling_.reset();
+    const auto& order = tree_.members();
+    size_t i = static_cast<size_t>(member_hash(self_ + "/" + std::to_string(sample_turn_++)) %
+                                   (order.size() - 1));
+    node = order[i + 1];  // order[0] is this agent, the root
+  }
+  Sample s;
+  s.node = node;
+  s.at = now;
+  // What the tree claimed for it: the minimum as aggregated (before any ceiling), when the
+  // published coverage counts it.
+  if (counts(node)) {
+    s.published = agg_watermark_;
+    s.published_dns = agg_dns_;
+  }
+  sample_ = std::move(s);
+  ++stats_.samples;
+  ask(node, out);
+}
+
+void Aggregator::take_sample(const DownReport& d) {
+  const Sample s = *sample_;
+  sample_.reset();
+  // An agent's own watermarks only grow, so every minimum made before it answered counted it
+  // at or below what it says now. Anything higher was not its: an agent on the way up raised
+  // it (or this one restarted and starts again from 0). Either way the published minimum may
+  // claim no more than it.
+  if (d.own < s.published || d.own_dns < s.published_dns) {
+    ++stats_.sample_below;
+    note("sample-below", s.node, s.published, d.own);
+    ceiling_ = Ceiling{s.node, d.own, std::min(d.own, d.own_dns)};
+    cluster_ = std::min(cluster_, ceiling_->watermark);
+    cluster_dns_ = std::min(cluster_dns_, ceiling_->dns);
+  } else if (ceiling_ && ceiling_->node == s.node) {
+    ceiling_.reset();
+  }
+}
+
 DownReport Aggregator::down_report() const {
   DownReport d;
   d.from = self_;
@@ -382,6 +472,8 @@ DownReport Aggregator::down_report() const {
   d.covered = cluster_covered_;
   d.dns_watermark = cluster_dns_;
   d.holdouts = cluster_holdouts_;
+  d.own = local_;
+  d.own_dns = local_dns_;
   return d;
 }
 
@@ -400,13 +492,16 @@ UpReport Aggregator::aggregate(TimePoint now) {
   for (const auto& [p, since] : suspects_)
     if (now - since > opts_.silence) silent.insert(p);
   std::set<std::string> returning = returning_;
-  auto include = [&](const UpReport& r) {
-    up.watermark = std::min(up.watermark, r.watermark);
-    up.dns_watermark = std::min(up.dns_watermark, r.dns_watermark);
+  auto include = [&](const std::string& name, const UpReport& r) {
+    // Silences, returns and holdouts travel from every report (they can only keep a drain
+    // unconfirmed); the minimum and its coverage only from a child over its own subtree.
     holdouts.push_back(&r.holdouts);
-    up.covered.add(r.covered);
     silent.insert(r.silent.begin(), r.silent.end());
     returning.insert(r.returning.begin(), r.returning.end());
+    if (!counts_report(name, r.covered)) return;
+    up.watermark = std::min(up.watermark, r.watermark);
+    up.dns_watermark = std::min(up.dns_watermark, r.dns_watermark);
+    up.covered.add(r.covered);
   };
   for (auto it = reports_.begin(); it != reports_.end();) {
     if (now - it->second.at > opts_.silence) {
@@ -414,7 +509,7 @@ UpReport Aggregator::aggregate(TimePoint now) {
       it = reports_.erase(it);
       continue;
     }
-    if (!excluded_.count(it->first)) include(it->second.report);
+    if (!excluded_.count(it->first)) include(it->first, it->second.report);
     ++it;
   }
   if (holdouts.size() != merged_from_.size() ||
@@ -529,8 +624,14 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
     for (const auto& m : members_)
       if (m == self_ || !excluded_.count(m)) want.add(m);
     if (agg.covered == want) {
-      cluster_ = agg.watermark;
-      cluster_dns_ = std::min(agg.watermark, agg.dns_watermark);
+      agg_watermark_ = agg.watermark;
+      agg_dns_ = std::min(agg.watermark, agg.dns_watermark);
+      cluster_ = agg_watermark_;
+      cluster_dns_ = agg_dns_;
+      if (ceiling_) {
+        cluster_ = std::min(cluster_, ceiling_->watermark);
+        cluster_dns_ = std::min(cluster_dns_, ceiling_->dns);
+      }
       cluster_covered_ = want;
       cluster_holdouts_ = agg.holdouts;
     } else {
@@ -538,6 +639,7 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
       // members differ from it counts it for nobody.
       ++stats_.coverage_mismatches;
     }
+    sample(now, out);
     // Probe the excluded, a few each heartbeat: one that answers (it leaves this agent, whose
     // down report it did not expect) is alive and comes back.
     if (!excluded_.empty() && now - last_probe_at_ >= opts_.heartbeat) {
@@ -601,6 +703,7 @@ Aggregator::TimePoint Aggregator::next_deadline() const {
     if (!reports_.count(c)) consider(since + opts_.silence);
   consider(last_down_at_ + opts_.heartbeat);
   if (!excluded_.empty() && parent_.empty()) consider(last_probe_at_ + opts_.heartbeat);
+  if (parent_.empty() && tree_.size() > 1) consider(last_sample_at_ + opts_.heartbeat);
   for (const auto& [n, r] : reports_) consider(r.at + opts_.silence);
   return t;
 }

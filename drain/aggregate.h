@@ -135,6 +135,10 @@ struct DownReport {
   Coverage covered;
   uint64_t dns_watermark = 0;  // the DNS watermark over the same agents
   HoldoutList holdouts;        // every covered agent's holdouts
+  // The sender's own watermarks (its consumers' alone): what the root checks a sampled
+  // agent's answer against.
+  uint64_t own = 0;
+  uint64_t own_dns = 0;
 };
 
 using Message = std::variant<UpReport, DownReport>;
@@ -231,12 +235,29 @@ class Aggregator {
     // Down reports with a higher watermark from an agent that is not this one's parent (and
     // that it did not ask): never taken.
     uint64_t not_parent = 0;
+    // Up reports not counted: their coverage is not the sender's subtree in this agent's
+    // layout (the sender is not its child, or claims agents that are not below it). Layouts
+    // differ for a moment while a member joins, leaves or is suspected; a report that claims
+    // what its sender cannot vouch for is refused the same way.
+    uint64_t refused_coverage = 0;
+    // Decisions passed up (in up reports) that exclude this agent or one of its ancestors:
+    // those come from the root, down the tree, or not at all.
+    uint64_t refused_decision = 0;
+    // Up reports refused whole: a DNS watermark above the routing one.
+    uint64_t malformed = 0;
+    // The root's direct samples of one agent's own watermark, and those below the minimum
+    // the root had published counting it (an agent on the way up lied, or it restarted): the
+    // published minimum is held at the sampled agent's own until the tree agrees with it.
+    uint64_t samples = 0;
+    uint64_t sample_below = 0;
   };
   const Stats& stats() const { return stats_; }
 
   // Reports that were wrong on their face, as they were received, for the log.
   struct Anomaly {
-    const char* kind;  // "backwards", "ahead", "epoch" or "not-parent"
+    // "backwards", "ahead", "epoch", "not-parent", "coverage", "decision", "malformed" or
+    // "sample-below"
+    const char* kind;
     std::string from;
     uint64_t reported = 0, kept = 0;
   };
@@ -253,9 +274,19 @@ class Aggregator {
   void ask_ahead(TimePoint now, std::vector<Send>& out);
   UpReport aggregate(TimePoint now);
   // Takes a newer exclusion decision; false when `epoch` is not newer than the one held.
-  bool adopt(const std::vector<std::string>& excluded, uint64_t epoch, const std::string& from);
+  // from_below: it came up the tree (an up report), where no decision that cuts this agent off
+  // from its own parent is taken.
+  bool adopt(const std::vector<std::string>& excluded, uint64_t epoch, const std::string& from,
+             bool from_below);
   // A cluster watermark from a parent, clamped to what this agent applied when it is counted.
   uint64_t bounded_cluster(const std::string& from, uint64_t watermark);
+  // Whether a report from `from` over `covered` counts in this agent's minimum: `from` is its
+  // child in its layout and `covered` is exactly that child's subtree.
+  bool counts_report(const std::string& from, const Coverage& covered) const;
+  // The root: asks one agent directly for its own watermark, every heartbeat.
+  void sample(TimePoint now, std::vector<Send>& out);
+  // The root: an answer of the agent it sampled.
+  void take_sample(const DownReport& d);
   void note(const char* kind, const std::string& from, uint64_t reported, uint64_t kept);
 
   std::string self_;
@@ -266,6 +297,7 @@ class Aggregator {
   Tree tree_;
   std::string parent_;  // empty: root or not a member
   std::vector<std::string> children_;
+  std::map<std::string, Coverage, std::less<>> child_cover_;  // each child's subtree
   TimePoint parent_since_{};            // when parent_ became the parent, or last heard from it
   bool parent_answered_ = false;        // the parent has spoken since it became the parent
   std::set<std::string> down_sent_to_;  // recipients of the last down report
@@ -300,9 +332,28 @@ class Aggregator {
   std::optional<DownReport> last_down_;
   TimePoint last_down_at_{};
   static constexpr size_t kProbesPerHeartbeat = 2;
-  uint64_t epoch_ = 0;                     // of excluded_
-  uint64_t parent_epoch_ = 0;              // the decision the parent last sent
-  std::set<std::string> parent_excluded_;  // and its list
+  // The root's direct sample: whom it asked, when, and the minimum it had published (over
+  // coverage that counted that agent) when it asked.
+  struct Sample {
+    std::string node;
+    TimePoint at{};
+    uint64_t published = 0, published_dns = 0;
+  };
+  std::optional<Sample> sample_;
+  TimePoint last_sample_at_{};
+  uint64_t sample_turn_ = 0;
+  // Set when a sampled agent's own watermark was below the published minimum: the root
+  // publishes no more than it until a sample of that agent shows the tree's minimum at or
+  // below its own again.
+  struct Ceiling {
+    std::string node;
+    uint64_t watermark = 0, dns = 0;
+  };
+  std::optional<Ceiling> ceiling_;
+  uint64_t agg_watermark_ = 0, agg_dns_ = 0;  // the root's last minimum, before any ceiling
+  uint64_t epoch_ = 0;                        // of excluded_
+  uint64_t parent_epoch_ = 0;                 // the decision the parent last sent
+  std::set<std::string> parent_excluded_;     // and its list
   TimePoint last_probe_at_{};
   size_t probe_next_ = 0;
   bool layout_dirty_ = true;

@@ -98,6 +98,8 @@ Result<Message> from_wire(const pb::PeerMessage& m) {
     r.covered.digest = d.covered_digest();
     r.dns_watermark = d.dns_watermark();
     copy_holdouts(d.holdouts(), r.holdouts);
+    r.own = d.own_watermark();
+    r.own_dns = d.own_dns_watermark();
     return Message{std::move(r)};
   }
   return Error{"a message with neither an up nor a down report"};
@@ -131,6 +133,8 @@ pb::PeerMessage to_wire(const Message& m) {
     w->set_covered_digest(d.covered.digest);
     w->set_dns_watermark(d.dns_watermark);
     put_holdouts(d.holdouts, w);
+    w->set_own_watermark(d.own);
+    w->set_own_dns_watermark(d.own_dns);
   }
   return out;
 }
@@ -201,8 +205,12 @@ struct Cluster::Metrics {
                      .Name("endpointd_drain_peer_watermark_anomalies_total")
                      .Help(
                          "Peer watermark reports wrong on their face, by kind: backwards (taken "
-                         "as reported) and ahead (a cluster watermark above this agent's own, "
-                         "clamped)")
+                         "as reported), ahead (a cluster watermark above this agent's own, "
+                         "clamped), not-parent (a down report from another than the parent), "
+                         "epoch (a decision past the cap or step), coverage (an up report not "
+                         "over the sender's subtree: not counted), decision (an exclusion of "
+                         "this agent's line passed up: refused), malformed, sample-below (the "
+                         "root's direct sample below the minimum over it: held there)")
                      .Register(*r);
   }
 };
@@ -623,7 +631,7 @@ void Cluster::publish_view() {
       .Set(static_cast<double>(agg_.cluster_watermark()));
 }
 
-void Cluster::report_anomalies(SteadyClock::time_point now) {
+void Cluster::report_anomalies(SteadyClock::time_point) {
   for (const auto& a : agg_.take_anomalies()) {
     const std::string_view kind(a.kind);
     bool ahead = kind == "ahead";
@@ -632,29 +640,55 @@ void Cluster::report_anomalies(SteadyClock::time_point now) {
       ++(ahead ? stats_.watermark_clamped_ahead : stats_.watermark_backwards);
     }
     metrics_->anomalies->Add({{"kind", a.kind}}).Increment();
-    auto& last = anomaly_logged_[std::string(a.kind) + "/" + a.from];
-    if (last != SteadyClock::time_point{} && now - last < std::chrono::seconds(10)) continue;
-    last = now;
+    // Logged at the 1st, 2nd, 4th, 8th… of each kind from each peer: a peer that keeps at it
+    // is seen in the log without filling it.
+    uint64_t n = ++anomaly_counts_[std::string(a.kind) + "/" + a.from];
+    if ((n & (n - 1)) != 0) continue;
     if (kind == "epoch")
       spdlog::warn(
           "drain: peer {} sent an exclusion decision numbered {}, past the cap or more than {} "
-          "decisions past this agent's {}: refused",
-          a.from, a.reported, Aggregator::kMaxEpochStep, a.kept);
+          "decisions past this agent's {}: refused ({} so far)",
+          a.from, a.reported, Aggregator::kMaxEpochStep, a.kept, n);
     else if (kind == "not-parent")
       spdlog::warn(
           "drain: peer {} sent a cluster watermark of {} but is not this agent's parent in its "
-          "layout: not taken (this agent's is {})",
-          a.from, a.reported, a.kept);
+          "layout: not taken (this agent's is {}; {} so far)",
+          a.from, a.reported, a.kept, n);
     else if (ahead)
       spdlog::warn(
           "drain: peer {} sent a cluster watermark of {}, above this agent's own {} that it "
-          "counts: clamped to {}",
-          a.from, a.reported, a.kept, a.kept);
-    else
+          "counts: clamped to {} ({} so far)",
+          a.from, a.reported, a.kept, a.kept, n);
+    else if (kind == "coverage")
+      spdlog::warn(
+          "drain: peer {} reported over {} agents, not its subtree of {} in this agent's layout: "
+          "not counted in the minimum (layouts differ while a member joins, leaves or is "
+          "suspected; otherwise a false report; {} so far)",
+          a.from, a.reported, a.kept, n);
+    else if (kind == "decision")
+      spdlog::warn(
+          "drain: peer {} passed up an exclusion decision (number {}) that excludes this agent "
+          "or one of its ancestors: refused, such a decision comes from the root down ({} so far)",
+          a.from, a.reported, n);
+    else if (kind == "malformed")
+      spdlog::warn(
+          "drain: peer {} reported a DNS watermark of {} above its watermark of {}: refused ({} "
+          "so far)",
+          a.from, a.reported, a.kept, n);
+    else if (kind == "sample-below") {
+      std::string path;
+      for (const auto& p : agg_.tree().ancestors(a.from))
+        path = p + (path.empty() ? "" : " > ") + path;
+      spdlog::warn(
+          "drain: sampled directly, peer {} applied up to {} but the minimum over it was {}: "
+          "the cluster watermark is held at {} until the tree agrees (it restarted, or an agent "
+          "on its way up, {}, reported falsely; {} so far)",
+          a.from, a.kept, a.reported, a.kept, path, n);
+    } else
       spdlog::warn(
           "drain: peer {} reported a watermark of {}, below its previous report over the same "
-          "agents (a restart, or a false report): taken as reported",
-          a.from, a.reported);
+          "agents (a restart, or a false report): taken as reported ({} so far)",
+          a.from, a.reported, n);
   }
 }
 

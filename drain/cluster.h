@@ -169,7 +169,7 @@ class Cluster {
   };
   std::map<std::string, Backoff> backoff_;
   // When a wrong report from a peer was last logged, per kind and peer (one line per 10 s).
-  std::map<std::string, std::chrono::steady_clock::time_point> anomaly_logged_;
+  std::map<std::string, uint64_t> anomaly_counts_;  // kind/peer -> how many, for the log
   std::thread thread_;
 
   std::shared_ptr<const std::set<std::string>> members_view_;

@@ -46,6 +46,31 @@ std::vector<std::string> Tree::children(std::string_view node) const {
   return out;
 }
 
+Coverage Tree::subtree(std::string_view node) const {
+  Coverage c;
+  auto it = pos_.find(node);
+  if (it == pos_.end()) return c;
+  // A heap's subtree is one run of positions per level: [lo, hi] → [lo·f+1, hi·f+f].
+  size_t lo = it->second, hi = it->second;
+  while (lo < order_.size()) {
+    for (size_t i = lo; i <= hi && i < order_.size(); ++i) c.add(order_[i]);
+    lo = lo * fan_in_ + 1;
+    hi = hi * fan_in_ + fan_in_;
+  }
+  return c;
+}
+
+std::vector<std::string> Tree::ancestors(std::string_view node) const {
+  std::vector<std::string> out;
+  auto it = pos_.find(node);
+  if (it == pos_.end()) return out;
+  for (size_t i = it->second; i > 0;) {
+    i = (i - 1) / fan_in_;
+    out.push_back(order_[i]);
+  }
+  return out;
+}
+
 const std::string& Tree::root() const {
   static const std::string kNone;
   return order_.empty() ? kNone : order_.front();

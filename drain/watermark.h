@@ -69,6 +69,11 @@ class Tree {
   size_t depth() const;
   // The coverage of every member: what the root must see to publish a minimum.
   const Coverage& coverage() const { return coverage_; }
+  // The coverage of `node` and every member below it (empty for a non-member): what a report
+  // from `node` must cover to count at its parent.
+  Coverage subtree(std::string_view node) const;
+  // `node`'s ancestors, its parent first, the root last (empty for the root or a non-member).
+  std::vector<std::string> ancestors(std::string_view node) const;
   const std::vector<std::string>& members() const { return order_; }
 
  private:

@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <iostream>
+
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -132,6 +135,13 @@ class Sim {
   const std::set<std::string>& stopped() const { return stopped_; }
   const std::vector<std::string>& members() const { return members_; }
   TimePoint now() const { return now_; }
+  // What a lying agent does to the messages it sends (from, to, message).
+  void set_tamper(std::function<void(const std::string&, const std::string&, Message&)> t) {
+    tamper_ = std::move(t);
+  }
+  // A test of a lie that the cluster catches only afterwards turns the per-round check off and
+  // checks what it expects itself.
+  void check_safety_each_round(bool on) { safety_checked_ = on; }
 
   void round() {
     std::deque<std::pair<std::string, Message>> inbox;
@@ -145,6 +155,7 @@ class Sim {
     for (auto& [name, a] : agents_) {
       if (stopped_.count(name)) continue;
       for (auto& s : a.poll(now_)) {
+        if (tamper_) tamper_(name, s.to, s.message);
         ++sent_[name];
         peers_[name].insert(s.to);
         queue_.emplace_back(s.to, std::move(s.message));
@@ -158,6 +169,7 @@ class Sim {
   // watermark of an agent it has not excluded.
   // (checked whenever a root publishes a new value, against the members it knows).
   void check_safety(const Aggregator& a) {
+    if (!safety_checked_) return;
     uint64_t& last = published_[a.self()];
     if (!a.is_root() || a.cluster_watermark() == last) return;
     last = a.cluster_watermark();
@@ -209,6 +221,8 @@ class Sim {
   std::map<std::string, uint64_t> published_;
   std::map<std::string, std::set<std::string>> peers_;
   TimePoint now_ = TimePoint{} + 1h;
+  std::function<void(const std::string&, const std::string&, Message&)> tamper_;
+  bool safety_checked_ = true;
 };
 
 AggregatorOptions opts(size_t k) {
@@ -469,6 +483,200 @@ TEST(Aggregator, RefusesForgedDownReportsAndEpochsThatWrapOrJump) {
   EXPECT_TRUE(a.excluded().count(attacker));
   EXPECT_GT(a.epoch(), epoch);
   EXPECT_LT(a.epoch() >> 16, Aggregator::kMaxEpochCounter);
+}
+
+// Three agents, the root and its two children; `a` reports first. Returns the root's name and
+// its children, in the layout's order.
+struct Small {
+  std::vector<std::string> members{"node-a", "node-b", "node-c"};
+  Tree tree{members, 2};
+  std::string root = tree.root();
+  std::vector<std::string> kids = tree.children(root);
+};
+
+// A member vouches only for agents it hears from: a child's report counts at its parent only
+// over exactly its subtree in the parent's layout. Before, the root counted any member's report
+// over any coverage, so one member claiming to cover an agent that never reported (a stopped
+// one, whose kernel may still route) made the root publish a minimum that counted it.
+TEST(Aggregator, AMemberVouchesOnlyForItsOwnSubtree) {
+  Small s;
+  ASSERT_EQ(s.kids.size(), 2u);
+  const std::string& liar = s.kids[0];
+  const std::string& silent = s.kids[1];
+  Aggregator root(s.root, opts(2));
+  TimePoint now = TimePoint{} + 1h;
+  root.set_members(s.members, now);
+  root.set_local(200);
+  root.poll(now);
+  UpReport forged;
+  forged.from = liar;
+  forged.watermark = 200;
+  forged.dns_watermark = 200;
+  forged.covered.add(liar);
+  forged.covered.add(silent);  // never heard from
+  root.receive(forged, now);
+  EXPECT_EQ(root.stats().refused_coverage, 1u);
+  auto seen = root.take_anomalies();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_STREQ(seen[0].kind, "coverage");
+  EXPECT_EQ(seen[0].from, liar);
+  for (int i = 0; i < 10; ++i) {
+    now += 50ms;
+    root.poll(now);
+    root.receive(forged, now);
+  }
+  EXPECT_EQ(root.cluster_watermark(), 0u) << "a minimum that counts " << silent;
+  EXPECT_FALSE(root.coverage_current());
+  // The same agent over its own subtree counts; with the other child's own report the root
+  // publishes the true minimum.
+  UpReport honest = forged;
+  honest.covered = Coverage{};
+  honest.covered.add(liar);
+  honest.watermark = honest.dns_watermark = 150;
+  root.receive(honest, now);
+  UpReport other;
+  other.from = silent;
+  other.watermark = other.dns_watermark = 120;
+  other.covered.add(silent);
+  root.receive(other, now);
+  now += 50ms;
+  root.poll(now);
+  EXPECT_EQ(root.cluster_watermark(), 120u);
+  EXPECT_TRUE(root.coverage_current());
+  // Not a child at all (an agent the layout puts elsewhere): not counted either, whatever it
+  // covers.
+  Aggregator child(liar, opts(2));
+  child.set_members(s.members, now);
+  child.set_local(200);
+  UpReport sideways;
+  sideways.from = silent;
+  sideways.watermark = sideways.dns_watermark = 200;
+  sideways.covered.add(silent);
+  child.receive(sideways, now);
+  EXPECT_EQ(child.stats().refused_coverage, 1u);
+}
+
+// A decision that excludes the receiver or one of its ancestors is the root's to send down the
+// tree: passed up (in an up report, which any member may send), it is refused and counted. A
+// decision that excludes others still travels up, as a restarted root must learn it.
+TEST(Aggregator, RefusesDecisionsFromBelowThatCutItsOwnLine) {
+  Small s;
+  const std::string& kid = s.kids[0];
+  const std::string& other = s.kids[1];
+  TimePoint now = TimePoint{} + 1h;
+  Aggregator root(s.root, opts(2));
+  root.set_members(s.members, now);
+  Aggregator leaf(kid, opts(2));
+  leaf.set_members(s.members, now);
+  UpReport up;
+  up.from = kid;
+  up.decision = true;
+  up.epoch = uint64_t{1} << 16;
+  up.excluded = {s.root};  // the root itself: "you are out"
+  root.receive(up, now);
+  EXPECT_TRUE(root.excluded().empty());
+  EXPECT_EQ(root.epoch(), 0u);
+  EXPECT_EQ(root.stats().refused_decision, 1u);
+  auto seen = root.take_anomalies();
+  EXPECT_TRUE(std::any_of(seen.begin(), seen.end(),
+                          [](const auto& a) { return std::string(a.kind) == "decision"; }));
+  // The leaf's ancestor (the root), passed up to the leaf by the other member: refused.
+  UpReport up2 = up;
+  up2.from = other;
+  leaf.receive(up2, now);
+  EXPECT_TRUE(leaf.excluded().empty());
+  EXPECT_EQ(leaf.stats().refused_decision, 1u);
+  // Excluding someone else: taken (the newest decision spreads over every link).
+  up.excluded = {other};
+  root.receive(up, now);
+  EXPECT_EQ(root.excluded(), std::set<std::string>{other});
+  EXPECT_EQ(root.epoch(), uint64_t{1} << 16);
+  // The same decision from the parent, down the tree, is taken even when it names the
+  // receiver: that is how an agent the root excluded while it was stopped learns it.
+  DownReport down;
+  down.from = s.root;
+  down.epoch = uint64_t{2} << 16;
+  down.excluded = {kid};
+  leaf.receive(down, now);
+  EXPECT_EQ(leaf.excluded(), std::set<std::string>{kid});
+}
+
+// An up report whose DNS watermark passes its routing one is no agent's: refused whole.
+TEST(Aggregator, RefusesAReportWhoseDnsWatermarkPassesItsWatermark) {
+  Small s;
+  TimePoint now = TimePoint{} + 1h;
+  Aggregator root(s.root, opts(2));
+  root.set_members(s.members, now);
+  root.set_local(100);
+  for (const auto& k : s.kids) {
+    UpReport up;
+    up.from = k;
+    up.watermark = 100;
+    up.dns_watermark = k == s.kids[0] ? 500 : 100;
+    up.covered.add(k);
+    root.receive(up, now);
+  }
+  root.poll(now);
+  EXPECT_EQ(root.stats().malformed, 1u);
+  EXPECT_FALSE(root.coverage_current()) << "the malformed report was counted";
+}
+
+// A compromised interior agent can lie about its own subtree: it forwards a minimum above what
+// its children applied. The root bounds that by asking one agent directly every heartbeat for
+// its own watermark; once a sampled agent below the liar is below what the root published, the
+// root publishes no more than that agent's own until the tree agrees with it again.
+TEST(Aggregator, TheRootsDirectSampleCatchesAnInteriorAgentsLie) {
+  Sim sim(15, opts(2));
+  Tree tree(sim.members(), 2);
+  const std::string root = tree.root();
+  // The liar: a child of the root with the largest subtree.
+  std::string liar;
+  for (const auto& k : tree.children(root))
+    if (liar.empty() || tree.subtree(k).count > tree.subtree(liar).count) liar = k;
+  ASSERT_GE(tree.subtree(liar).count, 3u);
+  std::set<std::string> below;
+  for (const auto& m : sim.members())
+    for (const auto& a : tree.ancestors(m))
+      if (a == liar) below.insert(m);
+  for (const auto& m : sim.members()) sim.set_local(m, 300);
+  ASSERT_GE(sim.rounds_until_all(300, 200), 0);
+  // Below the liar nothing new is applied; everyone else moves on to 400. The liar says its
+  // subtree is at 400 too.
+  sim.check_safety_each_round(false);
+  sim.set_tamper([&](const std::string& from, const std::string& to, Message& m) {
+    if (from != liar || to != root) return;
+    if (auto* up = std::get_if<UpReport>(&m)) {
+      if (!up->probe) up->watermark = up->dns_watermark = 400;
+    }
+  });
+  for (const auto& m : sim.members())
+    if (!below.count(m)) sim.set_local(m, 400);
+  Aggregator& r = sim.at(root);
+  int rounds = 0;
+  while (r.stats().sample_below == 0 && rounds < 3000) {
+    sim.round();
+    ++rounds;
+  }
+  ASSERT_GE(r.stats().sample_below, 1u)
+      << "never sampled below the liar in " << rounds << " rounds";
+  // Caught: from now on the root publishes no more than what the sampled agent applied, for as
+  // long as the lie goes on.
+  for (int i = 0; i < 300; ++i) {
+    sim.round();
+    ASSERT_LE(r.cluster_watermark(), 300u) << "round " << i;
+  }
+  auto seen = r.take_anomalies();
+  bool named = false;
+  for (const auto& a : seen)
+    named = named || (std::string(a.kind) == "sample-below" && below.count(a.from));
+  EXPECT_TRUE(named);
+  // The lie stops and the subtree catches up: the root's samples agree and the ceiling goes.
+  sim.set_tamper(nullptr);
+  sim.check_safety_each_round(true);
+  for (const auto& m : sim.members()) sim.set_local(m, 500);
+  EXPECT_GE(sim.rounds_until_all(500, 400), 0);
+  std::cout << "caught after " << rounds << " rounds (" << rounds / 20 << " heartbeats), "
+            << r.stats().samples << " samples in all\n";
 }
 
 }  // namespace
