@@ -4,10 +4,7 @@
 
 #include <algorithm>
 #include <cassert>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
-#include <thread>
 
 #include "model/routing.h"
 #include "proxy/frontends.h"
@@ -777,108 +774,12 @@ void Planner::resolve_shared(IpFamily f, std::vector<TableChanges>* out) {
   }
 }
 
-struct Planner::PlannedRun {
-  struct Planned {
-    IpFamily family;
-    SetId id;
-    Element element;
-  };
-  std::vector<Planned> elements;
-  // Each service's plan and the end of its elements in `elements`.
-  std::vector<std::pair<PlannedService, size_t>> services;
-  PlanStats skips;
-};
-
-Status Planner::put_planned(PlannedRun& run, size_t begin, size_t end, const ServiceState& st) {
-  for (size_t i = begin; i < end; ++i) {
-    auto& [f, id, e] = run.elements[i];
-    // Without a changes list, add_element leaves `e` as it was (it only copies it into a set).
-    Status s = add_element(f, id, std::move(e), nullptr);
-    if (s.ok()) continue;
-    for (size_t j = begin; j < i; ++j) {
-      const auto& done = run.elements[j];
-      remove_element(done.family, done.id, done.element, nullptr);
-    }
-    return prefixed(st.key().str(), s.error());
-  }
-  return {};
-}
-
-// The helper plans runs of services ahead (at most kAhead runs, so its elements never hold
-// more than a few thousand services' worth of memory) and this thread puts them in, in order.
-// Planning a service reads only the snapshot and planned_, which stay as they are until the
-// helper is joined; the tables, stats_ and services_ are this thread's alone.
-void Planner::reset_with_helper(const model::Snapshot& snap,
-                                std::map<model::ServiceKey, PlannedService>& previous) {
-  constexpr size_t kRun = 256;
-  constexpr size_t kAhead = 4;
-  const size_t runs = (snap.services.size() + kRun - 1) / kRun;
-  std::vector<PlannedRun> ring(kAhead);
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t planned = 0;  // runs the helper finished
-  size_t taken = 0;    // runs this thread finished
-  bool stop = false;
-  std::thread planner([&] {
-    auto it = snap.services.begin();
-    for (size_t r = 0; r < runs; ++r) {
-      {
-        std::unique_lock lock(mu);
-        cv.wait(lock, [&] { return stop || r < taken + kAhead; });
-        if (stop) return;
-      }
-      PlannedRun& run = ring[r % kAhead];
-      run.elements.clear();
-      run.services.clear();
-      run.skips = {};
-      for (size_t i = 0; i < kRun && it != snap.services.end(); ++i, ++it) {
-        PlannedService p{*it};
-        plan_service(**it, &run.skips, p, [&](IpFamily f, SetId id, Element&& e) {
-          run.elements.push_back({f, id, std::move(e)});
-        });
-        run.services.emplace_back(std::move(p), run.elements.size());
-      }
-      {
-        std::lock_guard lock(mu);
-        planned = r + 1;
-      }
-      cv.notify_all();
-    }
+void Planner::plan_ahead(const model::ServiceStatePtr& st, PlannedRun& run) const {
+  PlannedService p{st};
+  plan_service(*st, &run.skips, p, [&](IpFamily f, SetId id, Element&& e) {
+    run.elements.push_back({f, id, std::move(e)});
   });
-  auto finish = [&] {
-    {
-      std::lock_guard lock(mu);
-      stop = true;
-    }
-    cv.notify_all();
-    planner.join();
-  };
-  try {
-    for (size_t r = 0; r < runs; ++r) {
-      {
-        std::unique_lock lock(mu);
-        cv.wait(lock, [&] { return planned > r; });
-      }
-      PlannedRun& run = ring[r % kAhead];
-      stats_.skipped += run.skips.skipped;
-      for (auto& why : run.skips.skip_reasons) stats_.skip_reasons.push_back(std::move(why));
-      size_t begin = 0;
-      for (auto& [p, end] : run.services) {
-        Status s = put_planned(run, begin, end, *p.state);
-        keep_planned(std::move(p), s, previous);
-        begin = end;
-      }
-      {
-        std::lock_guard lock(mu);
-        taken = r + 1;
-      }
-      cv.notify_all();
-    }
-  } catch (...) {
-    finish();
-    throw;
-  }
-  finish();
+  run.services.emplace_back(std::move(p), run.elements.size());
 }
 
 std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const model::Delta& delta) {

@@ -1,6 +1,6 @@
 // The planner: Snapshot + node context -> the endpointd tables (one per IP family), and
-// per Delta the minimal changes to them. Pure: no I/O, no clock; no threads but reset()'s
-// helper when asked for one.
+// per Delta the minimal changes to them. Pure: no I/O, no clock, no threads (reset()'s helper
+// thread, when asked for one, is in planner_helper.cc).
 #pragma once
 
 #include <cstdint>
@@ -159,7 +159,21 @@ class Planner {
   void plan_service(const model::ServiceState& st, PlanStats* skips, PlannedService& out,
                     Emit&& emit) const;
   // Services planned ahead by reset()'s helper, in order, and their elements.
-  struct PlannedRun;
+  struct PlannedRun {
+    struct Planned {
+      IpFamily family;
+      SetId id;
+      Element element;
+    };
+    std::vector<Planned> elements;
+    // Each service's plan and the end of its elements in `elements`.
+    std::vector<std::pair<PlannedService, size_t>> services;
+    PlanStats skips;
+  };
+  // Plans `st` into `run`: appends its elements, records its plan and their end. Pure (it
+  // reads only `st` and the context planned with): reset()'s helper thread runs it.
+  void plan_ahead(const model::ServiceStatePtr& st, PlannedRun& run) const;
+  // The helper, its thread and the runs it hands over (planner_helper.cc).
   void reset_with_helper(const model::Snapshot& snap,
                          std::map<model::ServiceKey, PlannedService>& previous);
   // Puts in the elements [begin, end) of `run`, one service's; on the first one the tables
