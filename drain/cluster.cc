@@ -586,6 +586,7 @@ void Cluster::publish_view() {
   };
   j += ",\"children\":" + list(agg_.tree().children(opts_.node));
   j += ",\"excluded\":" + list(v.excluded);
+  j += ",\"epoch\":" + std::to_string(agg_.epoch());
   std::vector<std::string> suspects;
   for (const auto& [n, since] : agg_.suspects()) suspects.push_back(n);
   j += ",\"suspects\":" + list(suspects);
@@ -620,7 +621,13 @@ void Cluster::publish_view() {
          ",\"dropped_inbox\":" + std::to_string(s.dropped_inbox) +
          ",\"dropped_no_stream\":" + std::to_string(s.dropped_no_stream) +
          ",\"watermark_backwards\":" + std::to_string(s.watermark_backwards) +
-         ",\"watermark_clamped_ahead\":" + std::to_string(s.watermark_clamped_ahead) + "}}";
+         ",\"watermark_clamped_ahead\":" + std::to_string(s.watermark_clamped_ahead) +
+         ",\"refused_coverage\":" + std::to_string(agg_.stats().refused_coverage) +
+         ",\"refused_decision\":" + std::to_string(agg_.stats().refused_decision) +
+         ",\"refused_epoch\":" + std::to_string(agg_.stats().refused_epoch) +
+         ",\"not_parent\":" + std::to_string(agg_.stats().not_parent) +
+         ",\"samples\":" + std::to_string(agg_.stats().samples) +
+         ",\"sample_below\":" + std::to_string(agg_.stats().sample_below) + "}}";
     view_ = std::move(v);
     json_ = std::move(j);
   }

@@ -14,6 +14,7 @@
 #include <cjose/cjose.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -317,7 +318,8 @@ class PeerIdentity : public ::testing::Test {
     return path;
   }
 
-  void start(int i, const std::string& node) {
+  // insecure: the agent runs with --drain-peer-insecure (plaintext, no identity).
+  void start(int i, const std::string& node, bool insecure = false) {
     auto a = std::make_unique<Agent>();
     a->board.add("dataplane");
     VerifierOptions vo;
@@ -333,11 +335,15 @@ class PeerIdentity : public ::testing::Test {
     o.machine.node_name = node;
     o.peer_listen = address_of(i) + ":" + std::to_string(port_);
     o.peer_port = port_;
-    o.peer_tls.ca = dir_ + "/ca.crt";
-    o.peer_tls.cert = dir_ + "/server.crt";
-    o.peer_tls.key = dir_ + "/server.key";
-    o.peer_tls.token = std::make_shared<TokenFile>(token_file(node));
-    o.peer_tls.verifier = a->verifier;
+    if (insecure) {
+      o.peer_insecure = true;
+    } else {
+      o.peer_tls.ca = dir_ + "/ca.crt";
+      o.peer_tls.cert = dir_ + "/server.crt";
+      o.peer_tls.key = dir_ + "/server.key";
+      o.peer_tls.token = std::make_shared<TokenFile>(token_file(node));
+      o.peer_tls.verifier = a->verifier;
+    }
     o.aggregator.heartbeat = 100ms;
     o.aggregator.silence = 1500ms;
     o.aggregator.probe = 300ms;
@@ -348,7 +354,8 @@ class PeerIdentity : public ::testing::Test {
     agents_[node] = std::move(a);
   }
 
-  void apply(uint64_t gen, uint64_t rev) {
+  // `except`: an agent whose consumers do not apply this one (it stays where it was).
+  void apply(uint64_t gen, uint64_t rev, const std::string& except = "") {
     auto s = std::make_shared<model::Snapshot>();
     s->generation = gen;
     s->synced = true;
@@ -363,7 +370,7 @@ class PeerIdentity : public ::testing::Test {
     }
     for (auto& [n, a] : agents_) {
       a->coordinator->on_snapshot(s);
-      a->board.applied("dataplane", s);
+      if (n != except) a->board.applied("dataplane", s);
     }
   }
 
@@ -446,17 +453,28 @@ class PeerIdentity : public ::testing::Test {
 
   // Opens an Exchange stream to node-a presenting `token`, writes `messages` and holds the
   // stream open for `hold` (node-a takes what it is sent meanwhile); the stream's status.
+  // `creds` null: TLS as an agent. `every`: the messages again at that interval while held.
   grpc::Status send_as(const std::string& token, const std::vector<pb::PeerMessage>& messages,
-                       std::chrono::milliseconds hold) {
+                       std::chrono::milliseconds hold,
+                       std::shared_ptr<grpc::ChannelCredentials> creds = nullptr,
+                       std::chrono::milliseconds every = std::chrono::milliseconds::zero()) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    auto ch = grpc::CreateCustomChannel(address_of(0) + ":" + std::to_string(port_), tls(), args);
+    auto ch = grpc::CreateCustomChannel(address_of(0) + ":" + std::to_string(port_),
+                                        creds ? creds : tls(), args);
     auto stub = pb::Peer::NewStub(ch);
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + hold);
-    ctx.AddMetadata(kPeerTokenMetadata, token);
+    const auto until = std::chrono::system_clock::now() + hold;
+    ctx.set_deadline(until);
+    if (!token.empty()) ctx.AddMetadata(kPeerTokenMetadata, token);
     auto stream = stub->Exchange(&ctx);
     for (const auto& m : messages) stream->Write(m);
+    if (every.count() > 0) {
+      while (std::chrono::system_clock::now() + every < until) {
+        std::this_thread::sleep_for(every);
+        for (const auto& m : messages) stream->Write(m);
+      }
+    }
     pb::PeerMessage in;
     while (stream->Read(&in)) {
     }
@@ -601,6 +619,90 @@ TEST_F(PeerIdentity, AMembersCredentialsCannotForgeTheClustersWord) {
   EXPECT_TRUE(wait_cluster(11, 5s)) << agents_["node-a"]->coordinator->cluster_json();
   EXPECT_NE(agents_["node-a"]->coordinator->cluster_json().find("\"excluded\":[]"),
             std::string::npos);
+}
+
+// The same attempts against agents started with --drain-peer-insecure, to say what is lost: no
+// credentials are needed, so anyone who reaches the port speaks as any member. The tree's rules
+// still refuse (b) a down report from a member that is not node-a's parent and (c) a wrapping
+// decision. What they cannot refuse is a message that is right on its face from the member it
+// names: speaking as node-a's parent (or, node-a being the root, as its child), the attacker
+// makes node-a believe a node applied what it never did — node-a's drains are confirmed for a
+// node that may still route to the endpoint. With identity on, that same sentence needs that
+// member's token (NodeCsCredentialsCannotSpeakAsNodeB).
+TEST_F(PeerIdentity, WithPeerInsecureAnyoneSpeaksAsAnyMemberAndIsBelieved) {
+  const std::vector<std::string> all = {"node-a", "node-b", "node-c", "node-d"};
+  for (int i = 0; i < 4; ++i) start(i, all[i], /*insecure=*/true);
+  apply(1, 10);
+  ASSERT_TRUE(wait_cluster(10, 10s)) << agents_["node-a"]->coordinator->cluster_json();
+  Tree tree(all, AggregatorOptions{}.fan_in);
+  const std::string* parent = tree.parent("node-a");
+  const std::string victim = parent ? *parent : tree.children("node-a").front();
+  // Every agent applies 11 but the impersonated one: the honest minimum stays 10.
+  apply(2, 11, victim);
+  std::this_thread::sleep_for(500ms);
+  ASSERT_NE(agents_["node-a"]->coordinator->cluster_json().find("\"cluster_watermark\":10,"),
+            std::string::npos);
+  const std::string j = agents_["node-a"]->coordinator->cluster_json();
+  const auto at = j.find("\"epoch\":");
+  ASSERT_NE(at, std::string::npos) << j;
+  const uint64_t epoch = std::stoull(j.substr(at + 8));
+
+  // (a) Speaking as `victim` with no credentials at all: taken (no refusal, no identity).
+  pb::PeerMessage lie;
+  if (parent) {
+    auto* d = lie.mutable_down();
+    d->set_from(victim);
+    d->set_watermark(11);
+    d->set_dns_watermark(11);
+    d->set_epoch(epoch);
+    Coverage c;
+    for (const auto& n : all) c.add(n);
+    d->set_covered_count(c.count);
+    d->set_covered_digest(c.digest);
+  } else {
+    auto* u = lie.mutable_up();
+    u->set_from(victim);
+    u->set_watermark(11);
+    u->set_dns_watermark(11);
+    u->set_epoch(epoch);
+    u->set_covered_count(1);
+    u->set_covered_digest(member_hash(victim));
+  }
+  std::atomic<bool> believed{false};
+  std::thread watch([&] {
+    auto until = std::chrono::steady_clock::now() + 2500ms;
+    while (!believed && std::chrono::steady_clock::now() < until) {
+      if (agents_["node-a"]->coordinator->cluster_json().find("\"cluster_watermark\":11,") !=
+          std::string::npos)
+        believed = true;
+      std::this_thread::sleep_for(2ms);
+    }
+  });
+  send_as("", {lie}, 2000ms, grpc::InsecureChannelCredentials(), 20ms);
+  watch.join();
+  EXPECT_TRUE(believed) << "node-a never took the forged word of " << victim;
+  EXPECT_EQ(counter("node-a", "refused_identity"), 0u);
+
+  // (b) and (c) are still refused by the tree's rules, as with identity.
+  std::string other;
+  for (const auto& n : all)
+    if (n != "node-a" && n != victim && n != tree.root()) other = n;
+  ASSERT_FALSE(other.empty());
+  pb::PeerMessage down;
+  down.mutable_down()->set_from(other);
+  down.mutable_down()->set_watermark(1'000'000);
+  down.mutable_down()->set_epoch(epoch + (uint64_t{1} << 16));
+  down.mutable_down()->add_excluded(victim);
+  pb::PeerMessage wrap;
+  wrap.mutable_up()->set_from(other);
+  wrap.mutable_up()->set_epoch(~0ull);
+  wrap.mutable_up()->set_decision(true);
+  wrap.mutable_up()->add_excluded(victim);
+  send_as("", {down, wrap}, 1000ms, grpc::InsecureChannelCredentials());
+  EXPECT_GE(anomalies("node-a", "epoch"), 1);
+  const std::string after = agents_["node-a"]->coordinator->cluster_json();
+  EXPECT_EQ(after.find("1000000"), std::string::npos) << after;
+  EXPECT_NE(after.find("\"excluded\":[]"), std::string::npos) << after;
 }
 
 // node-b's token, copied (by a peer it was sent to), on a second stream while node-b's own is
