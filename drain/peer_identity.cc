@@ -13,7 +13,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "model/file.h"
+#include "io/small_file.h"
 
 namespace endpointd::drain {
 
@@ -360,7 +360,7 @@ Result<std::string> TokenFile::token() {
                   (static_cast<int64_t>(st.st_ino) << 20) ^ static_cast<int64_t>(st.st_size);
   auto t = std::chrono::steady_clock::now();
   if (token_.empty() || mtime != mtime_ns_ || t - read_at_ >= reread_) {
-    auto text = model::read_small_file(path_);
+    auto text = io::read_small_file(path_);
     if (!text) {
       if (!token_.empty()) return token_;
       return Error{"--drain-peer-token-file " + path_ + ": " + text.error()};

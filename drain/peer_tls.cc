@@ -10,7 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "drain/peer_identity.h"
-#include "model/file.h"
+#include "io/small_file.h"
 
 namespace endpointd::drain {
 
@@ -83,7 +83,7 @@ Status read_pems(Pem* pems, size_t n, const char* what) {
   for (size_t i = 0; i < n; ++i) {
     auto& w = pems[i];
     if (w.path.empty()) return Error{std::string(w.flag) + " is missing: " + what};
-    auto text = model::read_small_file(w.path);
+    auto text = io::read_small_file(w.path);
     if (!text) return Error{std::string(w.flag) + " " + w.path + ": " + text.error()};
     if (text->find("-----BEGIN ") == std::string::npos)
       return Error{std::string(w.flag) + " " + w.path + ": not a PEM file"};

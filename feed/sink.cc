@@ -17,11 +17,11 @@
 #include "feed/feed.h"
 #include "feed/metrics.h"
 #include "feed/services.h"
-#include "model/file.h"
+#include "io/small_file.h"
 
 namespace endpointd::feed {
 
-using model::read_small_file;
+using io::read_small_file;
 
 std::optional<std::pair<std::string, uint16_t>> parse_feed_listen(const std::string& s) {
   std::string host;
