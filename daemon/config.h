@@ -54,7 +54,8 @@ struct ConfigNote {
 };
 
 // Every value checked: an unset optional listener means "off". The member defaults are the
-// flags' documented defaults.
+// options' defaults: the option table (daemon/options.h) reads them for --help, the README and
+// --write-config-to.
 struct Config {
   // Source of cluster state.
   std::string source_dir;
@@ -185,8 +186,9 @@ struct Config {
 // flag was given; only flags that were given. "config" names the YAML file.
 using RawFlags = std::map<std::string, std::vector<std::string>>;
 
-// The one place every setting is checked. Each value comes from the command line, else the
-// file, else the default. The error names where the bad value came from and the value:
+// The one place every setting is checked: each option by its row of the option table
+// (daemon/options.h), then what depends on two of them. Each value comes from the command line,
+// else the file, else the default. The error names where the bad value came from and the value:
 //   --drain-peer-policy: "maybe" is not one of proceed|wait
 //   config file key dns-ttl: "9000" is not a whole number in 0..3600
 //   KubeProxyConfiguration key healthzBindAddress: "x:y" is not ADDR, ADDR:PORT or [IPv6]:PORT
@@ -197,8 +199,8 @@ Result<YAML::Node> read_config_file(const std::string& path);
 // decode_config with the file that flags["config"] names, if any.
 Result<Config> load_config(const RawFlags& flags);
 
-// Registers the `run` flags on `app` (help text and defaults only: values are checked by
-// decode_config, not by CLI11).
+// Registers the `run` flags on `app`, one per row of the option table (help text and defaults
+// only: values are checked by decode_config, not by CLI11).
 void add_run_flags(CLI::App& app);
 // The subset `render` takes: --source-dir (required), --node-name, --cluster-cidr,
 // --nodeport-addresses, --masquerade-all, --detect-local-mode, --pod-bridge-interface,

@@ -6,6 +6,7 @@
 #include <set>
 #include <tuple>
 
+#include "daemon/options.h"
 #include "model/hostport.h"
 
 namespace endpointd::daemon {
@@ -209,19 +210,6 @@ Result<KubeProxyConversion> convert_kubeproxy_configuration(const YAML::Node& ro
     if (!cidrs.empty()) set("cluster-cidr", cidrs, "clusterCIDR");
   }
 
-  // detectLocalMode and detectLocal.*: the flags of the same names as kube-proxy's, checked
-  // there (an unknown mode, or an interface mode without its interface, is an error naming
-  // the key). Empty: kube-proxy's default, ClusterCIDR.
-  used.insert("detectLocalMode");
-  if (std::string mode = scalar(root["detectLocalMode"]); !mode.empty())
-    set("detect-local-mode", {mode}, "detectLocalMode");
-  for (auto [key, flag] : {std::pair{"bridgeInterface", "pod-bridge-interface"},
-                           {"interfaceNamePrefix", "pod-interface-name-prefix"}}) {
-    std::string k = std::string("detectLocal.") + key;
-    used.insert(k);
-    if (std::string v = scalar(child(root["detectLocal"], key)); !v.empty()) set(flag, {v}, k);
-  }
-
   // nodePortAddresses: CIDRs, or "primary" (the default of both: the node's primary IPs).
   used.insert("nodePortAddresses");
   if (auto n = root["nodePortAddresses"]; n && n.IsSequence()) {
@@ -276,19 +264,42 @@ Result<KubeProxyConversion> convert_kubeproxy_configuration(const YAML::Node& ro
         addr->port == 0 ? from + " (port 0: off)" : from);
   }
 
-  used.insert("hostnameOverride");
-  if (std::string h = scalar(root["hostnameOverride"]); !h.empty())
-    set("node-name", {h}, "hostnameOverride");
-
-  used.insert("clientConnection.kubeconfig");
-  used.insert("clientConnection.contentType");
-  if (root["clientConnection"]) {
-    if (std::string k = scalar(child(root["clientConnection"], "kubeconfig")); !k.empty())
-      set("kubeconfig", {k}, "clientConnection.kubeconfig");
-    // Empty: kube-proxy's default, protobuf.
-    if (std::string t = scalar(child(root["clientConnection"], "contentType")); !t.empty())
-      set("kube-api-content-type", {t}, "clientConnection.contentType");
+  // The plain keys: each value given becomes the option the table names it for (hostnameOverride,
+  // clientConnection.kubeconfig and .contentType — empty: protobuf, kube-proxy's default —,
+  // detectLocalMode — empty: ClusterCIDR — and detectLocal.*, conntrack.*), checked there (an
+  // unknown mode, or an interface mode without its interface, is an error naming the key).
+  // conntrack: kube-proxy fills a null with its own default (maxPerCore 32768, min 131072,
+  // tcpEstablishedTimeout 24h, tcpCloseWait 1h) and writes it; endpointd writes only what is
+  // set, and says so once.
+  bool conntrack_defaulted = false;
+  for (const Option& o : run_options()) {
+    if (!o.kube_proxy_plain) continue;
+    const std::string& key = o.kube_proxy;
+    used.insert(key);
+    auto dot = key.find('.');
+    YAML::Node n =
+        dot == std::string::npos ? root[key] : child(root[key.substr(0, dot)], key.substr(dot + 1));
+    if (key.rfind("conntrack.", 0) != 0) {
+      if (std::string v = scalar(n); !v.empty()) set(o.name, {v}, key);
+      continue;
+    }
+    if (auto ct = root["conntrack"]; !ct || !ct.IsMap()) continue;
+    if (!n || n.IsNull()) {
+      static const std::set<std::string> kDefaulted = {"conntrack.maxPerCore", "conntrack.min",
+                                                       "conntrack.tcpEstablishedTimeout",
+                                                       "conntrack.tcpCloseWaitTimeout"};
+      conntrack_defaulted = conntrack_defaulted || kDefaulted.count(key);
+      continue;
+    }
+    if (is_zero(n)) continue;  // 0: kube-proxy leaves the node's value too
+    set(o.name, {scalar(n)}, key);
   }
+  if (conntrack_defaulted)
+    out.ignored.push_back(
+        {"conntrack", "null",
+         "kube-proxy's defaults for unset conntrack values (maxPerCore 32768, min 131072, "
+         "tcpEstablishedTimeout 24h, tcpCloseWaitTimeout 1h) are not written; endpointd sets "
+         "only the values given (--conntrack-*)"});
 
   used.insert("logging.format");
   if (root["logging"]) {
@@ -298,39 +309,6 @@ Result<KubeProxyConversion> convert_kubeproxy_configuration(const YAML::Node& ro
     } else if (!f.empty()) {
       ignore("logging.format", child(root["logging"], "format"), "endpointd logs text or json");
     }
-  }
-
-  // conntrack: each value given becomes its --conntrack-* flag. kube-proxy fills a null with
-  // its own default (maxPerCore 32768, min 131072, tcpEstablishedTimeout 24h, tcpCloseWait 1h)
-  // and writes it; endpointd writes only what is set, and says so once.
-  if (auto ct = root["conntrack"]; ct && ct.IsMap()) {
-    bool defaulted = false;
-    for (auto [key, flag] : {std::pair{"maxPerCore", "conntrack-max-per-core"},
-                             {"min", "conntrack-min"},
-                             {"tcpEstablishedTimeout", "conntrack-tcp-timeout-established"},
-                             {"tcpCloseWaitTimeout", "conntrack-tcp-timeout-close-wait"},
-                             {"tcpBeLiberal", "conntrack-tcp-be-liberal"},
-                             {"udpTimeout", "conntrack-udp-timeout"},
-                             {"udpStreamTimeout", "conntrack-udp-timeout-stream"}}) {
-      std::string k = std::string("conntrack.") + key;
-      used.insert(k);
-      YAML::Node n = child(ct, key);
-      bool has_default = std::string_view(key) == "maxPerCore" || std::string_view(key) == "min" ||
-                         std::string_view(key) == "tcpEstablishedTimeout" ||
-                         std::string_view(key) == "tcpCloseWaitTimeout";
-      if (!n || n.IsNull()) {
-        defaulted = defaulted || has_default;
-        continue;
-      }
-      if (is_zero(n)) continue;  // 0: kube-proxy leaves the node's value too
-      set(flag, {scalar(n)}, k);
-    }
-    if (defaulted)
-      out.ignored.push_back(
-          {"conntrack", "null",
-           "kube-proxy's defaults for unset conntrack values (maxPerCore 32768, min 131072, "
-           "tcpEstablishedTimeout 24h, tcpCloseWaitTimeout 1h) are not written; endpointd sets "
-           "only the values given (--conntrack-*)"});
   }
 
   used.insert("mode");

@@ -2,7 +2,8 @@
 // settings, so `endpointd run --config` can take the file kube-proxy ran with (kubeadm's
 // kube-system/kube-proxy ConfigMap, key config.conf).
 //
-// What takes effect (as the flag it maps to):
+// What takes effect (as the flag it maps to; each flag's row of the option table,
+// daemon/options.h, names its keys, and the plain scalars among them are read from there):
 //   clusterCIDR                         --cluster-cidr (comma-separated list)
 //   detectLocalMode ClusterCIDR or ""   (local traffic is detected by --cluster-cidr)
 //   nodePortAddresses                   --nodeport-addresses (CIDRs; "primary" is ignored)

@@ -10,6 +10,7 @@
 #include "daemon/check.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/options.h"
 #include "daemon/render.h"
 #include "daemon/status.h"
 #include "daemon/version.h"
@@ -138,10 +139,17 @@ int main(int argc, char** argv) {
       ->add_option("--max-clock-skew", max_skew, "Seconds of clock skew against the API allowed")
       ->capture_default_str();
   auto* version_cmd = app.add_subcommand("version", "Print the version");
+  // Hidden: README's option list, made from the option table (scripts/gen-options).
+  auto* options_cmd = app.add_subcommand("options", "")->group("");
+  options_cmd->add_flag("--markdown")->description("README's option list, in Markdown")->required();
 
   CLI11_PARSE(app, argc, argv);
   if (*version_cmd) {
     std::cout << "endpointd " << endpointd::kVersion << "\n";
+    return 0;
+  }
+  if (*options_cmd) {
+    std::cout << endpointd::daemon::options_markdown();
     return 0;
   }
   if (*check_cmd)
