@@ -424,10 +424,7 @@ Status Daemon::Impl::start_drain() {
     conntrack = own_conntrack.get();
   }
   flows = std::make_unique<ConntrackFlows>(conntrack);
-  drain::Coordinator::DnsExpiry expiry;
-  if (dns_sink)
-    expiry = [s = dns_sink.get()](const model::IpAddr& a) { return s->last_answer_expiry(a); };
-  drain = std::make_unique<drain::Coordinator>(&board, flows.get(), expiry, co);
+  drain = std::make_unique<drain::Coordinator>(&board, flows.get(), co);
   if (auto st = drain->start(); !st) return prefixed("drain", st.error());
   loop->on_publish([d = drain.get()](const model::SnapshotPtr& s) { d->on_snapshot(s); });
   return {};

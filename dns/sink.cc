@@ -59,10 +59,12 @@ DnsSink::DnsSink(DnsOptions opts, pipeline::AckBoard* board, prometheus::Registr
     unsynced.push_back(Zone::unsynced(zone_options(opts_, i)));
   }
   publish(std::move(unsynced));
+  answers_ = std::make_shared<pipeline::AnswerExpiry>();
   if (board_) {
     board_->add("dns", model::RouteView::kDns);
     // The TTL drain waits out for answers already given: one value, the DNS sink's.
     board_->set_cache_ttl("dns", std::chrono::seconds(max_ttl_));
+    board_->set_answers("dns", answers_);
   }
 }
 
@@ -119,10 +121,31 @@ Status DnsSink::start() {
                  l.server->port(), opts_.workers);
     servers_.push_back(std::move(l));
   }
+  {
+    std::lock_guard lk(mu_);
+    ticking_ = true;
+  }
+  ticker_ = std::thread([this] { tick_loop(); });
   return {};
 }
 
+void DnsSink::tick_loop() {
+  std::unique_lock lk(mu_);
+  while (ticking_) {
+    tick_cv_.wait_for(lk, kAnswersTick);
+    if (!ticking_) break;
+    harvest();
+    publish_answers();
+  }
+}
+
 void DnsSink::stop() {
+  {
+    std::lock_guard lk(mu_);
+    ticking_ = false;
+  }
+  tick_cv_.notify_all();
+  if (ticker_.joinable()) ticker_.join();
   // A server's stop stops the forwarder they share (its last callbacks send on that server's
   // sockets), so every server stops before the forwarder's callbacks could reach a stopped one.
   for (auto& l : servers_) l.server->stop();
@@ -147,8 +170,65 @@ void DnsSink::apply(const model::SnapshotPtr& snap, const model::Delta& delta) {
     publish(std::move(zones));
     metrics_->programming(std::chrono::duration<double>(Clock::now() - t0).count());
     harvest();
+    track_candidates(*snap, delta);
+    // Before applied(g): a drain that sees this state also sees what the states before it
+    // handed out.
+    publish_answers();
   }
   if (board_) board_->applied("dns", snap);
+}
+
+void DnsSink::track_candidates(const model::Snapshot& snap, const model::Delta& delta) {
+  auto take = [&](const model::ServiceKey& key) {
+    const model::ServiceState* st = snap.find(key);
+    std::vector<model::IpAddr> v;
+    if (st)
+      for (const auto& e : st->endpoints)
+        if (e.conditions.terminating || !e.conditions.ready) v.push_back(e.address);
+    if (v.empty())
+      candidates_.erase(key);
+    else
+      candidates_[key] = std::move(v);
+  };
+  for (const auto& k : delta.added) take(k);
+  for (const auto& k : delta.changed) take(k);
+  for (const auto& k : delta.removed) candidates_.erase(k);
+  if (delta.pods_changed || delta.from_generation == 0) {
+    pod_candidates_.clear();
+    for (const auto& p : snap.pods)
+      if (p->terminating)
+        pod_candidates_.insert(pod_candidates_.end(), p->pod_ips.begin(), p->pod_ips.end());
+  }
+}
+
+void DnsSink::publish_answers() {
+  const int64_t horizon = horizon_ns();
+  std::map<model::IpAddr, int64_t> stamps;
+  for (auto& b : builders_) b->left_zone_stamps(horizon, stamps);
+  auto candidate = [&](const model::IpAddr& a) {
+    for (auto& b : builders_)
+      if (auto ns = b->last_served_ns(a); ns && *ns >= horizon) {
+        int64_t& v = stamps[a];
+        v = std::max(v, *ns);
+      }
+  };
+  for (const auto& [k, v] : candidates_)
+    for (const auto& a : v) candidate(a);
+  for (const auto& a : pod_candidates_) candidate(a);
+  auto next = std::make_shared<pipeline::AnswerExpiry>();
+  for (const auto& [a, ns] : stamps)
+    next->until.emplace_hint(
+        next->until.end(), a,
+        Clock::time_point(std::chrono::nanoseconds(ns)) + std::chrono::seconds(max_ttl_));
+  if (answers_ && next->until == answers_->until) return;
+  next->as_of = Clock::now();
+  answers_ = next;
+  if (board_) board_->set_answers("dns", answers_);
+}
+
+std::shared_ptr<const pipeline::AnswerExpiry> DnsSink::answers() const {
+  std::lock_guard lk(mu_);
+  return answers_;
 }
 
 Status DnsSink::reconfigure(const DnsOptions& next) {
@@ -165,6 +245,7 @@ Status DnsSink::reconfigure(const DnsOptions& next) {
     zones.push_back(builders_[i]->reconfigure(zone_options(next, i)));
   publish(std::move(zones));
   metrics_->programming(std::chrono::duration<double>(Clock::now() - t0).count());
+  publish_answers();
   spdlog::info("dns: options reloaded, zone {} built again", opts_.zone);
   return {};
 }
@@ -184,20 +265,6 @@ int64_t DnsSink::horizon_ns() const {
   auto now =
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
   return now - int64_t{max_ttl_} * 1'000'000'000;
-}
-
-std::optional<DnsSink::Clock::time_point> DnsSink::last_answer_expiry(const model::IpAddr& a) {
-  std::optional<int64_t> ns;
-  uint32_t ttl = 0;
-  {
-    std::lock_guard lk(mu_);
-    harvest();
-    for (auto& b : builders_)
-      if (auto n = b->last_served_ns(a); n && (!ns || *n > *ns)) ns = n;
-    ttl = max_ttl_;
-  }
-  if (!ns) return std::nullopt;
-  return Clock::time_point(std::chrono::nanoseconds(*ns)) + std::chrono::seconds(ttl);
 }
 
 }  // namespace endpointd::dns

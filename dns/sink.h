@@ -1,13 +1,21 @@
 // The DNS sink: builds the zone of each snapshot on the sink's thread, swaps it in for the
-// server's workers, reports applied(g) to the acknowledgement board, and answers drain/'s
-// question "when does the last answer that carried this address expire?".
+// server's workers, reports applied(g) to the acknowledgement board, and publishes on its board
+// entry, as data, when the last answer that carried each address that may matter to a drain
+// expires (`pipeline::AnswerExpiry`): every address answered from records that left the zone,
+// and every terminating or unready endpoint's and terminating pod's address answered at all.
+// Published before each applied(g), and again whenever it changes, looked at every
+// `kAnswersTick` (answers keep being given between applies: by a worker still holding an
+// older zone, by pod records). Nobody calls into the sink for it.
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dns/forwarder.h"
@@ -78,10 +86,10 @@ class DnsSink : public pipeline::Sink {
   std::string name() const override { return "dns"; }
   void apply(const model::SnapshotPtr& snap, const model::Delta& delta) override;
 
-  // When the last answer that carried `a` stops being cacheable by its receiver (its TTL
-  // after it was sent); nullopt when no answer on record carried it. Pod replies synthesised
-  // in insecure mode count too.
-  std::optional<Clock::time_point> last_answer_expiry(const model::IpAddr& a);
+  // The answers' expiry as last published on the board (also without a board: tests).
+  std::shared_ptr<const pipeline::AnswerExpiry> answers() const;
+  // How often the published expiry is looked at again between applies.
+  static constexpr std::chrono::milliseconds kAnswersTick{50};
 
   // What a reloaded configuration may change without a restart: the zone's options (TTLs, pod
   // records, loadbalance, the CoreDNS kubernetes-plugin options). The zone is built again from
@@ -95,6 +103,12 @@ class DnsSink : public pipeline::Sink {
  private:
   int64_t horizon_ns() const;  // replies older than this have expired everywhere
   void harvest();              // every builder's, under mu_
+  // Under mu_: the answers' expiry now, published when it differs from the last.
+  void publish_answers();
+  // Under mu_: the addresses of `snap`'s services named in `delta` that a drain may ask about
+  // (terminating or unready endpoints), and of its terminating pods.
+  void track_candidates(const model::Snapshot& snap, const model::Delta& delta);
+  void tick_loop();
 
   const DnsOptions opts_;  // as started: a reload changes only the builder's zone options
   uint32_t max_ttl_ = 0;   // the longest TTL any reply carried: drain waits out the longest
@@ -113,6 +127,12 @@ class DnsSink : public pipeline::Sink {
                            // the drain queries
   // One per zone: opts_.zone, then opts_.extra_zones in order (zone_options' index).
   std::vector<std::unique_ptr<ZoneBuilder>> builders_;
+  std::map<model::ServiceKey, std::vector<model::IpAddr>> candidates_;  // by service
+  std::vector<model::IpAddr> pod_candidates_;                           // terminating pods
+  std::shared_ptr<const pipeline::AnswerExpiry> answers_;               // the last published
+  std::thread ticker_;
+  std::condition_variable tick_cv_;
+  bool ticking_ = false;  // under mu_
   // What the servers answer from: the first builder's zone, serving the others' through it.
   void publish(std::vector<ZonePtr> zones);
 };

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -260,6 +261,9 @@ class ZoneBuilder {
   // in blocks that left it (while a worker may still serve an older zone, and for the TTL
   // after), and in the insecure-mode pod replies. nullopt when none did.
   std::optional<int64_t> last_served_ns(const model::IpAddr& a) const;
+  // Every address a reply carried, newer than `horizon_ns`, from blocks that left the zone
+  // (departed and retired): into `out` as the newest reply's time, the larger kept.
+  void left_zone_stamps(int64_t horizon_ns, std::map<model::IpAddr, int64_t>& out) const;
   // Folds blocks that no zone holds any more into the departed record and forgets departed
   // addresses whose last reply is older than `horizon_ns`.
   void harvest(int64_t horizon_ns);

@@ -214,6 +214,21 @@ class ZoneBuilder::Impl {
     return best;
   }
 
+  void left_zone_stamps(int64_t horizon_ns, std::map<IpAddr, int64_t>& out) const {
+    auto note = [&](const IpAddr& a, int64_t ns) {
+      if (ns == 0 || ns < horizon_ns) return;
+      int64_t& v = out[a];
+      v = std::max(v, ns);
+    };
+    for (const auto& [a, ns] : departed_) note(a, ns);
+    for (const auto& b : retired_)
+      for (const RecordSet& s : b->sets()) {
+        int64_t ns = s.last_served_ns.load(std::memory_order_relaxed);
+        if (ns == 0 || ns < horizon_ns) continue;
+        for (const IpAddr& a : s.addresses) note(a, ns);
+      }
+  }
+
   void harvest(int64_t horizon_ns) {
     for (auto it = retired_.begin(); it != retired_.end();) {
       // Only we hold it: no worker can stamp it any more, its record is final.
@@ -802,6 +817,10 @@ const ZoneBuilder::Stats& ZoneBuilder::last_stats() const {
 }
 std::optional<int64_t> ZoneBuilder::last_served_ns(const IpAddr& a) const {
   return impl_->last_served_ns(a);
+}
+
+void ZoneBuilder::left_zone_stamps(int64_t horizon_ns, std::map<IpAddr, int64_t>& out) const {
+  impl_->left_zone_stamps(horizon_ns, out);
 }
 void ZoneBuilder::harvest(int64_t horizon_ns) {
   impl_->harvest(horizon_ns);

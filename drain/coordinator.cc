@@ -113,11 +113,9 @@ struct BoardHook {
   Coordinator* target = nullptr;
 };
 
-Coordinator::Coordinator(pipeline::AckBoard* board, Flows* flows, DnsExpiry dns_expiry,
-                         CoordinatorOptions opts)
+Coordinator::Coordinator(pipeline::AckBoard* board, Flows* flows, CoordinatorOptions opts)
     : board_(board),
       flows_(flows),
-      dns_expiry_(std::move(dns_expiry)),
       opts_(std::move(opts)),
       metrics_(std::make_unique<Metrics>(opts_.registry)),
       machine_(opts_.machine) {}
@@ -293,12 +291,7 @@ LocalRemoval Coordinator::local_removal(const model::IpAddr& ip) const {
     LocalRemoval::Consumer c;
     c.name = e.consumer;
     c.generation = e.generation();
-    c.routes =
-        !e.snapshot || model::routes_to(e.view, *e.snapshot, ip, {opts_.machine.node_name, {}});
-    if (!c.routes && e.view == model::RouteView::kDns && dns_expiry_) {
-      auto exp = dns_expiry_(ip);
-      if (exp && *exp > now) c.routes = true;
-    }
+    c.routes = consumer_routes(e, ip, opts_.machine.node_name, now);
     if (c.routes) r.removed = false;
     r.consumers.push_back(c);
     // A client that stopped holding this consumer back but whose last accepted state routes
@@ -508,7 +501,6 @@ void Coordinator::run() {
     in.local_fallback = local_fallback_;
     in.now = Clock::now();
     in.consumers = std::move(entries);
-    in.dns_expiry = dns_expiry_;
     in.flows = std::move(flows);
     auto ts = machine_.evaluate(in);
     record(ts);

@@ -70,12 +70,10 @@ struct LocalRemoval {
 
 class Coordinator {
  public:
-  using DnsExpiry = std::function<std::optional<TimePoint>(const model::IpAddr&)>;
-
   // `board` and `flows` must outlive the coordinator; `flows` may be null (stage 3
-  // then proceeds as with conntrack unavailable); `dns_expiry` may be empty.
-  Coordinator(pipeline::AckBoard* board, Flows* flows, DnsExpiry dns_expiry,
-              CoordinatorOptions opts);
+  // then proceeds as with conntrack unavailable). What consumers whose answers are cached
+  // have handed out (DNS) is on their board entries (`Entry::answers`).
+  Coordinator(pipeline::AckBoard* board, Flows* flows, CoordinatorOptions opts);
   ~Coordinator();
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
@@ -143,7 +141,6 @@ class Coordinator {
 
   pipeline::AckBoard* board_;
   Flows* flows_;
-  DnsExpiry dns_expiry_;
   CoordinatorOptions opts_;
   std::unique_ptr<Metrics> metrics_;
 

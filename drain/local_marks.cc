@@ -8,6 +8,19 @@
 
 namespace endpointd::drain {
 
+bool consumer_routes(const pipeline::AckBoard::Entry& e, const model::IpAddr& ip,
+                     const std::string& node, std::chrono::steady_clock::time_point now,
+                     std::chrono::steady_clock::time_point* expires) {
+  // A terminating endpoint is at most a fallback, which topology hints never narrow, so the
+  // node's zone does not change the answer.
+  if (!e.snapshot || model::routes_to(e.view, *e.snapshot, ip, {node, {}})) return true;
+  if (!e.answers) return false;
+  auto exp = e.answers->expiry(ip);
+  if (!exp || *exp <= now) return false;
+  if (expires) *expires = std::min(*expires, *exp);
+  return true;
+}
+
 void LocalMarks::snapshot(const model::SnapshotPtr& snap, const std::string& node) {
   // Only the services that changed are looked at again.
   model::Delta delta = model::diff(last_.get(), *snap);

@@ -27,6 +27,15 @@
 
 namespace endpointd::drain {
 
+// Whether consumer `e` may still send traffic to `ip` at `now` — the one answer to "does this
+// consumer still route to it?" that drains and peers' questions share: its applied state routes
+// to it (by the routing rule, as `node` sees it), or it has applied nothing, or (a consumer
+// whose answers are cached: DNS) an answer it published as carrying `ip` has not expired yet —
+// then `*expires` is lowered to when it does.
+bool consumer_routes(const pipeline::AckBoard::Entry& e, const model::IpAddr& ip,
+                     const std::string& node, std::chrono::steady_clock::time_point now,
+                     std::chrono::steady_clock::time_point* expires = nullptr);
+
 class LocalMarks {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;

@@ -424,17 +424,11 @@ bool Machine::local_removed(Drain& d, const Inputs& in) {
   for (const auto& e : in.consumers) {
     // Every consumer is asked every time, those that confirmed before too: one that routes to
     // it again (the terminating fallback) is not removed any more.
-    // A terminating endpoint is at most a fallback, which topology hints never narrow, so
-    // the node's zone does not change the answer.
-    bool routes = !e.snapshot || e.snapshot->generation < d.generation ||
-                  model::routes_to(e.view, *e.snapshot, d.ip, {opts_.node_name, {}});
-    if (!routes && e.view == model::RouteView::kDns && in.dns_expiry) {
-      auto exp = in.dns_expiry(d.ip);
-      if (exp && *exp > in.now) {
-        routes = true;
-        recheck_at(*exp);
-      }
-    }
+    // A consumer behind the update that took the endpoint away has not removed it yet.
+    TimePoint expires = TimePoint::max();
+    bool routes = (e.snapshot && e.snapshot->generation < d.generation) ||
+                  consumer_routes(e, d.ip, opts_.node_name, in.now, &expires);
+    if (expires != TimePoint::max()) recheck_at(expires);
     if (e.view == model::RouteView::kDns && d.needs_dns && e.cache_ttl.count() > 0) {
       // What this process served is known; what the agent before a restart served is not:
       // its answers may live one TTL past the moment this process first saw the address out.

@@ -214,8 +214,6 @@ class Machine {
   struct Inputs {
     TimePoint now;
     std::vector<pipeline::AckBoard::Entry> consumers;
-    // When the last DNS answer carrying an address expires (may be empty).
-    std::function<std::optional<TimePoint>(const model::IpAddr&)> dns_expiry;
     // Results for the addresses of need_flow_counts().
     std::map<model::IpAddr, Result<FlowCount>> flows;
     // The cluster watermark as this agent knows it (null: none; drains ask peers one by one).

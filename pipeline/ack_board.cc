@@ -68,6 +68,19 @@ void AckBoard::set_cache_ttl(const std::string& consumer, std::chrono::milliseco
   for (auto& f : obs) f();
 }
 
+void AckBoard::set_answers(const std::string& consumer,
+                           std::shared_ptr<const AnswerExpiry> answers) {
+  std::vector<std::function<void()>> obs;
+  {
+    std::lock_guard lock(mu_);
+    auto it = entries_.find(consumer);
+    if (it == entries_.end()) return;
+    it->second.answers = std::move(answers);
+    obs = observers_;
+  }
+  for (auto& f : obs) f();
+}
+
 std::vector<AckBoard::Entry> AckBoard::entries() const {
   std::lock_guard lock(mu_);
   std::vector<Entry> out;

@@ -6,7 +6,9 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,20 @@
 #include "model/snapshot.h"
 
 namespace endpointd::pipeline {
+
+// What a consumer whose answers clients cache (DNS) has handed out: for each address an answer
+// carried that may still be cached, when the last such answer stops being cacheable. Published
+// by the consumer as data (a new map replaces the old), so a reader never calls into it.
+struct AnswerExpiry {
+  using Clock = std::chrono::steady_clock;
+  std::map<model::IpAddr, Clock::time_point> until;
+  Clock::time_point as_of{};  // when the consumer made it
+  std::optional<Clock::time_point> expiry(const model::IpAddr& a) const {
+    auto it = until.find(a);
+    if (it == until.end()) return std::nullopt;
+    return it->second;
+  }
+};
 
 class AckBoard {
  public:
@@ -42,6 +58,8 @@ class AckBoard {
     // How long a state stays in clients' caches after the consumer moved past it (DNS: the
     // answers' TTL, as the DNS sink applies it now); zero for consumers without caches.
     std::chrono::milliseconds cache_ttl{0};
+    // Its answers' expiry by address (null: a consumer without cached answers, or none yet).
+    std::shared_ptr<const AnswerExpiry> answers;
     uint64_t generation() const { return snapshot ? snapshot->generation : 0; }
   };
 
@@ -54,6 +72,8 @@ class AckBoard {
   void set_holdouts(const std::string& consumer, std::vector<Holdout> holdouts);
   // The consumer's cache TTL now (the DNS sink at start and at every reload).
   void set_cache_ttl(const std::string& consumer, std::chrono::milliseconds ttl);
+  // The consumer's answers' expiry now (replaces the last; observers are told).
+  void set_answers(const std::string& consumer, std::shared_ptr<const AnswerExpiry> answers);
 
   std::vector<Entry> entries() const;
   // The oldest generation applied by every consumer (0 when one has applied nothing).

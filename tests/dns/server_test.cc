@@ -685,13 +685,59 @@ TEST_F(ServerTest, TerminatingEndpointLeavesButItsLastAnswerIsRemembered) {
   ASSERT_EQ(m->answer.size(), 1u);
   auto snap =
       snapshot({service("default", "db", {"None"}, {endpoint("10.1.0.1", true, true, "db-0")})}, 8);
+  // What drain/ reads is the DNS entry on the board, and it is there by the time the entry
+  // says generation 8 applied: every observer that sees the new state sees the answers too.
+  std::shared_ptr<const pipeline::AnswerExpiry> seen_with_8;
+  board_.on_change([&] {
+    for (const auto& e : board_.entries())
+      if (e.consumer == "dns" && e.generation() == 8 && !seen_with_8) seen_with_8 = e.answers;
+  });
   sink_->apply(snap, model::Delta{});
   EXPECT_EQ(ask("db.default.svc.cluster.local", type::kA)->rcode, 3);
-  auto exp = sink_->last_answer_expiry(ip("10.1.0.1"));
+  ASSERT_TRUE(seen_with_8);
+  auto exp = seen_with_8->expiry(ip("10.1.0.1"));
   ASSERT_TRUE(exp);
   EXPECT_GE(*exp, before + std::chrono::seconds(5));
   EXPECT_LE(*exp, std::chrono::steady_clock::now() + std::chrono::seconds(5));
-  EXPECT_FALSE(sink_->last_answer_expiry(ip("10.9.9.9")));
+  EXPECT_FALSE(seen_with_8->expiry(ip("10.9.9.9")));
+  EXPECT_EQ(sink_->answers()->expiry(ip("10.1.0.1")), exp);
+}
+
+// Answers keep being given between applies (insecure pod records: any pod name answers its
+// address whatever the endpoints say): the sink publishes them again within a few ticks, for
+// the addresses a drain may ask about (a terminating endpoint's here).
+TEST(DnsSinkAnswers, AnswersGivenBetweenAppliesArePublishedWithinATick) {
+  pipeline::AckBoard board;
+  prometheus::Registry registry;
+  DnsOptions o;
+  o.listen = "127.0.0.1:0";
+  o.forwarding = false;
+  o.pod_mode = PodMode::kInsecure;
+  DnsSink sink(o, &board, &registry);
+  ASSERT_TRUE(sink.start());
+  auto snap = snapshot(
+      {service("default", "db", {"None"}, {endpoint("10.1.0.7", false, true, "db-0")})}, 9);
+  model::Delta d;
+  d.to_generation = 9;
+  d.added.push_back({"default", "db"});
+  sink.apply(snap, d);
+  ASSERT_FALSE(sink.answers()->expiry(ip("10.1.0.7")));  // never handed out
+  auto before = std::chrono::steady_clock::now();
+  auto r = udp_ask(sink.port(), query("10-1-0-7.default.pod.cluster.local", type::kA));
+  auto m = parse_message(r);
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->rcode, 0);
+  ASSERT_EQ(m->answer.size(), 1u);
+  std::optional<std::chrono::steady_clock::time_point> exp;
+  auto until = before + 5 * DnsSink::kAnswersTick + std::chrono::seconds(1);
+  while (!exp && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(DnsSink::kAnswersTick / 5);
+    for (const auto& e : board.entries())
+      if (e.consumer == "dns" && e.answers) exp = e.answers->expiry(ip("10.1.0.7"));
+  }
+  ASSERT_TRUE(exp) << "the pod answer was never published";
+  EXPECT_GE(*exp, before + std::chrono::seconds(5));
+  sink.stop();
 }
 
 // CoreDNS's cache `success` and `denial` TTLs: a forwarded answer stays cached no longer than

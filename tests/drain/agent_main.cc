@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
   auto conntrack = proxy::make_netlink_conntrack();
   daemon::ConntrackFlows flows(conntrack.get());
   co.registry = registry.get();
-  drain::Coordinator coordinator(&board, no_conntrack ? nullptr : &flows, {}, co);
+  drain::Coordinator coordinator(&board, no_conntrack ? nullptr : &flows, co);
   loop.on_publish([&](const model::SnapshotPtr& s) { coordinator.on_snapshot(s); });
   if (auto st = coordinator.start(); !st) {
     std::cerr << st.error() << "\n";

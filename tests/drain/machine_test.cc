@@ -375,7 +375,11 @@ TEST_F(MachineTest, DnsWaitsForTheLastAnswersTtl) {
   m.on_snapshot(s, t0);
   m.peer_answered(ip("10.244.1.10"), "node-b", true, "", t0);
   auto in = inputs(t0 + 1s, {entry("proxy", s), entry("dns", s)});
-  in.dns_expiry = [&](const model::IpAddr&) -> std::optional<TimePoint> { return t0 + 5s; };
+  // What the DNS sink publishes on its board entry: its last answer carrying the address
+  // expires at t0 + 5 s.
+  auto answers = std::make_shared<pipeline::AnswerExpiry>();
+  answers->until[ip("10.244.1.10")] = t0 + 5s;
+  in.consumers[1].answers = answers;
   m.evaluate(in);
   EXPECT_EQ(m.drains().at(ip("10.244.1.10")).stage, Stage::kStopAccepting);
   EXPECT_TRUE(m.drains().at(ip("10.244.1.10")).consumers_confirmed.count("proxy"));

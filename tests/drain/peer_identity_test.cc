@@ -348,7 +348,7 @@ class PeerIdentity : public ::testing::Test {
     o.aggregator.silence = 1500ms;
     o.aggregator.probe = 300ms;
     o.registry = &a->registry;
-    a->coordinator = std::make_unique<Coordinator>(&a->board, nullptr, Coordinator::DnsExpiry{}, o);
+    a->coordinator = std::make_unique<Coordinator>(&a->board, nullptr, o);
     auto st = a->coordinator->start();
     ASSERT_TRUE(st.ok()) << st.error();
     agents_[node] = std::move(a);

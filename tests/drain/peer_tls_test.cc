@@ -117,8 +117,7 @@ class PeerTls : public ::testing::Test {
   void start(int i, const std::string& node) {
     auto a = std::make_unique<Agent>();
     a->board.add("dataplane");
-    a->coordinator = std::make_unique<Coordinator>(&a->board, nullptr, Coordinator::DnsExpiry{},
-                                                   options(i, node));
+    a->coordinator = std::make_unique<Coordinator>(&a->board, nullptr, options(i, node));
     auto st = a->coordinator->start();
     ASSERT_TRUE(st.ok()) << st.error();
     agents_[node] = std::move(a);
@@ -338,7 +337,7 @@ TEST(PeerTlsConfig, NoCertificatesNoPeerServerUnlessInsecureByName) {
   o.machine.node_name = "node-a";
   o.peer_listen = "127.1.9.1:0";
   {
-    Coordinator c(&board, nullptr, {}, o);
+    Coordinator c(&board, nullptr, o);
     auto st = c.start();
     ASSERT_FALSE(st.ok());
     EXPECT_NE(st.error().find("mutual TLS"), std::string::npos) << st.error();
@@ -349,7 +348,7 @@ TEST(PeerTlsConfig, NoCertificatesNoPeerServerUnlessInsecureByName) {
     o.peer_tls.ca = "/nonexistent/ca.crt";
     o.peer_tls.cert = "/nonexistent/node-a.crt";
     o.peer_tls.key = "/nonexistent/node-a.key";
-    Coordinator c(&board, nullptr, {}, o);
+    Coordinator c(&board, nullptr, o);
     auto st = c.start();
     ASSERT_FALSE(st.ok());
     EXPECT_NE(st.error().find("--drain-peer-ca /nonexistent/ca.crt"), std::string::npos)
@@ -359,7 +358,7 @@ TEST(PeerTlsConfig, NoCertificatesNoPeerServerUnlessInsecureByName) {
   {
     o.peer_tls = {};
     o.peer_insecure = true;
-    Coordinator c(&board, nullptr, {}, o);
+    Coordinator c(&board, nullptr, o);
     auto st = c.start();
     EXPECT_TRUE(st.ok()) << st.error();
     EXPECT_NE(c.peer_port(), 0);

@@ -134,7 +134,7 @@ class PrestopServerTest : public ::testing::Test {
     o.drain_socket = (dir_ / "drain.sock").string();
     o.peer_listen = "";
     o.peer_insecure = true;
-    c_ = std::make_unique<Coordinator>(&board_, nullptr, Coordinator::DnsExpiry{}, o);
+    c_ = std::make_unique<Coordinator>(&board_, nullptr, o);
     auto st = c_->start();
     ASSERT_TRUE(st.ok()) << st.error();
   }

@@ -70,9 +70,11 @@ struct Agent {
   std::deque<std::pair<TimePoint, model::SnapshotPtr>> proxy_queue;
   model::SnapshotPtr dns;
   TimePoint dns_at{};
-  std::map<model::IpAddr, TimePoint> served_until;  // DNS: address → when its last answer expires
-  std::map<std::string, HubEntry> hub;              // by subscriber identity
-  std::map<std::string, uint64_t> waiters;          // pod → prestop call id
+  // DNS: address → when its last answer expires, as the DNS sink publishes it on its board
+  // entry (made anew after every answer that moved it).
+  std::shared_ptr<pipeline::AnswerExpiry> served_until = std::make_shared<pipeline::AnswerExpiry>();
+  std::map<std::string, HubEntry> hub;      // by subscriber identity
+  std::map<std::string, uint64_t> waiters;  // pod → prestop call id
   bool in_members = false;
 };
 
@@ -256,6 +258,7 @@ class World {
       d.snapshot = a.dns;
       d.applied_at = a.dns_at;
       d.cache_ttl = max_ttl_;
+      d.answers = a.served_until;
       out.push_back(std::move(d));
     }
     if (!nodes_[i].subs.empty() && a.snap) {
@@ -385,11 +388,6 @@ class World {
     Machine::Inputs in;
     in.now = now_;
     in.consumers = std::move(entries);
-    in.dns_expiry = [&a, this](const model::IpAddr& ip) -> std::optional<TimePoint> {
-      auto it = a.served_until.find(ip);
-      if (it == a.served_until.end()) return std::nullopt;
-      return it->second;
-    };
     in.cluster = &facts;
     in.local_fallback = std::move(local_fallback);
     a.machine->evaluate(in);
@@ -404,7 +402,9 @@ class World {
       if (!model::routes_to(model::RouteView::kDns, *st, e.address, {})) continue;
       TimePoint until = now_ + ttl_;
       dns_cache_.emplace_back(e.address.str(), until);
-      auto& u = a.served_until[e.address];
+      if (a.served_until.use_count() > 1)
+        a.served_until = std::make_shared<pipeline::AnswerExpiry>(*a.served_until);
+      auto& u = a.served_until->until[e.address];
       u = std::max(u, until);
     }
     ++report_.faults["dns queries"];
