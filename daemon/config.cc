@@ -252,6 +252,8 @@ Result<WrittenConfig> write_config(const CLI::App& /*app: endpointd run's*/,
       values = *v;
     } else if (old_name) {
       values = *old_name;
+    } else if (o.derived) {
+      values = {o.derived(*cfg)};
     } else if (!o.default_value.empty()) {
       values = {o.default_value};
     } else if (o.kind == OptionKind::kSwitch) {

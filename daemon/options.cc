@@ -400,6 +400,7 @@ std::vector<Option> make_run_options() {
       "drain-peer-port", "PORT", &Config::drain_peer_port, 1, 65535,
       "Port of the peer agents, at their Node's InternalIP (default: --drain-peer-listen's port)"));
   o.back().default_note = "`--drain-peer-listen`'s port, else 9465";
+  o.back().derived = [](const Config& c) { return std::to_string(c.drain_peer_port); };
   o.push_back(choice("drain-peer-policy", &Config::drain_peer_policy, kPeerPolicies,
                      "At a peer's deadline: proceed (and count it) or wait (until the grace "
                      "budget)"));

@@ -48,6 +48,9 @@ struct Option {
   // too little, in words ("$NODE_NAME, else the host name").
   std::string default_value;
   std::string default_note;
+  // When the default follows another option: the value it took in a decoded Config, which
+  // --write-config-to writes for it (default_value is the default of the default).
+  std::function<std::string(const Config&)> derived;
   // Reads the option's value (from the Decoder) into the Config, with its checks.
   std::function<void(Decoder&, Config&)> decode;
 };

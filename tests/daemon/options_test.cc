@@ -80,6 +80,25 @@ TEST(OptionTable, DefaultsGivenBackDecodeToTheDefaultConfig) {
   EXPECT_EQ(back->drain_watermark, def->drain_watermark);
 }
 
+// --drain-peer-port follows --drain-peer-listen's port unless given: the file written says the
+// port the agent would use, so that read back it is the same configuration.
+TEST(OptionTable, WrittenConfigKeepsThePeerPortTheListenPortGave) {
+  auto text = testing::write_args({"--drain-peer-listen", "0.0.0.0:9500"});
+  ASSERT_TRUE(text) << text.error();
+  EXPECT_NE(text->find("\ndrain-peer-port: 9500\n"), std::string::npos) << *text;
+  testing::TempFile own(*text);
+  auto back = testing::run_args({"--config", own.path()});
+  ASSERT_TRUE(back) << back.error();
+  EXPECT_EQ(back->drain_peer_port, 9500);
+  auto given =
+      testing::write_args({"--drain-peer-listen", "0.0.0.0:9500", "--drain-peer-port", "9600"});
+  ASSERT_TRUE(given) << given.error();
+  EXPECT_NE(given->find("\ndrain-peer-port: 9600\n"), std::string::npos) << *given;
+  auto def = testing::write_args({});
+  ASSERT_TRUE(def) << def.error();
+  EXPECT_NE(def->find("\ndrain-peer-port: 9465\n"), std::string::npos) << *def;
+}
+
 // A KubeProxyConfiguration key reaches only the option whose row names it.
 TEST(OptionTable, KubeProxyKeysLandOnTheOptionsThatNameThem) {
   YAML::Node kpc = YAML::Load(R"(apiVersion: kubeproxy.config.k8s.io/v1alpha1
