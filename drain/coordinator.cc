@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "drain/cluster.h"
+#include "drain/machine_json.h"
 #include "drain/servers.h"
 #include "model/hostport.h"
 #include "model/json.h"
@@ -275,7 +276,7 @@ void Coordinator::update_watermark(const std::vector<pipeline::AckBoard::Entry>&
 
 std::string Coordinator::drains_json() const {
   std::lock_guard lock(mu_);
-  return machine_.to_json(Clock::now());
+  return drain::drains_json(machine_, Clock::now(), std::chrono::system_clock::now());
 }
 
 Counters Coordinator::counters() const {

@@ -1,6 +1,7 @@
 // The drain state machine. Every step forward is taken in evaluate() or on_snapshot(); a step
 // forced by a deadline or a degraded input leaves a note and a counter behind.
 #include "drain/machine.h"
+#include "drain/machine_internal.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -11,11 +12,13 @@
 #include "drain/action.h"
 #include "drain/local_marks.h"
 #include "drain/members.h"
-#include "model/json.h"
 #include "model/routing.h"
 #include "model/time.h"
 
 namespace endpointd::drain {
+
+using internal::in_any_service;
+using internal::ms_since;
 
 std::string_view to_string(Stage s) {
   switch (s) {
@@ -52,12 +55,6 @@ const std::string& fallback_client(Drain& d) {
   return d.fallback_client;
 }
 
-bool in_any_service(const model::Snapshot& s, const model::IpAddr& ip) {
-  for (const auto& st : s.services)
-    if (st->find(ip)) return true;
-  return false;
-}
-
 // Whether a DNS answer could have carried `ip`: it is an endpoint of a headless service.
 bool dns_could_answer(const model::Snapshot& s, const model::IpAddr& ip) {
   for (const auto& st : s.services)
@@ -65,10 +62,6 @@ bool dns_could_answer(const model::Snapshot& s, const model::IpAddr& ip) {
         st->find(ip))
       return true;
   return false;
-}
-
-std::string ms_since(TimePoint from, TimePoint t) {
-  return std::to_string(std::chrono::duration_cast<milliseconds>(t - from).count());
 }
 
 }  // namespace
@@ -349,67 +342,6 @@ void Machine::peer_answered(const model::IpAddr& ip, const std::string& node, bo
     it->second.notes.push_back("peer " + node + " did not confirm: " + error);
     unconfirm(it->second, {node, "agent", error});
   }
-}
-
-uint64_t Machine::add_waiter(const model::ObjectKey& pod, const std::string& uid, TimePoint now,
-                             std::string action) {
-  uint64_t id = next_waiter_++;
-  Waiter w;
-  w.pod = pod;
-  w.uid = uid;
-  w.called = now;
-  w.client_action = std::move(action);
-  waiters_[id] = std::move(w);
-  return id;
-}
-
-std::optional<std::string> Machine::take_due_action(uint64_t id, TimePoint now,
-                                                    TimePoint* deadline) {
-  auto it = waiters_.find(id);
-  if (it == waiters_.end() || it->second.action_state != Waiter::ActionState::kDue)
-    return std::nullopt;
-  Waiter& w = it->second;
-  w.action_state = Waiter::ActionState::kRunning;
-  *deadline = now + opts_.peer_timeout;
-  bool first = true;
-  for (auto& [ip, d] : drains_) {
-    if (d.pod_uid != w.uid) continue;
-    d.action_started = now;
-    if (first || d.budget_end < *deadline) *deadline = d.budget_end;
-    first = false;
-  }
-  return w.action;
-}
-
-void Machine::action_finished(uint64_t id, const Result<std::string>& outcome, TimePoint now) {
-  auto it = waiters_.find(id);
-  if (it == waiters_.end()) return;
-  Waiter& w = it->second;
-  w.action_state = Waiter::ActionState::kDone;
-  if (outcome) {
-    w.action_note = "drain action " + *outcome;
-  } else {
-    ++counters_.action_failures;
-    w.action_failed = true;
-    w.action_note = "drain action failed: " + outcome.error() +
-                    "; released after removal (SIGTERM is the application's drain)";
-  }
-  for (auto& [ip, d] : drains_) {
-    if (d.pod_uid != w.uid) continue;
-    d.action_done = now;
-    d.notes.push_back(w.action_note);
-    if (w.action_failed) d.release_after = ReleaseAfter::kRemoved;
-  }
-}
-
-void Machine::remove_waiter(uint64_t id) {
-  waiters_.erase(id);
-}
-
-std::optional<Verdict> Machine::verdict(uint64_t id) const {
-  auto it = waiters_.find(id);
-  if (it == waiters_.end()) return Verdict{false, "unknown prestop call"};
-  return it->second.verdict;
 }
 
 std::vector<model::IpAddr> Machine::need_flow_counts() const {
@@ -708,121 +640,6 @@ void Machine::advance(Drain& d, const Inputs& in, std::vector<Transition>& out) 
   }
 }
 
-std::vector<model::IpAddr> Machine::pod_endpoints(const model::Pod& pod) const {
-  std::vector<model::IpAddr> out;
-  for (const auto& ip : pod.pod_ips)
-    if (drains_.count(ip) || (snap_ && in_any_service(*snap_, ip))) out.push_back(ip);
-  return out;
-}
-
-void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>& out) {
-  if (w.verdict) return;
-  const model::Pod* pod = snap_ ? snap_->find_pod(w.pod) : nullptr;
-  std::vector<model::IpAddr> ips;
-  if (pod) {
-    if (pod->terminating) w.terminating_seen = true;
-    if (!pod->terminating) {
-      if (in.now >= w.called + opts_.terminating_wait) {
-        ++counters_.not_terminating_in_api;
-        w.verdict = Verdict{
-            false, "the API did not show pod " + w.pod.str() + " terminating within " +
-                       std::to_string(opts_.terminating_wait.count()) + " ms; nothing was drained"};
-      }
-      return;
-    }
-    ips = pod_endpoints(*pod);
-    if (!w.action_resolved) {
-      // The client's flag wins over the annotation; a spec that does not parse is no action.
-      w.action_resolved = true;
-      std::string spec = w.client_action, source = "--drain-action";
-      if (spec.empty())
-        if (auto a = pod->annotations.find(kDrainActionAnnotation); a != pod->annotations.end()) {
-          spec = a->second;
-          source = std::string("annotation ") + kDrainActionAnnotation;
-        }
-      if (!spec.empty()) {
-        if (auto parsed = parse_drain_action(spec)) {
-          w.action = spec;
-        } else {
-          ++counters_.bad_actions;
-          w.action_note = source + ": " + parsed.error() + "; no drain action";
-        }
-      }
-    }
-  } else {
-    for (const auto& [ip, d] : drains_)
-      if (d.pod_uid == w.uid) ips.push_back(ip);
-    if (!ips.empty()) w.terminating_seen = true;  // gone from the API: past terminating
-  }
-  if (ips.empty()) {
-    ++counters_.no_endpoints;
-    w.verdict =
-        Verdict{true, "pod " + w.pod.str() + " has no endpoints: nothing to remove or drain"};
-    return;
-  }
-  bool all_ready = true, removed_all = true;
-  std::string forced;
-  for (const auto& ip : ips) {
-    bool created = false;
-    Drain& d = ensure(ip, in.now, &created);
-    if (created) {
-      d.pod = w.pod;
-      d.pod_uid = w.uid;
-    }
-    if (!d.prestop_called || w.called < *d.prestop_called) d.prestop_called = w.called;
-    if (!w.action.empty() && !w.action_failed && d.action != w.action) {
-      d.action = w.action;
-      d.release_after = ReleaseAfter::kDrained;
-    }
-    if (!w.action_note.empty() && w.action.empty() &&
-        std::find(d.notes.begin(), d.notes.end(), w.action_note) == d.notes.end())
-      d.notes.push_back(w.action_note);
-    if (d.stage == Stage::kWaitingTerminating) {
-      if (in.now >= d.budget_end) {
-        ++counters_.never_terminating;
-        d.notes.emplace_back("endpoint never became terminating within the budget");
-        w.verdict = Verdict{false, "endpoint " + ip.str() + " of pod " + w.pod.str() +
-                                       " never became terminating in its EndpointSlices; "
-                                       "removal was not confirmed"};
-        return;
-      }
-      all_ready = removed_all = false;
-      continue;
-    }
-    bool ready =
-        !d.reconfirm && (d.stage >= Stage::kDrained ||
-                         (d.stage == Stage::kRemoved && d.release_after == ReleaseAfter::kRemoved));
-    if (!ready) all_ready = false;
-    if (d.stage < Stage::kRemoved) removed_all = false;
-    if (d.removal_forced || d.drain_forced)
-      for (const auto& n : d.notes) forced += "; " + n;
-  }
-  // The drain action runs once the pod is removed everywhere, and the release waits for it.
-  using AS = Waiter::ActionState;
-  if (!w.action.empty() && w.action_state == AS::kNone && removed_all) w.action_state = AS::kDue;
-  if (!w.action.empty() && w.action_state != AS::kDone) all_ready = false;
-  if (!all_ready) return;
-  std::string summary, unconfirmed;
-  for (const auto& ip : ips) {
-    Drain& d = drains_.at(ip);
-    if (d.stage != Stage::kReleased) {
-      move(d, Stage::kReleased, in.now, out);
-      ++(d.unconfirmed.empty() ? counters_.released_confirmed : counters_.released_unconfirmed);
-    }
-    for (const auto& u : d.unconfirmed)
-      unconfirmed +=
-          (unconfirmed.empty() ? "" : "; ") + u.node + "/" + u.consumer + ": " + u.reason;
-    ++counters_.released;
-    summary += (summary.empty() ? "" : ", ") + ip.str() + ": removed after " +
-               ms_since(d.start, d.removed.value_or(in.now)) + " ms" +
-               (d.drained ? ", drained after " + ms_since(d.start, *d.drained) + " ms" : "");
-  }
-  if (!w.action_note.empty()) summary += "; " + w.action_note;
-  w.verdict = Verdict{
-      true, "released " + w.pod.str() + " (" + summary + "), " +
-                (unconfirmed.empty() ? "confirmed" : "unconfirmed: " + unconfirmed) + forced};
-}
-
 std::vector<Transition> Machine::evaluate(const Inputs& in) {
   std::vector<Transition> out;
   recheck_at_.reset();
@@ -884,93 +701,6 @@ std::optional<TimePoint> Machine::next_deadline() const {
     if (!w.verdict && !w.terminating_seen) consider(w.called + opts_.terminating_wait);
   if (recheck_at_) consider(*recheck_at_);
   return best;
-}
-
-std::string Machine::to_json(TimePoint now) const {
-  auto wall = [&](TimePoint t) {
-    auto sys = std::chrono::system_clock::now() +
-               std::chrono::duration_cast<std::chrono::system_clock::duration>(t - now);
-    return std::to_string(std::chrono::duration_cast<milliseconds>(sys.time_since_epoch()).count());
-  };
-  auto one = [&](const Drain& d) {
-    std::string j =
-        "{\"address\":" + model::json_string(d.ip.str()) +
-        ",\"pod\":" + model::json_string(d.pod.str()) +
-        ",\"pod_uid\":" + model::json_string(d.pod_uid) +
-        ",\"stage\":" + model::json_string(std::string(to_string(d.stage))) +
-        ",\"release_after\":" +
-        model::json_string(d.release_after == ReleaseAfter::kRemoved ? "removed" : "drained") +
-        ",\"start_unix_ms\":" + wall(d.start) + ",\"timeline_ms\":{";
-    std::string t;
-    auto add = [&](const char* k, const std::optional<TimePoint>& v) {
-      if (!v) return;
-      t += (t.empty() ? "" : ",") + std::string("\"") + k + "\":" + ms_since(d.start, *v);
-    };
-    add("stop_accepting", d.stop_accepting);
-    add("removed", d.removed);
-    add("drained", d.drained);
-    add("released", d.released);
-    add("removal_deadline", d.removal_deadline);
-    add("budget_end", d.budget_end);
-    j += t + "},\"timeline_unix_ms\":{";
-    std::string u;
-    auto add_wall = [&](const char* k, const std::optional<TimePoint>& v) {
-      if (!v) return;
-      u += (u.empty() ? "" : ",") + std::string("\"") + k + "\":" + wall(*v);
-    };
-    add_wall("stop_accepting", d.stop_accepting);
-    add_wall("removed", d.removed);
-    add_wall("drained", d.drained);
-    add_wall("released", d.released);
-    add_wall("last_confirmation", d.last_confirmation);
-    add_wall("prestop_called", d.prestop_called);
-    add_wall("budget_end", d.budget_end);
-    add_wall("drain_action", d.action_started);
-    add_wall("drain_action_done", d.action_done);
-    j += u + "},\"budget_from_api\":" + (d.budget_from_api ? "true" : "false") +
-         ",\"drain_action\":" + model::json_string(d.action) + ",\"consumers_confirmed_ms\":{";
-    std::string c;
-    for (const auto& [name, at] : d.consumers_confirmed)
-      c += (c.empty() ? "" : ",") + model::json_string(name) + ":" + ms_since(d.start, at);
-    j += c + "},\"revision\":" + std::to_string(d.revision) +
-         ",\"confirmRevision\":" + std::to_string(d.confirm_at()) + ",\"peers\":[";
-    std::string p;
-    for (const auto& [node, ps] : d.peers) {
-      const char* st = ps.state == PeerState::State::kConfirmed ? "confirmed"
-                       : ps.state == PeerState::State::kFailed  ? "failed"
-                                                                : "pending";
-      p += (p.empty() ? "" : ",") + std::string("{\"node\":") + model::json_string(node) +
-           ",\"state\":\"" + st + "\",\"error\":" + model::json_string(ps.last_error) +
-           (ps.answered ? ",\"answered_ms\":" + ms_since(d.start, *ps.answered) : std::string()) +
-           "}";
-    }
-    j += p +
-         "],\"live_flows\":" + (d.flows ? std::to_string(d.flows->live()) : std::string("null")) +
-         ",\"removal_forced\":" + (d.removal_forced ? "true" : "false") +
-         ",\"drain_forced\":" + (d.drain_forced ? "true" : "false") + ",\"outcome\":" +
-         (d.stage == Stage::kReleased ? model::json_string(d.outcome()) : "null") +
-         ",\"needs_dns\":" + (d.needs_dns ? "true" : "false") + ",\"unconfirmed\":[";
-    std::string un;
-    for (const auto& u : d.unconfirmed)
-      un += (un.empty() ? "" : ",") + std::string("{\"node\":") + model::json_string(u.node) +
-            ",\"consumer\":" + model::json_string(u.consumer) +
-            ",\"reason\":" + model::json_string(u.reason) + "}";
-    j += un + "],\"notes\":[";
-    std::string n;
-    for (const auto& s : d.notes) n += (n.empty() ? "" : ",") + model::json_string(s);
-    return j + n + "]}";
-  };
-  std::string out = "[";
-  bool first = true;
-  for (const auto& d : finished_) {
-    out += (first ? "" : ",") + one(d);
-    first = false;
-  }
-  for (const auto& [ip, d] : drains_) {
-    out += (first ? "" : ",") + one(d);
-    first = false;
-  }
-  return out + "]";
 }
 
 }  // namespace endpointd::drain

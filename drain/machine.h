@@ -233,10 +233,6 @@ class Machine {
   const Counters& counters() const { return counters_; }
   model::SnapshotPtr snapshot() const { return snap_; }
 
-  // JSON array for /debug/state: each drain's stage and timeline (ms since its start), peers,
-  // consumers, notes. `now` and the steady→wall offset turn times into readable values.
-  std::string to_json(TimePoint now) const;
-
  private:
   struct Waiter {
     model::ObjectKey pod;

@@ -1,6 +1,7 @@
 // The drain state machine with an injected clock: stage order, confirmations, deadlines and
 // degraded inputs, each with its counter.
 #include "drain/machine.h"
+#include "drain/machine_json.h"
 
 #include <gtest/gtest.h>
 
@@ -123,9 +124,12 @@ TEST_F(MachineTest, StagesInOrderWithPeersAndConntrack) {
   EXPECT_EQ(*d.released, t0 + 70ms);
   EXPECT_EQ(m.counters().removal_deadlines, 0u);
   EXPECT_EQ(m.counters().peers_unconfirmed, 0u);
-  EXPECT_NE(m.to_json(t0 + 70ms).find("\"stage\":\"released\""), std::string::npos);
+  EXPECT_NE(
+      drains_json(m, t0 + 70ms, std::chrono::system_clock::now()).find("\"stage\":\"released\""),
+      std::string::npos);
   EXPECT_EQ(d.prestop_called, t0);  // when the prestop call arrived, for release latency
-  EXPECT_NE(m.to_json(t0 + 70ms).find("\"prestop_called\":"), std::string::npos);
+  EXPECT_NE(drains_json(m, t0 + 70ms, std::chrono::system_clock::now()).find("\"prestop_called\":"),
+            std::string::npos);
   // The endpoint leaves the slices: the drain becomes history.
   m.remove_waiter(w);
   m.on_snapshot(make_snapshot(3, {kWeb3}, {}), t0 + 80ms);
