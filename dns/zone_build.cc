@@ -7,6 +7,7 @@
 
 #include "dns/zone.h"
 #include "dns/zone_block.h"
+#include "dns/zone_names.h"
 
 #include "model/routing.h"
 
@@ -21,97 +22,15 @@ std::optional<PodMode> parse_pod_mode(std::string_view s) {
   return std::nullopt;
 }
 
+using names::must_name;
+using names::NameBuf;
+using names::reverse_name;
+using names::wire_of;
+
 namespace {
 
 constexpr uint8_t kInAddrSuffix = 14;  // \7in-addr\4arpa\0
 constexpr uint8_t kIp6Suffix = 10;     // \3ip6\4arpa\0
-
-uint8_t lower(char c) {
-  auto u = static_cast<uint8_t>(c);
-  return (u >= 'A' && u <= 'Z') ? static_cast<uint8_t>(u + 32) : u;
-}
-
-// A name put together from text labels and a wire suffix, lower case.
-class NameBuf {
- public:
-  // Appends the labels of dotted `text`; `prefix` (when not 0) goes before the first label.
-  NameBuf& text(std::string_view t, char prefix = 0) {
-    while (ok_) {
-      size_t dot = t.find('.');
-      std::string_view label = t.substr(0, dot);
-      size_t len = label.size() + (prefix ? 1 : 0);
-      if (label.empty() || len > kMaxLabel || pos_ + 1 + len + 1 > kMaxNameWire) {
-        ok_ = false;
-        break;
-      }
-      n_.bytes[pos_++] = static_cast<uint8_t>(len);
-      if (prefix) n_.bytes[pos_++] = static_cast<uint8_t>(prefix);
-      for (char c : label) n_.bytes[pos_++] = lower(c);
-      prefix = 0;
-      if (dot == std::string_view::npos) break;
-      t.remove_prefix(dot + 1);
-    }
-    return *this;
-  }
-  std::optional<WireName> finish(const WireName& suffix) {
-    if (!ok_ || pos_ + suffix.len > kMaxNameWire) return std::nullopt;
-    std::memcpy(n_.bytes.data() + pos_, suffix.bytes.data(), suffix.len);
-    n_.len = static_cast<uint8_t>(pos_ + suffix.len);
-    return n_;
-  }
-
- private:
-  WireName n_;
-  size_t pos_ = 0;
-  bool ok_ = true;
-};
-
-WireName must_name(const std::string& text) {
-  auto n = name_from_text(text);
-  if (!n) return *name_from_text(".");
-  lowercase_name({n->bytes.data(), n->len});
-  return *n;
-}
-
-WireName reverse_name(const IpAddr& a) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  WireName n;
-  size_t p = 0;
-  const uint8_t* b = a.data();
-  if (a.is_v4()) {
-    for (int i = 3; i >= 0; --i) {
-      char digits[4];
-      auto [end, ec] = std::to_chars(digits, digits + sizeof digits, b[i]);
-      (void)ec;
-      auto len = static_cast<size_t>(end - digits);
-      n.bytes[p++] = static_cast<uint8_t>(len);
-      std::memcpy(n.bytes.data() + p, digits, len);
-      p += len;
-    }
-    static constexpr uint8_t kSuffix[] = {7,   'i', 'n', '-', 'a', 'd', 'd',
-                                          'r', 4,   'a', 'r', 'p', 'a', 0};
-    std::memcpy(n.bytes.data() + p, kSuffix, sizeof kSuffix);
-    n.len = static_cast<uint8_t>(p + sizeof kSuffix);
-    return n;
-  }
-  for (int i = 15; i >= 0; --i) {
-    n.bytes[p++] = 1;
-    n.bytes[p++] = static_cast<uint8_t>(kHex[b[i] & 0xF]);
-    n.bytes[p++] = 1;
-    n.bytes[p++] = static_cast<uint8_t>(kHex[b[i] >> 4]);
-  }
-  static constexpr uint8_t kSuffix[] = {3, 'i', 'p', '6', 4, 'a', 'r', 'p', 'a', 0};
-  std::memcpy(n.bytes.data() + p, kSuffix, sizeof kSuffix);
-  n.len = static_cast<uint8_t>(p + sizeof kSuffix);
-  return n;
-}
-
-WireName wire_of(std::string_view v) {
-  WireName n;
-  n.len = static_cast<uint8_t>(std::min(v.size(), kMaxNameWire));
-  std::memcpy(n.bytes.data(), v.data(), n.len);
-  return n;
-}
 
 struct KeyHash {
   size_t operator()(const model::ServiceKey& k) const {
