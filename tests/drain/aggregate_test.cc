@@ -485,6 +485,36 @@ TEST(Aggregator, RefusesForgedDownReportsAndEpochsThatWrapOrJump) {
   EXPECT_LT(a.epoch() >> 16, Aggregator::kMaxEpochCounter);
 }
 
+// A peer that claims to be the root — even the agent the layout makes root — speaks for the
+// cluster to its own children only: to an agent further down, its down report is a non-parent's
+// and is not taken (kind "not-parent").
+TEST(Aggregator, APeerClaimingToBeTheRootIsNotTakenBelowItsChildren) {
+  Sim sim(15, opts(2));
+  Tree tree(sim.members(), 2);
+  // Not the last in the layout's order: that one watches the root on the ring, and an answer
+  // to its own probe is the one other way a decision reaches it.
+  std::string grandchild;
+  for (const auto& m : tree.members())
+    if (grandchild.empty() && tree.ancestors(m).size() >= 2 && m != tree.members().back())
+      grandchild = m;
+  ASSERT_FALSE(grandchild.empty());
+  for (const auto& m : sim.members()) sim.set_local(m, 100);
+  ASSERT_GE(sim.rounds_until_all(100, 400), 0);
+  Aggregator& a = sim.at(grandchild);
+  const uint64_t before = a.stats().not_parent;
+  DownReport claim;
+  claim.from = tree.root();
+  claim.watermark = 100;  // no more than the agent's own: only the sender is wrong
+  claim.epoch = a.epoch() + (uint64_t{1} << 16);
+  claim.excluded = {*tree.parent(grandchild)};
+  claim.covered = tree.coverage();
+  a.receive(claim, sim.now());
+  EXPECT_EQ(a.stats().not_parent, before + 1);
+  EXPECT_TRUE(a.excluded().empty());
+  EXPECT_EQ(a.tree().parent(grandchild) ? *a.tree().parent(grandchild) : "",
+            *tree.parent(grandchild));
+}
+
 // Three agents, the root and its two children; `a` reports first. Returns the root's name and
 // its children, in the layout's order.
 struct Small {
