@@ -253,7 +253,9 @@ void Planner::plan_service(const ServiceState& st, PlanStats* skips, PlannedServ
         }
       };
       // service-ips and service-lb depend on the service alone, never on its endpoints, so an
-      // endpoint change touches no verdict element (see rebuild_lb_chains).
+      // endpoint change touches no verdict element (see rebuild_lb_chains). ClientIP affinity
+      // is chosen by service-ips' target (svc-*-affinity end in lb-affinity); service-lb holds
+      // only externalTrafficPolicy Local keys, whose chain chooses by source first.
       const char* lb_chain = affinity ? names::kLbAffinity : names::kLb;
 
       // Every frontend of this port in this family: cluster IPs, then external addresses
@@ -268,8 +270,9 @@ void Planner::plan_service(const ServiceState& st, PlanStats* skips, PlannedServ
         }
         std::string key = vip_key(f.addr, proto, f.port);
         if (internal_vip) {
-          put(SetKind::kServiceIps, verdict_element(key, Verdict::kGoto, names::kSvcInternal));
-          put(SetKind::kServiceLb, verdict_element(key, Verdict::kGoto, lb_chain));
+          put(SetKind::kServiceIps,
+              verdict_element(key, Verdict::kGoto,
+                              affinity ? names::kSvcInternalAffinity : names::kSvcInternal));
           if (internal.empty()) {
             // kube-proxy: no endpoints at all -> reject; none on this node for
             // internalTrafficPolicy Local -> drop.
@@ -297,10 +300,11 @@ void Planner::plan_service(const ServiceState& st, PlanStats* skips, PlannedServ
             put(SetKind::kFirewallAllow, Element{src, src, {}, Verdict::kNone, {}});
           }
         }
-        put(SetKind::kServiceIps,
-            verdict_element(key, Verdict::kGoto,
-                            etp_local ? names::kSvcExternalLocal : names::kSvcExternal));
-        put(SetKind::kServiceLb, verdict_element(key, Verdict::kGoto, lb_chain));
+        const char* external_chain = etp_local  ? names::kSvcExternalLocal
+                                     : affinity ? names::kSvcExternalAffinity
+                                                : names::kSvcExternal;
+        put(SetKind::kServiceIps, verdict_element(key, Verdict::kGoto, external_chain));
+        if (etp_local) put(SetKind::kServiceLb, verdict_element(key, Verdict::kGoto, lb_chain));
         if (cluster.empty()) {
           put(SetKind::kNoEndpointReject, Element{key, {}, {}, Verdict::kNone, {}});
           continue;
@@ -618,6 +622,11 @@ std::vector<TableChanges> Planner::update(const model::Snapshot& snap, const mod
     const Table& t = table(f);
     for (const char* c : {names::kLb, names::kLocalLb, names::kAffinityRecord})
       ch.replace_chains.push_back(t.chains.at(c));
+    // Their jumps to affinity-record come and go with the first and last affinity timeout.
+    if (after[2].empty() != b[2].empty()) {
+      for (const char* c : {names::kNatPostrouting, names::kNatInput})
+        ch.replace_chains.push_back(t.chains.at(c));
+    }
   }
 
   // Normalise each family's changes: an element deleted and added again with the same value

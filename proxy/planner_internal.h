@@ -1,5 +1,5 @@
 // What planner.cc and planner_layout.cc share (internal to the planner): a protocol's number
-// as the rules and elements carry it.
+// as the rules and elements carry it, and the names of the class chains for ClientIP affinity.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +7,16 @@
 #include "model/objects.h"
 
 namespace endpointd::proxy {
+
+// service-ips' targets for a service with ClientIP affinity (the others: names::kSvcInternal,
+// names::kSvcExternal): the same tests, then lb-affinity instead of lb.
+namespace names {
+inline constexpr const char* kSvcInternalAffinity = "svc-internal-affinity";
+inline constexpr const char* kSvcExternalAffinity = "svc-external-affinity";
+inline constexpr const char* kNatPostrouting = "nat-postrouting";
+inline constexpr const char* kNatInput = "nat-input";
+inline constexpr const char* kMasquerading = "masquerading";
+}  // namespace names
 
 inline uint8_t l4proto(model::Protocol p) {
   using model::Protocol;

@@ -78,8 +78,18 @@ void Planner::rebuild_lb_chains(IpFamily f) {
 
   // ClientIP affinity, one rule per timeout T in use: a new connection DNATed to a current
   // backend of an affinity VIP with timeout T records (or refreshes) its client's choice.
+  // Without any, nat postrouting and input do not enter the empty chain.
   auto& record = t.chains[names::kAffinityRecord].rules;
   record.clear();
+  auto& postrouting = t.chains[names::kNatPostrouting].rules;
+  auto& input = t.chains[names::kNatInput].rules;
+  postrouting.clear();
+  input.clear();
+  if (!st.affinity_sets.empty()) {
+    postrouting.push_back(rule(RuleShape::kJump, names::kAffinityRecord));
+    input.push_back(rule(RuleShape::kJump, names::kAffinityRecord));
+  }
+  postrouting.push_back(rule(RuleShape::kJump, names::kMasquerading));
   for (const auto& [timeout, _] : st.affinity_sets) {
     for (Protocol p : {Protocol::kTCP, Protocol::kUDP, Protocol::kSCTP}) {
       record.push_back(Rule{RuleShape::kAffinityRecord,
@@ -178,11 +188,9 @@ void Planner::base_table(IpFamily f) {
   add(base_chain("nat-output", "nat", "output", -100, {rule(RuleShape::kJump, "services")}));
   // ClientIP affinity is recorded after DNAT, where the backend is in the packet: on the way
   // out (forwarded or local clients) or in (external clients of this node's own addresses).
-  add(base_chain(
-      "nat-postrouting", "nat", "postrouting", 100,
-      {rule(RuleShape::kJump, names::kAffinityRecord), rule(RuleShape::kJump, "masquerading")}));
-  add(base_chain("nat-input", "nat", "input", 100,
-                 {rule(RuleShape::kJump, names::kAffinityRecord)}));
+  // Their rules follow the affinity timeouts in use (rebuild_lb_chains).
+  add(base_chain(names::kNatPostrouting, "nat", "postrouting", 100, {}));
+  add(base_chain(names::kNatInput, "nat", "input", 100, {}));
   add(chain("firewall-check", {rule(RuleShape::kFirewallCheck)}));
   // Plain sets rather than a verdict map: a service gaining or losing its last endpoint then
   // changes no verdict element (see rebuild_lb_chains).
@@ -208,9 +216,9 @@ void Planner::base_table(IpFamily f) {
                                  rule(RuleShape::kGoto, names::kLb)}));
   add(chain(names::kAffinityRecord, {}));
   add(chain(names::kMarkForMasquerade, {rule(RuleShape::kMarkForMasquerade)}));
-  add(chain("masquerading", {rule(RuleShape::kHairpinMark, names::kMarkForMasquerade),
-                             rule(RuleShape::kMasqReturnUnmarked), rule(RuleShape::kMasqClearMark),
-                             rule(RuleShape::kMasquerade)}));
+  add(chain(names::kMasquerading, {rule(RuleShape::kHairpinMark, names::kMarkForMasquerade),
+                                   rule(RuleShape::kMasqReturnUnmarked),
+                                   rule(RuleShape::kMasqClearMark), rule(RuleShape::kMasquerade)}));
   add(chain("services", {rule(RuleShape::kVipVmap, {}, names::kServiceIps)}));
 
   // Traffic to a cluster IP: masquerade what does not come from a pod (or everything).
@@ -225,13 +233,21 @@ void Planner::base_table(IpFamily f) {
     r.iifname = local_iif;
     internal.push_back(std::move(r));
   }
-  internal.push_back(rule(RuleShape::kVipVmap, {}, names::kServiceLb));
-  add(chain(names::kSvcInternal, internal));
+  // service-ips chooses between these by the service's ClientIP affinity, so after it the VIP
+  // key is looked up only in lb's backend maps (a service's endpoints never change a verdict).
+  std::vector<Rule> internal_affinity = internal;
+  internal.push_back(rule(RuleShape::kGoto, names::kLb));
+  internal_affinity.push_back(rule(RuleShape::kGoto, names::kLbAffinity));
+  add(chain(names::kSvcInternal, std::move(internal)));
+  add(chain(names::kSvcInternalAffinity, std::move(internal_affinity)));
   // External traffic with externalTrafficPolicy Cluster: always masqueraded.
   add(chain(names::kSvcExternal, {rule(RuleShape::kJump, names::kMarkForMasquerade),
-                                  rule(RuleShape::kVipVmap, {}, names::kServiceLb)}));
+                                  rule(RuleShape::kGoto, names::kLb)}));
+  add(chain(names::kSvcExternalAffinity, {rule(RuleShape::kJump, names::kMarkForMasquerade),
+                                          rule(RuleShape::kGoto, names::kLbAffinity)}));
   // externalTrafficPolicy Local: pods and the node itself use every endpoint (as kube-proxy
-  // short-circuits them); everyone else only this node's endpoints, unmasqueraded.
+  // short-circuits them: service-lb, which holds only these services' keys, chooses lb or
+  // lb-affinity); everyone else only this node's endpoints, unmasqueraded.
   std::vector<Rule> ext_local;
   if (have_cidrs) {
     ext_local.push_back(rule(RuleShape::kSaddrInVmap, {}, names::kServiceLb));

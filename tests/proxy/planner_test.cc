@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+
 #include "proxy/planner.h"
 #include "proxy/render.h"
 #include "tests/proxy/fixtures.h"
@@ -90,7 +93,11 @@ TEST(ProxyPlanner, EveryShape) {
   p.reset(*testing::every_shape());
   const Table& t = p.table(IpFamily::kV4);
   EXPECT_NE(find(t, "no-endpoint-reject", vip("10.96.0.11", 6, 80)), std::nullopt);
-  EXPECT_EQ(find(t, "service-lb", vip("10.96.0.12", 17, 53))->chain, "lb-affinity");  // affinity
+  // ClientIP affinity: service-ips chooses lb-affinity's class chain; service-lb holds only
+  // externalTrafficPolicy Local keys.
+  EXPECT_EQ(find(t, "service-ips", vip("10.96.0.12", 17, 53))->chain, "svc-internal-affinity");
+  EXPECT_EQ(find(t, "service-lb", vip("10.96.0.12", 17, 53)), std::nullopt);
+  EXPECT_NE(find(t, "service-lb", vip("203.0.113.7", 6, 443)), std::nullopt);
   EXPECT_NE(find(t, "backends-3", vip("10.96.0.12", 17, 53) + u32_field(2)), std::nullopt);
   EXPECT_EQ(find(t, "service-ips", vip("203.0.113.7", 6, 443))->chain, "svc-external-local");
   // NodePort with externalTrafficPolicy Local: this node's one endpoint.
@@ -215,8 +222,7 @@ TEST(ProxyPlanner, DetectLocalModesServiceCidrsAndTheNodesLoadBalancerException)
   c.detect_local = DetectLocal::kNodeCidr;
   Planner no_node(node_context_from(c, *testing::every_shape()));
   no_node.reset(*testing::every_shape());
-  EXPECT_EQ(rules(no_node, "svc-internal"),
-            std::vector<std::string>{"ip daddr . meta l4proto . th dport vmap @service-lb"});
+  EXPECT_EQ(rules(no_node, "svc-internal"), std::vector<std::string>{"goto lb"});
   auto with_node = std::make_shared<model::Snapshot>(*testing::every_shape());
   auto n = std::make_shared<model::Node>();
   n->name = "node-a";
@@ -395,8 +401,8 @@ TEST(ProxyPlanner, AffinityBackendsPerTimeoutAndForgottenPairs) {
   const Table& t = p.table(IpFamily::kV4);
   std::string key = vip("10.96.0.20", 6, 80);
   auto pair = [&](const char* ep) { return key + addr_field(testing::ip(ep)) + port_field(8080); };
-  EXPECT_EQ(find(t, "service-lb", key)->chain, "lb-affinity");
-  EXPECT_EQ(find(t, "service-lb", vip("10.96.0.21", 6, 80))->chain, "lb");
+  EXPECT_EQ(find(t, "service-ips", key)->chain, "svc-internal-affinity");
+  EXPECT_EQ(find(t, "service-ips", vip("10.96.0.21", 6, 80))->chain, "svc-internal");
   ASSERT_EQ(t.sets.count("affinity"), 1u);
   EXPECT_EQ(t.sets.at("affinity").shape, SetShape::kAffinity);
   EXPECT_TRUE(t.sets.at("affinity").elements.empty()) << "the packet path fills it";
@@ -464,6 +470,88 @@ TEST(ProxyPlanner, AffinityBackendsPerTimeoutAndForgottenPairs) {
             (std::vector<std::string>{pair("10.244.1.2"), pair("10.244.1.3")}));
   EXPECT_EQ(ch[0].del_sets, std::vector<std::string>{"affinity-backends-60"});
   EXPECT_TRUE(t.chains.at("affinity-record").rules.empty());
+  EXPECT_EQ(t.chains.at("nat-postrouting").rules.front().target, "masquerading");
+  EXPECT_TRUE(t.chains.at("nat-input").rules.empty());
+}
+
+// The ClusterIP and externalTrafficPolicy Cluster paths look a VIP key up once to choose the
+// class chain, which goes to lb or lb-affinity by itself: the service's ClientIP affinity
+// chooses service-ips' target. nat postrouting and input jump to affinity-record only while
+// some service has affinity, after full syncs and updates alike.
+TEST(ProxyPlanner, AffinityIsChosenInServiceIpsAndTheRecordChainOnlyWhileUsed) {
+  auto chains_of = [](const Table& t, const char* chain) {
+    std::vector<std::string> out;
+    for (const auto& r : t.chains.at(chain).rules) out.push_back(r.target);
+    return out;
+  };
+  using Targets = std::vector<std::string>;
+  Planner p(testing::node_context());
+  auto svc = testing::service("sticky", {testing::ip("10.96.0.40")}, 80);
+  svc.external_ips = {testing::ip("203.0.113.40")};
+  auto plain = testing::service("plain", {testing::ip("10.96.0.41")}, 80);
+  plain.external_ips = {testing::ip("203.0.113.41")};
+  std::vector<model::MergedEndpoint> eps = {testing::endpoint("10.244.1.2", 8080),
+                                            testing::endpoint("10.244.2.2", 8080, "node-b")};
+  const std::string cluster = vip("10.96.0.40", 6, 80);
+  const std::string external = vip("203.0.113.40", 6, 80);
+  const Table& t = p.table(IpFamily::kV4);
+
+  // No service with affinity: no jump to the empty affinity-record.
+  auto s1 = testing::snapshot(1, {testing::state(svc, eps), testing::state(plain, eps)});
+  p.reset(*s1);
+  EXPECT_EQ(find(t, "service-ips", cluster)->chain, "svc-internal");
+  EXPECT_EQ(find(t, "service-ips", external)->chain, "svc-external");
+  EXPECT_TRUE(t.sets.at("service-lb").elements.empty()) << "only eTP Local keys";
+  EXPECT_EQ(chains_of(t, "svc-internal"), (Targets{"mark-for-masquerade", "lb"}));
+  EXPECT_EQ(t.chains.at("svc-internal").rules.back().shape, RuleShape::kGoto);
+  EXPECT_EQ(chains_of(t, "svc-internal-affinity"), (Targets{"mark-for-masquerade", "lb-affinity"}));
+  EXPECT_EQ(chains_of(t, "svc-external"), (Targets{"mark-for-masquerade", "lb"}));
+  EXPECT_EQ(chains_of(t, "svc-external-affinity"), (Targets{"mark-for-masquerade", "lb-affinity"}));
+  EXPECT_EQ(chains_of(t, "nat-postrouting"), Targets{"masquerading"});
+  EXPECT_TRUE(t.chains.at("nat-input").rules.empty());
+
+  // It gains affinity: its verdicts move to the affinity chains, the jumps appear.
+  auto sticky = svc;
+  sticky.session_affinity_client_ip = true;
+  auto s2 = testing::snapshot(2, {testing::state(sticky, eps), testing::state(plain, eps)});
+  auto ch = p.update(*s2, model::diff(s1.get(), *s2));
+  ASSERT_EQ(ch.size(), 1u);
+  std::map<std::string, std::string> added;
+  for (const auto& [set, e] : ch[0].add_elements)
+    if (set == "service-ips") added[e.key] = e.chain;
+  EXPECT_EQ(added, (std::map<std::string, std::string>{{cluster, "svc-internal-affinity"},
+                                                       {external, "svc-external-affinity"}}));
+  std::set<std::string> replaced;
+  for (const auto& c : ch[0].replace_chains) replaced.insert(c.name);
+  EXPECT_TRUE(replaced.count("nat-postrouting") && replaced.count("nat-input"));
+  EXPECT_EQ(find(t, "service-ips", vip("10.96.0.41", 6, 80))->chain, "svc-internal");
+  EXPECT_EQ(chains_of(t, "nat-postrouting"), (Targets{"affinity-record", "masquerading"}));
+  EXPECT_EQ(chains_of(t, "nat-input"), Targets{"affinity-record"});
+  Planner fresh(testing::node_context());
+  fresh.reset(*s2);
+  EXPECT_EQ(render(t), render(fresh.table(IpFamily::kV4)));
+
+  // An endpoint change of the affinity service changes no verdict and no base chain.
+  auto s3 = testing::snapshot(3, {testing::state(sticky, {eps[0]}), testing::state(plain, eps)});
+  ch = p.update(*s3, model::diff(s2.get(), *s3));
+  ASSERT_EQ(ch.size(), 1u);
+  for (const auto& [set, e] : ch[0].add_elements) EXPECT_EQ(e.verdict, Verdict::kNone) << set;
+  for (const auto& [set, e] : ch[0].del_elements) EXPECT_EQ(e.verdict, Verdict::kNone) << set;
+  for (const auto& c : ch[0].replace_chains) EXPECT_FALSE(c.base.has_value()) << c.name;
+
+  // The last service with affinity loses it: back to svc-internal, the jumps go.
+  auto s4 = testing::snapshot(4, {testing::state(svc, {eps[0]}), testing::state(plain, eps)});
+  ch = p.update(*s4, model::diff(s3.get(), *s4));
+  ASSERT_EQ(ch.size(), 1u);
+  added.clear();
+  for (const auto& [set, e] : ch[0].add_elements)
+    if (set == "service-ips") added[e.key] = e.chain;
+  EXPECT_EQ(added, (std::map<std::string, std::string>{{cluster, "svc-internal"},
+                                                       {external, "svc-external"}}));
+  EXPECT_EQ(chains_of(t, "nat-postrouting"), Targets{"masquerading"});
+  EXPECT_TRUE(t.chains.at("nat-input").rules.empty());
+  fresh.reset(*s4);
+  EXPECT_EQ(render(t), render(fresh.table(IpFamily::kV4)));
 }
 
 // Two services can put in the same element: a pod in both (its hairpin element), or the same
@@ -506,7 +594,7 @@ TEST(ProxyPlanner, AnElementTwoServicesShareStaysUntilBothAreGone) {
   ASSERT_EQ(ch.size(), 1u);
   size_t gone = 0;
   for (const auto& [set, e] : ch[0].del_elements) gone += e.key == hairpin || e.key == shared;
-  EXPECT_EQ(gone, 3u);  // hairpin, service-ips, service-lb
+  EXPECT_EQ(gone, 2u);  // hairpin, service-ips (service-lb: eTP Local keys only)
   EXPECT_EQ(find(t, "hairpin", hairpin), std::nullopt);
   EXPECT_EQ(find(t, "service-ips", shared), std::nullopt);
   Planner empty(testing::node_context());

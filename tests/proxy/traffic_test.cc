@@ -301,6 +301,38 @@ TEST(ProxyTraffic, ClientIpAffinityExpiresAndNeverKeepsARemovedEndpoint) {
       EXPECT_EQ(only(seen), after[c]) << c << " was not on the removed endpoint and stays";
     }
   }
+
+  // (4) The service loses its affinity by an update: nothing jumps to affinity-record any more
+  // and one client is balanced again (20 connections on one of two endpoints: 1 in 2^19).
+  auto plain = svc;
+  plain.session_affinity_client_ip = false;
+  auto s3 = testing::snapshot(3, {testing::state(plain, endpoints(rest))});
+  changes = p.update(*s3, model::diff(s2.get(), *s3));
+  node.run([&] {
+    auto r = backend->apply(changes);
+    ASSERT_TRUE(r.ok()) << r.error();
+  });
+  dump = node.sh("nft list ruleset", &listed);
+  ASSERT_EQ(listed, 0) << dump;
+  EXPECT_EQ(dump.find("jump affinity-record"), std::string::npos) << dump;
+  EXPECT_GT(connect_n(clients[0], 20).size(), 1u) << "still sticky without affinity";
+
+  // (5) It gains affinity again by an update: the first affinity service brings the jumps back
+  // and each client sticks from its first connection on.
+  auto s4 = testing::snapshot(4, {testing::state(svc, endpoints(rest))});
+  changes = p.update(*s4, model::diff(s3.get(), *s4));
+  node.run([&] {
+    auto r = backend->apply(changes);
+    ASSERT_TRUE(r.ok()) << r.error();
+  });
+  dump = node.sh("nft list ruleset", &listed);
+  ASSERT_EQ(listed, 0) << dump;
+  EXPECT_NE(dump.find("jump affinity-record"), std::string::npos) << dump;
+  for (const auto& c : {clients[0], clients[1]}) {
+    auto seen = connect_n(c, 20);
+    EXPECT_EQ(seen.count(""), 0u) << c;
+    EXPECT_EQ(seen.size(), 1u) << c << " is not sticky after affinity came back";
+  }
   node.run([&] { backend.reset(); });
 }
 
