@@ -309,8 +309,8 @@ TEST(ProxyNetlink, FullSyncOverRulesInPlaceChangesNoElement) {
   EXPECT_EQ(next->sets_unchanged, sets_with_digest(p));
 }
 
-// `n` ClusterIP services with one endpoint each: cluster-ips, service-ips, service-lb and
-// backends-1 hold n elements each.
+// `n` ClusterIP services with one endpoint each: cluster-ips, service-ips and backends-1 hold
+// n elements each (service-lb none: it has only externalTrafficPolicy Local keys).
 model::SnapshotPtr services(uint64_t g, int n) {
   std::vector<model::ServiceStatePtr> v;
   for (int i = 0; i < n; ++i) {
