@@ -203,7 +203,8 @@ class Planner {
   FamilyState& state(IpFamily f) { return f == IpFamily::kV4 ? s4_ : s6_; }
   bool has_family(IpFamily f) const { return f == IpFamily::kV4 ? planned_.ipv4 : planned_.ipv6; }
   // Rewrites the rules of lb, local-lb and affinity-record from the backend-map sizes and the
-  // affinity timeouts in use.
+  // affinity timeouts in use, and nat-postrouting's and nat-input's (their jumps to
+  // affinity-record while any timeout is in use).
   void rebuild_lb_chains(IpFamily f);
   // The sets that come and go with a size or timeout in use, and those of one kind.
   static bool sized(SetKind k) {
