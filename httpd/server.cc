@@ -1,9 +1,11 @@
-// The epoll loop, the worker thread and the channel between them.
+// The epoll loop and its connections: accept under the caps, deadlines, reading request heads,
+// answering them on the loop or handing them to the worker, writing queued output.
 //
 // The loop thread owns every connection; nothing on it blocks. Worker routes are handed to the
 // one worker thread through Channel (one job at a time); the worker's bytes come back through
 // Channel::out and an eventfd wakes the loop. A connection is known to the worker only by id,
 // so the loop may close it at any time; the worker then learns it from Channel::cancelled.
+// The worker and the channel are in server_worker.cc, a response's bytes in server_response.cc.
 #include "httpd/server.h"
 
 #include <arpa/inet.h>
@@ -29,11 +31,11 @@
 #include <thread>
 #include <unordered_map>
 
+#include "httpd/server_internal.h"
+
 namespace endpointd::httpd {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kListenTag = 0;
 constexpr uint64_t kWakeTag = 1;
@@ -41,155 +43,6 @@ constexpr auto kTick = std::chrono::milliseconds(100);
 constexpr auto kSweepEvery = std::chrono::milliseconds(50);
 constexpr auto kLogEvery = std::chrono::seconds(10);
 constexpr auto kAcceptPause = std::chrono::milliseconds(100);
-
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-// Why a connection was refused or dropped, or a request turned away: one counter and one
-// rate-limited log line each.
-enum class Drop {
-  connection_cap,
-  peer_cap,
-  accept_error,
-  header_timeout,
-  idle,
-  write_timeout,
-  oversized,
-  bad_request,
-  busy,
-  unauthorized,
-  count_
-};
-
-constexpr std::array<const char*, static_cast<size_t>(Drop::count_)> kDropText = {
-    "connections refused at the connection cap",
-    "connections refused at the per-client cap",
-    "accept() failures",
-    "connections closed: request head not complete in time",
-    "idle keep-alive connections closed",
-    "connections closed: client took no output in time",
-    "requests with oversized heads (431)",
-    "bad requests (400/413)",
-    "requests for the busy worker (503)",
-    "requests without the right bearer token (401)",
-};
-
-const char* reason_phrase(int status) {
-  switch (status) {
-    case 200:
-      return "OK";
-    case 204:
-      return "No Content";
-    case 301:
-      return "Moved Permanently";
-    case 302:
-      return "Found";
-    case 304:
-      return "Not Modified";
-    case 400:
-      return "Bad Request";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 408:
-      return "Request Timeout";
-    case 413:
-      return "Content Too Large";
-    case 429:
-      return "Too Many Requests";
-    case 431:
-      return "Request Header Fields Too Large";
-    case 500:
-      return "Internal Server Error";
-    case 501:
-      return "Not Implemented";
-    case 503:
-      return "Service Unavailable";
-    default:
-      return "";
-  }
-}
-
-char lower(char c) {
-  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (lower(a[i]) != lower(b[i])) return false;
-  return true;
-}
-
-// The framing headers only the server writes.
-bool server_header(std::string_view name) {
-  for (std::string_view h : {"content-type", "content-length", "transfer-encoding", "connection"})
-    if (iequals(name, h)) return true;
-  return false;
-}
-
-bool header_safe(std::string_view s) {
-  return s.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
-}
-
-// The status line and headers; the body follows unless the request was HEAD.
-std::string response_head(int status, std::string_view content_type,
-                          std::optional<size_t> content_length, bool chunked, bool close,
-                          const std::vector<std::pair<std::string, std::string>>& extra) {
-  std::string h = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) + "\r\n";
-  if (header_safe(content_type)) h += "Content-Type: " + std::string(content_type) + "\r\n";
-  if (content_length) h += "Content-Length: " + std::to_string(*content_length) + "\r\n";
-  if (chunked) h += "Transfer-Encoding: chunked\r\n";
-  if (close) h += "Connection: close\r\n";
-  for (const auto& [name, value] : extra) {
-    if (name.empty() || !header_safe(name) || !header_safe(value) ||
-        name.find(':') != std::string::npos || server_header(name))
-      continue;
-    h += name + ": " + value + "\r\n";
-  }
-  h += "\r\n";
-  return h;
-}
-
-std::string serialize(const Response& r, bool head_only, bool close) {
-  std::string out = response_head(r.status, r.content_type, r.body.size(), false, close, r.headers);
-  if (!head_only) out += r.body;
-  return out;
-}
-
-Response text(int status, std::string body) {
-  Response r;
-  r.status = status;
-  r.body = std::move(body);
-  return r;
-}
 
 // Whether a comma-separated header value (Connection) holds this token, case-insensitively.
 bool has_token(std::string_view value, std::string_view token) {
@@ -236,174 +89,7 @@ std::string peer_address(const sockaddr_storage& ss) {
   return buf;
 }
 
-struct Route {
-  enum class Kind { loop, worker, stream } kind = Kind::loop;
-  Handler handler;  // loop and worker routes
-  StreamHandler stream;
-  Handler check;  // stream routes: a request it answers (bad parameters) is not streamed
-  std::string content_type;
-  Access access = Access::open;
-};
-
-// reading: waiting for (the rest of) a request head. worker: the worker thread answers; its
-// bytes arrive through the channel. writing: a whole response is queued; once it is sent the
-// connection goes back to reading, or is closed.
-enum class State { reading, worker, writing };
-
-struct Conn {
-  Fd fd;
-  std::string peer;
-  std::string in;
-  std::string out;
-  size_t out_off = 0;  // bytes of out already sent
-  State state = State::reading;
-  bool close_after = false;  // close once the response is sent
-  bool peer_eof = false;
-  uint32_t events = 0;  // the epoll interest set
-  Clock::time_point deadline = Clock::time_point::max();
-  Drop deadline_reason = Drop::header_timeout;
-
-  size_t pending() const { return out.size() - out_off; }
-};
-
-struct Job {
-  Request request;
-  const Route* route = nullptr;
-  bool head_only = false;  // HEAD: the answer without its body
-  bool chunked = true;     // HTTP/1.1 stream: chunked; HTTP/1.0: close-delimited
-  bool close = false;
-};
-
 }  // namespace
-
-class Server::Impl {
- public:
-  Impl(Limits limits, std::string name) : limits_(limits), name_(std::move(name)) {}
-  ~Impl() { stop(); }
-
-  void add_route(std::string path, Route r) {
-    if (started_) {
-      spdlog::error("{}: route {} registered after start; ignored", name_, path);
-      return;
-    }
-    routes_[std::move(path)] = std::move(r);
-  }
-
-  void set_bearer_token(std::string token) {
-    std::lock_guard lk(token_mu_);
-    token_ = std::move(token);
-  }
-
-  Status start(const model::HostPort& listen);
-  void stop();
-  int port() const { return port_.load(); }
-  Stats stats() const;
-
- private:
-  // Loop thread.
-  void loop_main();
-  void accept_all(Clock::time_point now);
-  void on_io(uint64_t id, uint32_t events, Clock::time_point now);
-  bool read_some(Conn& c);
-  void advance(uint64_t id, Conn& c, Clock::time_point now);
-  void handle(Conn& c, uint64_t id, std::string_view head, Clock::time_point now);
-  void queue(Conn& c, std::string bytes, bool close, Clock::time_point now);
-  void refuse(Conn& c, int status, std::string body, Drop why, Clock::time_point now);
-  bool flush(uint64_t id, Conn& c, Clock::time_point now);
-  bool finish_if_sent(uint64_t id, Conn& c, Clock::time_point now);
-  void set_interest(uint64_t id, Conn& c);
-  void pump_worker(Clock::time_point now);
-  void report_pending(const Conn& c);
-  void sweep(Clock::time_point now);
-  void close_conn(uint64_t id);
-  void note(Drop why, Clock::time_point now, std::string_view detail = {});
-  void flush_logs(Clock::time_point now, bool force);
-  bool authorized(const Request& r);
-
-  // Worker thread.
-  void worker_main();
-  void run_job(Job& job);
-  void wake();
-
-  class ChannelWriter;
-
-  const Limits limits_;
-  const std::string name_;
-  std::unordered_map<std::string, Route> routes_;
-  std::atomic<bool> started_{false};
-  std::atomic<bool> stopping_{false};
-  std::atomic<int> port_{-1};
-
-  std::mutex token_mu_;
-  std::string token_;
-
-  Fd listen_, epoll_, wake_;
-  std::thread loop_thread_, worker_thread_;
-
-  // Loop-thread state.
-  std::unordered_map<uint64_t, Conn> conns_;
-  std::unordered_map<std::string, size_t> per_peer_;
-  uint64_t next_id_ = 2;
-  bool worker_busy_ = false;  // set at dispatch, cleared when the worker reports finished
-  uint64_t job_conn_ = 0;     // the connection the worker answers; 0 once it is closed
-  bool listen_paused_ = false;
-  Clock::time_point listen_resume_{};
-  Clock::time_point last_sweep_{};
-  struct LogState {
-    Clock::time_point last{};
-    uint64_t unlogged = 0;
-    std::string detail;
-  };
-  std::array<LogState, static_cast<size_t>(Drop::count_)> logs_{};
-
-  // Between the loop and the worker, under mu_.
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::optional<Job> job_;
-  std::string out_;          // bytes from the worker the loop has not taken yet
-  size_t loop_pending_ = 0;  // bytes the loop holds unsent for the job's connection
-  bool finished_ = false;    // the job is done; out_ holds its last bytes
-  bool abort_ = false;       // ...and the connection must be closed after them
-  bool cancelled_ = false;   // the job's connection is gone
-  bool worker_stop_ = false;
-
-  // Counters, written by the loop and read by stats().
-  std::array<std::atomic<uint64_t>, static_cast<size_t>(Drop::count_)> drops_{};
-  std::atomic<uint64_t> accepted_{0}, requests_{0};
-  std::atomic<size_t> open_{0};
-};
-
-// The stream handler's Writer: frames chunks into the channel, waiting while the client is
-// behind by more than max_pending_output.
-class Server::Impl::ChannelWriter final : public Writer {
- public:
-  ChannelWriter(Server::Impl& s, bool chunked) : s_(s), chunked_(chunked) {}
-  bool write(std::string_view chunk) override {
-    std::unique_lock lk(s_.mu_);
-    s_.cv_.wait(lk, [&] {
-      return s_.cancelled_ || s_.worker_stop_ ||
-             s_.out_.size() + s_.loop_pending_ <= s_.limits_.max_pending_output;
-    });
-    if (s_.cancelled_ || s_.worker_stop_) return false;
-    if (chunk.empty()) return true;  // an empty chunk would end a chunked body
-    bool was_empty = s_.out_.empty();
-    if (chunked_) {
-      char size[32];
-      int n = std::snprintf(size, sizeof size, "%zx\r\n", chunk.size());
-      s_.out_.append(size, static_cast<size_t>(n));
-    }
-    s_.out_.append(chunk);
-    if (chunked_) s_.out_.append("\r\n");
-    lk.unlock();
-    // The loop takes all of out_ when woken, so a wake is needed only when it was empty.
-    if (was_empty) s_.wake();
-    return true;
-  }
-
- private:
-  Server::Impl& s_;
-  bool chunked_;
-};
 
 Status Server::Impl::start(const model::HostPort& listen) {
   if (started_) return Error{name_ + ": already started"};
@@ -505,12 +191,6 @@ Stats Server::Impl::stats() const {
   s.requests = requests_.load();
   s.open_connections = open_.load();
   return s;
-}
-
-void Server::Impl::wake() {
-  uint64_t one = 1;
-  // The eventfd never blocks (EFD_NONBLOCK) and a pending wake is as good as a new one.
-  [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof one);
 }
 
 // ---- loop thread ----
@@ -873,58 +553,6 @@ void Server::Impl::set_interest(uint64_t id, Conn& c) {
   c.events = want;
 }
 
-// Tells a waiting stream handler how much its client is behind.
-void Server::Impl::report_pending(const Conn& c) {
-  bool room;
-  {
-    std::lock_guard lk(mu_);
-    loop_pending_ = c.pending();
-    room = out_.size() + loop_pending_ <= limits_.max_pending_output;
-  }
-  if (room) cv_.notify_all();
-}
-
-// Takes the worker's bytes for its connection, and notices when the job is done.
-void Server::Impl::pump_worker(Clock::time_point now) {
-  if (!worker_busy_) return;
-  std::string data;
-  bool finished, abort;
-  {
-    std::lock_guard lk(mu_);
-    data.swap(out_);
-    loop_pending_ += data.size();
-    finished = finished_;
-    abort = abort_;
-  }
-  if (finished) worker_busy_ = false;
-  uint64_t id = job_conn_;
-  if (finished) job_conn_ = 0;
-  auto it = id ? conns_.find(id) : conns_.end();
-  if (it == conns_.end()) return;
-  Conn& c = it->second;
-  if (!data.empty()) {
-    if (c.pending() == 0) {
-      c.out = std::move(data);
-      c.out_off = 0;
-      c.deadline = now + limits_.write_timeout;
-      c.deadline_reason = Drop::write_timeout;
-    } else {
-      c.out += data;
-    }
-  }
-  if (finished) {
-    c.state = State::writing;
-    if (abort) c.close_after = true;
-    if (c.pending() > 0) {
-      c.deadline = std::min(c.deadline, now + limits_.write_timeout);
-      c.deadline_reason = Drop::write_timeout;
-    }
-  }
-  if (!flush(id, c, now)) return;
-  if (!finish_if_sent(id, c, now)) return;
-  if (c.state == State::reading) advance(id, c, now);
-}
-
 void Server::Impl::sweep(Clock::time_point now) {
   last_sweep_ = now;
   std::vector<uint64_t> expired;
@@ -984,61 +612,6 @@ void Server::Impl::flush_logs(Clock::time_point now, bool force) {
     l.unlogged = 0;
     l.last = now;
   }
-}
-
-// ---- worker thread ----
-
-void Server::Impl::worker_main() {
-  std::unique_lock lk(mu_);
-  while (true) {
-    cv_.wait(lk, [&] { return worker_stop_ || job_.has_value(); });
-    if (worker_stop_) return;
-    Job job = std::move(*job_);
-    job_.reset();
-    lk.unlock();
-    run_job(job);
-    lk.lock();
-  }
-}
-
-void Server::Impl::run_job(Job& job) {
-  const Route& route = *job.route;
-  bool abort = false;
-  if (route.kind == Route::Kind::worker) {
-    Response r;
-    try {
-      r = route.handler(job.request);
-    } catch (const std::exception& e) {
-      spdlog::error("{}: handler for {} threw: {}", name_, job.request.path, e.what());
-      r = text(500, "internal error\n");
-    }
-    std::string bytes = serialize(r, job.head_only, job.close);
-    std::lock_guard lk(mu_);
-    out_ += bytes;
-  } else {
-    {
-      std::lock_guard lk(mu_);
-      out_ += response_head(200, route.content_type, std::nullopt, job.chunked, job.close, {});
-    }
-    wake();
-    ChannelWriter w(*this, job.chunked);
-    try {
-      route.stream(job.request, w);
-    } catch (const std::exception& e) {
-      spdlog::error("{}: stream handler for {} threw: {}", name_, job.request.path, e.what());
-      abort = true;
-    }
-    if (job.chunked && !abort) {
-      std::lock_guard lk(mu_);
-      out_ += "0\r\n\r\n";
-    }
-  }
-  {
-    std::lock_guard lk(mu_);
-    finished_ = true;
-    abort_ = abort;
-  }
-  wake();
 }
 
 // ---- Server ----
