@@ -401,7 +401,7 @@ class World {
     for (const auto& e : st->endpoints) {
       if (!model::routes_to(model::RouteView::kDns, *st, e.address, {})) continue;
       TimePoint until = now_ + ttl_;
-      dns_cache_.emplace_back(e.address.str(), until);
+      dns_cache_.push_back({e.address.str(), until, i});
       if (a.served_until.use_count() > 1)
         a.served_until = std::make_shared<pipeline::AnswerExpiry>(*a.served_until);
       auto& u = a.served_until->until[e.address];
@@ -514,12 +514,22 @@ class World {
       for (const auto& s : n.subs)
         check(s.acked, model::RouteView::kFeed, "", "subscriber " + s.name);
     }
-    for (const auto& [addr, until] : dns_cache_)
-      if (addr == pod.ip && until > now_) {
-        what += " a DNS answer cached for " +
-                fmt_ms(std::chrono::duration_cast<milliseconds>(until - now_));
-        break;
+    for (const auto& c : dns_cache_) {
+      if (c.address != pod.ip || c.until <= now_) continue;
+      // An answer given by a node whose Node is not in the API (deleted, not created again
+      // yet) or that the releasing agent's view does not list: the same as that node's kernel
+      // (above) — a Node's deletion ends its membership.
+      const NodeRec& by = nodes_[c.node];
+      if (!by.in_api) continue;
+      const auto* agent_snap = nodes_[i].agent.snap.get();
+      if (agent_snap && !agent_snap->find_node(by.name)) {
+        ++report_.node_after_view;
+        continue;
       }
+      what += " a DNS answer of " + by.name + " cached for " +
+              fmt_ms(std::chrono::duration_cast<milliseconds>(c.until - now_));
+      break;
+    }
     if (!what.empty())
       report_.safety.push_back({"released " + pod.name + " " + pod.ip + " as confirmed by " +
                                     nodes_[i].name + " while routed by:" + what,
@@ -762,7 +772,7 @@ class World {
       add_pod(std::move(svc), pick_in_api());
       publish();
     }
-    std::erase_if(dns_cache_, [&](const auto& e) { return e.second <= now_; });
+    std::erase_if(dns_cache_, [&](const auto& e) { return e.until <= now_; });
     now_ += o_.tick;
   }
 
@@ -844,7 +854,13 @@ class World {
   std::deque<std::pair<TimePoint, model::SnapshotPtr>> history_;
   std::map<std::string, TimePoint> fallback_;
   std::map<size_t, TimePoint> churned_;
-  std::vector<std::pair<std::string, TimePoint>> dns_cache_;
+  // DNS answers in clients' caches: the address, until when, and the node whose DNS gave it.
+  struct CachedAnswer {
+    std::string address;
+    TimePoint until;
+    size_t node = 0;
+  };
+  std::vector<CachedAnswer> dns_cache_;
   milliseconds ttl_{0}, max_ttl_{0};
   std::vector<Packet> net_;
   std::map<std::pair<size_t, size_t>, TimePoint> link_last_;
