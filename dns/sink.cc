@@ -205,11 +205,13 @@ void DnsSink::publish_answers() {
   const int64_t horizon = horizon_ns();
   std::map<model::IpAddr, int64_t> stamps;
   for (auto& b : builders_) b->left_zone_stamps(horizon, stamps);
+  // Blocks that left the zone are all in `stamps` already; a candidate adds what the current
+  // zone and the pod replies gave (a lookup each, no scan).
   auto candidate = [&](const model::IpAddr& a) {
     for (auto& b : builders_)
-      if (auto ns = b->last_served_ns(a); ns && *ns >= horizon) {
+      if (int64_t ns = b->live_served_ns(a); ns != 0 && ns >= horizon) {
         int64_t& v = stamps[a];
-        v = std::max(v, *ns);
+        v = std::max(v, ns);
       }
   };
   for (const auto& [k, v] : candidates_)

@@ -264,6 +264,9 @@ class ZoneBuilder {
   // Every address a reply carried, newer than `horizon_ns`, from blocks that left the zone
   // (departed and retired): into `out` as the newest reply's time, the larger kept.
   void left_zone_stamps(int64_t horizon_ns, std::map<model::IpAddr, int64_t>& out) const;
+  // The newest reply that carried `a` from the current zone or the insecure-mode pod replies
+  // (what left_zone_stamps does not see); 0 when none did. No scan of retired blocks.
+  int64_t live_served_ns(const model::IpAddr& a) const;
   // Folds blocks that no zone holds any more into the departed record and forgets departed
   // addresses whose last reply is older than `horizon_ns`.
   void harvest(int64_t horizon_ns);

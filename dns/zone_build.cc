@@ -133,6 +133,14 @@ class ZoneBuilder::Impl {
     return best;
   }
 
+  int64_t live_served_ns(const IpAddr& a) const {
+    int64_t best = pod_answers_->last(a);
+    if (auto it = by_address_.find(a); it != by_address_.end())
+      for (const RecordSet* s : it->second)
+        best = std::max(best, s->last_served_ns.load(std::memory_order_relaxed));
+    return best;
+  }
+
   void left_zone_stamps(int64_t horizon_ns, std::map<IpAddr, int64_t>& out) const {
     auto note = [&](const IpAddr& a, int64_t ns) {
       if (ns == 0 || ns < horizon_ns) return;
@@ -740,6 +748,10 @@ std::optional<int64_t> ZoneBuilder::last_served_ns(const IpAddr& a) const {
 
 void ZoneBuilder::left_zone_stamps(int64_t horizon_ns, std::map<IpAddr, int64_t>& out) const {
   impl_->left_zone_stamps(horizon_ns, out);
+}
+
+int64_t ZoneBuilder::live_served_ns(const IpAddr& a) const {
+  return impl_->live_served_ns(a);
 }
 void ZoneBuilder::harvest(int64_t horizon_ns) {
   impl_->harvest(horizon_ns);
