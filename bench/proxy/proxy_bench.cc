@@ -309,7 +309,14 @@ int run_sync(const Options& o) {
     // Which kind of element makes a batch expensive in the kernel.
     const Table& t = sink.planner()->table(IpFamily::kV4);
     for (const char* set : {"backends-10", "service-lb", "service-ips", "hairpin"}) {
-      Element el = (*t.sets.at(set).elements.begin()).element();
+      // service-lb holds only externalTrafficPolicy Local keys since the affinity choice moved
+      // into service-ips: a set with nothing in it has no element to probe.
+      auto it = t.sets.find(set);
+      if (it == t.sets.end() || it->second.elements.empty()) {
+        std::printf("{\"probe\":\"%s\",\"skipped\":\"empty\"}\n", set);
+        continue;
+      }
+      Element el = (*it->second.elements.begin()).element();
       TableChanges ch;
       ch.del_elements.emplace_back(set, el);
       ch.add_elements.emplace_back(set, el);
