@@ -91,14 +91,18 @@ TEST(DnsMetrics, FoldsWhileAThreadCountsLoseAndRepeatNothing) {
   ThreadCounts* c = m.thread_counts();
   constexpr int kQueries = 200'000;
   std::atomic<bool> done{false};
+  std::atomic<int> folds{0};
   std::thread worker([&] {
     for (int i = 0; i < kQueries; ++i) {
+      // Halfway, the counting waits for a fold: one fold at least falls while this thread
+      // counts, however the two are scheduled (a loaded machine once ran all of it first).
+      if (i == kQueries / 2)
+        while (folds.load() == 0) std::this_thread::yield();
       c->count(type::kA, rcode_slot(0));
       if (i % 64 == 63) c->latency(1'000, 64);
     }
     done = true;
   });
-  int folds = 0;
   while (!done) {
     m.fold();
     ++folds;
