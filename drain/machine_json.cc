@@ -4,18 +4,13 @@
 
 #include <string>
 
+#include "drain/machine_internal.h"
 #include "model/json.h"
 
 namespace endpointd::drain {
-namespace {
 
+using internal::ms_since;
 using std::chrono::milliseconds;
-
-std::string ms_since(TimePoint from, TimePoint t) {
-  return std::to_string(std::chrono::duration_cast<milliseconds>(t - from).count());
-}
-
-}  // namespace
 
 std::string drains_json(const Machine& m, TimePoint now,
                         std::chrono::system_clock::time_point wall_now) {
