@@ -51,6 +51,9 @@ up() {
   ip netns add "$client"
   ip -n "$client" link set lo up
   attach "$client" c0 192.168.77.100
+  # The client closes first (the test server waits for it); it reuses its TIME-WAIT ports
+  # after a second, as a busy client host does (tests/netns/cluster.cc says why).
+  ip netns exec "$client" sysctl -qw net.ipv4.tcp_tw_reuse=1
 
   local i=0 n other p name last j
   for n in "${nodes[@]}"; do
