@@ -27,6 +27,7 @@
 #include <iostream>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -228,6 +229,11 @@ int main(int argc, char** argv) {
     args.insert(args.end(), {"--source-dir", dir});
   }
 
+  // More flags for the agent, to see what one costs (e.g. E2E_AGENT_ARGS="--events=false").
+  if (const char* more = std::getenv("E2E_AGENT_ARGS")) {
+    std::istringstream words(more);
+    for (std::string w; words >> w;) args.push_back(w);
+  }
   endpointd::netns::SpawnOptions so;
   so.argv = args;
   so.log_path = tmp + "/endpointd.log";
