@@ -305,7 +305,6 @@ void PropagationEvents::on_snapshot(const model::Snapshot& snap, const std::stri
                                     std::chrono::steady_clock::time_point now) {
   if (snap.generation == generation_ || !snap.synced) return;
   generation_ = snap.generation;
-  std::map<std::string, std::shared_ptr<const model::ServiceState>> next;
   auto wait_for = [&](const model::MergedEndpoint& e, bool ready,
                       std::chrono::system_clock::time_point trigger) {
     if (pending_.size() >= kMaxPending) return;
@@ -328,16 +327,20 @@ void PropagationEvents::on_snapshot(const model::Snapshot& snap, const std::stri
     // A later change of the same endpoint the same way replaces the one not yet covered.
     pending_.insert_or_assign(std::move(key), std::move(p));
   };
-  for (const auto& st : snap.services) {
-    std::string key = st->service.key.ns + "/" + st->service.key.name;
-    auto before = services_.find(key);
-    if (!first_ && (before == services_.end() || before->second != st)) {
-      const model::ServiceState* was = before == services_.end() ? nullptr : before->second.get();
+  if (!first_) {
+    model::Delta d = model::diff(&seen_, snap);
+    // Services added or changed since the last look (a service gone: nothing to wait for).
+    auto look = [&](const model::ServiceKey& key) {
+      const model::ServiceStatePtr* now_at = snap.services.find(key);
+      if (!now_at) return;
+      const model::ServiceState& st = **now_at;
+      const model::ServiceStatePtr* before = seen_.services.find(key);
+      const model::ServiceState* was = before ? before->get() : nullptr;
       // A new trigger time: the slice change this snapshot carries was triggered then.
-      auto trigger = was && st->trigger_time <= was->trigger_time
+      auto trigger = was && st.trigger_time <= was->trigger_time
                          ? std::chrono::system_clock::time_point{}
-                         : st->trigger_time;
-      for (const auto& e : st->endpoints) {
+                         : st.trigger_time;
+      for (const auto& e : st.endpoints) {
         if (e.node_name != node || !e.conditions.ready || !e.target_ref) continue;
         const model::MergedEndpoint* b = was ? was->find(e.address) : nullptr;
         if (b && b->conditions.ready) continue;
@@ -347,14 +350,15 @@ void PropagationEvents::on_snapshot(const model::Snapshot& snap, const std::stri
       if (was && programming_)
         for (const auto& b : was->endpoints) {
           if (b.node_name != node || !b.conditions.ready || !b.target_ref) continue;
-          const model::MergedEndpoint* e = st->find(b.address);
+          const model::MergedEndpoint* e = st.find(b.address);
           if (e && e->conditions.ready) continue;
           wait_for(b, false, trigger);
         }
-    }
-    next.emplace(std::move(key), st);
+    };
+    for (const auto& k : d.added) look(k);
+    for (const auto& k : d.changed) look(k);
   }
-  services_ = std::move(next);
+  seen_.services = snap.services;
   first_ = false;
 }
 
