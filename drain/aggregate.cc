@@ -100,6 +100,7 @@ void Aggregator::set_members(const std::vector<std::string>& members, TimePoint 
   std::set<std::string> m(members.begin(), members.end());
   if (m == members_) return;
   members_ = std::move(m);
+  recount();
   // The exclusion decision is not changed here: only the root changes it, under a new epoch
   // (below, in poll). An agent that dropped a departed node from its list at the same epoch as
   // one that had not seen it leave would disagree with it for good once the node came back.
@@ -119,11 +120,18 @@ void Aggregator::set_local(uint64_t watermark, uint64_t dns_watermark, HoldoutLi
   local_holdouts_ = std::move(holdouts);
 }
 
+void Aggregator::recount() {
+  members_shared_ = std::make_shared<const std::set<std::string>>(members_);
+  live_coverage_ = root_want_ = Coverage{};
+  for (const auto& m : members_) {
+    bool out = excluded_.count(m) > 0;
+    if (!out) live_coverage_.add(m);
+    if (m == self_ || !out) root_want_.add(m);
+  }
+}
+
 bool Aggregator::coverage_current() const {
-  Coverage want;
-  for (const auto& m : members_)
-    if (!excluded_.count(m)) want.add(m);
-  return want == cluster_covered_;
+  return live_coverage_ == cluster_covered_;
 }
 
 bool Aggregator::counts(std::string_view node) const {
@@ -131,13 +139,12 @@ bool Aggregator::counts(std::string_view node) const {
   return it != members_.end() && !excluded_.count(*it) && coverage_current();
 }
 
-ClusterFacts Aggregator::facts(std::shared_ptr<const std::set<std::string>> members) const {
+ClusterFacts Aggregator::facts() const {
   ClusterFacts f;
   f.routing = cluster_;
   f.dns = cluster_dns_;
   f.coverage_current = coverage_current();
-  if (!members || *members != members_) members = std::make_shared<std::set<std::string>>(members_);
-  f.members = std::move(members);
+  f.members = members_shared_;
   f.excluded = excluded_;
   f.holdouts = cluster_holdouts_;
   return f;
@@ -266,6 +273,7 @@ bool Aggregator::adopt(const std::vector<std::string>& excluded, uint64_t epoch,
   std::erase_if(asked_, [&](const auto& kv) { return ex.count(kv.first) > 0; });
   if (ex != excluded_) {
     excluded_ = std::move(ex);
+    recount();
     layout_dirty_ = true;
   }
   // A newer decision that took agents back: the watermark held so far did not cover them.
@@ -609,6 +617,7 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
     if (readmitted) cluster_ = cluster_dns_ = 0;
     if (ex != excluded_) {
       excluded_ = std::move(ex);
+      recount();
       // A new decision: numbered past every one this agent has seen, ties broken by the
       // deciding agent's hash, so that every agent can tell the newest of two.
       epoch_ = (((epoch_ >> 16) + 1) << 16) | (member_hash(self_) >> 48);
@@ -620,9 +629,7 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
     }
     // Every member not excluded must be covered, suspects too: a parent that did not answer a
     // probe may only be slow.
-    Coverage want;
-    for (const auto& m : members_)
-      if (m == self_ || !excluded_.count(m)) want.add(m);
+    const Coverage& want = root_want_;
     if (agg.covered == want) {
       agg_watermark_ = agg.watermark;
       agg_dns_ = std::min(agg.watermark, agg.dns_watermark);

@@ -204,8 +204,8 @@ class Aggregator {
   bool counts(std::string_view node) const;
   // Whether the published coverage is this agent's members less its excluded.
   bool coverage_current() const;
-  // A copy for drains (members shared with `members`, when unchanged).
-  ClusterFacts facts(std::shared_ptr<const std::set<std::string>> members) const;
+  // A copy for drains (the member list shared, not copied, until it changes).
+  ClusterFacts facts() const;
   bool is_root() const { return tree_.root() == self_; }
   const std::set<std::string>& members() const { return members_; }
   const std::set<std::string>& excluded() const { return excluded_; }
@@ -292,7 +292,15 @@ class Aggregator {
   std::string self_;
   AggregatorOptions opts_;
   std::set<std::string> members_;
-  std::set<std::string> excluded_;             // as the root decided (the root: as it decides)
+  std::set<std::string> excluded_;  // as the root decided (the root: as it decides)
+  // Made again whenever members_ or excluded_ change (recount), not at every look: at 5,000
+  // members a look at each (every publish of the view, every root poll) was a milliseconds'
+  // walk of the list.
+  std::shared_ptr<const std::set<std::string>> members_shared_ =
+      std::make_shared<const std::set<std::string>>();
+  Coverage live_coverage_;  // members_ less excluded_: what a current watermark covers
+  Coverage root_want_;      // the same with self_ counted even if excluded: what the root waits for
+  void recount();
   std::map<std::string, TimePoint> suspects_;  // parent -> silent since
   Tree tree_;
   std::string parent_;  // empty: root or not a member

@@ -100,10 +100,10 @@ void Cluster::publish_view() {
   }
   v.cluster = agg_.cluster_watermark();
   v.member = agg_.members().count(opts_.node) > 0;
-  // The member list is copied only when it changed: a heartbeat costs O(children), not O(N).
-  v.facts = agg_.facts(members_view_);
-  members_view_ = v.facts.members;
-  v.members = members_view_;
+  // The member list is shared, made again only when it changed: a heartbeat costs O(children),
+  // not O(N).
+  v.facts = agg_.facts();
+  v.members = v.facts.members;
   v.excluded = agg_.excluded();
   std::string j = "{\"node\":" + model::json_string(opts_.node) +
                   ",\"local_watermark\":" + std::to_string(v.local) +

@@ -172,7 +172,6 @@ class Cluster {
   std::map<std::string, uint64_t> anomaly_counts_;  // kind/peer -> how many, for the log
   std::thread thread_;
 
-  std::shared_ptr<const std::set<std::string>> members_view_;
   mutable std::mutex view_mu_;  // the copy other threads read
   View view_;
   Stats stats_;

@@ -195,6 +195,7 @@ void Coordinator::stop() {
     stopping_ = true;
   }
   cv_.notify_all();
+  peer_cv_.notify_all();
   changed_.notify_all();
   if (prestop_server_) prestop_server_->stop();
   if (peer_server_) peer_server_->stop();
@@ -473,7 +474,7 @@ void Coordinator::run() {
         spdlog::info("drain: {} (pod {}) stop-accepting; asking {} peers", ip.str(), d.pod.str(),
                      d.peers.size());
       }
-      if (!started.empty()) cv_.notify_all();
+      if (!started.empty()) peer_cv_.notify_all();
     }
     auto need = machine_.need_flow_counts();
     std::map<model::IpAddr, Result<FlowCount>> flows;

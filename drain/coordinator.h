@@ -147,7 +147,10 @@ class Coordinator {
   mutable std::mutex mu_;
   std::atomic<uint64_t> state_version_{0};
   static constexpr std::chrono::milliseconds kMinDeadlineWait{5};
-  mutable std::condition_variable cv_;       // work for run()
+  mutable std::condition_variable cv_;  // work for run()
+  // Work for the peer workers: their own, so that a snapshot (cv_, several a second under
+  // churn) does not wake every one of them to find nothing to do.
+  std::condition_variable peer_cv_;
   mutable std::condition_variable changed_;  // verdicts, board changes, snapshots
   Machine machine_;
   model::SnapshotPtr pending_;  // newest snapshot not yet given to the machine

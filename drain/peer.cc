@@ -135,11 +135,10 @@ void Coordinator::peer_worker() {
     PeerJob job;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !peer_jobs_.empty(); });
+      peer_cv_.wait(lock, [&] { return stopping_ || !peer_jobs_.empty(); });
       if (stopping_) return;
       job = peer_jobs_.front();
       peer_jobs_.pop_front();
-      cv_.notify_all();  // the run loop waits on the same variable
     }
     grpc::ChannelArguments args;
     // The peer's certificate must name the node it is called as.

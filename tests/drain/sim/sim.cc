@@ -59,7 +59,6 @@ struct Agent {
   std::unique_ptr<Machine> machine;
   std::unique_ptr<Aggregator> agg;
   LocalMarks marks;
-  std::shared_ptr<const std::set<std::string>> members_view;
   model::SnapshotPtr snap;  // the newest state its watch delivered
   TimePoint lag_until{};    // its watch is stuck until then (a relist after 410)
   milliseconds watch_delay{5};
@@ -383,8 +382,7 @@ class World {
     for (auto& s : a.agg->poll(now_)) send(i, std::move(s));
     // With nothing draining and nobody waiting, evaluate() has nothing to do.
     if (a.machine->drains().empty() && a.waiters.empty()) return;
-    ClusterFacts facts = a.agg->facts(a.members_view);
-    a.members_view = facts.members;
+    ClusterFacts facts = a.agg->facts();
     Machine::Inputs in;
     in.now = now_;
     in.consumers = std::move(entries);
