@@ -426,6 +426,84 @@ TEST(PropagationEvents, ClusterProgrammingLatencyFromTriggerTimeToTheWatermark) 
   EXPECT_EQ(b.back(), 300);
 }
 
+// A service of namespace "many" with one endpoint on `node`, ready or not, its pod named after
+// the service.
+model::ServiceStatePtr one_endpoint_service(const std::string& name, const std::string& address,
+                                            const std::string& node, bool ready) {
+  model::ServiceState st;
+  st.service.key = {"many", name};
+  model::MergedEndpoint m;
+  m.address = *model::IpAddr::parse(address);
+  m.conditions.ready = ready;
+  m.node_name = node;
+  m.target_ref = model::ObjectRef{"Pod", "many", "pod-" + name, "uid-" + name};
+  st.endpoints.push_back(std::move(m));
+  return std::make_shared<model::ServiceState>(std::move(st));
+}
+
+// A look compares the snapshot with the last one it read (model::diff, the chunks both share
+// skipped), not with every service: over many services and generations it never saw, it finds
+// exactly the endpoints that turned ready — in a changed service, in an added one — and nothing
+// in the services that stayed the same objects.
+TEST(PropagationEvents, ALookFindsWhatChangedSinceTheLastOneOverGenerationsItSkipped) {
+  PropagationEvents pe;
+  auto steady = std::chrono::steady_clock::now();
+  auto name = [](int i) {
+    char b[16];
+    std::snprintf(b, sizeof(b), "svc-%03d", i);
+    return std::string(b);
+  };
+  auto address = [](int i) {
+    return "10.1." + std::to_string(i / 200) + "." + std::to_string(i % 200 + 1);
+  };
+  // 300 services over several chunks of the list, each ready on node-a, but 150 not yet ready.
+  std::vector<model::ServiceStatePtr> all;
+  for (int i = 0; i < 300; ++i)
+    all.push_back(one_endpoint_service(name(i), address(i), "node-a", i != 150));
+  auto first = std::make_shared<model::Snapshot>();
+  first->generation = 1;
+  first->synced = true;
+  first->slice_revision = 100;
+  first->services = model::ServiceList(all);
+  ASSERT_GT(first->services.chunks().size(), 2u);
+  pe.on_snapshot(*first, "node-a", steady);  // the baseline: nothing waits
+  EXPECT_EQ(pe.pending(), 0u);
+  // Generation 2, never looked at: 150 turns ready. Generation 3: 320 is added, ready; 10
+  // changes on node-b only (not this node's to wait for).
+  auto second = std::make_shared<model::Snapshot>(*first);
+  second->generation = 2;
+  second->slice_revision = 110;
+  second->services = first->services.with(
+      {{{"many", name(150)}, one_endpoint_service(name(150), address(150), "node-a", true)}});
+  auto third = std::make_shared<model::Snapshot>(*second);
+  third->generation = 3;
+  third->slice_revision = 120;
+  third->services = second->services.with(
+      {{{"many", name(10)}, one_endpoint_service(name(10), "10.9.9.9", "node-b", true)},
+       {{"many", name(320)}, one_endpoint_service(name(320), "10.2.0.1", "node-a", true)}});
+  pe.on_snapshot(*third, "node-a", steady);
+  EXPECT_EQ(pe.pending(), 2u);
+  auto out = pe.observe(120, 1, steady);
+  ASSERT_EQ(out.size(), 2u);
+  std::vector<std::string> pods{out[0].pod, out[1].pod};
+  std::sort(pods.begin(), pods.end());
+  EXPECT_EQ(pods, (std::vector<std::string>{"pod-" + name(150), "pod-" + name(320)}));
+  // A new generation whose services are the same objects: nothing turned ready.
+  auto fourth = std::make_shared<model::Snapshot>(*third);
+  fourth->generation = 4;
+  fourth->slice_revision = 130;
+  pe.on_snapshot(*fourth, "node-a", steady);
+  EXPECT_EQ(pe.pending(), 0u);
+  // The same list built again from its services (no chunk shared, every service the same
+  // object): nothing either.
+  std::vector<model::ServiceStatePtr> again(third->services.begin(), third->services.end());
+  auto fifth = std::make_shared<model::Snapshot>(*fourth);
+  fifth->generation = 5;
+  fifth->services = model::ServiceList(std::move(again));
+  pe.on_snapshot(*fifth, "node-a", steady);
+  EXPECT_EQ(pe.pending(), 0u);
+}
+
 // Through `endpointd run`'s wiring against the fake API: web-2 on node-a turns terminating and
 // the agent on node-a writes DrainRemoved on it; the events are off with --events false.
 class EventsDaemonTest : public ::testing::TestWithParam<bool> {};
