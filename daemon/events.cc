@@ -328,13 +328,13 @@ void PropagationEvents::on_snapshot(const model::Snapshot& snap, const std::stri
     pending_.insert_or_assign(std::move(key), std::move(p));
   };
   if (!first_) {
-    model::Delta d = model::diff(&seen_, snap);
+    model::Delta d = model::diff_services(seen_, snap.services);
     // Services added or changed since the last look (a service gone: nothing to wait for).
     auto look = [&](const model::ServiceKey& key) {
       const model::ServiceStatePtr* now_at = snap.services.find(key);
       if (!now_at) return;
       const model::ServiceState& st = **now_at;
-      const model::ServiceStatePtr* before = seen_.services.find(key);
+      const model::ServiceStatePtr* before = seen_.find(key);
       const model::ServiceState* was = before ? before->get() : nullptr;
       // A new trigger time: the slice change this snapshot carries was triggered then.
       auto trigger = was && st.trigger_time <= was->trigger_time
@@ -358,7 +358,7 @@ void PropagationEvents::on_snapshot(const model::Snapshot& snap, const std::stri
     for (const auto& k : d.added) look(k);
     for (const auto& k : d.changed) look(k);
   }
-  seen_.services = snap.services;
+  seen_ = snap.services;
   first_ = false;
 }
 

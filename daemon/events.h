@@ -190,10 +190,10 @@ class PropagationEvents {
   bool first_ = true;
   uint64_t generation_ = 0;
   // The services of the last snapshot seen (its chunked list: shared, not copied). The next
-  // one is compared by model::diff, which skips the chunks both share: a look costs the
-  // services that changed, not all of them (rebuilding a map of 10,000 services took
+  // one is compared by model::diff_services, which skips the chunks both share: a look costs
+  // the services that changed, not all of them (rebuilding a map of 10,000 services took
   // ~3 ms a look, and its bursts showed in the dataplane's change-to-commit p99).
-  model::Snapshot seen_;
+  model::ServiceList seen_;
   // By pod uid and address, "+" (turned ready) or "-"; at most kMaxPending.
   std::map<std::string, Pending> pending_;
 };

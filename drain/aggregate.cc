@@ -98,15 +98,15 @@ Aggregator::Aggregator(std::string self, AggregatorOptions opts)
 
 void Aggregator::set_members(const std::vector<std::string>& members, TimePoint now) {
   std::set<std::string> m(members.begin(), members.end());
-  if (m == members_) return;
-  members_ = std::move(m);
+  if (m == *members_) return;
+  members_ = std::make_shared<const std::set<std::string>>(std::move(m));
   recount();
   // The exclusion decision is not changed here: only the root changes it, under a new epoch
   // (below, in poll). An agent that dropped a departed node from its list at the same epoch as
   // one that had not seen it leave would disagree with it for good once the node came back.
-  std::erase_if(suspects_, [&](const auto& kv) { return !members_.count(kv.first); });
-  std::erase_if(asked_, [&](const auto& kv) { return !members_.count(kv.first); });
-  std::erase_if(returning_, [&](const std::string& n) { return !members_.count(n); });
+  std::erase_if(suspects_, [&](const auto& kv) { return !members_->count(kv.first); });
+  std::erase_if(asked_, [&](const auto& kv) { return !members_->count(kv.first); });
+  std::erase_if(returning_, [&](const std::string& n) { return !members_->count(n); });
   relayout(now);
 }
 
@@ -121,9 +121,8 @@ void Aggregator::set_local(uint64_t watermark, uint64_t dns_watermark, HoldoutLi
 }
 
 void Aggregator::recount() {
-  members_shared_ = std::make_shared<const std::set<std::string>>(members_);
   live_coverage_ = root_want_ = Coverage{};
-  for (const auto& m : members_) {
+  for (const auto& m : *members_) {
     bool out = excluded_.count(m) > 0;
     if (!out) live_coverage_.add(m);
     if (m == self_ || !out) root_want_.add(m);
@@ -135,8 +134,8 @@ bool Aggregator::coverage_current() const {
 }
 
 bool Aggregator::counts(std::string_view node) const {
-  auto it = members_.find(std::string(node));
-  return it != members_.end() && !excluded_.count(*it) && coverage_current();
+  auto it = members_->find(std::string(node));
+  return it != members_->end() && !excluded_.count(*it) && coverage_current();
 }
 
 ClusterFacts Aggregator::facts() const {
@@ -144,7 +143,7 @@ ClusterFacts Aggregator::facts() const {
   f.routing = cluster_;
   f.dns = cluster_dns_;
   f.coverage_current = coverage_current();
-  f.members = members_shared_;
+  f.members = members_;
   f.excluded = excluded_;
   f.holdouts = cluster_holdouts_;
   return f;
@@ -171,7 +170,7 @@ void Aggregator::relayout(TimePoint now) {
   layout_dirty_ = false;
   ++stats_.relayouts;
   std::vector<std::string> live;
-  for (const auto& m : members_) {
+  for (const auto& m : *members_) {
     if (excluded_.count(m) || suspects_.count(m)) continue;
     live.push_back(m);
   }
@@ -284,7 +283,7 @@ bool Aggregator::adopt(const std::vector<std::string>& excluded, uint64_t epoch,
 void Aggregator::receive(const Message& m, TimePoint now) {
   const std::string& from =
       std::visit([](const auto& r) -> const std::string& { return r.from; }, m);
-  if (from == self_ || !members_.count(from)) {
+  if (from == self_ || !members_->count(from)) {
     ++stats_.ignored;
     return;
   }
@@ -388,7 +387,7 @@ void Aggregator::ask_ahead(TimePoint now, std::vector<Send>& out) {
   // run of stopped agents ahead of this one in the layout (a stopped root and its stopped
   // children) then costs one probe deadline, not one each.
   std::vector<std::string> live;
-  for (const auto& m : members_)
+  for (const auto& m : *members_)
     if (!excluded_.count(m) && !suspects_.count(m)) live.push_back(m);
   std::vector<std::string> order = Tree(std::move(live), opts_.fan_in).members();
   std::string p = parent_;
@@ -544,7 +543,7 @@ UpReport Aggregator::aggregate(TimePoint now) {
 
 std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
   std::vector<Send> out;
-  if (!members_.count(self_)) return out;
+  if (!members_->count(self_)) return out;
   if (last_poll_ && now - *last_poll_ > opts_.silence) {
     // This agent was the one not running (stopped, starved): nobody else's silence is
     // evidence now. Every deadline starts again.
@@ -607,9 +606,9 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
     std::set<std::string> ex = excluded_;
     ex.erase(self_);
     // A node that left the members leaves the decision too, under a new epoch.
-    std::erase_if(ex, [&](const std::string& n) { return !members_.count(n); });
+    std::erase_if(ex, [&](const std::string& n) { return !members_->count(n); });
     for (const auto& n : agg.silent)
-      if (members_.count(n) && n != self_) ex.insert(n);
+      if (members_->count(n) && n != self_) ex.insert(n);
     bool readmitted = false;
     for (const auto& n : agg.returning) readmitted = ex.erase(n) > 0 || readmitted;
     // A readmitted agent applied nothing while it was out: the watermark published without it

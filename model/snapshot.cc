@@ -142,14 +142,24 @@ const Pod* Snapshot::find_node_pod(std::string_view node, const IpAddr& ip) cons
 }
 
 Delta diff(const Snapshot* from, const Snapshot& to) {
-  Delta d;
-  d.to_generation = to.generation;
   static const Snapshot kEmpty;
   const Snapshot& a = from ? *from : kEmpty;
+  Delta d = diff_services(a.services, to.services);
   d.from_generation = a.generation;
+  d.to_generation = to.generation;
+  auto same = [](const auto& x, const auto& y) {
+    return x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin());
+  };
+  d.nodes_changed = !same(a.nodes, to.nodes);
+  d.pods_changed = !same(a.pods, to.pods);
+  return d;
+}
+
+Delta diff_services(const ServiceList& from, const ServiceList& to) {
+  Delta d;
   // Walk both lists; a chunk shared by both is skipped whole.
-  const auto& ca = a.services.chunks();
-  const auto& cb = to.services.chunks();
+  const auto& ca = from.chunks();
+  const auto& cb = to.chunks();
   size_t i = 0, ii = 0, j = 0, jj = 0;  // chunk and item positions
   auto at_a = [&]() -> const ServiceStatePtr& { return ca[i]->items[ii]; };
   auto at_b = [&]() -> const ServiceStatePtr& { return cb[j]->items[jj]; };
@@ -177,11 +187,6 @@ Delta diff(const Snapshot* from, const Snapshot& to) {
       next_b();
     }
   }
-  auto same = [](const auto& x, const auto& y) {
-    return x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin());
-  };
-  d.nodes_changed = !same(a.nodes, to.nodes);
-  d.pods_changed = !same(a.pods, to.pods);
   return d;
 }
 

@@ -94,6 +94,9 @@ struct Delta {
 // The difference between two snapshots, by pointer identity first and value second. A null
 // `from` means everything in `to` is added.
 Delta diff(const Snapshot* from, const Snapshot& to);
+// The services' part of it (added, changed, removed; nothing else set): a chunk both lists
+// share is skipped whole, so it costs what changed, for a reader that keeps only the services.
+Delta diff_services(const ServiceList& from, const ServiceList& to);
 
 // The delta from `first.from_generation` to `second.to_generation`, where `second` follows
 // `first`: what a sink that missed some generations must act on, without diffing snapshots.
