@@ -228,30 +228,71 @@ void Aggregator::relayout(TimePoint now) {
 }
 
 bool Aggregator::adopt(const std::vector<std::string>& excluded, uint64_t epoch,
-                       const std::string& from, bool from_below) {
+                       const std::string& from, bool from_parent, TimePoint now) {
   if (epoch < epoch_) return false;
+  // Names this agent does not list (yet) are kept: its member list may be behind the root's.
+  std::set<std::string> ex(excluded.begin(), excluded.end());
+  if (epoch == epoch_ && ex == excluded_) return false;  // the one it holds: nothing new
   // Decisions are numbered one past the newest seen: a number beyond the cap, or a jump far
   // past this agent's own, is no root's (a forged UINT64_MAX would wrap the root's next
   // number to a small one that every agent ignores from then on). A new process (epoch 0)
   // takes any number under the cap: it cannot tell how long the cluster has been deciding.
   const uint64_t counter = epoch >> 16;
-  if (counter >= kMaxEpochCounter || (epoch_ != 0 && counter > (epoch_ >> 16) + kMaxEpochStep)) {
+  const uint64_t own = epoch_ >> 16;
+  if (counter >= kMaxEpochCounter || (epoch_ != 0 && counter > own + kMaxEpochStep)) {
     ++stats_.refused_epoch;
     note("epoch", from, epoch, epoch_);
     return false;
   }
-  // Names this agent does not list (yet) are kept: its member list may be behind the root's.
-  std::set<std::string> ex(excluded.begin(), excluded.end());
-  // A decision that excludes this agent or one of its ancestors comes from the root down the
-  // tree (its parent, or an agent it asked), never up from below: a child that passed one up
-  // could cut this agent off from its own parent. The root's word reaches it down the tree.
-  if (from_below && epoch != epoch_) {
+  if (!from_parent) {
+    // A decision that excludes this agent or one of its ancestors is the root's word down the
+    // tree, so it is taken from this agent's parent in its layout. From one other member (a
+    // child passing it up, an agent it asked, the ring neighbour it watches) it is refused: one
+    // member would cut this agent off from its own parent, its coverage no longer current and
+    // its drains unconfirmed until a later decision. An agent that really is excluded, or
+    // whose parent is, learns it from its parent, or suspects the silent parent itself, which
+    // takes that parent out of its line. One case has no parent to learn from: an agent that
+    // was stopped while the cluster excluded it and its line believes on resuming that it is
+    // the root, or that its parent is the resumed root; its word is then as old as its own,
+    // and nobody above it can say otherwise. The same decision from a second member (the
+    // answers and reports of the running agents around it, each speaking with its own
+    // credentials) is taken: one member alone cannot make it.
     bool names_own_line = ex.count(self_) > 0;
     for (const auto& a : tree_.ancestors(self_)) names_own_line = names_own_line || ex.count(a);
     if (names_own_line) {
-      ++stats_.refused_decision;
-      note("decision", from, epoch, epoch_);
-      return false;
+      const uint64_t digest = list_digest(ex);
+      const bool seconded = line_offer_ && line_offer_->epoch == epoch &&
+                            line_offer_->digest == digest && line_offer_->from != from;
+      if (!seconded) {
+        line_offer_ = LineOffer{epoch, digest, from};
+        ++stats_.refused_decision;
+        note("decision", from, epoch, epoch_);
+        return false;
+      }
+    }
+    // Everyone but the parent together moves this agent's number by at most one step per
+    // `silence` window: a member that forges decisions (in up reports, which any member may
+    // send, or in its answers to this agent's probes) cannot walk the cluster's number to the
+    // cap, and relaying through other members gains it nothing here, since the bound is this
+    // agent's, not each sender's. `silence` because it is the tree's round: within it a silent
+    // agent is reported, excluded and the layouts agree again, each decision one number past
+    // the last, so the numbers the cluster really moves by in a window stay far below a step
+    // (a restarted root catching up is a new process and takes any). The parent is not bound
+    // per window: its word is the root's, already bounded at every hop above, and a window
+    // spent by a forgery taken elsewhere must not make this agent refuse the root's next
+    // decision (its coverage would stop being current, the harm this guards against).
+    if (epoch_ != 0 && counter > own) {
+      if (!window_open_ || now - window_start_ >= opts_.silence) {
+        window_open_ = true;
+        window_start_ = now;
+        window_base_ = own;
+      }
+      if (counter > window_base_ + kMaxEpochStep) {
+        ++stats_.refused_epoch;
+        ++stats_.refused_epoch_rate;
+        note("epoch", from, epoch, window_base_ << 16);
+        return false;
+      }
     }
   }
   // Two decisions under one number: a root that restarted (its epoch back to 0) and decided
@@ -259,8 +300,13 @@ bool Aggregator::adopt(const std::vector<std::string>& excluded, uint64_t epoch,
   // number, so every agent takes the one whose list digests higher: all agree on one list,
   // and an agent that list excludes wrongly is heard from and taken back under a new number.
   // (An exclusion only makes a node unknown: never a confirmation.)
-  if (epoch == epoch_ && (ex == excluded_ || list_digest(ex) <= list_digest(excluded_)))
-    return false;
+  if (epoch == epoch_ && list_digest(ex) <= list_digest(excluded_)) return false;
+  if (epoch_ == 0 && !from_parent) {
+    // A new process's first number: the window starts from it.
+    window_open_ = true;
+    window_start_ = now;
+    window_base_ = counter;
+  }
   bool readmits = false;
   for (const auto& n : excluded_)
     if (!ex.count(n)) readmits = true;
@@ -305,7 +351,7 @@ void Aggregator::receive(const Message& m, TimePoint now) {
     // (An empty list at a newer epoch is a decision too: a restarted root, at epoch 0, learns
     // it so, or every agent ignores its down reports from then on.)
     if (up->decision || !up->excluded.empty() || up->leaving)
-      adopt(up->excluded, up->epoch, from, /*from_below=*/true);
+      adopt(up->excluded, up->epoch, from, /*from_parent=*/false, now);
     if (up->leaving) {
       reports_.erase(from);
       if (auto it = child_since_.find(from); it != child_since_.end()) it->second = now;
@@ -345,16 +391,17 @@ void Aggregator::receive(const Message& m, TimePoint now) {
     // watermark, coverage and holdouts are never taken, so one member cannot make it believe
     // a watermark. A newer decision counts (bounded, in adopt) only in an answer to this
     // agent's own probe (a suspect, a next parent asked ahead, the ring): the way it learns
-    // the newest one across layouts that differ. Anything else — a former parent, one by
+    // the newest one across layouts that differ; never one that excludes this agent or its
+    // ancestors, which only its parent's word changes. Anything else — a former parent, one by
     // another layout — is told that this agent is not its child, and a report it could not
     // have been asked for that claims more than this agent holds is counted.
     if (sample_ && from == sample_->node) {
       take_sample(down);
-      adopt(down.excluded, down.epoch, from, /*from_below=*/false);
+      adopt(down.excluded, down.epoch, from, /*from_parent=*/false, now);
       return;
     }
     if (asked) {
-      adopt(down.excluded, down.epoch, from, /*from_below=*/false);
+      adopt(down.excluded, down.epoch, from, /*from_parent=*/false, now);
       return;
     }
     leave_.insert(from);
@@ -368,7 +415,7 @@ void Aggregator::receive(const Message& m, TimePoint now) {
   parent_answered_ = true;
   parent_epoch_ = down.epoch;
   parent_excluded_ = std::set<std::string>(down.excluded.begin(), down.excluded.end());
-  adopt(down.excluded, down.epoch, from, /*from_below=*/false);
+  adopt(down.excluded, down.epoch, from, /*from_parent=*/true, now);
   // The parent's watermark holds under the decision it was made with; one made under an older
   // decision than this agent's (the parent has not heard of the newer one yet) waits.
   if (down.epoch == epoch_ && parent_excluded_ == excluded_) take_cluster(down);

@@ -125,7 +125,10 @@ struct DownReport {
   // answer): two roots that excluded each other while they could not talk (a mass stop, a
   // partition) converge on one list, so on one tree. A number past kMaxEpochCounter, or more
   // than kMaxEpochStep past the receiver's own, is refused (a new process takes any under the
-  // cap). Another member's unasked down report is never taken, watermark nor decision. Two lists
+  // cap); from anyone but the receiver's parent, one more than kMaxEpochStep past the number it
+  // held at the start of the current `silence` window too, and a decision that excludes the
+  // receiver or one of its ancestors. Another member's unasked down report is never taken,
+  // watermark nor decision. Two lists
   // under one number (a root that restarted at 0 and decided again before it heard its old
   // number) are ordered by the list's digest, so they converge too.
   uint64_t epoch = 0;
@@ -230,8 +233,11 @@ class Aggregator {
     // A cluster watermark from a parent above this agent's own local watermark although it
     // counts this agent (so it cannot be above it): clamped to the local watermark.
     uint64_t clamped_ahead = 0;
-    // Decisions refused: a number past the cap, or too far past this agent's own.
+    // Decisions refused: a number past the cap, or too far past this agent's own; or, from
+    // anyone but its parent, more than a step past the number it held when the current
+    // `silence` window began (those are also counted in refused_epoch_rate).
     uint64_t refused_epoch = 0;
+    uint64_t refused_epoch_rate = 0;
     // Down reports with a higher watermark from an agent that is not this one's parent (and
     // that it did not ask): never taken.
     uint64_t not_parent = 0;
@@ -240,8 +246,9 @@ class Aggregator {
     // differ for a moment while a member joins, leaves or is suspected; a report that claims
     // what its sender cannot vouch for is refused the same way.
     uint64_t refused_coverage = 0;
-    // Decisions passed up (in up reports) that exclude this agent or one of its ancestors:
-    // those come from the root, down the tree, or not at all.
+    // Decisions that exclude this agent or one of its ancestors from anyone but its parent (a
+    // child passing one up, an agent it asked, its ring neighbour): those come from the root,
+    // down the tree, or not at all.
     uint64_t refused_decision = 0;
     // Up reports refused whole: a DNS watermark above the routing one.
     uint64_t malformed = 0;
@@ -255,8 +262,9 @@ class Aggregator {
 
   // Reports that were wrong on their face, as they were received, for the log.
   struct Anomaly {
-    // "backwards", "ahead", "epoch", "not-parent", "coverage", "decision", "malformed" or
-    // "sample-below"
+    // "backwards", "ahead", "epoch" (past the cap, the step, or a step per window from anyone
+    // but the parent), "not-parent", "coverage", "decision" (an exclusion of this agent's line
+    // from anyone but its parent), "malformed" or "sample-below"
     const char* kind;
     std::string from;
     uint64_t reported = 0, kept = 0;
@@ -273,11 +281,12 @@ class Aggregator {
   void ask(const std::string& to, std::vector<Send>& out);
   void ask_ahead(TimePoint now, std::vector<Send>& out);
   UpReport aggregate(TimePoint now);
-  // Takes a newer exclusion decision; false when `epoch` is not newer than the one held.
-  // from_below: it came up the tree (an up report), where no decision that cuts this agent off
-  // from its own parent is taken.
+  // Takes a newer exclusion decision; false when `epoch` is not newer than the one held, or it
+  // is refused. from_parent: a down report from this agent's parent in its layout, the one
+  // sender whose decision may exclude this agent's own line and whose numbers are not bounded
+  // per window (only per step).
   bool adopt(const std::vector<std::string>& excluded, uint64_t epoch, const std::string& from,
-             bool from_below);
+             bool from_parent, TimePoint now);
   // A cluster watermark from a parent, clamped to what this agent applied when it is counted.
   uint64_t bounded_cluster(const std::string& from, uint64_t watermark);
   // Whether a report from `from` over `covered` counts in this agent's minimum: `from` is its
@@ -361,8 +370,20 @@ class Aggregator {
   std::optional<Ceiling> ceiling_;
   uint64_t agg_watermark_ = 0, agg_dns_ = 0;  // the root's last minimum, before any ceiling
   uint64_t epoch_ = 0;                        // of excluded_
-  uint64_t parent_epoch_ = 0;                 // the decision the parent last sent
-  std::set<std::string> parent_excluded_;     // and its list
+  // The window in which everyone but the parent together may move epoch_ by one step: since
+  // when, and the decision count held when it began.
+  bool window_open_ = false;
+  TimePoint window_start_{};
+  uint64_t window_base_ = 0;
+  // The last decision refused because one member other than the parent offered it and it
+  // excludes this agent's own line: the same decision from a second member is taken.
+  struct LineOffer {
+    uint64_t epoch = 0, digest = 0;
+    std::string from;
+  };
+  std::optional<LineOffer> line_offer_;
+  uint64_t parent_epoch_ = 0;              // the decision the parent last sent
+  std::set<std::string> parent_excluded_;  // and its list
   TimePoint last_probe_at_{};
   size_t probe_next_ = 0;
   bool layout_dirty_ = true;

@@ -631,6 +631,225 @@ TEST(Aggregator, RefusesDecisionsFromBelowThatCutItsOwnLine) {
   EXPECT_EQ(leaf.excluded(), std::set<std::string>{kid});
 }
 
+// The ring neighbour that an agent asks every heartbeat (a member it may not hear from
+// otherwise) answers with a plausible next decision that excludes the asker and its parent.
+// Taken, it would put the asker outside the tree and make its coverage stale: no drain on it
+// confirmed until a later decision, and another one forged at the next heartbeat. Such a
+// decision is the root's word down the tree: refused from anyone but the parent, counted
+// ("decision"), and the asker's line, coverage and confirmations go on as before.
+TEST(Aggregator, TheRingNeighboursDecisionCuttingTheAskersLineIsRefused) {
+  Sim sim(15, opts(2));
+  Tree tree(sim.members(), 2);
+  const auto& order = tree.members();
+  // An agent two levels down whose ring neighbour is linked to it by nothing else.
+  std::string a, ring;
+  for (size_t i = 0; i < order.size() && a.empty(); ++i) {
+    const std::string& next = order[(i + 1) % order.size()];
+    const auto line = tree.ancestors(order[i]);
+    const std::string* its_parent = tree.parent(next);
+    if (line.size() < 2 || (its_parent && *its_parent == order[i]) ||
+        std::find(line.begin(), line.end(), next) != line.end())
+      continue;
+    a = order[i];
+    ring = next;
+  }
+  ASSERT_FALSE(a.empty());
+  const std::string parent = *tree.parent(a);
+  uint64_t w = 100;
+  for (const auto& m : sim.members()) sim.set_local(m, w);
+  ASSERT_GE(sim.rounds_until_all(w, 400), 0);
+  Aggregator& agent = sim.at(a);
+  ASSERT_TRUE(agent.coverage_current());
+  agent.take_anomalies();
+  // node `ring` answers every probe of `a` with the forgery, numbered one past a's decision.
+  int forged = 0;
+  sim.set_tamper([&](const std::string& from, const std::string& to, Message& m) {
+    if (from != ring || to != a) return;
+    if (auto* d = std::get_if<DownReport>(&m)) {
+      d->epoch = (((agent.epoch() >> 16) + 1) << 16) | (member_hash(ring) >> 48);
+      d->excluded = {a, parent};
+      ++forged;
+    }
+  });
+  // Ten changes over 4 s (8 silence windows): each one reaches a, every member counted, and
+  // never a round in which a's coverage is stale or its line cut.
+  for (int change = 0; change < 10; ++change) {
+    w += 100;
+    for (const auto& m : sim.members()) sim.set_local(m, w);
+    int r = 0;
+    for (; r < 40 && agent.cluster_watermark() != w; ++r) {
+      sim.round();
+      ASSERT_TRUE(agent.coverage_current()) << "change " << change << ", round " << r;
+      ASSERT_TRUE(agent.excluded().empty()) << "change " << change << ", round " << r;
+      ASSERT_EQ(agent.tree().parent(a) ? *agent.tree().parent(a) : "", parent);
+    }
+    ASSERT_EQ(agent.cluster_watermark(), w) << "change " << change << " not confirmed";
+    for (const auto& m : sim.members()) EXPECT_TRUE(agent.counts(m)) << m;
+    for (int i = 0; i < 20; ++i) sim.round();  // a heartbeat or two between changes
+  }
+  ASSERT_GE(forged, 10);
+  EXPECT_GE(agent.stats().refused_decision, static_cast<uint64_t>(forged));
+  auto seen = agent.take_anomalies();
+  EXPECT_TRUE(std::any_of(seen.begin(), seen.end(), [&](const auto& an) {
+    return std::string(an.kind) == "decision" && an.from == ring;
+  }));
+}
+
+// A member that forges decisions excluding no one on the receiver's line (in up reports, which
+// any member may send, each one step past the receiver's number) walks its number at most one
+// step per `silence` window; the rest are refused and counted ("epoch"), a second member in
+// the same window gains nothing more, and the parent's next real decision is still taken.
+TEST(Aggregator, ForgedDecisionsMoveTheNumberAtMostAStepPerWindow) {
+  Tree tree(names(7), 2);
+  std::string a;
+  for (const auto& m : tree.members())
+    if (a.empty() && tree.ancestors(m).size() == 2) a = m;
+  ASSERT_FALSE(a.empty());
+  const std::string parent = *tree.parent(a);
+  std::vector<std::string> others;
+  for (const auto& m : tree.members())
+    if (m != a && m != parent) others.push_back(m);
+  const auto o = opts(2);  // silence 500 ms
+  TimePoint now = TimePoint{} + 1h;
+  Aggregator agent(a, o);
+  agent.set_members(names(7), now);
+  agent.poll(now);
+  DownReport real;
+  real.from = parent;
+  real.epoch = uint64_t{3} << 16;
+  agent.receive(real, now);
+  ASSERT_EQ(agent.epoch(), real.epoch);
+  const uint64_t start = agent.epoch() >> 16;
+  const uint64_t step = Aggregator::kMaxEpochStep;
+
+  auto forge = [&](const std::string& from) {
+    UpReport up;
+    up.from = from;
+    up.decision = true;
+    up.epoch = ((agent.epoch() >> 16) + step) << 16;  // the most any single report may jump
+    agent.receive(up, now);
+  };
+  // Five windows, five forgeries in each, 100 ms apart.
+  const int windows = 5, per_window = 5;
+  for (int w = 0; w < windows; ++w) {
+    for (int i = 0; i < per_window; ++i) {
+      forge(others[0]);
+      if (i == 1) forge(others[1]);  // an accomplice (or an honest relay) in the same window
+      now += o.silence / per_window;
+    }
+    EXPECT_EQ(agent.epoch() >> 16, start + (w + 1) * step) << "window " << w;
+  }
+  // In each window the first forgery is taken; the other four and the accomplice's are not.
+  EXPECT_EQ(agent.stats().refused_epoch_rate, static_cast<uint64_t>(windows * per_window));
+  EXPECT_EQ(agent.stats().refused_epoch, agent.stats().refused_epoch_rate);
+  // (Each report is also not counted in the minimum, "coverage": the sender is no child.)
+  auto seen = agent.take_anomalies();
+  EXPECT_EQ(std::count_if(seen.begin(), seen.end(),
+                          [](const auto& an) { return std::string(an.kind) == "epoch"; }),
+            windows * per_window);
+  // A forgery spent this window; the parent's next decision (one past the number held, as a
+  // root's is) is still taken in it.
+  forge(others[0]);
+  const uint64_t held = agent.epoch();
+  real.epoch = (((held >> 16) + 1) << 16) | 7;
+  real.excluded = {others[0]};
+  agent.receive(real, now);
+  EXPECT_EQ(agent.epoch(), real.epoch);
+  EXPECT_EQ(agent.excluded(), std::set<std::string>{others[0]});
+}
+
+// The parent's word is the tree's: its decision excluding the receiver's grandparent is taken
+// (the same decision from the ring neighbour is refused just before), and in a running cluster
+// whose interior agent stops, the agents below it take the exclusion from their parents and
+// their watermark moves on without it.
+TEST(Aggregator, TheParentsDecisionExcludingAnAncestorIsTaken) {
+  Tree tree(names(7), 2);
+  std::string a;
+  for (const auto& m : tree.members())
+    if (a.empty() && tree.ancestors(m).size() == 2) a = m;
+  ASSERT_FALSE(a.empty());
+  const std::string parent = *tree.parent(a);
+  const std::string grandparent = tree.ancestors(a)[1];
+  // The one a watches on the ring: the next in the layout's order, here linked to it by
+  // nothing else.
+  const auto& order = tree.members();
+  const auto at = std::find(order.begin(), order.end(), a);
+  const std::string ring = std::next(at) == order.end() ? order.front() : *std::next(at);
+  ASSERT_NE(ring, parent);
+  ASSERT_NE(ring, grandparent);
+  ASSERT_NE(tree.parent(ring) ? *tree.parent(ring) : "", a);
+  TimePoint now = TimePoint{} + 1h;
+  Aggregator agent(a, opts(2));
+  agent.set_members(names(7), now);
+  agent.poll(now);
+  DownReport d;
+  d.from = parent;
+  d.epoch = uint64_t{1} << 16;
+  agent.receive(d, now);
+  ASSERT_EQ(agent.epoch(), d.epoch);
+  d.epoch = uint64_t{2} << 16;
+  d.excluded = {grandparent};
+  DownReport sideways = d;  // its answer to a's probe
+  sideways.from = ring;
+  agent.receive(sideways, now);
+  EXPECT_TRUE(agent.excluded().empty());
+  EXPECT_EQ(agent.stats().refused_decision, 1u);
+  agent.receive(d, now);
+  EXPECT_EQ(agent.epoch(), d.epoch);
+  EXPECT_EQ(agent.excluded(), std::set<std::string>{grandparent});
+  EXPECT_EQ(agent.stats().refused_decision, 1u);
+  agent.poll(now);
+  EXPECT_FALSE(agent.tree().contains(grandparent));
+
+  // In a cluster: an interior agent (not the root) with grandchildren stops.
+  Sim sim(15, opts(2));
+  Tree t(sim.members(), 2);
+  std::string interior;
+  for (const auto& m : t.members())
+    if (interior.empty() && t.ancestors(m).size() == 1) interior = m;
+  ASSERT_FALSE(interior.empty());
+  std::vector<std::string> below;  // its grandchildren: it is their grandparent
+  for (const auto& c : t.children(interior))
+    for (const auto& g : t.children(c)) below.push_back(g);
+  ASSERT_FALSE(below.empty());
+  for (const auto& m : sim.members()) sim.set_local(m, 100);
+  ASSERT_GE(sim.rounds_until_all(100, 400), 0);
+  sim.stop(interior);
+  for (const auto& m : sim.members())
+    if (m != interior) sim.set_local(m, 200);
+  ASSERT_GE(sim.rounds_until_all(200, 400), 0);
+  for (const auto& g : below) {
+    EXPECT_EQ(sim.at(g).excluded(), std::set<std::string>{interior}) << g;
+    EXPECT_TRUE(sim.at(g).coverage_current()) << g;
+  }
+}
+
+// The one decision cutting its line that an agent takes from others than its parent: the same
+// one from two members. A former root stopped while the cluster excluded it has no parent to
+// learn it from; the running agents around it all say so. One of them alone is refused.
+TEST(Aggregator, ADecisionCuttingTheLineIsTakenFromTwoMembersNotOne) {
+  Small s;
+  TimePoint now = TimePoint{} + 1h;
+  Aggregator root(s.root, opts(2));
+  root.set_members(s.members, now);
+  root.poll(now);
+  UpReport up;
+  up.from = s.kids[0];
+  up.decision = true;
+  up.leaving = true;  // "not your child": its layout has another root
+  up.epoch = uint64_t{5} << 16;
+  up.excluded = {s.root};
+  root.receive(up, now);
+  root.receive(up, now);  // the same member again is still one member
+  EXPECT_TRUE(root.excluded().empty());
+  EXPECT_EQ(root.stats().refused_decision, 2u);
+  up.from = s.kids[1];
+  root.receive(up, now);
+  EXPECT_EQ(root.excluded(), std::set<std::string>{s.root});
+  EXPECT_EQ(root.epoch(), up.epoch);
+  EXPECT_EQ(root.stats().refused_decision, 2u);
+}
+
 // An up report whose DNS watermark passes its routing one is no agent's: refused whole.
 TEST(Aggregator, RefusesAReportWhoseDnsWatermarkPassesItsWatermark) {
   Small s;
