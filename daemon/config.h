@@ -165,6 +165,9 @@ struct Config {
   // The drain's members: the nodes of this Service's endpoints (drain/members.h); unset: every
   // Node, and the API source then watches every Node instead of this node's alone.
   std::optional<model::ObjectKey> drain_members_service;
+  // What the node keeps for drains across this agent's restarts (drain/node_state.h); empty:
+  // nothing (a restart forgets the agents it saw and the DNS TTL it served).
+  std::string drain_state_file;
   // Peer traffic is mutual TLS (CA, this node's certificate, its key); plaintext only with
   // drain_peer_insecure (drain/peer_tls.h).
   std::string drain_peer_ca, drain_peer_cert, drain_peer_key;

@@ -84,6 +84,8 @@ struct Daemon::Impl {
   std::unique_ptr<proxy::Conntrack> own_conntrack;
   std::unique_ptr<ConntrackFlows> flows;
   std::unique_ptr<drain::Coordinator> drain;
+  // What this node keeps for drains across restarts (--drain-state-file; in memory without).
+  std::unique_ptr<drain::NodeStateFile> node_state;
   // Events on pods this node drains (API sources only).
   std::unique_ptr<KubeRequester> event_api;
   std::unique_ptr<EventRecorder> events;
@@ -248,6 +250,9 @@ Status Daemon::reload(const Config& next) {
     return Error{"reload: changing dns-node-local-address needs a restart"};
   if (auto st = m.dns_sink->reconfigure(dns_options(next)); !st)
     return prefixed("reload", st.error());
+  if (m.node_state)
+    if (auto st = m.node_state->set_dns_ttl(dns_options(next).ttl); !st)
+      spdlog::warn("drain state file: {}; a restart may not know this TTL", st.error());
   return {};
 }
 
@@ -275,6 +280,12 @@ Status Daemon::start() {
   } else if (!ct->read_only_sys.empty()) {
     spdlog::warn("conntrack: {}", ct->read_only_sys);
   }
+  m.node_state = std::make_unique<drain::NodeStateFile>(m.cfg.drain_state_file);
+  if (!m.node_state->load_error().empty())
+    spdlog::warn(
+        "drain state file: {}; starting without it (the nodes an earlier process saw running an "
+        "agent and its DNS TTL are not known)",
+        m.node_state->load_error());
   pipeline::UpdateLoop::Options lo;
   lo.registry = m.registry.get();
   lo.expected_kinds = expected_kinds(m.cfg);
@@ -412,6 +423,7 @@ Status Daemon::Impl::start_drain() {
   co.peer_insecure = cfg.drain_peer_insecure;
   co.drain_socket = cfg.drain_socket;
   co.registry = registry.get();
+  co.node_state = node_state.get();
   if (!cfg.drain_socket.empty()) {
     // The socket's directory is what the chart mounts into pods; make it when running bare.
     std::error_code ec;
@@ -503,6 +515,13 @@ Status Daemon::Impl::start_feed() {
 
 Status Daemon::Impl::start_dns() {
   dns::DnsOptions o = dns_options(cfg);
+  // The TTLs an earlier process's answers may still be cached under, then this one's.
+  auto wall = std::chrono::system_clock::now();
+  auto steady = std::chrono::steady_clock::now();
+  for (const auto& h : node_state->loaded().dns_ttls)
+    o.ttl_holds.push_back({h.ttl_s, steady + (h.until - wall)});
+  if (auto st = node_state->set_dns_ttl(o.ttl); !st)
+    spdlog::warn("drain state file: {}; a restart may not know this TTL", st.error());
   if (cfg.dns_node_local_address) {
     auto also = node_local_dns();
     if (!also) return Error{also.error()};

@@ -439,6 +439,16 @@ std::vector<Option> make_run_options() {
   o.back().details =
       "A headless Service over the DaemonSet's hostNetwork pods (the chart's default); see "
       "*Who confirms a removal*.";
+  o.push_back(details(
+      text("drain-state-file", "PATH", &Config::drain_state_file,
+           "File where the node keeps, across this agent's restarts, the nodes it saw running "
+           "an agent (with --drain-members-service) and the DNS TTLs its answers may still be "
+           "cached under (the chart: /var/lib/endpointd/drain-state; empty: off)"),
+      "Without it a restarted agent forgets a node whose agent is out of the Service at that "
+      "moment (a rollout, a crash loop) and would not wait for it, and a TTL lowered across the "
+      "restart would not wait out the answers the last process gave. Rewritten atomically when "
+      "either changes; a file that is unreadable, over 1 MiB or malformed is logged and the "
+      "agent starts without it."));
   o.push_back(text("drain-peer-ca", "FILE", &Config::drain_peer_ca,
                    "PEM file: the CA that signs every agent's peer certificate (the three files "
                    "are needed unless --drain-peer-insecure, or a --source-dir whose Nodes name "

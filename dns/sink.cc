@@ -50,6 +50,8 @@ DnsOptions with_defaults(DnsOptions o) {
 DnsSink::DnsSink(DnsOptions opts, pipeline::AckBoard* board, prometheus::Registry* registry)
     : opts_(with_defaults(std::move(opts))),
       max_ttl_(opts_.ttl),
+      ttl_now_(opts_.ttl),
+      ttl_holds_(opts_.ttl_holds),
       board_(board),
       registry_(registry),
       metrics_(std::make_unique<Metrics>(registry, "dns://" + opts_.listen)) {
@@ -59,6 +61,8 @@ DnsSink::DnsSink(DnsOptions opts, pipeline::AckBoard* board, prometheus::Registr
     unsynced.push_back(Zone::unsynced(zone_options(opts_, i)));
   }
   publish(std::move(unsynced));
+  for (const auto& h : ttl_holds_)
+    if (h.until > Clock::now()) max_ttl_ = std::max(max_ttl_, h.ttl);
   answers_ = std::make_shared<pipeline::AnswerExpiry>();
   if (board_) {
     board_->add("dns", model::RouteView::kDns);
@@ -129,11 +133,22 @@ Status DnsSink::start() {
   return {};
 }
 
+void DnsSink::update_max_ttl(Clock::time_point now) {
+  std::erase_if(ttl_holds_, [&](const DnsOptions::TtlHold& h) { return h.until <= now; });
+  uint32_t m = ttl_now_;
+  for (const auto& h : ttl_holds_) m = std::max(m, h.ttl);
+  if (m == max_ttl_) return;
+  max_ttl_ = m;
+  if (board_) board_->set_cache_ttl("dns", std::chrono::seconds(max_ttl_));
+}
+
 void DnsSink::tick_loop() {
   std::unique_lock lk(mu_);
   while (ticking_) {
     tick_cv_.wait_for(lk, kAnswersTick);
     if (!ticking_) break;
+    // A held TTL whose last answer expired no longer counts.
+    if (!ttl_holds_.empty()) update_max_ttl(Clock::now());
     harvest();
     publish_answers();
   }
@@ -238,9 +253,13 @@ Status DnsSink::reconfigure(const DnsOptions& next) {
     return Error{"dns: the zones changed from " + zone_list(opts_) + " to " + zone_list(next) +
                  ": that needs a restart"};
   std::lock_guard lk(mu_);
-  // Answers given under the old TTL live that long still: the larger of the two counts.
-  max_ttl_ = std::max(max_ttl_, next.ttl);
-  if (board_) board_->set_cache_ttl("dns", std::chrono::seconds(max_ttl_));
+  // Answers given under the old TTL live that long still (and a reply in flight a moment
+  // longer): the larger of the two counts until then.
+  auto now = Clock::now();
+  if (next.ttl < ttl_now_)
+    ttl_holds_.push_back({ttl_now_, now + std::chrono::seconds(ttl_now_) + std::chrono::seconds(1)});
+  ttl_now_ = next.ttl;
+  update_max_ttl(now);
   auto t0 = Clock::now();
   std::vector<ZonePtr> zones;
   for (size_t i = 0; i < builders_.size(); ++i)

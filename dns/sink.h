@@ -63,6 +63,14 @@ struct DnsOptions {
   // over the sink's zone and forwarder, with its own `server` label in the metrics (the
   // node-local address beside the cluster DNS address).
   std::vector<std::string> also_listen;
+  // TTLs answers given before this process may still be cached under, each until a moment
+  // (the node's drain state file: a TTL lowered across a restart): the TTL drain waits out is
+  // the largest of `ttl` and these until they pass.
+  struct TtlHold {
+    uint32_t ttl = 0;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::vector<TtlHold> ttl_holds;
 };
 
 class DnsSink : public pipeline::Sink {
@@ -111,7 +119,13 @@ class DnsSink : public pipeline::Sink {
   void tick_loop();
 
   const DnsOptions opts_;  // as started: a reload changes only the builder's zone options
-  uint32_t max_ttl_ = 0;   // the longest TTL any reply carried: drain waits out the longest
+  uint32_t max_ttl_ = 0;   // the longest TTL a reply still cached may carry: drain waits it out
+  uint32_t ttl_now_ = 0;   // the TTL replies are given now
+  // Earlier TTLs (a reload's, an earlier process's) until the last reply given with them expires.
+  std::vector<DnsOptions::TtlHold> ttl_holds_;
+  // Under mu_: max_ttl_ again from ttl_now_ and the holds not yet passed; published to the board
+  // when it changes.
+  void update_max_ttl(Clock::time_point now);
   pipeline::AckBoard* board_;
   prometheus::Registry* registry_;
   std::unique_ptr<Metrics> metrics_;

@@ -34,6 +34,9 @@ struct Coordinator::Metrics {
   prometheus::Counter* released_confirmed;
   prometheus::Counter* released_unconfirmed;
   prometheus::Counter* routed_again;
+  prometheus::Counter* no_pod_uid;
+  prometheus::Counter* address_conflicts;
+  prometheus::Counter* address_reused;
   prometheus::Gauge* active;
 
   explicit Metrics(prometheus::Registry* r) {
@@ -77,6 +80,15 @@ struct Coordinator::Metrics {
     bad_actions = counter("endpointd_drain_action_invalid_total",
                           "Drain actions (--drain-action or the endpointd.io/drain-action "
                           "annotation) that do not parse");
+    no_pod_uid = counter("endpointd_drain_endpoint_without_pod_uid_total",
+                         "Terminating endpoints of this node whose targetRef names no pod UID "
+                         "(drained as the pod of this node at the address)");
+    address_conflicts = counter("endpointd_drain_address_conflicts_total",
+                                "Drains of two pods (neither hostNetwork) claiming one address at "
+                                "once: both released unconfirmed");
+    address_reused = counter("endpointd_drain_address_reused_total",
+                             "Drains started at an address an earlier pod's drain had (pod IP "
+                             "reuse): a drain of its own");
     prestop = &prometheus::BuildCounter()
                    .Name("endpointd_drain_prestop_total")
                    .Help(
@@ -119,7 +131,11 @@ Coordinator::Coordinator(pipeline::AckBoard* board, Flows* flows, CoordinatorOpt
       flows_(flows),
       opts_(std::move(opts)),
       metrics_(std::make_unique<Metrics>(opts_.registry)),
-      machine_(opts_.machine) {}
+      machine_(opts_.machine),
+      deleted_(opts_.deleted_node_hold) {
+  // The nodes an earlier process of this node's agent saw running an agent stay members.
+  if (opts_.node_state) agents_seen_ = opts_.node_state->loaded().agents;
+}
 
 Coordinator::~Coordinator() {
   stop();
@@ -264,6 +280,14 @@ std::string Coordinator::cluster_json() const {
     j += (first ? "" : ",") + model::json_string(n);
     first = false;
   }
+  // Nodes whose Node was deleted, held as members until their agent has been silent past the
+  // bound.
+  j += "],\"deleted\":[";
+  first = true;
+  for (const auto& n : deleted_.held()) {
+    j += (first ? "" : ",") + model::json_string(n);
+    first = false;
+  }
   return j + "]}";
 }
 
@@ -377,7 +401,7 @@ Verdict Coordinator::prestop(const model::ObjectKey& pod, const std::string& uid
 void Coordinator::record(const std::vector<Transition>& ts) {
   for (const auto& t : ts) {
     metrics_->observe(t);
-    auto it = machine_.drains().find(t.ip);
+    auto it = machine_.drains().find(DrainKey{t.ip, t.uid});
     std::string pod = it != machine_.drains().end() ? it->second.pod.str() : "";
     spdlog::info("drain: {} (pod {}) {} after {:.1f} ms", t.ip.str(), pod, to_string(t.to),
                  std::chrono::duration<double, std::milli>(t.stage_duration).count());
@@ -424,6 +448,13 @@ void Coordinator::record(const std::vector<Transition>& ts) {
   bump(metrics_->deletion_clamped, c.deletion_clamped, last_counters_.deletion_clamped);
   bump(metrics_->action_failures, c.action_failures, last_counters_.action_failures);
   warn_new(c.bad_actions, last_counters_.bad_actions, "drain action(s) that do not parse");
+  warn_new(c.no_pod_uid, last_counters_.no_pod_uid,
+           "terminating endpoint(s) whose targetRef names no pod UID");
+  bump(metrics_->no_pod_uid, c.no_pod_uid, last_counters_.no_pod_uid);
+  warn_new(c.address_conflicts, last_counters_.address_conflicts,
+           "pair(s) of pods claiming one address at once (released unconfirmed)");
+  bump(metrics_->address_conflicts, c.address_conflicts, last_counters_.address_conflicts);
+  bump(metrics_->address_reused, c.address_reused, last_counters_.address_reused);
   bump(metrics_->bad_actions, c.bad_actions, last_counters_.bad_actions);
   last_counters_ = c;
   metrics_->active->Set(static_cast<double>(machine_.drains().size()));
@@ -449,14 +480,26 @@ void Coordinator::run() {
         member_nodes_ = snap->nodes;
         member_state_ = std::move(member_state);
         members_synced_ = snap->synced;
+        size_t seen_before = agents_seen_.size();
         if (member_state_)
           for (const auto& ep : member_state_->endpoints)
             if (!ep.node_name.empty()) agents_seen_.insert(ep.node_name);
-        update_members(members_of(*snap, svc, &agents_seen_), Clock::now());
+        if (opts_.node_state && agents_seen_.size() != seen_before) {
+          // Kept before any drain counts on it: a restart after this cannot forget them.
+          if (auto st = opts_.node_state->add_agents(agents_seen_); !st)
+            spdlog::warn("drain: the node's state file: {}; a restart may forget members",
+                         st.error());
+        }
+        from_nodes_ = members_of(*snap, svc, &agents_seen_);
+        // Only a synced list says a Node is gone (a first partial one says nothing).
+        if (snap->synced) deleted_.observe(from_nodes_, Clock::now());
+        deleted_.take_changed();
+        update_members(deleted_.with_held(from_nodes_), Clock::now());
       }
       auto started = machine_.on_snapshot(snap, Clock::now());
-      for (const auto& ip : started) {
-        const Drain& d = machine_.drains().at(ip);
+      for (const auto& key : started) {
+        const model::IpAddr& ip = key.ip;
+        const Drain& d = machine_.drains().at(key);
         if (cluster_ && d.revision > 0) {
           spdlog::info(
               "drain: {} (pod {}) stop-accepting; waiting for the cluster watermark to reach {}",
@@ -498,6 +541,12 @@ void Coordinator::run() {
     update_watermark(entries, Clock::now(), &wake_dns);
     ClusterFacts facts;
     if (cluster_) facts = cluster_->view().facts;
+    // Deleted Nodes held as members go once their agent has been silent past the bound.
+    if (cluster_)
+      deleted_.excluded(facts.excluded, Clock::now());
+    else
+      deleted_.expire_unobserved(Clock::now());
+    if (deleted_.take_changed()) update_members(deleted_.with_held(from_nodes_), Clock::now());
     Machine::Inputs in;
     in.cluster = cluster_ ? &facts : nullptr;
     in.local_fallback = local_fallback_;
@@ -512,11 +561,14 @@ void Coordinator::run() {
     // snapshot, a prestop call) or is a deadline; only connection counts are polled, and only
     // while a removed drain waits for them (or has not been asked yet).
     bool polling = false;
-    for (const auto& ip : machine_.need_flow_counts())
-      if (flows_ || !machine_.drains().at(ip).conntrack_failed_since) polling = true;
+    for (const auto& [key, d] : machine_.drains())
+      if (d.stage == Stage::kRemoved && d.release_after == ReleaseAfter::kDrained &&
+          (flows_ || !d.conntrack_failed_since))
+        polling = true;
     next = Clock::now() + std::chrono::hours(1);
     if (auto dl = machine_.next_deadline()) next = std::min(next, *dl);
     if (polling) next = std::min(next, Clock::now() + opts_.conntrack_poll);
+    if (auto t = deleted_.next_expiry()) next = std::min(next, *t);
     next = std::min(next, wake_dns);
     // Everything that moves a drain now wakes the loop itself; a deadline already behind is a
     // state the machine waits in without acting (a bug): looked at again no sooner than this,

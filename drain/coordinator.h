@@ -21,6 +21,7 @@
 #include "drain/local_marks.h"
 #include "drain/machine.h"
 #include "drain/members.h"
+#include "drain/node_state.h"
 #include "drain/peer_tls.h"
 #include "pipeline/ack_board.h"
 
@@ -55,7 +56,14 @@ struct CoordinatorOptions {
   size_t prestop_max_connections = 256;
   // How often live flows are counted while a drain waits for them.
   milliseconds conntrack_poll{20};
+  // A member whose Node is deleted stays one (unknown) until its agent has been excluded for
+  // silence this long: a machine whose Node object went may still route by its rules.
+  milliseconds deleted_node_hold{30000};
   prometheus::Registry* registry = nullptr;
+  // What the node keeps across this agent's restarts (--drain-state-file): with
+  // machine.members_service, the nodes seen running an agent are loaded from it and added to
+  // it, so a restart cannot forget a node whose agent is out of the Service now. Null: none.
+  NodeStateFile* node_state = nullptr;
 };
 
 struct LocalRemoval {
@@ -166,6 +174,10 @@ class Coordinator {
   std::set<model::IpAddr> local_fallback_;  // from marks_: routed here by the fallback
   std::set<std::string> agents_seen_;       // nodes ever seen in the agents' Service
   std::set<std::string> departed_;          // of those, not in it now (their Node still listed)
+  // Members whose Node was deleted while their machine may run: held until their agent has
+  // been silent past the bound (drain/members.h).
+  DeletedNodes deleted_{std::chrono::seconds(30)};
+  Members from_nodes_;  // the members the Node list (and the agents' Service) give
   // Where cluster_'s members came from: the Node objects, or the agents' Service's state.
   std::vector<model::NodePtr> member_nodes_;
   model::ServiceStatePtr member_state_;

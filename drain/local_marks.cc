@@ -21,6 +21,29 @@ bool consumer_routes(const pipeline::AckBoard::Entry& e, const model::IpAddr& ip
   return true;
 }
 
+bool names_pod(const model::MergedEndpoint& e, const std::string& uid) {
+  return uid.empty() || !e.target_ref || e.target_ref->uid.empty() || e.target_ref->uid == uid;
+}
+
+bool consumer_routes(const pipeline::AckBoard::Entry& e, const model::IpAddr& ip,
+                     const std::string& uid, const std::string& node,
+                     std::chrono::steady_clock::time_point now,
+                     std::chrono::steady_clock::time_point* expires) {
+  if (uid.empty()) return consumer_routes(e, ip, node, now, expires);
+  if (!e.snapshot || !e.snapshot->synced) return true;
+  for (const auto& st : e.snapshot->services) {
+    const model::MergedEndpoint* ep = st->find(ip);
+    if (!ep || !names_pod(*ep, uid)) continue;
+    if (model::routes_to(e.view, *st, ip, {node, {}})) return true;
+  }
+  // A cached DNS answer carries the address, not the pod: it counts for whoever is there.
+  if (!e.answers) return false;
+  auto exp = e.answers->expiry(ip);
+  if (!exp || *exp <= now) return false;
+  if (expires) *expires = std::min(*expires, *exp);
+  return true;
+}
+
 void LocalMarks::snapshot(const model::SnapshotPtr& snap, const std::string& node) {
   // Only the services that changed are looked at again.
   model::Delta delta = model::diff(last_.get(), *snap);

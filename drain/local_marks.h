@@ -35,6 +35,16 @@ namespace endpointd::drain {
 bool consumer_routes(const pipeline::AckBoard::Entry& e, const model::IpAddr& ip,
                      const std::string& node, std::chrono::steady_clock::time_point now,
                      std::chrono::steady_clock::time_point* expires = nullptr);
+// The same for one pod's endpoint at `ip`: a service whose endpoint at `ip` names another pod
+// (targetRef.uid; a hostNetwork pod beside it at the node's address, or a new pod at a reused
+// address) does not route to this pod. `uid` empty: every endpoint at `ip` counts.
+bool consumer_routes(const pipeline::AckBoard::Entry& e, const model::IpAddr& ip,
+                     const std::string& uid, const std::string& node,
+                     std::chrono::steady_clock::time_point now,
+                     std::chrono::steady_clock::time_point* expires = nullptr);
+// Whether endpoint `e` of a service stands for the pod `uid` (empty `uid`, or an endpoint that
+// names no UID: yes).
+bool names_pod(const model::MergedEndpoint& e, const std::string& uid);
 
 class LocalMarks {
  public:

@@ -72,9 +72,55 @@ const model::Pod* Machine::pod_for(const model::IpAddr& ip) const {
   return snap_ ? snap_->find_node_pod(opts_.node_name, ip) : nullptr;
 }
 
+const model::Pod* Machine::pod_of(const DrainKey& k) const {
+  if (!snap_) return nullptr;
+  if (k.uid.empty()) return pod_for(k.ip);
+  // The endpoints' targetRef names the pod; without a name to look it up by, this node's pods.
+  for (const auto& st : snap_->services) {
+    const model::MergedEndpoint* e = st->find(k.ip);
+    if (!e || !e->target_ref || e->target_ref->uid != k.uid) continue;
+    const model::Pod* p = snap_->find_pod({e->target_ref->ns, e->target_ref->name});
+    if (p && p->uid == k.uid) return p;
+    break;
+  }
+  for (const auto& p : snap_->pods)
+    if (p->uid == k.uid && p->node_name == opts_.node_name) return p.get();
+  return nullptr;
+}
+
+std::string Machine::uid_of(const model::MergedEndpoint& e) const {
+  if (e.target_ref && !e.target_ref->uid.empty()) return e.target_ref->uid;
+  const model::Pod* p = pod_for(e.address);
+  return p ? p->uid : std::string();
+}
+
+bool Machine::present(const Drain& d) const {
+  for (const auto& st : snap_->services) {
+    const model::MergedEndpoint* e = st->find(d.ip);
+    if (e && names_pod(*e, d.pod_uid)) return true;
+  }
+  return false;
+}
+
+const Drain& Machine::drain(const model::IpAddr& ip) const {
+  // The drain of the pod the address belongs to now: the one whose pod the snapshot still
+  // lists, else the newest started.
+  const Drain* best = nullptr;
+  for (auto it = drains_.lower_bound(DrainKey{ip, {}}); it != drains_.end() && it->first.ip == ip;
+       ++it) {
+    const Drain& d = it->second;
+    bool listed = snap_ && !d.pod.name.empty() && snap_->find_pod(d.pod);
+    bool best_listed = best && snap_ && !best->pod.name.empty() && snap_->find_pod(best->pod);
+    if (!best || (listed && !best_listed) || (listed == best_listed && d.start > best->start))
+      best = &d;
+  }
+  if (!best) throw std::out_of_range("no drain at " + ip.str());
+  return *best;
+}
+
 void Machine::set_budget(Drain& d, TimePoint now) {
   int64_t grace_s = 30;
-  const model::Pod* p = pod_for(d.ip);
+  const model::Pod* p = pod_of(d.key());
   if (p) grace_s = std::max<int64_t>(0, p->termination_grace_period_seconds);
   milliseconds grace{grace_s * 1000};
   auto margin =
@@ -112,18 +158,47 @@ void Machine::set_budget(Drain& d, TimePoint now) {
     d.removal_deadline = std::min(d.budget_end, now + opts_.removal_timeout);
 }
 
-Drain& Machine::ensure(const model::IpAddr& ip, TimePoint now, bool* created) {
-  auto it = drains_.find(ip);
+Drain& Machine::ensure(const DrainKey& k, TimePoint now, bool* created) {
+  auto it = drains_.find(k);
   *created = it == drains_.end();
   if (!*created) return it->second;
-  Drain& d = drains_[ip];
-  d.ip = ip;
-  if (const model::Pod* p = pod_for(ip)) {
+  Drain& d = drains_[k];
+  d.ip = k.ip;
+  d.pod_uid = k.uid;
+  const model::Pod* p = pod_of(k);
+  if (p) {
     d.pod = p->key;
-    d.pod_uid = p->uid;
+    d.shared_address = p->host_network;
     d.release_after = release_after_of(*p, opts_.default_release_after);
   } else {
     d.release_after = opts_.default_release_after;
+  }
+  // Other drains at the address: a released pod's whose address a new pod was given (reuse:
+  // each pod has its own drain), or a pod that still holds it. Two pods that both still claim
+  // one address, neither on the node's network, are bad input: neither drain can know whose
+  // traffic a consumer's rule means, so both are released unconfirmed, naming the other.
+  for (auto o = drains_.lower_bound(DrainKey{k.ip, {}}); o != drains_.end() && o->first.ip == k.ip;
+       ++o) {
+    Drain& other = o->second;
+    if (&other == &d) continue;
+    const model::Pod* op = other.pod.name.empty() || !snap_ ? nullptr : snap_->find_pod(other.pod);
+    bool other_alive = op && op->uid == other.pod_uid && other.stage != Stage::kReleased;
+    if (!other_alive) {
+      ++counters_.address_reused;
+      d.notes.push_back("address " + k.ip.str() + " was pod " +
+                        (other.pod.name.empty() ? other.pod_uid : other.pod.str()) +
+                        "'s (drain " + std::string(to_string(other.stage)) +
+                        "): a drain of its own");
+      continue;
+    }
+    if (d.shared_address && other.shared_address) continue;  // hostNetwork pods beside each other
+    ++counters_.address_conflicts;
+    std::string me = p ? p->key.str() : k.uid;
+    unconfirm(d, {opts_.node_name, "address",
+                  "pod " + other.pod.str() + " claims " + k.ip.str() + " at the same time"});
+    unconfirm(other, {opts_.node_name, "address",
+                      "pod " + me + " claims " + k.ip.str() + " at the same time"});
+    d.notes.push_back("two pods claim " + k.ip.str() + ": " + other.pod.str() + " and " + me);
   }
   set_budget(d, now);
   return d;
@@ -134,19 +209,20 @@ void Machine::index_service(const model::ServiceKey& key) {
   nodeless_.erase(key);
   const model::ServiceState* st = snap_->find(key);
   if (!st) return;
-  std::vector<model::IpAddr> local;
+  std::vector<DrainKey> local;
   bool nodeless = false;
   for (const auto& e : st->endpoints) {
     nodeless |= e.node_name.empty();
     if (!e.conditions.terminating) continue;
-    if (e.node_name == opts_.node_name || (e.node_name.empty() && pod_for(e.address)))
-      local.push_back(e.address);
+    if (e.node_name == opts_.node_name || (e.node_name.empty() && pod_for(e.address))) {
+      local.push_back({e.address, uid_of(e)});
+    }
   }
   if (!local.empty()) terminating_.emplace(key, std::move(local));
   if (nodeless) nodeless_.insert(key);
 }
 
-std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoint now) {
+std::vector<DrainKey> Machine::on_snapshot(model::SnapshotPtr snap, TimePoint now) {
   model::SnapshotPtr before = std::move(snap_);
   snap_ = std::move(snap);
   model::Delta delta = model::diff(before.get(), *snap_);
@@ -160,7 +236,7 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
     auto keys = nodeless_;
     for (const auto& k : keys) index_service(k);
   }
-  std::vector<model::IpAddr> started;
+  std::vector<DrainKey> started;
   std::optional<Members> members;  // computed once, when the first drain starts
   auto begin_stop_accepting = [&](Drain& d, const char* why) {
     d.stage = Stage::kStopAccepting;
@@ -169,7 +245,7 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
     d.generation = snap_->generation;
     d.needs_dns = d.needs_dns || (before && dns_could_answer(*before, d.ip)) ||
                   dns_could_answer(*snap_, d.ip);
-    d.routed = routed_anywhere(d.ip);
+    d.routed = routed_anywhere(d);
     if (d.routed)
       d.notes.push_back(
           "still routable when it became terminating (the terminating fallback: no "
@@ -191,11 +267,12 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
       }
       d.peers[name] = p;
     }
-    started.push_back(d.ip);
+    started.push_back(d.key());
   };
   // Drains under way whose endpoint a changed service holds: routable again (the terminating
   // fallback), or no longer.
-  for (auto& [ip, d] : drains_) {
+  for (auto& [key, d] : drains_) {
+    const model::IpAddr& ip = key.ip;
     if (d.stage < Stage::kStopAccepting || d.stage == Stage::kReleased) continue;
     bool touched = false;
     // A service of it whose new state does not directly follow the one this agent held: the
@@ -213,7 +290,7 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
     if (!touched && !delta.removed.empty()) touched = d.routed;
     if (!touched) continue;
     d.needs_dns = d.needs_dns || dns_could_answer(*snap_, ip);
-    bool routed = routed_anywhere(ip);
+    bool routed = routed_anywhere(d);
     if (routed && !d.routed) {
       ++counters_.routed_again;
       // Peers that applied this state route to it too: confirmed again only once it is out.
@@ -261,7 +338,7 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
   // its kernel kept old rules) is waited for too: the watermark counts it only once it reports.
   if (delta.nodes_changed) {
     Members now_members = current_members();
-    for (auto& [ip, d] : drains_) {
+    for (auto& [key, d] : drains_) {
       if (d.stage != Stage::kStopAccepting && !d.reconfirm) continue;
       for (const auto& [name, address] : now_members) {
         if (name == opts_.node_name || d.peers.count(name) || !address) continue;
@@ -273,12 +350,26 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
       }
     }
   }
-  std::set<model::IpAddr> seen;
-  for (const auto& [_, ips] : terminating_) {
-    for (const auto& ip : ips) {
-      if (!seen.insert(ip).second) continue;
+  std::set<DrainKey> seen;
+  for (const auto& [_, keys] : terminating_) {
+    for (const auto& k : keys) {
+      if (!seen.insert(k).second) continue;
       bool created = false;
-      Drain& d = ensure(ip, now, &created);
+      Drain& d = ensure(k, now, &created);
+      if (created) {
+        // Bad input, said once per drain: an endpoint whose targetRef names no pod UID.
+        for (const auto& st : snap_->services) {
+          const model::MergedEndpoint* e = st->find(k.ip);
+          if (!e || !e->conditions.terminating || (e->target_ref && !e->target_ref->uid.empty()))
+            continue;
+          ++counters_.no_pod_uid;
+          d.notes.push_back("endpoint " + k.ip.str() + " of " + st->key().str() +
+                            " names no pod UID in its targetRef: drained as " +
+                            (k.uid.empty() ? "no known pod" : "the pod of this node there (" +
+                                                                  d.pod.str() + ")"));
+          break;
+        }
+      }
       if (d.stage == Stage::kWaitingTerminating) begin_stop_accepting(d, nullptr);
     }
   }
@@ -286,7 +377,7 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
   // any more either; drains whose endpoint is gone and that nobody waits for are history.
   for (auto it = drains_.begin(); it != drains_.end();) {
     Drain& d = it->second;
-    bool present = in_any_service(*snap_, d.ip);
+    bool present = this->present(d);
     if (!present && d.stage == Stage::kWaitingTerminating) {
       begin_stop_accepting(d, "endpoint left its slices without being seen terminating");
     }
@@ -305,11 +396,13 @@ std::vector<model::IpAddr> Machine::on_snapshot(model::SnapshotPtr snap, TimePoi
   return started;
 }
 
-bool Machine::routed_anywhere(const model::IpAddr& ip) const {
+bool Machine::routed_anywhere(const Drain& d) const {
   // The feed's rule is the widest (any node, no hints, the fallback included); this node's
-  // dataplane adds its node-local scopes.
+  // dataplane adds its node-local scopes. A shared address counts in this pod's services only.
+  const model::IpAddr& ip = d.ip;
   for (const auto& st : snap_->services) {
-    if (!st->find(ip)) continue;
+    const model::MergedEndpoint* e = st->find(ip);
+    if (!e || (d.shared_address && !names_pod(*e, d.pod_uid))) continue;
     if (model::routes_to(model::RouteView::kFeed, *st, ip, {}) ||
         model::routes_to(model::RouteView::kDataplane, *st, ip, {opts_.node_name, {}}))
       return true;
@@ -328,26 +421,30 @@ void Machine::unconfirm(Drain& d, Unconfirmed u) {
 
 void Machine::peer_answered(const model::IpAddr& ip, const std::string& node, bool confirmed,
                             const std::string& error, TimePoint now) {
-  auto it = drains_.find(ip);
-  if (it == drains_.end()) return;
-  auto pit = it->second.peers.find(node);
-  if (pit == it->second.peers.end() || pit->second.state != PeerState::State::kPending) return;
-  pit->second.answered = now;
-  if (confirmed) {
-    pit->second.state = PeerState::State::kConfirmed;
-  } else {
-    pit->second.state = PeerState::State::kFailed;
-    pit->second.last_error = error;
-    ++counters_.peers_unconfirmed;
-    it->second.notes.push_back("peer " + node + " did not confirm: " + error);
-    unconfirm(it->second, {node, "agent", error});
+  // A peer answers for the address (AwaitRemoval): every drain there that waits for it.
+  for (auto it = drains_.lower_bound(DrainKey{ip, {}}); it != drains_.end() && it->first.ip == ip;
+       ++it) {
+    auto pit = it->second.peers.find(node);
+    if (pit == it->second.peers.end() || pit->second.state != PeerState::State::kPending) continue;
+    pit->second.answered = now;
+    if (confirmed) {
+      pit->second.state = PeerState::State::kConfirmed;
+    } else {
+      pit->second.state = PeerState::State::kFailed;
+      pit->second.last_error = error;
+      ++counters_.peers_unconfirmed;
+      it->second.notes.push_back("peer " + node + " did not confirm: " + error);
+      unconfirm(it->second, {node, "agent", error});
+    }
   }
 }
 
 std::vector<model::IpAddr> Machine::need_flow_counts() const {
   std::vector<model::IpAddr> out;
-  for (const auto& [ip, d] : drains_)
-    if (d.stage == Stage::kRemoved && d.release_after == ReleaseAfter::kDrained) out.push_back(ip);
+  for (const auto& [key, d] : drains_)
+    if (d.stage == Stage::kRemoved && d.release_after == ReleaseAfter::kDrained &&
+        (out.empty() || out.back() != key.ip))
+      out.push_back(key.ip);
   return out;
 }
 
@@ -359,7 +456,8 @@ bool Machine::local_removed(Drain& d, const Inputs& in) {
     // A consumer behind the update that took the endpoint away has not removed it yet.
     TimePoint expires = TimePoint::max();
     bool routes = (e.snapshot && e.snapshot->generation < d.generation) ||
-                  consumer_routes(e, d.ip, opts_.node_name, in.now, &expires);
+                  consumer_routes(e, d.ip, d.shared_address ? d.pod_uid : std::string(),
+                                  opts_.node_name, in.now, &expires);
     if (expires != TimePoint::max()) recheck_at(expires);
     if (e.view == model::RouteView::kDns && d.needs_dns && e.cache_ttl.count() > 0) {
       // What this process served is known; what the agent before a restart served is not:
@@ -455,7 +553,12 @@ void Machine::settle_removal(Drain& d, const Inputs& in) {
                       ", from before this agent's restart) may route to it"});
         continue;
       }
-      if (!model::routes_to(e.view, *h.snapshot, d.ip, {opts_.node_name, {}})) continue;
+      pipeline::AckBoard::Entry held;
+      held.view = e.view;
+      held.snapshot = h.snapshot;
+      if (!consumer_routes(held, d.ip, d.shared_address ? d.pod_uid : std::string(),
+                           opts_.node_name, in.now))
+        continue;
       unconfirm(d, {opts_.node_name, e.consumer + "/" + h.client,
                     h.reason + ": its last accepted state routes to it"});
     }
@@ -547,7 +650,7 @@ void Machine::move(Drain& d, Stage to, TimePoint at, std::vector<Transition>& ou
     default:
       break;
   }
-  out.push_back({d.ip, to, at, entered ? at - *entered : std::chrono::nanoseconds(0)});
+  out.push_back({d.ip, d.pod_uid, to, at, entered ? at - *entered : std::chrono::nanoseconds(0)});
 }
 
 void Machine::advance(Drain& d, const Inputs& in, std::vector<Transition>& out) {
@@ -643,7 +746,7 @@ void Machine::advance(Drain& d, const Inputs& in, std::vector<Transition>& out) 
 std::vector<Transition> Machine::evaluate(const Inputs& in) {
   std::vector<Transition> out;
   recheck_at_.reset();
-  for (auto& [ip, d] : drains_) advance(d, in, out);
+  for (auto& [key, d] : drains_) advance(d, in, out);
   for (auto& [id, w] : waiters_) settle_waiter(w, in, out);
   return out;
 }
@@ -661,7 +764,7 @@ std::optional<TimePoint> Machine::next_deadline() const {
   auto consider = [&](TimePoint t) {
     if (!best || t < *best) best = t;
   };
-  for (const auto& [ip, d] : drains_) {
+  for (const auto& [key, d] : drains_) {
     switch (d.stage) {
       case Stage::kWaitingTerminating:
         consider(d.budget_end);

@@ -89,11 +89,27 @@ struct Unconfirmed {
   bool operator==(const Unconfirmed&) const = default;
 };
 
+// A drain is for one pod: its address and its UID (DESIGN.md, "A drain is for one pod"). A
+// reused address (a new pod given a released pod's IP) or a shared one (hostNetwork pods share
+// their node's address) is another drain, never answered by this one. The UID is the
+// endpoint's targetRef.uid (else the pod of this node at the address; empty when neither says).
+struct DrainKey {
+  model::IpAddr ip;
+  std::string uid;
+  friend auto operator<=>(const DrainKey&, const DrainKey&) = default;
+  friend bool operator==(const DrainKey&, const DrainKey&) = default;
+};
+
 struct Drain {
   model::IpAddr ip;
   std::string fallback_client;  // LocalMarks::fallback_client(ip), made once when first needed
   model::ObjectKey pod;         // empty when no pod on this node has the address
   std::string pod_uid;
+  // The address is shared: the pod is hostNetwork (its node's address, and every other
+  // hostNetwork pod's there). Removed then means: no consumer routes to the address in a
+  // service where the endpoint names this pod (README, "Who confirms a removal").
+  bool shared_address = false;
+  DrainKey key() const { return {ip, pod_uid}; }
   ReleaseAfter release_after = ReleaseAfter::kDrained;
   Stage stage = Stage::kWaitingTerminating;
   TimePoint start{};  // when this agent first knew the endpoint was going away
@@ -169,10 +185,19 @@ struct Counters {
   uint64_t routed_again = 0;     // endpoints routable again after stop-accepting
   uint64_t action_failures = 0;  // drain actions that failed, hung or could not run
   uint64_t bad_actions = 0;      // drain actions that do not parse (flag or annotation)
+  // Terminating endpoints of this node whose targetRef names no pod UID (bad input: the drain
+  // falls back to the pod of this node at the address).
+  uint64_t no_pod_uid = 0;
+  // An address claimed by two pods at once, neither hostNetwork (bad input: each drain is
+  // released unconfirmed, naming the other pod).
+  uint64_t address_conflicts = 0;
+  // A new pod at the address of a drain of another pod (pod IP reuse): a new drain.
+  uint64_t address_reused = 0;
 };
 
 struct Transition {
   model::IpAddr ip;
+  std::string uid;  // the drain's pod UID (DrainKey)
   Stage to;
   TimePoint at;
   std::chrono::nanoseconds stage_duration{};  // time spent in the stage just left
@@ -187,7 +212,7 @@ class Machine {
   // A new snapshot: starts drains for this node's terminating endpoints (stop-accepting) and
   // notices endpoints that left every service. Returns the drains that need peer calls (the
   // peers are listed in their `peers`).
-  std::vector<model::IpAddr> on_snapshot(model::SnapshotPtr snap, TimePoint now);
+  std::vector<DrainKey> on_snapshot(model::SnapshotPtr snap, TimePoint now);
   // The members as the coordinator keeps them (drain/members.h); unset: members_of(snapshot).
   void set_members(Members m) { members_ = std::move(m); }
 
@@ -228,7 +253,10 @@ class Machine {
   // expiry that the last evaluation waited for included).
   std::optional<TimePoint> next_deadline() const;
 
-  const std::map<model::IpAddr, Drain>& drains() const { return drains_; }
+  const std::map<DrainKey, Drain>& drains() const { return drains_; }
+  // The drain at `ip` of the newest pod there (a pod whose address was reused has a drain of
+  // its own; this is the one of the pod the address belongs to now). Throws when there is none.
+  const Drain& drain(const model::IpAddr& ip) const;
   const std::vector<Drain>& finished() const { return finished_; }
   const Counters& counters() const { return counters_; }
   model::SnapshotPtr snapshot() const { return snap_; }
@@ -248,7 +276,14 @@ class Machine {
     bool terminating_seen = false;  // the API showed its pod terminating
   };
   const model::Pod* pod_for(const model::IpAddr& ip) const;
-  Drain& ensure(const model::IpAddr& ip, TimePoint now, bool* created);
+  // The pod of this node with `uid` (empty: the pod at the address).
+  const model::Pod* pod_of(const DrainKey& k) const;
+  // The UID of the pod an endpoint of this node names (its targetRef), else the pod's of this
+  // node at the address.
+  std::string uid_of(const model::MergedEndpoint& e) const;
+  Drain& ensure(const DrainKey& k, TimePoint now, bool* created);
+  // Whether an endpoint of `d`'s pod is in a service of snap_.
+  bool present(const Drain& d) const;
   void set_budget(Drain& d, TimePoint now);
   std::vector<model::IpAddr> pod_endpoints(const model::Pod& pod) const;
   bool local_removed(Drain& d, const Inputs& in);
@@ -260,7 +295,7 @@ class Machine {
   void unconfirm(Drain& d, Unconfirmed u);
   // Whether any node may still pick `ip` for new connections in snap_ (the feed's rule, the
   // widest, and this node's own dataplane scopes).
-  bool routed_anywhere(const model::IpAddr& ip) const;
+  bool routed_anywhere(const Drain& d) const;
   void advance(Drain& d, const Inputs& in, std::vector<Transition>& out);
   void move(Drain& d, Stage to, TimePoint at, std::vector<Transition>& out);
   void settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>& out);
@@ -275,9 +310,9 @@ class Machine {
   // Per service of snap_: its terminating endpoints on this node, kept from each snapshot's
   // difference from the last (a change costs what it changed, not the cluster's size), and the
   // services with an endpoint without a nodeName (whose locality follows this node's pods).
-  std::map<model::ServiceKey, std::vector<model::IpAddr>> terminating_;
+  std::map<model::ServiceKey, std::vector<DrainKey>> terminating_;
   std::set<model::ServiceKey> nodeless_;
-  std::map<model::IpAddr, Drain> drains_;
+  std::map<DrainKey, Drain> drains_;
   std::vector<Drain> finished_;
   std::map<uint64_t, Waiter> waiters_;
   uint64_t next_waiter_ = 1;

@@ -23,6 +23,7 @@ std::string drains_json(const Machine& m, TimePoint now,
         "{\"address\":" + model::json_string(d.ip.str()) +
         ",\"pod\":" + model::json_string(d.pod.str()) +
         ",\"pod_uid\":" + model::json_string(d.pod_uid) +
+        (d.shared_address ? ",\"shared_address\":true" : "") +
         ",\"stage\":" + model::json_string(std::string(to_string(d.stage))) +
         ",\"release_after\":" +
         model::json_string(d.release_after == ReleaseAfter::kRemoved ? "removed" : "drained") +

@@ -76,7 +76,9 @@ std::optional<Verdict> Machine::verdict(uint64_t id) const {
 std::vector<model::IpAddr> Machine::pod_endpoints(const model::Pod& pod) const {
   std::vector<model::IpAddr> out;
   for (const auto& ip : pod.pod_ips)
-    if (drains_.count(ip) || (snap_ && in_any_service(*snap_, ip))) out.push_back(ip);
+    if (drains_.count({ip, pod.uid}) || drains_.count({ip, {}}) ||
+        (snap_ && in_any_service(*snap_, ip)))
+      out.push_back(ip);
   return out;
 }
 
@@ -115,8 +117,8 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
       }
     }
   } else {
-    for (const auto& [ip, d] : drains_)
-      if (d.pod_uid == w.uid) ips.push_back(ip);
+    for (const auto& [key, d] : drains_)
+      if (d.pod_uid == w.uid) ips.push_back(key.ip);
     if (!ips.empty()) w.terminating_seen = true;  // gone from the API: past terminating
   }
   if (ips.empty()) {
@@ -129,7 +131,15 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
   std::string forced;
   for (const auto& ip : ips) {
     bool created = false;
-    Drain& d = ensure(ip, in.now, &created);
+    // A drain at the address that names no pod (its endpoint's targetRef had no UID and no pod
+    // of this node was found then) is this pod's: the kernel identified the caller.
+    if (!drains_.count({ip, w.uid}) && drains_.count({ip, {}})) {
+      auto node = drains_.extract(DrainKey{ip, {}});
+      node.key().uid = w.uid;
+      node.mapped().pod_uid = w.uid;
+      drains_.insert(std::move(node));
+    }
+    Drain& d = ensure({ip, w.uid}, in.now, &created);
     if (created) {
       d.pod = w.pod;
       d.pod_uid = w.uid;
@@ -169,7 +179,7 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
   if (!all_ready) return;
   std::string summary, unconfirmed;
   for (const auto& ip : ips) {
-    Drain& d = drains_.at(ip);
+    Drain& d = drains_.at({ip, w.uid});
     if (d.stage != Stage::kReleased) {
       move(d, Stage::kReleased, in.now, out);
       ++(d.unconfirmed.empty() ? counters_.released_confirmed : counters_.released_unconfirmed);

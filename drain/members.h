@@ -12,8 +12,10 @@
 // not true: a node whose agent left the Service still routes by the rules it left.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <optional>
+#include <vector>
 #include <set>
 #include <string>
 
@@ -35,5 +37,50 @@ using Members = std::map<std::string, std::optional<model::IpAddr>>;
 // a member while its Node exists, whether its agent is in the Service now or not.
 Members members_of(const model::Snapshot& snap, const std::optional<model::ServiceKey>& service,
                    const std::set<std::string>* agents = nullptr);
+
+// Nodes whose Node object was deleted while their machine may still run (`kubectl delete node`
+// on a live node, a cloud controller deleting a Node whose instance was briefly missing, a
+// kubelet re-registering): their kernels keep endpointd's rules, so they stay members —
+// *unknown* until their agent is shown alive and counted, or has been silent past a bound.
+// Silent means excluded by the cluster watermark's liveness decision (drain/aggregate.h: no
+// report within the liveness window); a deleted node's agent that keeps reporting stays a
+// member for as long as it does. Without a cluster watermark (per-endpoint peers), nobody can
+// say it is silent: it is held `bound` from its deletion. Pure: time comes in.
+class DeletedNodes {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  explicit DeletedNodes(std::chrono::milliseconds bound) : bound_(bound) {}
+
+  // The members the Node list gives now (members_of): a member missing from it is held (at its
+  // last address); one that is back is a live member again.
+  void observe(const Members& from_nodes, TimePoint now);
+  // The cluster's exclusion decision now, when there is one (the watermark's liveness).
+  void excluded(const std::set<std::string>& excluded, TimePoint now);
+  // Without a cluster watermark: held nodes past `bound` from their deletion go.
+  void expire_unobserved(TimePoint now);
+  // `from_nodes` with the held ones added.
+  Members with_held(Members from_nodes) const;
+  // Whether the held set changed since the last call (the members must be handed on again).
+  bool take_changed() {
+    bool c = changed_;
+    changed_ = false;
+    return c;
+  }
+  // When the next held node may go (to wake for it), if any is silent.
+  std::optional<TimePoint> next_expiry() const;
+  std::vector<std::string> held() const;
+  std::chrono::milliseconds bound() const { return bound_; }
+
+ private:
+  struct Held {
+    std::optional<model::IpAddr> address;
+    TimePoint deleted_at;
+    std::optional<TimePoint> silent_since;
+  };
+  std::chrono::milliseconds bound_;
+  Members last_;
+  std::map<std::string, Held> held_;
+  bool changed_ = false;
+};
 
 }  // namespace endpointd::drain

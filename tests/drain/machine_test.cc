@@ -90,7 +90,7 @@ TEST_F(MachineTest, StagesInOrderWithPeersAndConntrack) {
   auto s2 = make_snapshot(2, {kWeb1Terminating, kWeb3}, {{"web-1", "10.244.1.10", "node-a", true}});
   auto started = m.on_snapshot(s2, t0 + 10ms);
   ASSERT_EQ(started.size(), 1u);
-  const Drain& d = m.drains().at(ip("10.244.1.10"));
+  const Drain& d = m.drain(ip("10.244.1.10"));
   EXPECT_EQ(d.stage, Stage::kStopAccepting);
   ASSERT_EQ(d.peers.size(), 1u);
   EXPECT_EQ(d.peers.at("node-b").address, "192.168.77.3");
@@ -173,7 +173,7 @@ TEST_F(MachineTest, AViewThatSkippedStatesOfTheServiceIsConfirmedPastThem) {
     uint64_t w = m.add_waiter({"demo", "web-1"}, "uid-web-1", t0);
     auto s2 = at_revision(make_snapshot(2, {kWeb1Terminating, kWeb3}, pods), 102, 101);
     m.on_snapshot(s2, t0 + 10ms);
-    const Drain& d = m.drains().at(ip("10.244.1.10"));
+    const Drain& d = m.drain(ip("10.244.1.10"));
     ClusterFacts old = facts_at(102);
     auto in = inputs(t0 + 20ms, {entry("proxy", s2)});
     in.cluster = &old;
@@ -224,7 +224,7 @@ TEST_F(MachineTest, ReleaseAfterRemovedSkipsTheDrain) {
   m.evaluate(inputs(t0 + 5ms, {entry("proxy", s)}));
   ASSERT_TRUE(m.verdict(w));
   EXPECT_TRUE(m.verdict(w)->release);
-  EXPECT_FALSE(m.drains().at(ip("10.244.1.10")).drained);
+  EXPECT_FALSE(m.drain(ip("10.244.1.10")).drained);
 }
 
 TEST_F(MachineTest, TerminatingFallbackIsBoundedByTheBudget) {
@@ -235,7 +235,7 @@ TEST_F(MachineTest, TerminatingFallbackIsBoundedByTheBudget) {
   uint64_t w = m.add_waiter({"demo", "web-1"}, "uid-web-1", t0);
   m.peer_answered(ip("10.244.1.10"), "node-b", true, "", t0);
   m.evaluate(inputs(t0 + 1s, {entry("proxy", s)}));
-  EXPECT_EQ(m.drains().at(ip("10.244.1.10")).stage, Stage::kStopAccepting);
+  EXPECT_EQ(m.drain(ip("10.244.1.10")).stage, Stage::kStopAccepting);
   // Grace 10 s, margin max(2 s, 20 %) = 2 s: the budget ends at 8 s.
   ASSERT_TRUE(m.next_deadline());
   // The peer deadline does not count: the one peer answered already.
@@ -248,7 +248,7 @@ TEST_F(MachineTest, TerminatingFallbackIsBoundedByTheBudget) {
   ASSERT_TRUE(m.verdict(w));
   EXPECT_TRUE(m.verdict(w)->release);
   EXPECT_NE(m.verdict(w)->reason.find("removal deadline"), std::string::npos);
-  EXPECT_TRUE(m.drains().at(ip("10.244.1.10")).removal_forced);
+  EXPECT_TRUE(m.drain(ip("10.244.1.10")).removal_forced);
 }
 
 // The budget is the API's: it ends a margin before the pod's deletionTimestamp, whichever
@@ -265,7 +265,7 @@ TEST_F(MachineTest, BudgetEndsAtTheDeletionTimestamp) {
                            {{"web-1", "10.244.1.10", "node-a", true, 10, {}, deletion}});
     m.on_snapshot(s, t0);
     *clamped = m.counters().deletion_clamped;
-    const Drain& d = m.drains().at(ip("10.244.1.10"));
+    const Drain& d = m.drain(ip("10.244.1.10"));
     return std::chrono::duration_cast<std::chrono::milliseconds>(d.budget_end - d.start);
   };
   uint64_t clamped = 0;
@@ -298,7 +298,7 @@ TEST_F(MachineTest, PeerDeadlinePolicies) {
                            {{"web-1", "10.244.1.10", "node-a", true, 30, "removed"}});
     m.on_snapshot(s, t0);
     m.evaluate(inputs(t0 + 600ms, {entry("proxy", s)}));
-    const Drain& d = m.drains().at(ip("10.244.1.10"));
+    const Drain& d = m.drain(ip("10.244.1.10"));
     if (policy == PeerPolicy::kProceed) {
       EXPECT_EQ(d.stage, Stage::kRemoved);
       EXPECT_EQ(m.counters().peers_unconfirmed, 1u);
@@ -329,7 +329,7 @@ TEST_F(MachineTest, NoDeadlineIsLeftBehindAnEvaluation) {
   m.on_snapshot(s1, t0);
   uint64_t w = m.add_waiter({"demo", "web-1"}, "uid-web-1", t0);
   m.on_snapshot(s2, t0 + 10ms);
-  const Drain& d = m.drains().at(ip("10.244.1.10"));
+  const Drain& d = m.drain(ip("10.244.1.10"));
   auto ahead = [&](TimePoint now) {
     auto next = m.next_deadline();
     EXPECT_TRUE(!next || *next > now) << "a deadline " << (now - *next).count() << " ns behind";
@@ -368,7 +368,7 @@ TEST_F(MachineTest, NoDeadlineIsLeftBehindAnEvaluation) {
   auto s3 = make_snapshot(2, {kWeb1Terminating, kWeb3}, rpods);
   now = t0 + 60s;
   r.evaluate(inputs(now, {entry("proxy", s3)}));
-  EXPECT_EQ(r.drains().at(ip("10.244.1.10")).stage, Stage::kRemoved);
+  EXPECT_EQ(r.drain(ip("10.244.1.10")).stage, Stage::kRemoved);
   auto next = r.next_deadline();
   EXPECT_TRUE(!next || *next > now);
 }
@@ -385,11 +385,11 @@ TEST_F(MachineTest, DnsWaitsForTheLastAnswersTtl) {
   answers->until[ip("10.244.1.10")] = t0 + 5s;
   in.consumers[1].answers = answers;
   m.evaluate(in);
-  EXPECT_EQ(m.drains().at(ip("10.244.1.10")).stage, Stage::kStopAccepting);
-  EXPECT_TRUE(m.drains().at(ip("10.244.1.10")).consumers_confirmed.count("proxy"));
+  EXPECT_EQ(m.drain(ip("10.244.1.10")).stage, Stage::kStopAccepting);
+  EXPECT_TRUE(m.drain(ip("10.244.1.10")).consumers_confirmed.count("proxy"));
   in.now = t0 + 5s;
   m.evaluate(in);
-  EXPECT_EQ(m.drains().at(ip("10.244.1.10")).stage, Stage::kRemoved);
+  EXPECT_EQ(m.drain(ip("10.244.1.10")).stage, Stage::kRemoved);
 }
 
 TEST_F(MachineTest, ConntrackUnavailableIsCountedAndBounded) {
@@ -426,7 +426,7 @@ TEST_F(MachineTest, PrestopBeforeTheApiShowsTerminating) {
   m.on_snapshot(s2, t0 + 1500ms);
   m.evaluate(inputs(t0 + 1500ms, {entry("proxy", s2)}));
   EXPECT_FALSE(m.verdict(w));
-  EXPECT_EQ(m.drains().at(ip("10.244.1.10")).stage, Stage::kWaitingTerminating);
+  EXPECT_EQ(m.drain(ip("10.244.1.10")).stage, Stage::kWaitingTerminating);
   // It never does: at the end of the budget the caller is told why, with a non-zero exit.
   m.evaluate(inputs(t0 + 1500ms + 8s, {entry("proxy", s2)}));
   ASSERT_TRUE(m.verdict(w));
@@ -473,7 +473,7 @@ TEST_F(MachineTest, EndpointWithoutNodeNameIsLocalOnceThisNodesPodHasItsAddress)
   s2->pods = make_snapshot(2, {}, {PodDef{"web-1", "10.244.1.10", "node-a", true, 30}})->pods;
   auto started = m.on_snapshot(s2, t0 + 1ms);
   ASSERT_EQ(started.size(), 1u);
-  EXPECT_EQ(started[0], ip("10.244.1.10"));
+  EXPECT_EQ(started[0].ip, ip("10.244.1.10"));
   // A later snapshot that changes nothing starts nothing again.
   auto s3 = std::make_shared<model::Snapshot>(*s2);
   s3->generation = 3;
@@ -502,12 +502,12 @@ TEST_F(MachineTest, DrainActionRunsAfterRemovalAndTheReleaseWaitsForTheDrain) {
   EXPECT_FALSE(m.take_due_action(w, t0 + 10ms, &deadline));
   m.peer_answered(ip("10.244.1.10"), "node-b", true, "", t0 + 20ms);
   m.evaluate(inputs(t0 + 20ms, {entry("proxy", s2)}));
-  ASSERT_EQ(m.drains().at(ip("10.244.1.10")).stage, Stage::kRemoved);
+  ASSERT_EQ(m.drain(ip("10.244.1.10")).stage, Stage::kRemoved);
   EXPECT_FALSE(m.verdict(w)) << "released before its drain action ran";
   auto due = m.take_due_action(w, t0 + 20ms, &deadline);
   ASSERT_TRUE(due);
   EXPECT_EQ(*due, "exec:nginx -s quit");
-  EXPECT_EQ(deadline, m.drains().at(ip("10.244.1.10")).budget_end);
+  EXPECT_EQ(deadline, m.drain(ip("10.244.1.10")).budget_end);
   EXPECT_FALSE(m.take_due_action(w, t0 + 20ms, &deadline)) << "due twice";
   m.action_finished(w, Result<std::string>(std::string("`nginx -s quit` exited 0")), t0 + 30ms);
   // The application now closes its connections: the release waits for conntrack.
@@ -522,7 +522,7 @@ TEST_F(MachineTest, DrainActionRunsAfterRemovalAndTheReleaseWaitsForTheDrain) {
   EXPECT_TRUE(m.verdict(w)->release);
   EXPECT_NE(m.verdict(w)->reason.find("nginx -s quit"), std::string::npos) << m.verdict(w)->reason;
   const Drain& d =
-      m.drains().count(ip("10.244.1.10")) ? m.drains().at(ip("10.244.1.10")) : m.finished().back();
+      m.drains().count({ip("10.244.1.10"), "uid-web-1"}) ? m.drain(ip("10.244.1.10")) : m.finished().back();
   EXPECT_FALSE(d.drain_forced);
   ASSERT_TRUE(d.action_started && d.removed && d.drained);
   EXPECT_LE(*d.removed, *d.action_started);
@@ -571,7 +571,7 @@ TEST_F(MachineTest, FailedOrInvalidDrainActionReleasesAfterRemovalAndSaysWhy) {
   ASSERT_TRUE(m2.verdict(w2));
   EXPECT_TRUE(m2.verdict(w2)->release);
   EXPECT_EQ(m2.counters().bad_actions, 1u);
-  const Drain& d = m2.drains().count(ip("10.244.1.10")) ? m2.drains().at(ip("10.244.1.10"))
+  const Drain& d = m2.drains().count({ip("10.244.1.10"), "uid-web-1"}) ? m2.drain(ip("10.244.1.10"))
                                                         : m2.finished().back();
   ASSERT_FALSE(d.notes.empty());
   EXPECT_NE(d.notes.back().find("annotation endpointd.io/drain-action: drain action "

@@ -116,12 +116,93 @@ TEST(MembersTest, ADrainWaitsForTheMembersTheCoordinatorNames) {
                   agents),
       t0 + 10ms);
   ASSERT_EQ(started.size(), 1u);
-  const Drain& d = m.drains().at(ip("10.244.1.10"));
+  const Drain& d = m.drain(ip("10.244.1.10"));
   // node-b is a Node that never ran an agent; node-a is this agent; node-d left the Service.
   ASSERT_EQ(d.peers.size(), 2u);
   EXPECT_EQ(d.peers.at("node-c").address, "192.168.77.4");
   EXPECT_EQ(d.peers.at("node-d").address, "192.168.77.5");
   EXPECT_EQ(d.peers.at("node-c").state, PeerState::State::kPending);
+}
+
+// A Node deleted while its machine keeps running (`kubectl delete node` on a live node, a cloud
+// controller deleting a Node whose instance was briefly missing): its kernel still routes by
+// the rules its agent left, so it stays a member — unknown — until its agent has been excluded
+// for silence past the bound; one whose agent keeps reporting stays as long as it does.
+TEST(DeletedNodesTest, ADeletedNodeIsHeldUntilItsAgentIsSilentPastTheBound) {
+  using TP = DeletedNodes::TimePoint;
+  TP t0(std::chrono::seconds(100));
+  DeletedNodes d(30s);
+  Members all = {{"node-a", ip("192.168.77.2")}, {"node-c", ip("192.168.77.4")}};
+  Members without_c = {{"node-a", ip("192.168.77.2")}};
+  d.observe(all, t0);
+  EXPECT_FALSE(d.take_changed());
+  d.observe(without_c, t0 + 1s);
+  EXPECT_TRUE(d.take_changed());
+  Members held = d.with_held(without_c);
+  ASSERT_EQ(held.count("node-c"), 1u);
+  EXPECT_EQ(held.at("node-c"), ip("192.168.77.4"));
+  // Its agent still reports (not excluded): held, whatever the time.
+  d.excluded({}, t0 + 10min);
+  EXPECT_EQ(d.with_held(without_c).count("node-c"), 1u);
+  EXPECT_FALSE(d.next_expiry());
+  // Excluded for silence: held the bound from then, and it says when it may go.
+  d.excluded({"node-c"}, t0 + 11min);
+  ASSERT_TRUE(d.next_expiry());
+  EXPECT_EQ(*d.next_expiry(), t0 + 11min + 30s);
+  d.excluded({"node-c"}, t0 + 11min + 29s);
+  EXPECT_EQ(d.held(), std::vector<std::string>{"node-c"});
+  // Heard from again (included), then silent again: the bound starts over.
+  d.excluded({}, t0 + 11min + 29s);
+  d.excluded({"node-c"}, t0 + 12min);
+  d.excluded({"node-c"}, t0 + 12min + 29s);
+  EXPECT_EQ(d.held().size(), 1u);
+  d.excluded({"node-c"}, t0 + 12min + 30s);
+  EXPECT_TRUE(d.held().empty());
+  EXPECT_TRUE(d.take_changed());
+  EXPECT_EQ(d.with_held(without_c).count("node-c"), 0u);
+}
+
+// Bad input: a Node created again under the old name (a new UID, a kubelet re-registering): a
+// member by the Node list again, not held twice; without a cluster watermark to say who is
+// silent, a held node goes the bound after its deletion.
+TEST(DeletedNodesTest, ANodeCreatedAgainIsAMemberByTheListAndUnobservedOnesExpire) {
+  using TP = DeletedNodes::TimePoint;
+  TP t0(std::chrono::seconds(100));
+  DeletedNodes d(30s);
+  Members all = {{"node-a", ip("192.168.77.2")}, {"node-c", ip("192.168.77.4")}};
+  Members without_c = {{"node-a", ip("192.168.77.2")}};
+  d.observe(all, t0);
+  d.observe(without_c, t0 + 1s);
+  Members again = {{"node-a", ip("192.168.77.2")}, {"node-c", ip("192.168.77.9")}};
+  d.observe(again, t0 + 2s);
+  EXPECT_TRUE(d.held().empty());
+  EXPECT_EQ(d.with_held(again).at("node-c"), ip("192.168.77.9"));
+  d.observe(without_c, t0 + 3s);
+  d.expire_unobserved(t0 + 32s);
+  EXPECT_EQ(d.held().size(), 1u);
+  d.expire_unobserved(t0 + 33s);
+  EXPECT_TRUE(d.held().empty());
+}
+
+// The machine waits for a held node like any member: a drain started after node-c's Node was
+// deleted still has node-c among its peers.
+TEST(DeletedNodesTest, ADrainWaitsForAHeldNode) {
+  Options o;
+  o.node_name = "node-a";
+  Machine m(o);
+  DeletedNodes d(30s);
+  TimePoint t0(std::chrono::seconds(1000));
+  d.observe({{"node-a", ip("192.168.77.2")}, {"node-c", ip("192.168.77.4")}}, t0);
+  d.observe({{"node-a", ip("192.168.77.2")}}, t0 + 1ms);
+  m.set_members(d.with_held({{"node-a", ip("192.168.77.2")}}));
+  const Ep web1{"10.244.1.10", "node-a", true, true, false, "web-1"};
+  const Ep web1_terminating{"10.244.1.10", "node-a", false, true, true, "web-1"};
+  m.on_snapshot(make_snapshot(1, {web1}, {{"web-1", "10.244.1.10"}}), t0);
+  m.on_snapshot(make_snapshot(2, {web1_terminating}, {{"web-1", "10.244.1.10", "node-a", true}}),
+                t0 + 10ms);
+  const Drain& dr = m.drain(ip("10.244.1.10"));
+  ASSERT_EQ(dr.peers.count("node-c"), 1u);
+  EXPECT_EQ(dr.peers.at("node-c").address, "192.168.77.4");
 }
 
 }  // namespace

@@ -332,8 +332,13 @@ def check_render(name, sets, namespace="endpointd"):
     lm = mounts.get("/lib/modules")
     check(lm and lm.get("readOnly") is True and vols[lm["name"]].get("hostPath", {}).get("path") == "/lib/modules",
           f"[{name}] /lib/modules not mounted read-only from the host")
+    stdir = v["drain"]["stateDir"]
+    stm = mounts.get(stdir)
+    check(stm and not stm.get("readOnly") and vols[stm["name"]].get("hostPath", {}).get("path") == stdir
+          and os.path.dirname(cfg.get("drain-state-file", "")) == stdir.rstrip("/"),
+          f"[{name}] drain-state-file {cfg.get('drain-state-file')} is not in the agent's writable {stdir}")
     host_paths = sorted(x["hostPath"]["path"] for x in pod["volumes"] if "hostPath" in x)
-    check(host_paths == sorted([sdir, "/lib/modules"]), f"[{name}] host paths {host_paths}")
+    check(host_paths == sorted([sdir, stdir, "/lib/modules"]), f"[{name}] host paths {host_paths}")
 #The admin token and the feed's TLS files: from their Secrets, read-only, only when asked for.
     tm = mounts.get("/etc/endpointd-admin-token")
     if token["name"]:
@@ -575,6 +580,8 @@ def run_config_with_binary(name, objs):
             args += ["--feed-listen", "127.0.0.1:0"]
         if "feed-state-file" in yaml.safe_load(cm["data"]["config.yaml"]):
             args += ["--feed-state-file", os.path.join(d, "feed-subscribers")]
+        if "drain-state-file" in yaml.safe_load(cm["data"]["config.yaml"]):
+            args += ["--drain-state-file", os.path.join(d, "drain-state")]
 #The node-local address would go on an interface of this host: off here (the key is still
 #taken; its values are checked by tests/netns/dns_node_local_test.cc, which runs it).
         if "dns-node-local-address" in yaml.safe_load(cm["data"]["config.yaml"]):

@@ -445,7 +445,7 @@ class World {
   void released(size_t i, const PodRec& pod) {
     const Drain* d = nullptr;
     auto ip = *model::IpAddr::parse(pod.ip);
-    auto it = nodes_[i].agent.machine->drains().find(ip);
+    auto it = nodes_[i].agent.machine->drains().find(DrainKey{ip, "uid-" + pod.name});
     if (it != nodes_[i].agent.machine->drains().end()) d = &it->second;
     bool confirmed = d && d->unconfirmed.empty();
     ++report_.drains;

@@ -1,0 +1,344 @@
+// A drain is for one pod (DESIGN.md, "What confirmed means"): an address given to a new pod
+// after its old pod was released (pod IP reuse), or shared by hostNetwork pods on one node, is
+// never answered by another pod's drain. Each test walks drain::Machine with an injected clock.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "drain/machine.h"
+#include "drain/machine_json.h"
+#include "tests/drain/fixture.h"
+
+namespace endpointd::drain {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::ip;
+
+// One endpoint of a service: its address, the pod its targetRef names (empty: no targetRef;
+// `uid` empty with a pod: a targetRef without a UID), and its conditions.
+struct End {
+  std::string ip;
+  std::string pod;
+  bool ready = true, terminating = false;
+  bool uid = true;
+  uint16_t port = 8080;
+};
+struct Svc {
+  std::string name;
+  std::vector<End> ends;
+};
+struct P {
+  std::string name;
+  std::string ip;
+  bool terminating = false;
+  bool host_network = false;
+};
+
+// Services of "demo" on node-a (this node) and node-b, with the given pods of node-a.
+model::SnapshotPtr snap(uint64_t g, const std::vector<Svc>& svcs, const std::vector<P>& pods) {
+  auto s = std::make_shared<model::Snapshot>();
+  s->generation = g;
+  s->slice_revision = g;
+  s->synced = true;
+  std::vector<model::ServiceStatePtr> states;
+  for (const auto& sv : svcs) {
+    auto st = std::make_shared<model::ServiceState>();
+    st->service.key = {"demo", sv.name};
+    st->service.cluster_ips = {ip("10.96.0." + std::to_string(10 + states.size()))};
+    model::ServicePort sp;
+    sp.name = "http";
+    sp.port = 80;
+    sp.target_port_name = "http";
+    st->service.ports = {sp};
+    for (const auto& e : sv.ends) {
+      model::MergedEndpoint m;
+      m.address = ip(e.ip);
+      m.conditions = {e.ready && !e.terminating, true, e.terminating};
+      m.ports = {model::EndpointPort{"http", model::Protocol::kTCP, e.port, ""}};
+      m.node_name = "node-a";
+      if (!e.pod.empty())
+        m.target_ref = model::ObjectRef{"Pod", "demo", e.pod, e.uid ? "uid-" + e.pod : ""};
+      st->endpoints.push_back(m);
+    }
+    std::sort(st->endpoints.begin(), st->endpoints.end(),
+              [](const auto& a, const auto& b) { return a.address < b.address; });
+    st->revision = g;
+    states.push_back(st);
+  }
+  s->services = model::ServiceList(std::move(states));
+  for (const char* n : {"node-a", "node-b"}) {
+    auto node = std::make_shared<model::Node>();
+    node->name = n;
+    node->addresses = {
+        {"InternalIP", std::string(n) == "node-a" ? "192.168.77.2" : "192.168.77.3"}};
+    s->nodes.push_back(node);
+  }
+  for (const auto& p : pods) {
+    auto pod = std::make_shared<model::Pod>();
+    pod->key = {"demo", p.name};
+    pod->uid = "uid-" + p.name;
+    pod->node_name = "node-a";
+    pod->pod_ips = {ip(p.ip)};
+    pod->host_network = p.host_network;
+    pod->terminating = p.terminating;
+    pod->termination_grace_period_seconds = 30;
+    pod->annotations[kReleaseAfterAnnotation] = "removed";
+    s->pods.push_back(pod);
+  }
+  std::sort(s->pods.begin(), s->pods.end(),
+            [](const auto& a, const auto& b) { return a->key < b->key; });
+  return s;
+}
+
+// The same services' pods on node-b (in its host network), ready throughout: a terminating pod
+// of node-a is never the service's last resort here.
+const End kOtherExporter{"192.168.77.3", "exporter-b", true, false, true, 9100};
+const End kOtherShipper{"192.168.77.3", "shipper-b", true, false, true, 9200};
+const End kOtherDs{"192.168.77.3", "ds-b", true, false, true, 9100};
+
+struct PodDrainTest : ::testing::Test {
+  TimePoint t0 = TimePoint(std::chrono::seconds(1000));
+  // Peers are asked one by one (no cluster watermark), and a silent one is waited for: node-b's
+  // agent is stopped in every test here unless it answers.
+  Machine m{[] {
+    Options o;
+    o.node_name = "node-a";
+    o.peer_policy = PeerPolicy::kWait;
+    o.default_release_after = ReleaseAfter::kRemoved;
+    return o;
+  }()};
+  Machine::Inputs in(TimePoint now, const model::SnapshotPtr& applied) {
+    Machine::Inputs i;
+    i.now = now;
+    pipeline::AckBoard::Entry e;
+    e.consumer = "proxy";
+    e.view = model::RouteView::kDataplane;
+    e.snapshot = applied;
+    i.consumers = {e};
+    return i;
+  }
+  // Drives one pod's drain to its release with node-b confirming: returns the verdict's reason.
+  std::string release(const std::string& pod, const model::SnapshotPtr& terminating,
+                      TimePoint at) {
+    uint64_t w = m.add_waiter({"demo", pod}, "uid-" + pod, at);
+    m.on_snapshot(terminating, at);
+    m.peer_answered(ip("10.244.1.5"), "node-b", true, "", at + 5ms);
+    m.evaluate(in(at + 10ms, terminating));
+    auto v = m.verdict(w);
+    m.remove_waiter(w);
+    return v && v->release ? v->reason : std::string();
+  }
+};
+
+// The issue's first failure: web-1 drains and is released; the EndpointSlice controller gives
+// its address to web-1b in the same slice write; node-b's agent then stops, and web-1b
+// terminates. Its prestop must wait for its own removal — not be answered "released,
+// confirmed" by web-1's finished drain (which it was, in under 0.1 s).
+TEST_F(PodDrainTest, AnAddressReusedInOneSliceWriteIsANewPodsDrain) {
+  m.on_snapshot(snap(1, {{"web", {{"10.244.1.5", "web-1"}, {"10.244.1.9", "web-2"}}}},
+                     {{"web-1", "10.244.1.5"}, {"web-2", "10.244.1.9"}}),
+                t0);
+  auto s2 =
+      snap(2, {{"web", {{"10.244.1.5", "web-1", false, true}, {"10.244.1.9", "web-2"}}}},
+           {{"web-1", "10.244.1.5", true}, {"web-2", "10.244.1.9"}});
+  EXPECT_NE(release("web-1", s2, t0 + 10ms).find("confirmed"), std::string::npos);
+  // One slice write: web-1's endpoint goes, web-1b's comes at the same address.
+  auto s3 = snap(3, {{"web", {{"10.244.1.5", "web-1b"}, {"10.244.1.9", "web-2"}}}},
+                 {{"web-1", "10.244.1.5", true}, {"web-1b", "10.244.1.5"}, {"web-2", "10.244.1.9"}});
+  m.on_snapshot(s3, t0 + 100ms);
+  m.evaluate(in(t0 + 110ms, s3));
+  auto s4 = snap(4, {{"web", {{"10.244.1.5", "web-1b", false, true}, {"10.244.1.9", "web-2"}}}},
+                 {{"web-1b", "10.244.1.5", true}, {"web-2", "10.244.1.9"}});
+  uint64_t w = m.add_waiter({"demo", "web-1b"}, "uid-web-1b", t0 + 200ms);
+  m.on_snapshot(s4, t0 + 200ms);
+  // Every local consumer has removed it; node-b's agent is stopped and never answers.
+  for (auto t = t0 + 210ms; t < t0 + 5s; t += 100ms) {
+    m.evaluate(in(t, s4));
+    ASSERT_FALSE(m.verdict(w)) << m.verdict(w)->reason;
+  }
+  const Drain& d = m.drain(ip("10.244.1.5"));
+  EXPECT_EQ(d.pod_uid, "uid-web-1b");
+  EXPECT_EQ(d.stage, Stage::kStopAccepting);
+  EXPECT_EQ(d.peers.at("node-b").state, PeerState::State::kPending);
+  // web-1's drain, released, is history: its endpoint left every service with the slice write.
+  ASSERT_FALSE(m.finished().empty());
+  EXPECT_EQ(m.finished().back().pod_uid, "uid-web-1");
+  EXPECT_EQ(m.finished().back().stage, Stage::kReleased);
+  // node-b confirms web-1b's removal: released, confirmed, by its own drain.
+  m.peer_answered(ip("10.244.1.5"), "node-b", true, "", t0 + 5s);
+  m.evaluate(in(t0 + 5s, s4));
+  ASSERT_TRUE(m.verdict(w));
+  EXPECT_TRUE(m.verdict(w)->release);
+  EXPECT_NE(m.verdict(w)->reason.find("released demo/web-1b"), std::string::npos);
+}
+
+// The same across a merged watch: this agent never sees web-1b ready — its next snapshot
+// already shows web-1b terminating at web-1's address (updates merged into one build, or a
+// relist after a gap).
+TEST_F(PodDrainTest, AnAddressReusedAcrossAMergedWatchIsANewPodsDrain) {
+  m.on_snapshot(snap(1, {{"web", {{"10.244.1.5", "web-1"}, {"10.244.1.9", "web-2"}}}},
+                     {{"web-1", "10.244.1.5"}, {"web-2", "10.244.1.9"}}),
+                t0);
+  auto s2 =
+      snap(2, {{"web", {{"10.244.1.5", "web-1", false, true}, {"10.244.1.9", "web-2"}}}},
+           {{"web-1", "10.244.1.5", true}, {"web-2", "10.244.1.9"}});
+  EXPECT_FALSE(release("web-1", s2, t0 + 10ms).empty());
+  auto s5 = snap(5, {{"web", {{"10.244.1.5", "web-1b", false, true}, {"10.244.1.9", "web-2"}}}},
+                 {{"web-1b", "10.244.1.5", true}, {"web-2", "10.244.1.9"}});
+  uint64_t w = m.add_waiter({"demo", "web-1b"}, "uid-web-1b", t0 + 100ms);
+  m.on_snapshot(s5, t0 + 100ms);
+  for (auto t = t0 + 110ms; t < t0 + 5s; t += 100ms) {
+    m.evaluate(in(t, s5));
+    ASSERT_FALSE(m.verdict(w)) << m.verdict(w)->reason;
+  }
+  EXPECT_EQ(m.drain(ip("10.244.1.5")).stage, Stage::kStopAccepting);
+  EXPECT_EQ(m.drain(ip("10.244.1.5")).pod_uid, "uid-web-1b");
+}
+
+// Two hostNetwork pods of two services on one node share its address. One terminates: its
+// drain is removed once no consumer routes to the address in a service where the endpoint names
+// it — the other pod's service still routing to the node's address is that pod's traffic, on
+// its own port. Neither pod's prestop is answered by the other's drain.
+TEST_F(PodDrainTest, HostNetworkPodsOfTwoServicesOnOneNodeDrainApart) {
+  const std::string node_ip = "192.168.77.2";
+  auto s1 = snap(1,
+                 {{"metrics", {{node_ip, "exporter", true, false, true, 9100}, kOtherExporter}},
+                  {"logs", {{node_ip, "shipper", true, false, true, 9200}, kOtherShipper}}},
+                 {{"exporter", node_ip, false, true}, {"shipper", node_ip, false, true}});
+  m.on_snapshot(s1, t0);
+  auto s2 = snap(2,
+                 {{"metrics", {{node_ip, "exporter", false, true, true, 9100}, kOtherExporter}},
+                  {"logs", {{node_ip, "shipper", true, false, true, 9200}, kOtherShipper}}},
+                 {{"exporter", node_ip, true, true}, {"shipper", node_ip, false, true}});
+  uint64_t w = m.add_waiter({"demo", "exporter"}, "uid-exporter", t0 + 10ms);
+  auto started = m.on_snapshot(s2, t0 + 10ms);
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].uid, "uid-exporter");
+  EXPECT_TRUE(m.drains().at(started[0]).shared_address);
+  // The proxy still holds s1 (the exporter routed): not removed, whatever node-b says.
+  m.peer_answered(ip(node_ip), "node-b", true, "", t0 + 20ms);
+  m.evaluate(in(t0 + 20ms, s1));
+  EXPECT_FALSE(m.verdict(w));
+  // The proxy applied s2: the logs service still routes to the address, in the shipper's name.
+  m.evaluate(in(t0 + 30ms, s2));
+  ASSERT_TRUE(m.verdict(w)) << drains_json(m, t0 + 30ms, std::chrono::system_clock::now());
+  EXPECT_TRUE(m.verdict(w)->release);
+  EXPECT_NE(m.verdict(w)->reason.find("confirmed"), std::string::npos) << m.verdict(w)->reason;
+  EXPECT_EQ(m.verdict(w)->reason.find("unconfirmed"), std::string::npos) << m.verdict(w)->reason;
+  m.remove_waiter(w);
+  // The shipper has no drain; when it terminates its prestop waits for its own.
+  EXPECT_EQ(m.drains().count({ip(node_ip), "uid-shipper"}), 0u);
+  auto s3 = snap(3,
+                 {{"metrics", {kOtherExporter}}, {"logs", {{node_ip, "shipper", false, true, true, 9200}, kOtherShipper}}},
+                 {{"shipper", node_ip, true, true}});
+  uint64_t w2 = m.add_waiter({"demo", "shipper"}, "uid-shipper", t0 + 100ms);
+  m.on_snapshot(s3, t0 + 100ms);
+  m.evaluate(in(t0 + 110ms, s2));  // the proxy has not applied s3: the shipper is routed
+  EXPECT_FALSE(m.verdict(w2));
+  EXPECT_EQ(m.drains().at({ip(node_ip), "uid-shipper"}).stage, Stage::kStopAccepting);
+}
+
+// A hostNetwork DaemonSet's rollout on one node: the old pod terminates, is released, and the
+// new pod comes at the same (node's) address in the same service and port. The new pod's own
+// termination later is a drain of its own, not answered by the old one's release.
+TEST_F(PodDrainTest, AHostNetworkDaemonSetRolloutDrainsEachPodApart) {
+  const std::string node_ip = "192.168.77.2";
+  m.on_snapshot(snap(1, {{"agent", {{node_ip, "ds-old", true, false, true, 9100}, kOtherDs}}},
+                     {{"ds-old", node_ip, false, true}}),
+                t0);
+  auto s2 = snap(2, {{"agent", {{node_ip, "ds-old", false, true, true, 9100}, kOtherDs}}},
+                 {{"ds-old", node_ip, true, true}});
+  uint64_t w = m.add_waiter({"demo", "ds-old"}, "uid-ds-old", t0 + 10ms);
+  m.on_snapshot(s2, t0 + 10ms);
+  m.peer_answered(ip(node_ip), "node-b", true, "", t0 + 15ms);
+  m.evaluate(in(t0 + 20ms, s2));
+  ASSERT_TRUE(m.verdict(w));
+  EXPECT_TRUE(m.verdict(w)->release);
+  m.remove_waiter(w);
+  // The new pod: not ready, then ready, at the node's address.
+  auto s3 = snap(3, {{"agent", {{node_ip, "ds-new", false, false, true, 9100}, kOtherDs}}},
+                 {{"ds-new", node_ip, false, true}});
+  m.on_snapshot(s3, t0 + 100ms);
+  auto s4 = snap(4, {{"agent", {{node_ip, "ds-new", true, false, true, 9100}, kOtherDs}}},
+                 {{"ds-new", node_ip, false, true}});
+  m.on_snapshot(s4, t0 + 200ms);
+  m.evaluate(in(t0 + 210ms, s4));
+  // The next rollout: ds-new terminates; node-b's agent is stopped now.
+  auto s5 = snap(5, {{"agent", {{node_ip, "ds-new", false, true, true, 9100}, kOtherDs}}},
+                 {{"ds-new", node_ip, true, true}});
+  uint64_t w2 = m.add_waiter({"demo", "ds-new"}, "uid-ds-new", t0 + 300ms);
+  m.on_snapshot(s5, t0 + 300ms);
+  for (auto t = t0 + 310ms; t < t0 + 3s; t += 100ms) {
+    m.evaluate(in(t, s5));
+    ASSERT_FALSE(m.verdict(w2)) << m.verdict(w2)->reason;
+  }
+  EXPECT_EQ(m.drains().at({ip(node_ip), "uid-ds-new"}).stage, Stage::kStopAccepting);
+}
+
+// Bad input: an endpoint whose targetRef carries no UID. The drain falls back to the pod of
+// this node at the address (the kernel's word on the caller), counts it, and drains as usual.
+TEST_F(PodDrainTest, ATargetRefWithoutAUidFallsBackToThePodAtTheAddressAndIsCounted) {
+  End e1{"10.244.1.5", "web-1"};
+  e1.uid = false;
+  m.on_snapshot(snap(1, {{"web", {e1, {"10.244.1.9", "web-2"}}}},
+                     {{"web-1", "10.244.1.5"}, {"web-2", "10.244.1.9"}}),
+                t0);
+  End e2 = e1;
+  e2.ready = false;
+  e2.terminating = true;
+  auto s2 = snap(2, {{"web", {e2, {"10.244.1.9", "web-2"}}}},
+                 {{"web-1", "10.244.1.5", true}, {"web-2", "10.244.1.9"}});
+  std::string why = release("web-1", s2, t0 + 10ms);
+  EXPECT_NE(why.find("released demo/web-1"), std::string::npos) << why;
+  EXPECT_GE(m.counters().no_pod_uid, 1u);
+  EXPECT_EQ(m.drain(ip("10.244.1.5")).pod_uid, "uid-web-1");
+}
+
+// Bad input: two pods (neither hostNetwork) claim one address at once, in two services. Each
+// drain is released unconfirmed, naming the other pod, and counted; other drains go on.
+TEST_F(PodDrainTest, TwoPodsClaimingOneAddressAreNeverConfirmed) {
+  auto s1 = snap(1,
+                 {{"web", {{"10.244.1.5", "web-1"}, {"10.244.1.9", "web-2"}}},
+                  {"api", {{"10.244.1.5", "api-1"}}}},
+                 {{"web-1", "10.244.1.5"}, {"api-1", "10.244.1.5"}, {"web-2", "10.244.1.9"}});
+  m.on_snapshot(s1, t0);
+  auto s2 = snap(2,
+                 {{"web", {{"10.244.1.5", "web-1", false, true}, {"10.244.1.9", "web-2", false, true}}},
+                  {"api", {{"10.244.1.5", "api-1", false, true}}}},
+                 {{"web-1", "10.244.1.5", true},
+                  {"api-1", "10.244.1.5", true},
+                  {"web-2", "10.244.1.9", true}});
+  uint64_t w1 = m.add_waiter({"demo", "web-1"}, "uid-web-1", t0 + 10ms);
+  uint64_t w2 = m.add_waiter({"demo", "web-2"}, "uid-web-2", t0 + 10ms);
+  m.on_snapshot(s2, t0 + 10ms);
+  m.peer_answered(ip("10.244.1.5"), "node-b", true, "", t0 + 15ms);
+  m.peer_answered(ip("10.244.1.9"), "node-b", true, "", t0 + 15ms);
+  // Without a ready endpoint web's terminating ones route by the fallback; a ready one is added.
+  auto s3 = snap(3,
+                 {{"web",
+                   {{"10.244.1.5", "web-1", false, true},
+                    {"10.244.1.9", "web-2", false, true},
+                    {"10.244.1.20", "web-3"}}},
+                  {"api", {{"10.244.1.5", "api-1", false, true}, {"10.244.1.21", "api-2"}}}},
+                 {{"web-1", "10.244.1.5", true},
+                  {"api-1", "10.244.1.5", true},
+                  {"web-2", "10.244.1.9", true},
+                  {"web-3", "10.244.1.20"},
+                  {"api-2", "10.244.1.21"}});
+  m.on_snapshot(s3, t0 + 20ms);
+  m.peer_answered(ip("10.244.1.5"), "node-b", true, "", t0 + 25ms);
+  m.peer_answered(ip("10.244.1.9"), "node-b", true, "", t0 + 25ms);
+  m.evaluate(in(t0 + 30ms, s3));
+  EXPECT_GE(m.counters().address_conflicts, 1u);
+  ASSERT_TRUE(m.verdict(w1));
+  EXPECT_NE(m.verdict(w1)->reason.find("unconfirmed"), std::string::npos) << m.verdict(w1)->reason;
+  EXPECT_NE(m.verdict(w1)->reason.find("api-1"), std::string::npos) << m.verdict(w1)->reason;
+  ASSERT_TRUE(m.verdict(w2));
+  EXPECT_EQ(m.verdict(w2)->reason.find("unconfirmed"), std::string::npos) << m.verdict(w2)->reason;
+}
+
+}  // namespace
+}  // namespace endpointd::drain
