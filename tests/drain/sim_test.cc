@@ -9,6 +9,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <ctime>
+
+#include "tests/drain/sim/oracle.h"
+
 #include <cstdlib>
 #include <string>
 
@@ -38,25 +43,44 @@ constexpr uint64_t kScale = 1;
 // it, and every drain of the fault-free tail is confirmed within 1 s.
 void run_seeds(uint64_t first, uint64_t count) {
   count /= kScale;
-  size_t confirmed = 0, unconfirmed = 0, unsafe = 0, late = 0;
-  std::string late_seeds;
+  size_t confirmed = 0, unconfirmed = 0, unsafe = 0, late = 0, long_seeds = 0, reused = 0;
+  size_t after_view = 0, node_after_view = 0, node_deleted = 0, eds_panic = 0, forgotten = 0;
+  std::string late_seeds, unsafe_seeds;
+  std::clock_t c0 = std::clock();
   for (uint64_t seed = first; seed < first + count; ++seed) {
     Report r = run(seed);
     confirmed += r.releases_confirmed;
     unconfirmed += r.releases_unconfirmed;
+    long_seeds += r.long_horizon;
+    reused += r.ips_reused;
+    after_view += r.fallback_after_view;
+    node_after_view += r.node_after_view;
+    node_deleted += r.node_deleted_routes;
+    eds_panic += r.eds_panic_assumed_off;
+    forgotten += r.forgotten_subscriber_routes;
     if (!r.safety.empty() && ++unsafe <= 3) ADD_FAILURE() << describe(r);
+    if (!r.safety.empty() && unsafe <= 20) unsafe_seeds += " " + std::to_string(seed);
     if (!r.liveness.empty() && ++late <= 20) late_seeds += " " + std::to_string(seed);
+    // The encoders agree: an EDS subscriber and an endpointd.v1 one route alike.
+    EXPECT_EQ(r.feed_eds_only + r.feed_upstream_only, 0u) << "seed " << seed;
   }
   EXPECT_EQ(unsafe, 0u) << "seeds with a false \"confirmed\", of " << count;
   EXPECT_EQ(late, 0u) << "seeds whose fault-free tail missed liveness:" << late_seeds;
   // The simulation exercises both outcomes, or it proves nothing.
   EXPECT_GT(confirmed, count);
   EXPECT_GT(unconfirmed, count / 20);
+  // The extended world is there: long horizons, reused addresses.
+  EXPECT_GT(long_seeds, 0u);
+  EXPECT_GT(reused, count / 10);
   std::printf(
-      "seeds %llu..%llu: %zu releases confirmed, %zu unconfirmed, %zu unsafe seeds, %zu "
-      "seeds missing liveness:%s\n",
+      "seeds %llu..%llu (%zu long): %zu releases confirmed, %zu unconfirmed, %zu unsafe "
+      "seeds:%s, %zu seeds missing liveness:%s; %zu addresses reused; exemptions: "
+      "fallback_after_view %zu, node_after_view %zu, node_deleted_routes %zu, "
+      "eds_panic_assumed_off %zu, forgotten_subscriber_routes %zu; %.1f s CPU\n",
       static_cast<unsigned long long>(first), static_cast<unsigned long long>(first + count - 1),
-      confirmed, unconfirmed, unsafe, late, late_seeds.c_str());
+      long_seeds, confirmed, unconfirmed, unsafe, unsafe_seeds.c_str(), late, late_seeds.c_str(),
+      reused, after_view, node_after_view, node_deleted, eds_panic, forgotten,
+      static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC);
 }
 
 // Five shards of 2,000 seeds (ctest runs them side by side).
@@ -120,6 +144,92 @@ TEST(DrainSimFound, AViewThatSkippedAFallbackIsNotConfirmedOnOlderFacts) {
 // answers node-1 gave. A cached answer is now judged as its node's kernel is.
 TEST(DrainSimFound, ADeletedNodesDnsAnswersAreJudgedAsItsKernel) {
   expect_seed_safe(227176);
+}
+
+// ---- the oracle ---------------------------------------------------------------------------
+
+model::MergedEndpoint endpoint(const std::string& ip, const std::string& node, bool ready,
+                               bool terminating) {
+  model::MergedEndpoint m;
+  m.address = *model::IpAddr::parse(ip);
+  m.conditions = {ready && !terminating, true, terminating};
+  m.ports = {model::EndpointPort{"http", model::Protocol::kTCP, 8080, ""}};
+  m.node_name = node;
+  return m;
+}
+
+// A snapshot of one service "demo/<name>" with `eps`, at generation `g`.
+model::SnapshotPtr snapshot(uint64_t g, const std::string& name, bool headless,
+                            std::vector<model::MergedEndpoint> eps,
+                            model::TrafficPolicy itp = model::TrafficPolicy::kCluster) {
+  auto st = std::make_shared<model::ServiceState>();
+  st->service.key = {"demo", name};
+  st->service.headless = headless;
+  if (!headless) st->service.cluster_ips = {*model::IpAddr::parse("10.96.0.10")};
+  st->service.internal_traffic_policy = itp;
+  model::ServicePort sp;
+  sp.name = "http";
+  sp.port = 80;
+  sp.target_port_name = "http";
+  st->service.ports = {sp};
+  std::sort(eps.begin(), eps.end(),
+            [](const auto& a, const auto& b) { return a.address < b.address; });
+  st->endpoints = std::move(eps);
+  auto s = std::make_shared<model::Snapshot>();
+  s->generation = g;
+  s->synced = true;
+  s->services = model::ServiceList(std::vector<model::ServiceStatePtr>{st});
+  for (const char* n : {"node-0", "node-1"}) {
+    auto node = std::make_shared<model::Node>();
+    node->name = n;
+    s->nodes.push_back(node);
+  }
+  return s;
+}
+
+// The terminating fallback: with no ready endpoint left, the kernel, an EDS subscriber and an
+// endpointd.v1 subscriber all still route to a terminating, serving endpoint — read from the
+// planner's backend maps and the feed's messages, not asked of the rule. A drain side whose
+// rule forgot the fallback would say "not routed" here; the oracle does not.
+TEST(DrainSimOracle, SeesTheTerminatingFallbackInWhatConsumersHold) {
+  Oracle o;
+  auto ip = *model::IpAddr::parse("10.244.1.2");
+  auto alone = snapshot(1, "web", false, {endpoint("10.244.1.2", "node-0", false, true)});
+  EXPECT_TRUE(o.kernel_routes(*alone, "node-0", ip));
+  EXPECT_TRUE(o.kernel_routes(*alone, "node-1", ip));
+  EXPECT_TRUE(o.feed_holds(*alone, ip).upstream);
+  EXPECT_TRUE(o.feed_holds(*alone, ip).eds);
+  // Another endpoint ready: the terminating one is out of every consumer's choice.
+  auto beside = snapshot(2, "web", false,
+                         {endpoint("10.244.1.2", "node-0", false, true),
+                          endpoint("10.244.1.3", "node-1", true, false)});
+  EXPECT_FALSE(o.kernel_routes(*beside, "node-0", ip));
+  EXPECT_FALSE(o.feed_holds(*beside, ip).routes());
+  EXPECT_TRUE(o.kernel_routes(*beside, "node-0", *model::IpAddr::parse("10.244.1.3")));
+  // DNS never answers a terminating endpoint, fallback or not; a ready one it does.
+  auto db = snapshot(3, "db", true,
+                     {endpoint("10.244.1.2", "node-0", false, true),
+                      endpoint("10.244.1.4", "node-1", true, false)});
+  const auto& answer = o.dns_answer(*db, "db.demo.svc.cluster.local");
+  ASSERT_EQ(answer.size(), 1u);
+  EXPECT_EQ(answer[0].str(), "10.244.1.4");
+  EXPECT_FALSE(o.kernel_routes(*db, "node-0", ip)) << "a headless service has no kernel rules";
+}
+
+// The kernel is planned as its own node: with internalTrafficPolicy Local, node-1's kernel
+// holds only node-1's endpoints.
+TEST(DrainSimOracle, PlansEachKernelAsItsNode) {
+  Oracle o;
+  auto s = snapshot(1, "web", false,
+                    {endpoint("10.244.1.2", "node-0", true, false),
+                     endpoint("10.244.1.3", "node-1", true, false)},
+                    model::TrafficPolicy::kLocal);
+  auto on0 = *model::IpAddr::parse("10.244.1.2");
+  EXPECT_TRUE(o.kernel_routes(*s, "node-0", on0));
+  EXPECT_FALSE(o.kernel_routes(*s, "node-1", on0));
+  EXPECT_EQ(o.builds(), 2u);
+  EXPECT_TRUE(o.kernel_routes(*s, "node-0", on0));
+  EXPECT_EQ(o.builds(), 2u) << "planned once per generation and node";
 }
 
 TEST(DrainSim, Replay) {

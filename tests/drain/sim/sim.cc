@@ -7,7 +7,9 @@
 #include <deque>
 #include <tuple>
 
-#include "model/routing.h"
+#include "feed/hub.h"       // kForgetAfter
+#include "model/routing.h"  // the trace's "what the rule says" only; the check uses the oracle
+#include "tests/drain/sim/oracle.h"
 
 namespace endpointd::drain::sim {
 namespace {
@@ -39,6 +41,8 @@ struct Sub {
   bool wants = true;  // connects whenever the agent is there
   bool nacking = false;
   bool gone = false;  // never comes back during the fault phase
+  // The hub forgot it (a lapsed ghost kForgetAfter gone) and it has not acknowledged since.
+  bool forgotten = false;
   TimePoint back_at{}, nack_until{};
 };
 
@@ -117,12 +121,22 @@ class World {
 
   // ---- the API ------------------------------------------------------------------------------
 
-  void add_pod(std::string svc, size_t node) {
+  // A new pod of `svc`; a replacement during the fault phase may get the address of a pod gone
+  // earlier (`ip_reuse`).
+  void add_pod(std::string svc, size_t node, bool replacement = false) {
     PodRec p;
     p.service = svc;
     p.name = svc + "-" + std::to_string(next_pod_);
-    p.ip =
-        "10.244." + std::to_string(next_pod_ / 200 + 1) + "." + std::to_string(next_pod_ % 200 + 2);
+    if (replacement && in_fault_phase() && !freed_.empty() && chance(o_.ip_reuse)) {
+      size_t k = pick(freed_.size());
+      p.ip = freed_[k];
+      freed_.erase(freed_.begin() + static_cast<std::ptrdiff_t>(k));
+      ++report_.ips_reused;
+      trace("pod " + p.name + " reuses " + p.ip);
+    } else {
+      p.ip = "10.244." + std::to_string(next_pod_ / 200 + 1) + "." +
+             std::to_string(next_pod_ % 200 + 2);
+    }
     ++next_pod_;
     p.node = node;
     pods_.push_back(std::move(p));
@@ -265,7 +279,9 @@ class World {
       f.consumer = "feed";
       f.view = model::RouteView::kFeed;
       model::SnapshotPtr applied = a.snap;
-      for (auto& [name, e] : a.hub) {
+      for (auto hit = a.hub.begin(); hit != a.hub.end();) {
+        const std::string& name = hit->first;
+        HubEntry& e = hit->second;
         std::optional<TimePoint> since = e.connected ? e.outstanding_since : e.disconnected_at;
         // Once past its grace it stays a holdout until it acknowledges again: holding the
         // watermark again while behind would move it back (feed/hub.h: applied never moves back).
@@ -273,6 +289,18 @@ class World {
           e.lapsed = true;
           e.lapsed_at = *since + o_.feed_grace;
         }
+        // A lapsed ghost is forgotten kForgetAfter after it lapsed or went away, whichever is
+        // later (feed/hub.h): from then on the hub knows no such subscriber.
+        if (e.lapsed && !e.connected && e.disconnected_at &&
+            now_ - std::max(e.lapsed_at, *e.disconnected_at) >= feed::kForgetAfter) {
+          for (auto& s : nodes_[i].subs)
+            if (s.name == name) s.forgotten = true;
+          trace("hub of " + nodes_[i].name + " forgets " + name);
+          ++report_.faults["subscriber forgotten"];
+          hit = a.hub.erase(hit);
+          continue;
+        }
+        ++hit;
         if (e.lapsed) {
           const char* why = !e.connected ? "disconnected" : "unacknowledged";
           for (const auto& s : nodes_[i].subs)
@@ -366,6 +394,7 @@ class World {
       }
       if (s.sent && s.ack_due <= now_ && !s.nacking && s.acked != s.sent) {
         s.acked = s.sent;
+        s.forgotten = false;
         it->second.acked = s.sent;
         it->second.outstanding_since.reset();
         it->second.lapsed = false;
@@ -392,17 +421,22 @@ class World {
     settle_waiters(i);
   }
 
+  // A client asks node i's DNS for the headless service and caches exactly the addresses of
+  // the zone's answer (the DNS sink's zone, built from its applied snapshot).
   void answer_dns(size_t i) {
     Agent& a = nodes_[i].agent;
-    const model::ServiceState* st = a.dns->find({"demo", "db"});
-    if (!st) return;
-    for (const auto& e : st->endpoints) {
-      if (!model::routes_to(model::RouteView::kDns, *st, e.address, {})) continue;
+    const auto& answer = oracle_.dns_answer(*a.dns, "db.demo.svc.cluster.local");
+    for (const auto& address : answer) {
       TimePoint until = now_ + ttl_;
-      dns_cache_.push_back({e.address.str(), until, i});
-      if (a.served_until.use_count() > 1)
-        a.served_until = std::make_shared<pipeline::AnswerExpiry>(*a.served_until);
-      auto& u = a.served_until->until[e.address];
+      dns_cache_.push_back({address.str(), until, i});
+      if (a.served_until.use_count() > 1) {
+        // A new map for the board, without the addresses whose last answer expired long ago
+        // (the DNS sink forgets those too: ZoneBuilder::harvest).
+        auto next = std::make_shared<pipeline::AnswerExpiry>(*a.served_until);
+        std::erase_if(next->until, [&](const auto& e) { return e.second + 2 * max_ttl_ < now_; });
+        a.served_until = std::move(next);
+      }
+      auto& u = a.served_until->until[address];
       u = std::max(u, until);
     }
     ++report_.faults["dns queries"];
@@ -433,8 +467,9 @@ class World {
         pod->settled = true;
         if (v->release) released(i, *pod);
         pod->exists = false;  // the application exits; the pod and its endpoint go
+        freed_.push_back(pod->ip);
         std::string svc = pod->service;
-        add_pod(std::move(svc), pick_in_api());
+        add_pod(std::move(svc), pick_in_api(), true);
         publish();
       }
       a.machine->remove_waiter(it->second);
@@ -445,8 +480,16 @@ class World {
   void released(size_t i, const PodRec& pod) {
     const Drain* d = nullptr;
     auto ip = *model::IpAddr::parse(pod.ip);
-    auto it = nodes_[i].agent.machine->drains().find(DrainKey{ip, "uid-" + pod.name});
-    if (it != nodes_[i].agent.machine->drains().end()) d = &it->second;
+    // The pod's drain: its UID's at the address (a drain belongs to one pod), else the one
+    // at the address.
+    for (const auto& [key, drain] : nodes_[i].agent.machine->drains()) {
+      if (drain.ip != ip) continue;
+      if (drain.pod_uid == "uid-" + pod.name) {
+        d = &drain;
+        break;
+      }
+      if (!d || drain.pod_uid.empty()) d = &drain;
+    }
     bool confirmed = d && d->unconfirmed.empty();
     ++report_.drains;
     (confirmed ? report_.releases_confirmed : report_.releases_unconfirmed)++;
@@ -484,15 +527,29 @@ class World {
       report_.liveness.push_back({"fault-free drain of " + pod.name + " " + why, elapsed()});
     }
     if (!confirmed) return;
-    // The invariant: nothing routes to it. One exception, counted apart: a state newer than
-    // any the releasing agent had seen, routing to it by the terminating fallback (the API
-    // moved every other endpoint out after the agent's view; no agent can confirm a state it
-    // has not seen — see bench/results/drain-truth.md).
-    const uint64_t view = nodes_[i].agent.snap ? nodes_[i].agent.snap->generation : 0;
+    check_release(i, pod, ip);
+  }
+
+  // The invariant: nothing routes to a pod released as confirmed — who routes read by the
+  // oracle from what each consumer holds. The cases excused, each counted in the Report:
+  //  - a state newer than any the releasing agent had seen (the API moved every other endpoint
+  //    out after the agent's view, and the terminating fallback routes to the pod there; no
+  //    agent can confirm a state it has not seen — see bench/results/drain-truth.md):
+  //    fallback_after_view;
+  //  - a node whose Node the releasing agent's view does not list (created again since):
+  //    node_after_view; one not in the API at all (deleted, not created again yet: a Node's
+  //    deletion ends its membership): node_deleted_routes, when it routes;
+  //  - an EDS subscriber that holds the pod DRAINING beside few healthy hosts: taken by
+  //    endpointd's contract, not Envoy's default panic threshold: eds_panic_assumed_off;
+  //  - a subscriber the node's hub has forgotten (feed/hub.h: a lapsed ghost, kForgetAfter
+  //    after it went) that still routes by its last config: no longer a known subscriber
+  //    (DESIGN.md), until it acknowledges again: forgotten_subscriber_routes.
+  void check_release(size_t i, const PodRec& pod, const model::IpAddr& ip) {
+    const model::Snapshot* agent_snap = nodes_[i].agent.snap.get();
+    const uint64_t view = agent_snap ? agent_snap->generation : 0;
     std::string what;
-    auto check = [&](const model::SnapshotPtr& st, model::RouteView rv, const std::string& node,
-                     const std::string& who) {
-      if (!st || !model::routes_to(rv, *st, ip, {node, {}})) return;
+    auto judge = [&](const model::SnapshotPtr& st, bool routes, const std::string& who) {
+      if (!routes) return;
       if (st->generation > view) {
         ++report_.fallback_after_view;
         return;
@@ -500,26 +557,47 @@ class World {
       what += " " + who + " (revision " + std::to_string(st->generation) + ")";
     };
     for (const auto& n : nodes_) {
-      if (!n.in_api) continue;
+      const bool kernel = n.kernel && oracle_.kernel_routes(*n.kernel, n.name, ip);
+      std::vector<Oracle::FeedHold> held;
+      for (const auto& s : n.subs) {
+        held.push_back(s.acked ? oracle_.feed_holds(*s.acked, ip) : Oracle::FeedHold{});
+        const auto& h = held.back();
+        if (h.eds && !h.upstream) ++report_.feed_eds_only;
+        if (h.upstream && !h.eds) ++report_.feed_upstream_only;
+      }
+      if (!n.in_api) {
+        report_.node_deleted_routes += kernel;
+        for (const auto& h : held) report_.node_deleted_routes += h.routes();
+        continue;
+      }
       // A Node (created again) that the releasing agent's view does not list yet: counted
       // apart, like a state newer than its view.
-      const auto* agent_snap = nodes_[i].agent.snap.get();
       if (agent_snap && !agent_snap->find_node(n.name)) {
         ++report_.node_after_view;
         continue;
       }
-      check(n.kernel, model::RouteView::kDataplane, n.name, "kernel of " + n.name);
-      for (const auto& s : n.subs)
-        check(s.acked, model::RouteView::kFeed, "", "subscriber " + s.name);
+      judge(n.kernel, kernel, "kernel of " + n.name);
+      for (size_t k = 0; k < n.subs.size(); ++k) {
+        if (n.subs[k].forgotten && held[k].routes()) {
+          ++report_.forgotten_subscriber_routes;
+          continue;
+        }
+        if (held[k].eds_panic) ++report_.eds_panic_assumed_off;
+        judge(n.subs[k].acked, held[k].routes(), "subscriber " + n.subs[k].name);
+      }
     }
+    bool deleted_counted = false;
     for (const auto& c : dns_cache_) {
       if (c.address != pod.ip || c.until <= now_) continue;
       // An answer given by a node whose Node is not in the API (deleted, not created again
       // yet) or that the releasing agent's view does not list: the same as that node's kernel
       // (above) — a Node's deletion ends its membership.
       const NodeRec& by = nodes_[c.node];
-      if (!by.in_api) continue;
-      const auto* agent_snap = nodes_[i].agent.snap.get();
+      if (!by.in_api) {
+        if (!deleted_counted) ++report_.node_deleted_routes;
+        deleted_counted = true;
+        continue;
+      }
       if (agent_snap && !agent_snap->find_node(by.name)) {
         ++report_.node_after_view;
         continue;
@@ -659,6 +737,29 @@ class World {
       set_ttl(milliseconds(1000 + rng_() % 2000));
       ++report_.faults["ttl reload"];
     }
+    if (chance(per_tick(f.partition_per_s)) && nodes_.size() > 1) {
+      // A random side of the nodes cut from the rest, or a random set of links.
+      std::vector<std::pair<size_t, size_t>> links;
+      if (pick(2)) {
+        std::vector<bool> side(nodes_.size());
+        for (size_t k = 0; k < side.size(); ++k) side[k] = pick(2);
+        side[pick(side.size())] = true;
+        side[pick(side.size())] = false;  // both sides non-empty (unless it drew one node twice)
+        for (size_t a = 0; a < nodes_.size(); ++a)
+          for (size_t b = a + 1; b < nodes_.size(); ++b)
+            if (side[a] != side[b]) links.emplace_back(a, b);
+      } else {
+        for (size_t a = 0; a < nodes_.size(); ++a)
+          for (size_t b = a + 1; b < nodes_.size(); ++b)
+            if (pick(10) < 3) links.emplace_back(a, b);
+      }
+      TimePoint until = now_ + upto(f.partition_max);
+      for (const auto& l : links) {
+        auto& u = cut_[l];
+        if (u < until) u = until;
+      }
+      if (!links.empty()) ++report_.faults["links cut"];
+    }
     if (chance(per_tick(f.fallback_per_s))) {
       std::string svc = pick(2) ? "web" : "db";
       if (!fallback_.count(svc)) {
@@ -696,6 +797,7 @@ class World {
         ++it;
       }
     }
+    std::erase_if(cut_, [&](const auto& c) { return c.second <= now_; });
   }
 
   // The end of the fault phase: everything comes back.
@@ -760,6 +862,7 @@ class World {
       if (p.exists && p.terminating && !p.settled && now_ - p.terminated_at >= 10s) {
         p.settled = true;
         p.exists = false;
+        freed_.push_back(p.ip);
         if (p.liveness)
           report_.liveness.push_back(
               {"fault-free drain of " + p.name + " never released", elapsed()});
@@ -767,10 +870,13 @@ class World {
       }
     }
     for (auto& svc : replace) {
-      add_pod(std::move(svc), pick_in_api());
+      add_pod(std::move(svc), pick_in_api(), true);
       publish();
     }
     std::erase_if(dns_cache_, [&](const auto& e) { return e.until <= now_; });
+    // Pods gone are looked up by name only (settle_waiters), and find none: keeping them made
+    // every tick of a long horizon walk every pod it ever had.
+    std::erase_if(pods_, [](const PodRec& p) { return !p.exists; });
     now_ += o_.tick;
   }
 
@@ -784,6 +890,7 @@ class World {
     faults_on_ = true;
     auto_restart_ = true;
     start_ = now_;
+    report_.long_horizon = o_.fault_phase >= std::chrono::minutes(10);
     milliseconds next_term = o_.terminate_every;
     while (now_ < start_ + o_.fault_phase) {
       if (elapsed() >= next_term) {
@@ -862,7 +969,9 @@ class World {
   milliseconds ttl_{0}, max_ttl_{0};
   std::vector<Packet> net_;
   std::map<std::pair<size_t, size_t>, TimePoint> link_last_;
-  std::set<std::pair<size_t, size_t>> cut_;
+  std::map<std::pair<size_t, size_t>, TimePoint> cut_;  // links cut until then
+  std::vector<std::string> freed_;                      // addresses of pods gone, for reuse
+  Oracle oracle_;
   uint64_t seq_ = 0;
   TimePoint now_ = TimePoint{} + 1h;
   TimePoint start_ = TimePoint{} + 1h;
@@ -872,6 +981,9 @@ class World {
   std::map<std::string, std::vector<std::string>> unconfirmed_;
   friend class Scenario;
 };
+
+// The share of seeds with a long horizon (options_for_seed).
+constexpr double kLongShare = 0.02;
 
 Options options_for_seed(uint64_t seed) {
   std::mt19937_64 r(seed * 0x9e3779b97f4a7c15ULL + 1);
@@ -903,6 +1015,20 @@ Options options_for_seed(uint64_t seed) {
   f.watch_lag_per_s = maybe(0.05);
   f.program_slow_per_s = maybe(0.05);
   f.fallback_per_s = maybe(0.08);
+  // Drawn after the others, so a seed's earlier choices stay what they were.
+  f.partition_per_s = maybe(0.04);
+  o.ip_reuse = u() < 0.5 ? 0.2 + 0.6 * u() : 0.0;
+  // A long horizon in a few seeds: 15 minutes of faults at a fifth of the rates, pods
+  // terminating less often, so that rules counted in minutes act.
+  if (u() < kLongShare) {
+    o.fault_phase = std::chrono::minutes(15);
+    o.terminate_every = 4000ms;
+    for (double* rate :
+         {&f.kill_per_s, &f.pause_per_s, &f.disconnect_per_s, &f.nack_per_s, &f.gone_per_s,
+          &f.ttl_reload_per_s, &f.node_churn_per_s, &f.watch_lag_per_s, &f.program_slow_per_s,
+          &f.fallback_per_s, &f.partition_per_s})
+      *rate /= 5;
+  }
   return o;
 }
 
@@ -984,7 +1110,7 @@ void Scenario::fallback(const std::string& service, bool on) {
 void Scenario::partition(size_t a, size_t b, bool on) {
   auto k = std::make_pair(std::min(a, b), std::max(a, b));
   if (on)
-    world_->cut_.insert(k);
+    world_->cut_[k] = TimePoint::max();
   else
     world_->cut_.erase(k);
 }

@@ -8,7 +8,10 @@
 // The safety invariant, checked at every release (DESIGN.md, "What confirmed means"): a release
 // whose outcome is "confirmed" happens only when no node in the Node list routes to the
 // endpoint in its kernel, no DNS answer that carried it is still within its TTL, and no known
-// subscriber's last accepted config routes to it.
+// subscriber's last accepted config routes to it. Who routes is read by the oracle (oracle.h)
+// from what each consumer holds, built by endpointd's planner, feed encoders and DNS zone —
+// never by the routing rule (model/routing.h) the drain side asks; the DNS answers clients
+// cache are the zone's answers too. Every case the check excuses is counted in the Report.
 //
 // Liveness: after the faults stop (every agent running, every subscriber connected and
 // acknowledging, no message lost), every drain of a pod is released confirmed within `liveness`
@@ -60,6 +63,10 @@ struct Faults {
   milliseconds watch_lag_max{2000};
   double program_slow_per_s = 0;  // a programming delay of up to 1 s
   double fallback_per_s = 0;      // every other endpoint of a service unready for a while
+  // Peer links cut for a while: a random side of the nodes from the rest, or a random set of
+  // links (the root's among them as often as any).
+  double partition_per_s = 0;
+  milliseconds partition_max{4000};
 };
 
 struct Options {
@@ -82,6 +89,9 @@ struct Options {
   // nobody, and a proxy that stayed away while the agent was down is forgotten although it
   // still routes (the simulation finds this in about 1 % of seeds).
   bool hub_memory_survives_restart = true;
+  // The share of the fault phase's replacement pods that get the address of a pod gone
+  // earlier (pod IP reuse), with a new name and UID.
+  double ip_reuse = 0;
 };
 
 // Draws a seed's options and faults: node count, policy, DNS on or off, and a fault mix.
@@ -103,6 +113,23 @@ struct Report {
   size_t fallback_after_view = 0;
   // Nodes created (again) after the releasing agent's view, skipped by the check likewise.
   size_t node_after_view = 0;
+  // Consumers of a node whose Node is not in the API at the release (deleted, not created again
+  // yet) that route to the pod: skipped, as a Node's deletion ends its membership (counted per
+  // kernel, subscriber and node's DNS answers).
+  size_t node_deleted_routes = 0;
+  // EDS subscribers holding the pod DRAINING (or UNHEALTHY) in an assignment less than half
+  // healthy: an Envoy at its default panic threshold would balance over it; the check takes
+  // endpointd's documented contract (no DRAINING host while one is healthy) instead.
+  size_t eds_panic_assumed_off = 0;
+  // Subscribers that still route by their last config after their hub forgot them (a lapsed
+  // ghost, feed/hub.h's kForgetAfter after it went away): no longer known subscribers.
+  size_t forgotten_subscriber_routes = 0;
+  // The oracle's consumers read at releases that routed by EDS but not by the verdict field,
+  // and the other way round (0 and 0 unless the encodings disagree).
+  size_t feed_eds_only = 0, feed_upstream_only = 0;
+  // Pods given an address of a pod gone earlier.
+  size_t ips_reused = 0;
+  bool long_horizon = false;             // a fault phase of 10 minutes or more
   std::map<std::string, size_t> faults;  // kind → how many were injected
   std::vector<std::string> log;          // with Options' trace on: what happened, in order
   bool ok() const { return safety.empty() && liveness.empty(); }
