@@ -500,15 +500,15 @@ void Coordinator::run() {
       for (const auto& key : started) {
         const model::IpAddr& ip = key.ip;
         const Drain& d = machine_.drains().at(key);
-        if (cluster_ && d.revision > 0) {
+        if (cluster_ && d.revision > 0 && !d.ask_peers) {
           spdlog::info(
               "drain: {} (pod {}) stop-accepting; waiting for the cluster watermark to reach {}",
               ip.str(), d.pod.str(), d.revision);
           continue;
         }
         TimePoint deadline = opts_.machine.peer_policy == PeerPolicy::kWait
-                                 ? d.removal_deadline
-                                 : d.start + opts_.machine.peer_timeout;
+                                 ? (d.reconfirm ? d.budget_end : d.removal_deadline)
+                                 : std::max(d.start, d.peers_since) + opts_.machine.peer_timeout;
         for (const auto& [node, p] : d.peers) {
           if (p.state != PeerState::State::kPending) continue;
           peer_jobs_.push_back(

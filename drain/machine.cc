@@ -230,6 +230,20 @@ std::vector<DrainKey> Machine::on_snapshot(model::SnapshotPtr snap, TimePoint no
     terminating_.erase(k);
     nodeless_.erase(k);
   }
+  // Addresses that left a headless service's answers (a DNS answer may still carry them).
+  for (const auto* keys : {&delta.changed, &delta.removed}) {
+    for (const auto& k : *keys) {
+      const model::ServiceState* was = before ? before->find(k) : nullptr;
+      if (!was || !was->service.headless) continue;
+      const model::ServiceState* st = snap_->find(k);
+      for (const auto& e : was->endpoints)
+        if (!st || !st->find(e.address)) left_dns_[e.address] = now;
+    }
+  }
+  if (left_dns_.size() > 4096) {
+    constexpr auto kLongestTtl = std::chrono::hours(1);
+    std::erase_if(left_dns_, [&](const auto& kv) { return now - kv.second >= kLongestTtl; });
+  }
   for (const auto& k : delta.added) index_service(k);
   for (const auto& k : delta.changed) index_service(k);
   if (delta.pods_changed) {
@@ -244,7 +258,7 @@ std::vector<DrainKey> Machine::on_snapshot(model::SnapshotPtr snap, TimePoint no
     d.revision = snap_->slice_revision;
     d.generation = snap_->generation;
     d.needs_dns = d.needs_dns || (before && dns_could_answer(*before, d.ip)) ||
-                  dns_could_answer(*snap_, d.ip);
+                  dns_could_answer(*snap_, d.ip) || recently_in_dns(d.ip, now);
     d.routed = routed_anywhere(d);
     if (d.routed)
       d.notes.push_back(
@@ -278,6 +292,8 @@ std::vector<DrainKey> Machine::on_snapshot(model::SnapshotPtr snap, TimePoint no
     // A service of it whose new state does not directly follow the one this agent held: the
     // states in between were never seen here (ServiceState::follows).
     bool skipped = false;
+    // A service of it whose spec changed: not ordered by the EndpointSlice position.
+    bool spec_changed = false;
     for (const auto* keys : {&delta.added, &delta.changed}) {
       for (const auto& k : *keys) {
         const model::ServiceState* st = snap_->find(k);
@@ -285,6 +301,7 @@ std::vector<DrainKey> Machine::on_snapshot(model::SnapshotPtr snap, TimePoint no
         touched = true;
         const model::ServiceState* was = before ? before->find(k) : nullptr;
         if (!was || st->follows == 0 || st->follows != was->revision) skipped = true;
+        if (was && was->find(ip) && !was->service.equal_spec(st->service)) spec_changed = true;
       }
     }
     if (!touched && !delta.removed.empty()) touched = d.routed;
@@ -333,6 +350,28 @@ std::vector<DrainKey> Machine::on_snapshot(model::SnapshotPtr snap, TimePoint no
       }
     }
     d.routed = routed;
+    if (spec_changed && !routed && d.revision != 0) {
+      // A Service-only change while the endpoint is out (one that made it the fallback and was
+      // undone, or states of it this agent never saw): a peer at the watermark may not have
+      // applied it, and a node that did may route to it by the fallback before its holdout
+      // arrives. Each peer is asked whether its state routes to it.
+      if (!d.ask_peers)
+        d.notes.push_back("its service's spec changed at revision " +
+                          std::to_string(snap_->slice_revision) +
+                          " (not ordered by the EndpointSlice watermark): each peer is asked");
+      d.ask_peers = true;
+      bool had_confirmed = false;
+      for (auto& [node, p] : d.peers) {
+        if (p.state != PeerState::State::kConfirmed) continue;
+        p.state = PeerState::State::kPending;
+        had_confirmed = true;
+      }
+      if (d.stage >= Stage::kRemoved && had_confirmed) {
+        d.reconfirm = true;
+        d.peers_since = now;
+      }
+      started.push_back(d.key());
+    }
   }
   // A node that joins the members while a drain waits (a Node created, or created again while
   // its kernel kept old rules) is waited for too: the watermark counts it only once it reports.
@@ -408,6 +447,11 @@ bool Machine::routed_anywhere(const Drain& d) const {
       return true;
   }
   return false;
+}
+
+bool Machine::recently_in_dns(const model::IpAddr& ip, TimePoint now) const {
+  auto it = left_dns_.find(ip);
+  return it != left_dns_.end() && now - it->second < std::chrono::hours(1);
 }
 
 Members Machine::current_members() const {
@@ -488,7 +532,7 @@ bool Machine::local_removed(Drain& d, const Inputs& in) {
 void Machine::judge_peers(Drain& d, const Inputs& in) {
   // While the endpoint is routable in the newest state (the fallback), a peer that applied it
   // routes to it too: no peer is confirmed until an update takes it out (revision moves then).
-  if (!in.cluster || d.revision == 0 || d.routed) return;
+  if (!in.cluster || d.revision == 0 || d.routed || d.ask_peers) return;
   const ClusterFacts& c = *in.cluster;
   const uint64_t mark = d.needs_dns ? c.dns : c.routing;
   // Nodes whose applied state routes to it by the terminating fallback, and whether the list

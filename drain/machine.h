@@ -153,6 +153,11 @@ struct Drain {
   // out again, and the release waits for the removal to be confirmed anew.
   bool reconfirm = false;
   bool routed = false;  // routable somewhere in the newest snapshot
+  // A Service-only change (a port, a traffic policy) touched its service while it was out: the
+  // cluster watermark counts EndpointSlice events, so it cannot say every node applied that
+  // change. From then on each peer is asked directly (AwaitRemoval: "does your state route to
+  // it?") instead of confirmed by the watermark.
+  bool ask_peers = false;
   // When the peers' confirmations last started over: the drain's start, or the update that
   // took the endpoint out again (after the fallback) or changed its service while it was out
   // and not yet released. Under proceed, peers have peer_timeout from here.
@@ -312,6 +317,11 @@ class Machine {
   // services with an endpoint without a nodeName (whose locality follows this node's pods).
   std::map<model::ServiceKey, std::vector<DrainKey>> terminating_;
   std::set<model::ServiceKey> nodeless_;
+  // Addresses that left a headless service's endpoints, and when (kept an hour, the longest
+  // DNS TTL): a new pod given such an address (pod IP reuse) may still receive traffic from a
+  // DNS answer that carried the old pod's, so its drain waits for the DNS watermark too.
+  std::map<model::IpAddr, TimePoint> left_dns_;
+  bool recently_in_dns(const model::IpAddr& ip, TimePoint now) const;
   std::map<DrainKey, Drain> drains_;
   std::vector<Drain> finished_;
   std::map<uint64_t, Waiter> waiters_;

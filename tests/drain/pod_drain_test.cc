@@ -25,10 +25,12 @@ struct End {
   bool ready = true, terminating = false;
   bool uid = true;
   uint16_t port = 8080;
+  std::string node = "node-a";
 };
 struct Svc {
   std::string name;
   std::vector<End> ends;
+  bool local = false;  // internalTrafficPolicy: Local
 };
 struct P {
   std::string name;
@@ -52,13 +54,14 @@ model::SnapshotPtr snap(uint64_t g, const std::vector<Svc>& svcs, const std::vec
     sp.name = "http";
     sp.port = 80;
     sp.target_port_name = "http";
+    if (sv.local) st->service.internal_traffic_policy = model::TrafficPolicy::kLocal;
     st->service.ports = {sp};
     for (const auto& e : sv.ends) {
       model::MergedEndpoint m;
       m.address = ip(e.ip);
       m.conditions = {e.ready && !e.terminating, true, e.terminating};
       m.ports = {model::EndpointPort{"http", model::Protocol::kTCP, e.port, ""}};
-      m.node_name = "node-a";
+      m.node_name = e.node;
       if (!e.pod.empty())
         m.target_ref = model::ObjectRef{"Pod", "demo", e.pod, e.uid ? "uid-" + e.pod : ""};
       st->endpoints.push_back(m);
@@ -338,6 +341,58 @@ TEST_F(PodDrainTest, TwoPodsClaimingOneAddressAreNeverConfirmed) {
   EXPECT_NE(m.verdict(w1)->reason.find("api-1"), std::string::npos) << m.verdict(w1)->reason;
   ASSERT_TRUE(m.verdict(w2));
   EXPECT_EQ(m.verdict(w2)->reason.find("unconfirmed"), std::string::npos) << m.verdict(w2)->reason;
+}
+
+// Issue 46's fifth case: a Service-only change (internalTrafficPolicy set to Local) makes the
+// terminating endpoint the fallback on its own node — the only endpoint of the service there —
+// and is undone, with no EndpointSlice event in between: the cluster watermark, which counts
+// slice events, already stood at the drain's revision. A node that applied such a change may
+// route to the endpoint by the fallback before its holdout arrives: the drain asks each peer
+// instead of trusting the watermark.
+TEST_F(PodDrainTest, AServiceOnlyChangeIsNotConfirmedByTheSliceWatermark) {
+  const End web1{"10.244.1.5", "web-1"};
+  End web1_terminating = web1;
+  web1_terminating.ready = false;
+  web1_terminating.terminating = true;
+  End web2{"10.244.2.9", "web-2"};
+  web2.node = "node-b";
+  const std::vector<P> pods = {{"web-1", "10.244.1.5", true}};
+  auto s1 = snap(1, {{"web", {web1, web2}}}, {{"web-1", "10.244.1.5"}});
+  auto s2 = snap(2, {{"web", {web1_terminating, web2}}}, pods);
+  // The same slice position: only the Service changed (Local, then Cluster again).
+  auto s3 = snap(2, {{"web", {web1_terminating, web2}, true}}, pods);
+  auto s4 = snap(2, {{"web", {web1_terminating, web2}}}, pods);
+  std::const_pointer_cast<model::Snapshot>(s3)->generation = 3;
+  std::const_pointer_cast<model::Snapshot>(s4)->generation = 4;
+  ClusterFacts facts;
+  facts.routing = facts.dns = 2;  // every node applied every slice event up to the removal
+  facts.coverage_current = true;
+  facts.members = std::make_shared<const std::set<std::string>>(
+      std::set<std::string>{"node-a", "node-b"});
+  auto with_facts = [&](TimePoint t, const model::SnapshotPtr& applied) {
+    Machine::Inputs i = in(t, applied);
+    i.cluster = &facts;
+    return i;
+  };
+  m.on_snapshot(s1, t0);
+  uint64_t w = m.add_waiter({"demo", "web-1"}, "uid-web-1", t0 + 10ms);
+  m.on_snapshot(s2, t0 + 10ms);
+  m.on_snapshot(s3, t0 + 20ms);  // node-a's only endpoint of a Local service: the fallback
+  EXPECT_TRUE(m.drain(ip("10.244.1.5")).routed);
+  auto started = m.on_snapshot(s4, t0 + 30ms);  // undone
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_TRUE(m.drain(ip("10.244.1.5")).ask_peers);
+  for (auto t = t0 + 40ms; t < t0 + 3s; t += 100ms) {
+    m.evaluate(with_facts(t, s4));
+    ASSERT_FALSE(m.verdict(w)) << m.verdict(w)->reason;
+  }
+  EXPECT_EQ(m.drain(ip("10.244.1.5")).peers.at("node-b").state, PeerState::State::kPending);
+  // node-b answers that its state no longer routes to it: confirmed.
+  m.peer_answered(ip("10.244.1.5"), "node-b", true, "", t0 + 3s);
+  m.evaluate(with_facts(t0 + 3s, s4));
+  ASSERT_TRUE(m.verdict(w));
+  EXPECT_NE(m.verdict(w)->reason.find("confirmed"), std::string::npos) << m.verdict(w)->reason;
+  EXPECT_EQ(m.verdict(w)->reason.find("unconfirmed"), std::string::npos) << m.verdict(w)->reason;
 }
 
 }  // namespace
