@@ -228,7 +228,8 @@ void Aggregator::relayout(TimePoint now) {
 }
 
 bool Aggregator::adopt(const std::vector<std::string>& excluded, uint64_t epoch,
-                       const std::string& from, bool from_parent, TimePoint now) {
+                       const std::string& from, Source source, TimePoint now) {
+  const bool from_parent = source == Source::kParent;
   if (epoch < epoch_) return false;
   // Names this agent does not list (yet) are kept: its member list may be behind the root's.
   std::set<std::string> ex(excluded.begin(), excluded.end());
@@ -263,7 +264,12 @@ bool Aggregator::adopt(const std::vector<std::string>& excluded, uint64_t epoch,
       const uint64_t digest = list_digest(ex);
       const bool seconded = line_offer_ && line_offer_->epoch == epoch &&
                             line_offer_->digest == digest && line_offer_->from != from;
-      if (!seconded) {
+      // A new process, whose coverage has never been current, has no confirmations to lose
+      // and no word of its own: it takes the newest decision from an agent it asked, as it
+      // takes any number, or a member that alone holds the cluster's newest decision (the
+      // others restarted) could never pass it on.
+      const bool fresh = !ever_current_ && source == Source::kAsked;
+      if (!seconded && !fresh) {
         line_offer_ = LineOffer{epoch, digest, from};
         ++stats_.refused_decision;
         note("decision", from, epoch, epoch_);
@@ -307,6 +313,11 @@ bool Aggregator::adopt(const std::vector<std::string>& excluded, uint64_t epoch,
     window_start_ = now;
     window_base_ = counter;
   }
+  take_decision(std::move(ex), epoch);
+  return true;
+}
+
+void Aggregator::take_decision(std::set<std::string> ex, uint64_t epoch) {
   bool readmits = false;
   for (const auto& n : excluded_)
     if (!ex.count(n)) readmits = true;
@@ -321,9 +332,8 @@ bool Aggregator::adopt(const std::vector<std::string>& excluded, uint64_t epoch,
     recount();
     layout_dirty_ = true;
   }
-  // A newer decision that took agents back: the watermark held so far did not cover them.
+  // A decision that took agents back: the watermark held so far did not cover them.
   if (readmits) cluster_ = cluster_dns_ = 0;
-  return true;
 }
 
 void Aggregator::receive(const Message& m, TimePoint now) {
@@ -351,7 +361,7 @@ void Aggregator::receive(const Message& m, TimePoint now) {
     // (An empty list at a newer epoch is a decision too: a restarted root, at epoch 0, learns
     // it so, or every agent ignores its down reports from then on.)
     if (up->decision || !up->excluded.empty() || up->leaving)
-      adopt(up->excluded, up->epoch, from, /*from_parent=*/false, now);
+      adopt(up->excluded, up->epoch, from, Source::kBelow, now);
     if (up->leaving) {
       reports_.erase(from);
       if (auto it = child_since_.find(from); it != child_since_.end()) it->second = now;
@@ -397,11 +407,11 @@ void Aggregator::receive(const Message& m, TimePoint now) {
     // have been asked for that claims more than this agent holds is counted.
     if (sample_ && from == sample_->node) {
       take_sample(down);
-      adopt(down.excluded, down.epoch, from, /*from_parent=*/false, now);
+      adopt(down.excluded, down.epoch, from, Source::kAsked, now);
       return;
     }
     if (asked) {
-      adopt(down.excluded, down.epoch, from, /*from_parent=*/false, now);
+      adopt(down.excluded, down.epoch, from, Source::kAsked, now);
       return;
     }
     leave_.insert(from);
@@ -415,10 +425,29 @@ void Aggregator::receive(const Message& m, TimePoint now) {
   parent_answered_ = true;
   parent_epoch_ = down.epoch;
   parent_excluded_ = std::set<std::string>(down.excluded.begin(), down.excluded.end());
-  adopt(down.excluded, down.epoch, from, /*from_parent=*/true, now);
+  adopt(down.excluded, down.epoch, from, Source::kParent, now);
+  if (down.epoch == epoch_ && parent_excluded_ == excluded_) {
+    parent_behind_since_.reset();
+  } else if (!parent_behind_since_ || parent_behind_from_ != from) {
+    parent_behind_since_ = now;
+    parent_behind_from_ = from;
+  } else if (now - *parent_behind_since_ > opts_.silence) {
+    // The parent has spoken under another decision for a whole `silence` window, so it does
+    // not take the one this agent holds (passed up with every report): that one cuts the
+    // parent's own line and no second member offers it, or the parent's numbers are bounded
+    // for the window. The tree's word is the parent's: this agent takes its decision, older or
+    // not, instead of holding one that nobody above it takes (its coverage never current
+    // again, its drains never confirmed). The newest decision still spreads through the
+    // agents whose line it does not cut, and comes down from the parent once it takes it.
+    ++stats_.yielded;
+    take_decision(std::set<std::string>(parent_excluded_), down.epoch);
+    line_offer_.reset();
+    parent_behind_since_.reset();
+  }
   // The parent's watermark holds under the decision it was made with; one made under an older
   // decision than this agent's (the parent has not heard of the newer one yet) waits.
   if (down.epoch == epoch_ && parent_excluded_ == excluded_) take_cluster(down);
+  ever_current_ = ever_current_ || coverage_current();
 }
 
 void Aggregator::ask(const std::string& to, std::vector<Send>& out) {
@@ -687,6 +716,7 @@ std::vector<Aggregator::Send> Aggregator::poll(TimePoint now) {
       }
       cluster_covered_ = want;
       cluster_holdouts_ = agg.holdouts;
+      ever_current_ = ever_current_ || coverage_current();
     } else {
       // The old minimum stays published with the coverage it was made with: an agent whose
       // members differ from it counts it for nobody.

@@ -127,7 +127,9 @@ struct DownReport {
   // than kMaxEpochStep past the receiver's own, is refused (a new process takes any under the
   // cap); from anyone but the receiver's parent, one more than kMaxEpochStep past the number it
   // held at the start of the current `silence` window too, and a decision that excludes the
-  // receiver or one of its ancestors. Another member's unasked down report is never taken,
+  // receiver or one of its ancestors (taken from two members offering the same one, or from an
+  // agent a new process asked). An agent whose parent has not taken its newer decision for a
+  // `silence` window takes the parent's. Another member's unasked down report is never taken,
   // watermark nor decision. Two lists
   // under one number (a root that restarted at 0 and decided again before it heard its old
   // number) are ordered by the list's digest, so they converge too.
@@ -257,6 +259,9 @@ class Aggregator {
     // published minimum is held at the sampled agent's own until the tree agrees with it.
     uint64_t samples = 0;
     uint64_t sample_below = 0;
+    // Times this agent took its parent's decision after holding another one that the parent
+    // did not take for a `silence` window.
+    uint64_t yielded = 0;
   };
   const Stats& stats() const { return stats_; }
 
@@ -281,12 +286,18 @@ class Aggregator {
   void ask(const std::string& to, std::vector<Send>& out);
   void ask_ahead(TimePoint now, std::vector<Send>& out);
   UpReport aggregate(TimePoint now);
+  // Where a decision comes from. kParent: a down report from this agent's parent in its layout,
+  // the one sender whose decision may exclude this agent's own line and whose numbers are not
+  // bounded per window (only per step). kAsked: an answer of an agent it asked (a suspect, a
+  // next parent, the ring, the root's sample). kBelow: an up report (any member may send one).
+  enum class Source { kParent, kAsked, kBelow };
   // Takes a newer exclusion decision; false when `epoch` is not newer than the one held, or it
-  // is refused. from_parent: a down report from this agent's parent in its layout, the one
-  // sender whose decision may exclude this agent's own line and whose numbers are not bounded
-  // per window (only per step).
+  // is refused.
   bool adopt(const std::vector<std::string>& excluded, uint64_t epoch, const std::string& from,
-             bool from_parent, TimePoint now);
+             Source source, TimePoint now);
+  // Holds `ex` at `epoch` from now on (what adopt takes, or the parent's word that this agent
+  // yields to).
+  void take_decision(std::set<std::string> ex, uint64_t epoch);
   // A cluster watermark from a parent, clamped to what this agent applied when it is counted.
   uint64_t bounded_cluster(const std::string& from, uint64_t watermark);
   // Whether a report from `from` over `covered` counts in this agent's minimum: `from` is its
@@ -382,6 +393,13 @@ class Aggregator {
     std::string from;
   };
   std::optional<LineOffer> line_offer_;
+  // This process has held a current coverage (its parent's watermark under its own decision,
+  // or as the root its own minimum over the tree) at least once.
+  bool ever_current_ = false;
+  // Since when the parent (parent_behind_from_) has spoken under another decision than this
+  // agent's.
+  std::optional<TimePoint> parent_behind_since_;
+  std::string parent_behind_from_;
   uint64_t parent_epoch_ = 0;              // the decision the parent last sent
   std::set<std::string> parent_excluded_;  // and its list
   TimePoint last_probe_at_{};

@@ -785,8 +785,10 @@ TEST(Aggregator, TheParentsDecisionExcludingAnAncestorIsTaken) {
   DownReport d;
   d.from = parent;
   d.epoch = uint64_t{1} << 16;
+  d.covered = tree.coverage();  // a watermark over every member: its drains confirm
   agent.receive(d, now);
   ASSERT_EQ(agent.epoch(), d.epoch);
+  ASSERT_TRUE(agent.coverage_current());
   d.epoch = uint64_t{2} << 16;
   d.excluded = {grandparent};
   DownReport sideways = d;  // its answer to a's probe
@@ -848,6 +850,54 @@ TEST(Aggregator, ADecisionCuttingTheLineIsTakenFromTwoMembersNotOne) {
   EXPECT_EQ(root.excluded(), std::set<std::string>{s.root});
   EXPECT_EQ(root.epoch(), up.epoch);
   EXPECT_EQ(root.stats().refused_decision, 2u);
+}
+
+// A decision an agent holds that its parent does not take (passed up with every report) for a
+// whole silence window is given up for the parent's: the tree's word is the parent's, and one
+// held alone would keep the agent's coverage stale for good.
+TEST(Aggregator, AnAgentYieldsToItsParentsDecisionAfterAWindow) {
+  Tree tree(names(7), 2);
+  std::string a;
+  for (const auto& m : tree.members())
+    if (a.empty() && tree.ancestors(m).size() == 2) a = m;
+  ASSERT_FALSE(a.empty());
+  const std::string parent = *tree.parent(a);
+  std::string other;  // a leaf elsewhere: excluding it cuts nobody's line but its own
+  for (const auto& m : tree.members())
+    if (m != a && tree.children(m).empty() && *tree.parent(m) != parent) other = m;
+  ASSERT_FALSE(other.empty());
+  const auto o = opts(2);
+  TimePoint now = TimePoint{} + 1h;
+  Aggregator agent(a, o);
+  agent.set_members(names(7), now);
+  agent.poll(now);
+  DownReport d;
+  d.from = parent;
+  d.epoch = uint64_t{1} << 16;
+  d.covered = tree.coverage();
+  agent.receive(d, now);
+  ASSERT_TRUE(agent.coverage_current());
+  UpReport up;
+  up.from = other;
+  up.decision = true;
+  up.epoch = uint64_t{2} << 16;
+  up.excluded = {other};
+  agent.receive(up, now);
+  ASSERT_EQ(agent.epoch(), up.epoch);
+  EXPECT_FALSE(agent.coverage_current());
+  // The parent keeps its own word, every 100 ms: held against it for the window from the
+  // parent's first report under the other decision, then given up.
+  for (int i = 0; i < 6; ++i) {
+    now += 100ms;
+    agent.receive(d, now);
+    ASSERT_EQ(agent.epoch(), up.epoch) << i;
+  }
+  now += 100ms;
+  agent.receive(d, now);
+  EXPECT_EQ(agent.epoch(), d.epoch);
+  EXPECT_TRUE(agent.excluded().empty());
+  EXPECT_TRUE(agent.coverage_current());
+  EXPECT_EQ(agent.stats().yielded, 1u);
 }
 
 // An up report whose DNS watermark passes its routing one is no agent's: refused whole.
