@@ -447,7 +447,7 @@ std::vector<Option> make_run_options() {
       "Without it a restarted agent forgets a node whose agent is out of the Service at that "
       "moment (a rollout, a crash loop) and would not wait for it, and a TTL lowered across the "
       "restart would not wait out the answers the last process gave. Rewritten atomically when "
-      "either changes; a file that is unreadable, over 1 MiB or malformed is logged and the "
+      "either changes; a file that is unreadable, over 4 MiB or malformed is logged and the "
       "agent starts without it."));
   o.push_back(text("drain-peer-ca", "FILE", &Config::drain_peer_ca,
                    "PEM file: the CA that signs every agent's peer certificate (the three files "

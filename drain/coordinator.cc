@@ -134,7 +134,15 @@ Coordinator::Coordinator(pipeline::AckBoard* board, Flows* flows, CoordinatorOpt
       machine_(opts_.machine),
       deleted_(opts_.deleted_node_hold) {
   // The nodes an earlier process of this node's agent saw running an agent stay members.
-  if (opts_.node_state) agents_seen_ = opts_.node_state->loaded().agents;
+  if (opts_.node_state) {
+    NodeState loaded = opts_.node_state->loaded();
+    agents_seen_ = std::move(loaded.agents);
+    // And the members it waited for: one whose Node is gone is held as deleted.
+    Members earlier;
+    for (const auto& [name, address] : loaded.members)
+      earlier[name] = address.empty() ? std::nullopt : model::IpAddr::parse(address);
+    deleted_.seed(earlier);
+  }
 }
 
 Coordinator::~Coordinator() {
@@ -604,6 +612,12 @@ void Coordinator::update_members(Members current, TimePoint now) {
       if (!in_service.count(name)) departed_.insert(name);
   }
   machine_.set_members(current);
+  if (opts_.node_state && members_synced_) {
+    std::map<std::string, std::string> keep;
+    for (const auto& [name, address] : current) keep[name] = address ? address->str() : "";
+    if (auto st = opts_.node_state->set_members(keep); !st)
+      spdlog::warn("drain: the node's state file: {}; a restart may forget members", st.error());
+  }
   current_members_ = std::move(current);
   std::map<std::string, std::string> members;
   for (const auto& [name, address] : current_members_)

@@ -451,7 +451,9 @@ bool Machine::routed_anywhere(const Drain& d) const {
 
 bool Machine::recently_in_dns(const model::IpAddr& ip, TimePoint now) const {
   auto it = left_dns_.find(ip);
-  return it != left_dns_.end() && now - it->second < std::chrono::hours(1);
+  if (it == left_dns_.end()) return false;
+  milliseconds ttl = dns_ttl_.value_or(std::chrono::hours(1));
+  return now - it->second < ttl;
 }
 
 Members Machine::current_members() const {
@@ -790,6 +792,9 @@ void Machine::advance(Drain& d, const Inputs& in, std::vector<Transition>& out) 
 std::vector<Transition> Machine::evaluate(const Inputs& in) {
   std::vector<Transition> out;
   recheck_at_.reset();
+  for (const auto& e : in.consumers)
+    if (e.view == model::RouteView::kDns)
+      dns_ttl_ = std::chrono::duration_cast<milliseconds>(e.cache_ttl);
   for (auto& [key, d] : drains_) advance(d, in, out);
   for (auto& [id, w] : waiters_) settle_waiter(w, in, out);
   return out;

@@ -317,10 +317,13 @@ class Machine {
   // services with an endpoint without a nodeName (whose locality follows this node's pods).
   std::map<model::ServiceKey, std::vector<DrainKey>> terminating_;
   std::set<model::ServiceKey> nodeless_;
-  // Addresses that left a headless service's endpoints, and when (kept an hour, the longest
-  // DNS TTL): a new pod given such an address (pod IP reuse) may still receive traffic from a
-  // DNS answer that carried the old pod's, so its drain waits for the DNS watermark too.
+  // Addresses that left a headless service's endpoints, and when: a new pod given such an
+  // address within a DNS TTL (pod IP reuse) may still receive traffic from a DNS answer that
+  // carried the old pod's, so its drain waits for the DNS watermark too.
   std::map<model::IpAddr, TimePoint> left_dns_;
+  // The DNS consumer's TTL as the board last said (unset: no DNS consumer seen; an hour, the
+  // longest TTL, is assumed then).
+  std::optional<milliseconds> dns_ttl_;
   bool recently_in_dns(const model::IpAddr& ip, TimePoint now) const;
   std::map<DrainKey, Drain> drains_;
   std::vector<Drain> finished_;

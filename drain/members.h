@@ -51,6 +51,9 @@ class DeletedNodes {
   using TimePoint = std::chrono::steady_clock::time_point;
   explicit DeletedNodes(std::chrono::milliseconds bound) : bound_(bound) {}
 
+  // What an earlier process of this node's agent waited for (drain/node_state.h): a member of
+  // it missing from the first Node list this process observes is held as deleted.
+  void seed(const Members& earlier) { last_ = earlier; }
   // The members the Node list gives now (members_of): a member missing from it is held (at its
   // last address); one that is back is a live member again.
   void observe(const Members& from_nodes, TimePoint now);

@@ -42,6 +42,8 @@ std::string encode_node_state(const NodeState& s) {
   std::string out(kHeader);
   out += '\n';
   for (const auto& a : s.agents) out += "agent " + a + "\n";
+  for (const auto& [name, address] : s.members)
+    out += "member " + name + " " + (address.empty() ? std::string("-") : address) + "\n";
   for (const auto& h : s.dns_ttls) {
     out += "dns-ttl " + std::to_string(h.ttl_s) + " ";
     out += h.until == WallClock::time_point::max() ? std::string("running")
@@ -53,7 +55,7 @@ std::string encode_node_state(const NodeState& s) {
 
 Result<NodeState> decode_node_state(const std::string& text) {
   if (text.size() > kNodeStateMaxBytes)
-    return Error{"is " + std::to_string(text.size()) + " bytes, over the 1 MiB bound"};
+    return Error{"is " + std::to_string(text.size()) + " bytes, over the 4 MiB bound"};
   NodeState s;
   std::istringstream in(text);
   std::string line;
@@ -76,6 +78,16 @@ Result<NodeState> decode_node_state(const std::string& text) {
       if (s.agents.size() >= kNodeStateMaxAgents)
         return bad("more than " + std::to_string(kNodeStateMaxAgents) + " agents");
       s.agents.emplace(name);
+    } else if (l.starts_with("member ")) {
+      std::string_view rest = l.substr(7);
+      auto sp = rest.find(' ');
+      if (sp == std::string_view::npos) return bad("member wants a name and an address");
+      std::string_view name = rest.substr(0, sp), address = rest.substr(sp + 1);
+      if (!valid_name(name) || !valid_name(address))
+        return bad("member \"" + std::string(rest.substr(0, 80)) + "\" is not a name and address");
+      if (s.members.size() >= kNodeStateMaxAgents)
+        return bad("more than " + std::to_string(kNodeStateMaxAgents) + " members");
+      s.members[std::string(name)] = address == "-" ? std::string() : std::string(address);
     } else if (l.starts_with("dns-ttl ")) {
       std::string_view rest = l.substr(8);
       auto sp = rest.find(' ');
@@ -161,6 +173,16 @@ Status NodeStateFile::add_agents(const std::set<std::string>& seen) {
     return Error{path_ + ": more than " + std::to_string(kNodeStateMaxAgents) +
                  " agents; node " + refused + " is not kept across a restart"};
   return st;
+}
+
+Status NodeStateFile::set_members(const std::map<std::string, std::string>& members) {
+  std::lock_guard lk(mu_);
+  if (members == state_.members) return {};
+  if (members.size() > kNodeStateMaxAgents)
+    return Error{path_ + ": more than " + std::to_string(kNodeStateMaxAgents) +
+                 " members; not kept across a restart"};
+  state_.members = members;
+  return write_locked();
 }
 
 Status NodeStateFile::set_dns_ttl(uint32_t ttl_s, WallClock::time_point now) {

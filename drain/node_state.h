@@ -7,14 +7,16 @@
 // The file, rewritten whole and atomically (a temporary file renamed over it):
 //   endpointd-drain-state 1
 //   agent <node name>                      one line per node seen running an agent
+//   member <node name> <address|->         the members the last process waited for
 //   dns-ttl <seconds> <until, unix ms>     answers with this TTL may be cached until then
 //   dns-ttl <seconds> running              the TTL of the process that wrote the file
-// A file that is missing is an empty state; one that is unreadable, over 1 MiB or malformed is
+// A file that is missing is an empty state; one that is unreadable, over 4 MiB or malformed is
 // an error naming the line, and the caller starts empty, saying so.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -36,11 +38,14 @@ struct TtlHold {
 
 struct NodeState {
   std::set<std::string> agents;
+  // The members the process waited for (name → its agent's address, empty: none known): a
+  // restarted agent holds one whose Node is gone as deleted (drain/members.h DeletedNodes).
+  std::map<std::string, std::string> members;
   std::vector<TtlHold> dns_ttls;
   friend bool operator==(const NodeState&, const NodeState&) = default;
 };
 
-inline constexpr size_t kNodeStateMaxBytes = 1 << 20;
+inline constexpr size_t kNodeStateMaxBytes = 4 << 20;
 inline constexpr size_t kNodeStateMaxAgents = 20000;
 inline constexpr size_t kNodeStateMaxTtls = 16;
 
@@ -69,6 +74,8 @@ class NodeStateFile {
   // of a Node deleted for good costs a line, nothing else); past that, new names are not
   // written and the error says so.
   Status add_agents(const std::set<std::string>& seen);
+  // The members now waited for; writes the file when they changed.
+  Status set_members(const std::map<std::string, std::string>& members);
   // The DNS TTL now in force: the previous one is held until now + its TTL.
   Status set_dns_ttl(uint32_t ttl_s, WallClock::time_point now = WallClock::now());
 

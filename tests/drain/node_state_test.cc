@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <iterator>
+#include <optional>
 #include <fstream>
 #include <thread>
 
@@ -38,10 +40,12 @@ WallClock::time_point at_ms(int64_t ms) {
 TEST(NodeState, RoundTripsItsText) {
   NodeState s;
   s.agents = {"node-a", "node-c"};
+  s.members = {{"node-a", "192.168.77.2"}, {"node-x", ""}};
   s.dns_ttls = {{30, at_ms(1'700'000'000'000)}, {5, WallClock::time_point::max()}};
   std::string text = encode_node_state(s);
   EXPECT_EQ(text,
             "endpointd-drain-state 1\nagent node-a\nagent node-c\n"
+            "member node-a 192.168.77.2\nmember node-x -\n"
             "dns-ttl 30 1700000000000\ndns-ttl 5 running\n");
   auto back = decode_node_state(text);
   ASSERT_TRUE(back.ok()) << back.error();
@@ -136,54 +140,87 @@ model::SnapshotPtr cluster(const model::SnapshotPtr& base,
   return s;
 }
 
+// Runs one agent process over `first` then (if set) `then`, with the node's state file in
+// `dir`; returns its drains' JSON once the drain thread has taken the last snapshot.
+std::string run_agent(const TempDir& dir, const std::optional<model::ServiceKey>& members_service,
+                      const model::SnapshotPtr& first, const model::SnapshotPtr& then) {
+  NodeStateFile state(dir.file("drain-state"));
+  pipeline::AckBoard board;
+  CoordinatorOptions o;
+  o.machine.node_name = "node-a";
+  o.machine.members_service = members_service;
+  o.machine.peer_policy = PeerPolicy::kWait;
+  o.peer_listen = "";
+  o.peer_insecure = true;
+  o.node_state = &state;
+  Coordinator c(&board, nullptr, o);
+  EXPECT_TRUE(c.start().ok());
+  c.on_snapshot(first);
+  if (then) {
+    c.wait_snapshot([&](const model::Snapshot& s) { return s.generation >= first->generation; },
+                    Clock::now() + 5s);
+    c.on_snapshot(then);
+  }
+  const model::SnapshotPtr& last = then ? then : first;
+  c.wait_snapshot([&](const model::Snapshot& s) { return s.generation >= last->generation; },
+                  Clock::now() + 5s);
+  // The drain thread takes a snapshot after it is published: what it did shows in the state
+  // file (a first process) or the drains (a second), bounded.
+  std::string json;
+  for (int i = 0; i < 500; ++i) {
+    json = c.drains_json();
+    std::string text;
+    if (std::ifstream f(dir.file("drain-state")); f) text.assign(std::istreambuf_iterator<char>(f), {});
+    if (then ? json.find("10.244.1.10") != std::string::npos
+             : text.find("member node-c") != std::string::npos)
+      break;
+    std::this_thread::sleep_for(10ms);
+  }
+  c.stop();
+  return json;
+}
+
+// A Node deleted while its machine may still run, and this node's agent restarting after: the
+// new process never listed node-c, but the last one waited for it, so it is held as deleted
+// (unknown until its agent is silent past the bound) and a drain waits for it.
+TEST(NodeState, ARestartAfterANodeWasDeletedStillWaitsForIt) {
+  TempDir dir;
+  const Ep web1{"10.244.1.10", "node-a", true, true, false, "web-1"};
+  const Ep web1_terminating{"10.244.1.10", "node-a", false, true, true, "web-1"};
+  auto with_c = [](model::SnapshotPtr base) {
+    auto s = std::make_shared<model::Snapshot>(*base);
+    auto c = std::make_shared<model::Node>();
+    c->name = "node-c";
+    c->addresses = {{"InternalIP", "192.168.77.4"}};
+    s->nodes.push_back(c);
+    return model::SnapshotPtr(s);
+  };
+  run_agent(dir, std::nullopt, with_c(make_snapshot(1, {web1}, {{"web-1", "10.244.1.10"}})),
+            nullptr);
+  // node-c's Node is deleted; node-a's agent restarts; web-1 terminates.
+  std::string json = run_agent(
+      dir, std::nullopt, make_snapshot(2, {web1}, {{"web-1", "10.244.1.10"}}),
+      make_snapshot(3, {web1_terminating}, {{"web-1", "10.244.1.10", "node-a", true}}));
+  EXPECT_NE(json.find("\"node-c\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"node-b\""), std::string::npos) << json;
+  EXPECT_NE(json.find("stop-accepting"), std::string::npos) << json;
+}
+
 // The second failure: node-c's agent leaves the agents' Service (a rollout, a crash
 // loop) and node-a's agent restarts meanwhile. The new process never saw node-c in the Service;
 // without what the node kept it would not wait for node-c (whose kernel still routes by the
 // rules its agent left) and released a pod "confirmed" in 0.07 s.
 TEST(NodeState, ARestartWhileAnotherNodesAgentIsOutStillWaitsForIt) {
   TempDir dir;
-  auto drains_after = [&](const model::SnapshotPtr& first, const model::SnapshotPtr& then) {
-    NodeStateFile state(dir.file("drain-state"));
-    pipeline::AckBoard board;
-    CoordinatorOptions o;
-    o.machine.node_name = "node-a";
-    o.machine.members_service = kAgents;
-    o.machine.peer_policy = PeerPolicy::kWait;
-    o.peer_listen = "";
-    o.peer_insecure = true;
-    o.node_state = &state;
-    Coordinator c(&board, nullptr, o);
-    EXPECT_TRUE(c.start().ok());
-    c.on_snapshot(first);
-    if (then) {
-      c.wait_snapshot([&](const model::Snapshot& s) { return s.generation >= first->generation; },
-                      Clock::now() + 5s);
-      c.on_snapshot(then);
-    }
-    const model::SnapshotPtr& last = then ? then : first;
-    c.wait_snapshot([&](const model::Snapshot& s) { return s.generation >= last->generation; },
-                    Clock::now() + 5s);
-    // The drain thread takes a snapshot after it is published: what it did shows in the state
-    // file (the first process) or the drains (the second), bounded.
-    std::string json;
-    for (int i = 0; i < 500; ++i) {
-      json = c.drains_json();
-      if (then ? json.find("10.244.1.10") != std::string::npos
-               : state.loaded().agents.empty() && std::filesystem::exists(dir.file("drain-state")))
-        break;
-      std::this_thread::sleep_for(10ms);
-    }
-    c.stop();
-    return json;
-  };
   const Ep web1{"10.244.1.10", "node-a", true, true, false, "web-1"};
   const Ep web1_terminating{"10.244.1.10", "node-a", false, true, true, "web-1"};
   // The first process sees both agents.
-  drains_after(cluster(make_snapshot(1, {web1}, {{"web-1", "10.244.1.10"}}),
+  run_agent(dir, kAgents, cluster(make_snapshot(1, {web1}, {{"web-1", "10.244.1.10"}}),
                        {{"node-a", "192.168.77.2"}, {"node-c", "192.168.77.4"}}),
                nullptr);
   // The restarted one: node-c's agent is out of the Service; web-1 terminates.
-  std::string json = drains_after(
+  std::string json = run_agent(
+      dir, kAgents,
       cluster(make_snapshot(2, {web1}, {{"web-1", "10.244.1.10"}}), {{"node-a", "192.168.77.2"}}),
       cluster(make_snapshot(3, {web1_terminating}, {{"web-1", "10.244.1.10", "node-a", true}}),
               {{"node-a", "192.168.77.2"}}));

@@ -59,6 +59,10 @@ struct HubEntry {
 
 struct Agent {
   bool alive = true;
+  // The members it waits for: the Node list's, and Nodes deleted while their agent may still
+  // report, held as the coordinator holds them (drain/members.h).
+  DeletedNodes deleted{std::chrono::seconds(30)};
+  Members from_nodes, members;
   TimePoint down_until{}, paused_until{};
   std::unique_ptr<Machine> machine;
   std::unique_ptr<Aggregator> agg;
@@ -85,6 +89,7 @@ struct NodeRec {
   std::string name, address;
   bool in_api = true;
   model::SnapshotPtr kernel;  // what its kernel routes by: outlives its agent
+  Members kept;               // the members its agent waited for, as --drain-state-file keeps them
   std::vector<Sub> subs;
   Agent agent;
 };
@@ -237,6 +242,7 @@ class World {
     }
     a = Agent{};
     a.hub = std::move(hub);
+    a.deleted.seed(nodes_[i].kept);
     drain::Options mo;
     mo.node_name = nodes_[i].name;
     mo.peer_timeout = 2000ms;
@@ -320,6 +326,19 @@ class World {
     return out;
   }
 
+  // Hands the agent's machine and aggregator its members (the Node list's and the deleted ones
+  // held), and keeps them as its node's state file does.
+  void set_members(size_t i) {
+    Agent& a = nodes_[i].agent;
+    a.members = a.deleted.with_held(a.from_nodes);
+    a.machine->set_members(a.members);
+    std::vector<std::string> names;
+    for (const auto& [name, _] : a.members) names.push_back(name);
+    a.agg->set_members(names, now_);
+    a.in_members = a.members.count(nodes_[i].name) > 0;
+    nodes_[i].kept = a.members;
+  }
+
   void step_agent(size_t i) {
     NodeRec& n = nodes_[i];
     Agent& a = n.agent;
@@ -336,10 +355,10 @@ class World {
       a.snap = next;
       a.machine->on_snapshot(next, now_);
       a.marks.snapshot(next, n.name);
-      std::vector<std::string> names;
-      for (const auto& nd : next->nodes) names.push_back(nd->name);
-      a.agg->set_members(names, now_);
-      a.in_members = std::find(names.begin(), names.end(), n.name) != names.end();
+      a.from_nodes = members_of(*next, std::nullopt);
+      a.deleted.observe(a.from_nodes, now_);
+      a.deleted.take_changed();
+      set_members(i);
       milliseconds d = a.slow_until > now_ ? milliseconds(200 + rng_() % 800) : a.program_delay;
       a.proxy_queue.emplace_back(now_ + d, next);
       if (o_.dns && (!a.dns || a.dns->generation < next->generation)) {
@@ -409,6 +428,9 @@ class World {
     std::set<model::IpAddr> local_fallback = std::move(m.fallback);
     a.agg->set_local(m.routing, m.dns, std::move(m.holdouts));
     for (auto& s : a.agg->poll(now_)) send(i, std::move(s));
+    // Deleted Nodes held as members go once their agent has been silent past the bound.
+    a.deleted.excluded(a.agg->excluded(), now_);
+    if (a.deleted.take_changed()) set_members(i);
     // With nothing draining and nobody waiting, evaluate() has nothing to do.
     if (a.machine->drains().empty() && a.waiters.empty()) return;
     ClusterFacts facts = a.agg->facts();
@@ -536,9 +558,10 @@ class World {
   //    out after the agent's view, and the terminating fallback routes to the pod there; no
   //    agent can confirm a state it has not seen — see bench/results/drain-truth.md):
   //    fallback_after_view;
-  //  - a node whose Node the releasing agent's view does not list (created again since):
-  //    node_after_view; one not in the API at all (deleted, not created again yet: a Node's
-  //    deletion ends its membership): node_deleted_routes, when it routes;
+  //  - a node that is not among the releasing agent's members: one whose Node its view does
+  //    not list (created again since): node_after_view; one deleted whose agent it has seen
+  //    excluded for silence past the bound (drain/members.h DeletedNodes), or deleted before
+  //    the agent ever listed it: node_deleted_routes, when it routes;
   //  - an EDS subscriber that holds the pod DRAINING beside few healthy hosts: taken by
   //    endpointd's contract, not Envoy's default panic threshold: eds_panic_assumed_off;
   //  - a subscriber the node's hub has forgotten (feed/hub.h: a lapsed ghost, kForgetAfter
@@ -565,15 +588,16 @@ class World {
         if (h.eds && !h.upstream) ++report_.feed_eds_only;
         if (h.upstream && !h.eds) ++report_.feed_upstream_only;
       }
-      if (!n.in_api) {
-        report_.node_deleted_routes += kernel;
-        for (const auto& h : held) report_.node_deleted_routes += h.routes();
-        continue;
-      }
-      // A Node (created again) that the releasing agent's view does not list yet: counted
-      // apart, like a state newer than its view.
-      if (agent_snap && !agent_snap->find_node(n.name)) {
-        ++report_.node_after_view;
+      // A deleted Node stays a member of the releasing agent (held until its agent is silent
+      // past the bound, drain/members.h): judged like any other. One it let go of, or one
+      // (created again) its view does not list yet: counted apart.
+      if (!nodes_[i].agent.members.count(n.name)) {
+        if (!n.in_api) {
+          report_.node_deleted_routes += kernel;
+          for (const auto& h : held) report_.node_deleted_routes += h.routes();
+        } else {
+          ++report_.node_after_view;
+        }
         continue;
       }
       judge(n.kernel, kernel, "kernel of " + n.name);
@@ -593,13 +617,13 @@ class World {
       // yet) or that the releasing agent's view does not list: the same as that node's kernel
       // (above) — a Node's deletion ends its membership.
       const NodeRec& by = nodes_[c.node];
-      if (!by.in_api) {
-        if (!deleted_counted) ++report_.node_deleted_routes;
-        deleted_counted = true;
-        continue;
-      }
-      if (agent_snap && !agent_snap->find_node(by.name)) {
-        ++report_.node_after_view;
+      if (!nodes_[i].agent.members.count(by.name)) {
+        if (!by.in_api) {
+          if (!deleted_counted) ++report_.node_deleted_routes;
+          deleted_counted = true;
+        } else {
+          ++report_.node_after_view;
+        }
         continue;
       }
       what += " a DNS answer of " + by.name + " cached for " +
