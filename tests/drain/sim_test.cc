@@ -70,7 +70,10 @@ void run_seeds(uint64_t first, uint64_t count) {
   EXPECT_GT(confirmed, count);
   EXPECT_GT(unconfirmed, count / 20);
   // The extended world is there: long horizons, reused addresses.
-  EXPECT_GT(long_seeds, 0u);
+  // (2 % of seeds are long: the sanitizers' 50 seeds a shard may draw none.)
+  if (kScale == 1) {
+    EXPECT_GT(long_seeds, 0u);
+  }
   EXPECT_GT(reused, count / 10);
   std::printf(
       "seeds %llu..%llu (%zu long): %zu releases confirmed, %zu unconfirmed, %zu unsafe "
