@@ -217,8 +217,9 @@ void Cluster::report_anomalies(SteadyClock::time_point) {
           a.from, a.reported, a.kept, n);
     else if (kind == "decision")
       spdlog::warn(
-          "drain: peer {} passed up an exclusion decision (number {}) that excludes this agent "
-          "or one of its ancestors: refused, such a decision comes from the root down ({} so far)",
+          "drain: peer {} sent an exclusion decision (number {}) that excludes this agent or one "
+          "of its ancestors, and is not its parent: refused, such a decision comes down the tree "
+          "({} so far)",
           a.from, a.reported, n);
     else if (kind == "malformed")
       spdlog::warn(

@@ -83,9 +83,11 @@ struct Cluster::Metrics {
                          "Peer watermark reports wrong on their face, by kind: backwards (taken "
                          "as reported), ahead (a cluster watermark above this agent's own, "
                          "clamped), not-parent (a down report from another than the parent), "
-                         "epoch (a decision past the cap or step), coverage (an up report not "
-                         "over the sender's subtree: not counted), decision (an exclusion of "
-                         "this agent's line passed up: refused), malformed, sample-below (the "
+                         "epoch (a decision past the cap or step, or more than one step a "
+                         "liveness window from others than the parent), coverage (an up report "
+                         "not over the sender's subtree: not counted), decision (an exclusion of "
+                         "this agent's line from another than its parent: refused), malformed, "
+                         "sample-below (the "
                          "root's direct sample below the minimum over it: held there)")
                      .Register(*r);
   }

@@ -129,21 +129,27 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
   }
   bool all_ready = true, removed_all = true;
   std::string forced;
+  std::vector<DrainKey> keys;  // the pod's drains, one per address
   for (const auto& ip : ips) {
     bool created = false;
     // A drain at the address that names no pod (its endpoint's targetRef had no UID and no pod
     // of this node was found then) is this pod's: the kernel identified the caller.
-    if (!drains_.count({ip, w.uid}) && drains_.count({ip, {}})) {
+    // And a caller whose pod names no UID (a manifest without one) is the drain of its pod.
+    DrainKey key{ip, w.uid};
+    if (!drains_.count(key) && !w.uid.empty() && drains_.count({ip, {}})) {
       auto node = drains_.extract(DrainKey{ip, {}});
       node.key().uid = w.uid;
       node.mapped().pod_uid = w.uid;
       drains_.insert(std::move(node));
+    } else if (!drains_.count(key) && w.uid.empty()) {
+      for (auto it = drains_.lower_bound(DrainKey{ip, {}});
+           it != drains_.end() && it->first.ip == ip; ++it)
+        if (it->second.pod == w.pod) key = it->first;
     }
-    Drain& d = ensure({ip, w.uid}, in.now, &created);
-    if (created) {
-      d.pod = w.pod;
-      d.pod_uid = w.uid;
-    }
+    Drain& d = ensure(key, in.now, &created);
+    keys.push_back(key);
+    if (created) d.pod_uid = w.uid;
+    if (d.pod.name.empty()) d.pod = w.pod;
     if (!d.prestop_called || w.called < *d.prestop_called) d.prestop_called = w.called;
     if (!w.action.empty() && !w.action_failed && d.action != w.action) {
       d.action = w.action;
@@ -178,8 +184,9 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
   if (!w.action.empty() && w.action_state != AS::kDone) all_ready = false;
   if (!all_ready) return;
   std::string summary, unconfirmed;
-  for (const auto& ip : ips) {
-    Drain& d = drains_.at({ip, w.uid});
+  for (const auto& key : keys) {
+    const model::IpAddr& ip = key.ip;
+    Drain& d = drains_.at(key);
     if (d.stage != Stage::kReleased) {
       move(d, Stage::kReleased, in.now, out);
       ++(d.unconfirmed.empty() ? counters_.released_confirmed : counters_.released_unconfirmed);
