@@ -257,7 +257,8 @@ Status DnsSink::reconfigure(const DnsOptions& next) {
   // longer): the larger of the two counts until then.
   auto now = Clock::now();
   if (next.ttl < ttl_now_)
-    ttl_holds_.push_back({ttl_now_, now + std::chrono::seconds(ttl_now_) + std::chrono::seconds(1)});
+    ttl_holds_.push_back(
+        {ttl_now_, now + std::chrono::seconds(ttl_now_) + std::chrono::seconds(1)});
   ttl_now_ = next.ttl;
   update_max_ttl(now);
   auto t0 = Clock::now();

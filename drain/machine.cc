@@ -186,9 +186,8 @@ Drain& Machine::ensure(const DrainKey& k, TimePoint now, bool* created) {
     if (!other_alive) {
       ++counters_.address_reused;
       d.notes.push_back("address " + k.ip.str() + " was pod " +
-                        (other.pod.name.empty() ? other.pod_uid : other.pod.str()) +
-                        "'s (drain " + std::string(to_string(other.stage)) +
-                        "): a drain of its own");
+                        (other.pod.name.empty() ? other.pod_uid : other.pod.str()) + "'s (drain " +
+                        std::string(to_string(other.stage)) + "): a drain of its own");
       continue;
     }
     if (d.shared_address && other.shared_address) continue;  // hostNetwork pods beside each other
@@ -375,20 +374,7 @@ std::vector<DrainKey> Machine::on_snapshot(model::SnapshotPtr snap, TimePoint no
   }
   // A node that joins the members while a drain waits (a Node created, or created again while
   // its kernel kept old rules) is waited for too: the watermark counts it only once it reports.
-  if (delta.nodes_changed) {
-    Members now_members = current_members();
-    for (auto& [key, d] : drains_) {
-      if (d.stage != Stage::kStopAccepting && !d.reconfirm) continue;
-      for (const auto& [name, address] : now_members) {
-        if (name == opts_.node_name || d.peers.count(name) || !address) continue;
-        PeerState p;
-        p.address = address->str();
-        p.last_error = "joined the members during the drain";
-        d.peers[name] = p;
-        d.notes.push_back("peer " + name + " joined the members during the drain: waited for too");
-      }
-    }
-  }
+  if (delta.nodes_changed) add_joined_members();
   std::set<DrainKey> seen;
   for (const auto& [_, keys] : terminating_) {
     for (const auto& k : keys) {
@@ -404,8 +390,8 @@ std::vector<DrainKey> Machine::on_snapshot(model::SnapshotPtr snap, TimePoint no
           ++counters_.no_pod_uid;
           d.notes.push_back("endpoint " + k.ip.str() + " of " + st->key().str() +
                             " names no pod UID in its targetRef: drained as " +
-                            (k.uid.empty() ? "no known pod" : "the pod of this node there (" +
-                                                                  d.pod.str() + ")"));
+                            (k.uid.empty() ? "no known pod"
+                                           : "the pod of this node there (" + d.pod.str() + ")"));
           break;
         }
       }
@@ -454,6 +440,26 @@ bool Machine::recently_in_dns(const model::IpAddr& ip, TimePoint now) const {
   if (it == left_dns_.end()) return false;
   milliseconds ttl = dns_ttl_.value_or(std::chrono::hours(1));
   return now - it->second < ttl;
+}
+
+void Machine::set_members(Members m) {
+  members_ = std::move(m);
+  if (snap_) add_joined_members();
+}
+
+void Machine::add_joined_members() {
+  Members now_members = current_members();
+  for (auto& [key, d] : drains_) {
+    if (d.stage != Stage::kStopAccepting && !d.reconfirm) continue;
+    for (const auto& [name, address] : now_members) {
+      if (name == opts_.node_name || d.peers.count(name) || !address) continue;
+      PeerState p;
+      p.address = address->str();
+      p.last_error = "joined the members during the drain";
+      d.peers[name] = p;
+      d.notes.push_back("peer " + name + " joined the members during the drain: waited for too");
+    }
+  }
 }
 
 Members Machine::current_members() const {

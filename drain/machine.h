@@ -219,7 +219,9 @@ class Machine {
   // peers are listed in their `peers`).
   std::vector<DrainKey> on_snapshot(model::SnapshotPtr snap, TimePoint now);
   // The members as the coordinator keeps them (drain/members.h); unset: members_of(snapshot).
-  void set_members(Members m) { members_ = std::move(m); }
+  // A member new to a drain under way (it joined, or a restart's deleted Node is held) is
+  // added to its peers.
+  void set_members(Members m);
 
   void peer_answered(const model::IpAddr& ip, const std::string& node, bool confirmed,
                      const std::string& error, TimePoint now);
@@ -309,6 +311,8 @@ class Machine {
   void index_service(const model::ServiceKey& key);
 
   Members current_members() const;
+  // Adds the current members a drain in stop-accepting (or reconfirming) does not wait for yet.
+  void add_joined_members();
   Options opts_;
   std::optional<Members> members_;
   model::SnapshotPtr snap_;

@@ -120,6 +120,16 @@ void Machine::settle_waiter(Waiter& w, const Inputs& in, std::vector<Transition>
     for (const auto& [key, d] : drains_)
       if (d.pod_uid == w.uid) ips.push_back(key.ip);
     if (!ips.empty()) w.terminating_seen = true;  // gone from the API: past terminating
+    if (ips.empty() && !w.terminating_seen) {
+      // A pod this agent's view has never shown (its watch is behind): not "no endpoints".
+      if (in.now >= w.called + opts_.terminating_wait) {
+        ++counters_.not_terminating_in_api;
+        w.verdict = Verdict{false, "the API did not show pod " + w.pod.str() + " within " +
+                                       std::to_string(opts_.terminating_wait.count()) +
+                                       " ms; nothing was drained"};
+      }
+      return;
+    }
   }
   if (ips.empty()) {
     ++counters_.no_endpoints;

@@ -15,9 +15,9 @@
 #include <chrono>
 #include <map>
 #include <optional>
-#include <vector>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "model/ip.h"
 #include "model/objects.h"

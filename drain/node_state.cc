@@ -47,7 +47,7 @@ std::string encode_node_state(const NodeState& s) {
   for (const auto& h : s.dns_ttls) {
     out += "dns-ttl " + std::to_string(h.ttl_s) + " ";
     out += h.until == WallClock::time_point::max() ? std::string("running")
-                                                    : std::to_string(unix_ms(h.until));
+                                                   : std::to_string(unix_ms(h.until));
     out += '\n';
   }
   return out;
@@ -67,8 +67,8 @@ Result<NodeState> decode_node_state(const std::string& text) {
       return Error{"line " + std::to_string(n) + ": " + why};
     };
     if (n == 1) {
-      if (l != kHeader) return bad("not an endpointd drain state file (want \"" +
-                                   std::string(kHeader) + "\")");
+      if (l != kHeader)
+        return bad("not an endpointd drain state file (want \"" + std::string(kHeader) + "\")");
       continue;
     }
     if (l.empty()) continue;
@@ -123,8 +123,7 @@ std::vector<TtlHold> inherited_ttls(const NodeState& loaded, WallClock::time_poi
   return out;
 }
 
-NodeStateFile::NodeStateFile(std::string path, WallClock::time_point now)
-    : path_(std::move(path)) {
+NodeStateFile::NodeStateFile(std::string path, WallClock::time_point now) : path_(std::move(path)) {
   if (path_.empty()) return;
   std::ifstream in(path_);
   if (!in) {
@@ -170,8 +169,8 @@ Status NodeStateFile::add_agents(const std::set<std::string>& seen) {
   }
   Status st = grew ? write_locked() : Status{};
   if (!refused.empty())
-    return Error{path_ + ": more than " + std::to_string(kNodeStateMaxAgents) +
-                 " agents; node " + refused + " is not kept across a restart"};
+    return Error{path_ + ": more than " + std::to_string(kNodeStateMaxAgents) + " agents; node " +
+                 refused + " is not kept across a restart"};
   return st;
 }
 

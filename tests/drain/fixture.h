@@ -32,6 +32,17 @@ inline model::IpAddr ip(const std::string& s) {
   return *model::IpAddr::parse(s);
 }
 
+// Nodes node-a (this one, 192.168.77.2) and node-b (192.168.77.3).
+inline void add_nodes(model::Snapshot& s) {
+  for (const char* n : {"node-a", "node-b"}) {
+    auto node = std::make_shared<model::Node>();
+    node->name = n;
+    node->addresses = {
+        {"InternalIP", std::string(n) == "node-a" ? "192.168.77.2" : "192.168.77.3"}};
+    s.nodes.push_back(node);
+  }
+}
+
 inline model::SnapshotPtr make_snapshot(uint64_t g, const std::vector<Ep>& eps,
                                         const std::vector<PodDef>& pods = {},
                                         bool headless = false) {
@@ -59,13 +70,7 @@ inline model::SnapshotPtr make_snapshot(uint64_t g, const std::vector<Ep>& eps,
   std::sort(st->endpoints.begin(), st->endpoints.end(),
             [](const auto& a, const auto& b) { return a.address < b.address; });
   s->services = model::ServiceList({st});
-  for (const char* n : {"node-a", "node-b"}) {
-    auto node = std::make_shared<model::Node>();
-    node->name = n;
-    node->addresses = {
-        {"InternalIP", std::string(n) == "node-a" ? "192.168.77.2" : "192.168.77.3"}};
-    s->nodes.push_back(node);
-  }
+  add_nodes(*s);
   for (const auto& p : pods) {
     auto pod = std::make_shared<model::Pod>();
     pod->key = {"demo", p.name};

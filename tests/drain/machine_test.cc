@@ -521,8 +521,8 @@ TEST_F(MachineTest, DrainActionRunsAfterRemovalAndTheReleaseWaitsForTheDrain) {
   ASSERT_TRUE(m.verdict(w));
   EXPECT_TRUE(m.verdict(w)->release);
   EXPECT_NE(m.verdict(w)->reason.find("nginx -s quit"), std::string::npos) << m.verdict(w)->reason;
-  const Drain& d =
-      m.drains().count({ip("10.244.1.10"), "uid-web-1"}) ? m.drain(ip("10.244.1.10")) : m.finished().back();
+  const Drain& d = m.drains().count({ip("10.244.1.10"), "uid-web-1"}) ? m.drain(ip("10.244.1.10"))
+                                                                      : m.finished().back();
   EXPECT_FALSE(d.drain_forced);
   ASSERT_TRUE(d.action_started && d.removed && d.drained);
   EXPECT_LE(*d.removed, *d.action_started);
@@ -572,7 +572,7 @@ TEST_F(MachineTest, FailedOrInvalidDrainActionReleasesAfterRemovalAndSaysWhy) {
   EXPECT_TRUE(m2.verdict(w2)->release);
   EXPECT_EQ(m2.counters().bad_actions, 1u);
   const Drain& d = m2.drains().count({ip("10.244.1.10"), "uid-web-1"}) ? m2.drain(ip("10.244.1.10"))
-                                                        : m2.finished().back();
+                                                                       : m2.finished().back();
   ASSERT_FALSE(d.notes.empty());
   EXPECT_NE(d.notes.back().find("annotation endpointd.io/drain-action: drain action "
                                 "\"signal:BOGUS\": unknown signal \"BOGUS\""),

@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <iterator>
 #include <optional>
-#include <fstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -170,7 +170,8 @@ std::string run_agent(const TempDir& dir, const std::optional<model::ServiceKey>
   for (int i = 0; i < 500; ++i) {
     json = c.drains_json();
     std::string text;
-    if (std::ifstream f(dir.file("drain-state")); f) text.assign(std::istreambuf_iterator<char>(f), {});
+    if (std::ifstream f(dir.file("drain-state")); f)
+      text.assign(std::istreambuf_iterator<char>(f), {});
     if (then ? json.find("10.244.1.10") != std::string::npos
              : text.find("member node-c") != std::string::npos)
       break;
@@ -198,9 +199,9 @@ TEST(NodeState, ARestartAfterANodeWasDeletedStillWaitsForIt) {
   run_agent(dir, std::nullopt, with_c(make_snapshot(1, {web1}, {{"web-1", "10.244.1.10"}})),
             nullptr);
   // node-c's Node is deleted; node-a's agent restarts; web-1 terminates.
-  std::string json = run_agent(
-      dir, std::nullopt, make_snapshot(2, {web1}, {{"web-1", "10.244.1.10"}}),
-      make_snapshot(3, {web1_terminating}, {{"web-1", "10.244.1.10", "node-a", true}}));
+  std::string json =
+      run_agent(dir, std::nullopt, make_snapshot(2, {web1}, {{"web-1", "10.244.1.10"}}),
+                make_snapshot(3, {web1_terminating}, {{"web-1", "10.244.1.10", "node-a", true}}));
   EXPECT_NE(json.find("\"node-c\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"node-b\""), std::string::npos) << json;
   EXPECT_NE(json.find("stop-accepting"), std::string::npos) << json;
@@ -215,9 +216,10 @@ TEST(NodeState, ARestartWhileAnotherNodesAgentIsOutStillWaitsForIt) {
   const Ep web1{"10.244.1.10", "node-a", true, true, false, "web-1"};
   const Ep web1_terminating{"10.244.1.10", "node-a", false, true, true, "web-1"};
   // The first process sees both agents.
-  run_agent(dir, kAgents, cluster(make_snapshot(1, {web1}, {{"web-1", "10.244.1.10"}}),
-                       {{"node-a", "192.168.77.2"}, {"node-c", "192.168.77.4"}}),
-               nullptr);
+  run_agent(dir, kAgents,
+            cluster(make_snapshot(1, {web1}, {{"web-1", "10.244.1.10"}}),
+                    {{"node-a", "192.168.77.2"}, {"node-c", "192.168.77.4"}}),
+            nullptr);
   // The restarted one: node-c's agent is out of the Service; web-1 terminates.
   std::string json = run_agent(
       dir, kAgents,

@@ -72,13 +72,7 @@ model::SnapshotPtr snap(uint64_t g, const std::vector<Svc>& svcs, const std::vec
     states.push_back(st);
   }
   s->services = model::ServiceList(std::move(states));
-  for (const char* n : {"node-a", "node-b"}) {
-    auto node = std::make_shared<model::Node>();
-    node->name = n;
-    node->addresses = {
-        {"InternalIP", std::string(n) == "node-a" ? "192.168.77.2" : "192.168.77.3"}};
-    s->nodes.push_back(node);
-  }
+  testing::add_nodes(*s);
   for (const auto& p : pods) {
     auto pod = std::make_shared<model::Pod>();
     pod->key = {"demo", p.name};
@@ -124,8 +118,7 @@ struct PodDrainTest : ::testing::Test {
     return i;
   }
   // Drives one pod's drain to its release with node-b confirming: returns the verdict's reason.
-  std::string release(const std::string& pod, const model::SnapshotPtr& terminating,
-                      TimePoint at) {
+  std::string release(const std::string& pod, const model::SnapshotPtr& terminating, TimePoint at) {
     uint64_t w = m.add_waiter({"demo", pod}, "uid-" + pod, at);
     m.on_snapshot(terminating, at);
     m.peer_answered(ip("10.244.1.5"), "node-b", true, "", at + 5ms);
@@ -144,13 +137,13 @@ TEST_F(PodDrainTest, AnAddressReusedInOneSliceWriteIsANewPodsDrain) {
   m.on_snapshot(snap(1, {{"web", {{"10.244.1.5", "web-1"}, {"10.244.1.9", "web-2"}}}},
                      {{"web-1", "10.244.1.5"}, {"web-2", "10.244.1.9"}}),
                 t0);
-  auto s2 =
-      snap(2, {{"web", {{"10.244.1.5", "web-1", false, true}, {"10.244.1.9", "web-2"}}}},
-           {{"web-1", "10.244.1.5", true}, {"web-2", "10.244.1.9"}});
+  auto s2 = snap(2, {{"web", {{"10.244.1.5", "web-1", false, true}, {"10.244.1.9", "web-2"}}}},
+                 {{"web-1", "10.244.1.5", true}, {"web-2", "10.244.1.9"}});
   EXPECT_NE(release("web-1", s2, t0 + 10ms).find("confirmed"), std::string::npos);
   // One slice write: web-1's endpoint goes, web-1b's comes at the same address.
-  auto s3 = snap(3, {{"web", {{"10.244.1.5", "web-1b"}, {"10.244.1.9", "web-2"}}}},
-                 {{"web-1", "10.244.1.5", true}, {"web-1b", "10.244.1.5"}, {"web-2", "10.244.1.9"}});
+  auto s3 =
+      snap(3, {{"web", {{"10.244.1.5", "web-1b"}, {"10.244.1.9", "web-2"}}}},
+           {{"web-1", "10.244.1.5", true}, {"web-1b", "10.244.1.5"}, {"web-2", "10.244.1.9"}});
   m.on_snapshot(s3, t0 + 100ms);
   m.evaluate(in(t0 + 110ms, s3));
   auto s4 = snap(4, {{"web", {{"10.244.1.5", "web-1b", false, true}, {"10.244.1.9", "web-2"}}}},
@@ -185,9 +178,8 @@ TEST_F(PodDrainTest, AnAddressReusedAcrossAMergedWatchIsANewPodsDrain) {
   m.on_snapshot(snap(1, {{"web", {{"10.244.1.5", "web-1"}, {"10.244.1.9", "web-2"}}}},
                      {{"web-1", "10.244.1.5"}, {"web-2", "10.244.1.9"}}),
                 t0);
-  auto s2 =
-      snap(2, {{"web", {{"10.244.1.5", "web-1", false, true}, {"10.244.1.9", "web-2"}}}},
-           {{"web-1", "10.244.1.5", true}, {"web-2", "10.244.1.9"}});
+  auto s2 = snap(2, {{"web", {{"10.244.1.5", "web-1", false, true}, {"10.244.1.9", "web-2"}}}},
+                 {{"web-1", "10.244.1.5", true}, {"web-2", "10.244.1.9"}});
   EXPECT_FALSE(release("web-1", s2, t0 + 10ms).empty());
   auto s5 = snap(5, {{"web", {{"10.244.1.5", "web-1b", false, true}, {"10.244.1.9", "web-2"}}}},
                  {{"web-1b", "10.244.1.5", true}, {"web-2", "10.244.1.9"}});
@@ -235,7 +227,8 @@ TEST_F(PodDrainTest, HostNetworkPodsOfTwoServicesOnOneNodeDrainApart) {
   // The shipper has no drain; when it terminates its prestop waits for its own.
   EXPECT_EQ(m.drains().count({ip(node_ip), "uid-shipper"}), 0u);
   auto s3 = snap(3,
-                 {{"metrics", {kOtherExporter}}, {"logs", {{node_ip, "shipper", false, true, true, 9200}, kOtherShipper}}},
+                 {{"metrics", {kOtherExporter}},
+                  {"logs", {{node_ip, "shipper", false, true, true, 9200}, kOtherShipper}}},
                  {{"shipper", node_ip, true, true}});
   uint64_t w2 = m.add_waiter({"demo", "shipper"}, "uid-shipper", t0 + 100ms);
   m.on_snapshot(s3, t0 + 100ms);
@@ -308,12 +301,13 @@ TEST_F(PodDrainTest, TwoPodsClaimingOneAddressAreNeverConfirmed) {
                   {"api", {{"10.244.1.5", "api-1"}}}},
                  {{"web-1", "10.244.1.5"}, {"api-1", "10.244.1.5"}, {"web-2", "10.244.1.9"}});
   m.on_snapshot(s1, t0);
-  auto s2 = snap(2,
-                 {{"web", {{"10.244.1.5", "web-1", false, true}, {"10.244.1.9", "web-2", false, true}}},
-                  {"api", {{"10.244.1.5", "api-1", false, true}}}},
-                 {{"web-1", "10.244.1.5", true},
-                  {"api-1", "10.244.1.5", true},
-                  {"web-2", "10.244.1.9", true}});
+  auto s2 =
+      snap(2,
+           {{"web", {{"10.244.1.5", "web-1", false, true}, {"10.244.1.9", "web-2", false, true}}},
+            {"api", {{"10.244.1.5", "api-1", false, true}}}},
+           {{"web-1", "10.244.1.5", true},
+            {"api-1", "10.244.1.5", true},
+            {"web-2", "10.244.1.9", true}});
   uint64_t w1 = m.add_waiter({"demo", "web-1"}, "uid-web-1", t0 + 10ms);
   uint64_t w2 = m.add_waiter({"demo", "web-2"}, "uid-web-2", t0 + 10ms);
   m.on_snapshot(s2, t0 + 10ms);
@@ -367,8 +361,8 @@ TEST_F(PodDrainTest, AServiceOnlyChangeIsNotConfirmedByTheSliceWatermark) {
   ClusterFacts facts;
   facts.routing = facts.dns = 2;  // every node applied every slice event up to the removal
   facts.coverage_current = true;
-  facts.members = std::make_shared<const std::set<std::string>>(
-      std::set<std::string>{"node-a", "node-b"});
+  facts.members =
+      std::make_shared<const std::set<std::string>>(std::set<std::string>{"node-a", "node-b"});
   auto with_facts = [&](TimePoint t, const model::SnapshotPtr& applied) {
     Machine::Inputs i = in(t, applied);
     i.cluster = &facts;
@@ -393,6 +387,48 @@ TEST_F(PodDrainTest, AServiceOnlyChangeIsNotConfirmedByTheSliceWatermark) {
   ASSERT_TRUE(m.verdict(w));
   EXPECT_NE(m.verdict(w)->reason.find("confirmed"), std::string::npos) << m.verdict(w)->reason;
   EXPECT_EQ(m.verdict(w)->reason.find("unconfirmed"), std::string::npos) << m.verdict(w)->reason;
+}
+
+// The simulation's seed 22606: a pod's prestop reached an agent whose watch was behind, so its
+// view did not list the pod yet (a new pod at a reused address): it was released "has no
+// endpoints: nothing to remove" while every consumer routed to it. A pod the view never showed
+// is waited for (as one not yet terminating is), then refused.
+TEST_F(PodDrainTest, APodTheViewHasNotShownYetIsNotReleasedAsHavingNoEndpoints) {
+  auto s1 = snap(1, {{"web", {{"10.244.1.9", "web-2"}}}}, {{"web-2", "10.244.1.9"}});
+  m.on_snapshot(s1, t0);
+  uint64_t w = m.add_waiter({"demo", "web-7"}, "uid-web-7", t0);
+  m.evaluate(in(t0 + 100ms, s1));
+  EXPECT_FALSE(m.verdict(w)) << m.verdict(w)->reason;
+  // It shows up, terminating: drained as any other.
+  auto s2 = snap(2, {{"web", {{"10.244.1.7", "web-7", false, true}, {"10.244.1.9", "web-2"}}}},
+                 {{"web-7", "10.244.1.7", true}, {"web-2", "10.244.1.9"}});
+  m.on_snapshot(s2, t0 + 200ms);
+  m.evaluate(in(t0 + 210ms, s2));
+  EXPECT_FALSE(m.verdict(w));
+  EXPECT_EQ(m.drain(ip("10.244.1.7")).stage, Stage::kStopAccepting);
+  // One that never shows up is refused at the terminating wait, not released.
+  uint64_t w2 = m.add_waiter({"demo", "ghost"}, "uid-ghost", t0 + 300ms);
+  m.evaluate(in(t0 + 300ms + m.options().terminating_wait, s2));
+  ASSERT_TRUE(m.verdict(w2));
+  EXPECT_FALSE(m.verdict(w2)->release);
+}
+
+// The simulation's seed 13293: an agent restarted and saw a pod terminating before it was handed
+// its members (a Node deleted meanwhile, held as a member from its state file): the drain must
+// wait for a member handed on after it started too.
+TEST_F(PodDrainTest, AMemberHandedOnAfterADrainStartedIsWaitedFor) {
+  m.on_snapshot(snap(1, {{"web", {{"10.244.1.5", "web-1"}, {"10.244.1.9", "web-2"}}}},
+                     {{"web-1", "10.244.1.5"}, {"web-2", "10.244.1.9"}}),
+                t0);
+  m.on_snapshot(snap(2, {{"web", {{"10.244.1.5", "web-1", false, true}, {"10.244.1.9", "web-2"}}}},
+                     {{"web-1", "10.244.1.5", true}, {"web-2", "10.244.1.9"}}),
+                t0 + 10ms);
+  EXPECT_EQ(m.drain(ip("10.244.1.5")).peers.count("node-c"), 0u);
+  m.set_members({{"node-a", ip("192.168.77.2")},
+                 {"node-b", ip("192.168.77.3")},
+                 {"node-c", ip("192.168.77.4")}});
+  ASSERT_EQ(m.drain(ip("10.244.1.5")).peers.count("node-c"), 1u);
+  EXPECT_EQ(m.drain(ip("10.244.1.5")).peers.at("node-c").state, PeerState::State::kPending);
 }
 
 }  // namespace

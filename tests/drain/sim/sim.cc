@@ -353,12 +353,13 @@ class World {
     }
     if (next && (!a.snap || next->generation > a.snap->generation)) {
       a.snap = next;
-      a.machine->on_snapshot(next, now_);
-      a.marks.snapshot(next, n.name);
+      // The members first, as the coordinator hands them on before the snapshot.
       a.from_nodes = members_of(*next, std::nullopt);
       a.deleted.observe(a.from_nodes, now_);
       a.deleted.take_changed();
       set_members(i);
+      a.machine->on_snapshot(next, now_);
+      a.marks.snapshot(next, n.name);
       milliseconds d = a.slow_until > now_ ? milliseconds(200 + rng_() % 800) : a.program_delay;
       a.proxy_queue.emplace_back(now_ + d, next);
       if (o_.dns && (!a.dns || a.dns->generation < next->generation)) {
@@ -487,7 +488,7 @@ class World {
       PodRec* pod = find_pod(it->first);
       if (pod && !pod->settled) {
         pod->settled = true;
-        if (v->release) released(i, *pod);
+        if (v->release) released(i, *pod, v->reason);
         pod->exists = false;  // the application exits; the pod and its endpoint go
         freed_.push_back(pod->ip);
         std::string svc = pod->service;
@@ -499,20 +500,17 @@ class World {
     }
   }
 
-  void released(size_t i, const PodRec& pod) {
+  // `why`: the verdict the pod's prestop was given — what the pod and its operator read, so
+  // what is checked: "…, confirmed", and "has no endpoints: nothing to remove", claim that
+  // nothing routes to it.
+  void released(size_t i, const PodRec& pod, const std::string& why) {
     const Drain* d = nullptr;
     auto ip = *model::IpAddr::parse(pod.ip);
-    // The pod's drain: its UID's at the address (a drain belongs to one pod), else the one
-    // at the address.
-    for (const auto& [key, drain] : nodes_[i].agent.machine->drains()) {
-      if (drain.ip != ip) continue;
-      if (drain.pod_uid == "uid-" + pod.name) {
-        d = &drain;
-        break;
-      }
-      if (!d || drain.pod_uid.empty()) d = &drain;
-    }
-    bool confirmed = d && d->unconfirmed.empty();
+    // The pod's drain (a drain belongs to one pod), for the names of who may still route.
+    for (const auto& [key, drain] : nodes_[i].agent.machine->drains())
+      if (drain.ip == ip && drain.pod_uid == "uid-" + pod.name) d = &drain;
+    bool confirmed = why.find("), confirmed") != std::string::npos ||
+                     why.find("has no endpoints") != std::string::npos;
     ++report_.drains;
     (confirmed ? report_.releases_confirmed : report_.releases_unconfirmed)++;
     outcomes_[pod.ip] = confirmed ? "confirmed" : "unconfirmed";
