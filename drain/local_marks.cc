@@ -8,17 +8,30 @@
 
 namespace endpointd::drain {
 
+namespace {
+
+// Whether an answer `e` published as carrying `ip` is still cacheable at `now` (a DNS answer
+// carries the address, not the pod: it counts for whoever is there); lowers `*expires` to when
+// it stops being.
+bool answer_cached(const pipeline::AckBoard::Entry& e, const model::IpAddr& ip,
+                   std::chrono::steady_clock::time_point now,
+                   std::chrono::steady_clock::time_point* expires) {
+  if (!e.answers) return false;
+  auto exp = e.answers->expiry(ip);
+  if (!exp || *exp <= now) return false;
+  if (expires) *expires = std::min(*expires, *exp);
+  return true;
+}
+
+}  // namespace
+
 bool consumer_routes(const pipeline::AckBoard::Entry& e, const model::IpAddr& ip,
                      const std::string& node, std::chrono::steady_clock::time_point now,
                      std::chrono::steady_clock::time_point* expires) {
   // A terminating endpoint is at most a fallback, which topology hints never narrow, so the
   // node's zone does not change the answer.
   if (!e.snapshot || model::routes_to(e.view, *e.snapshot, ip, {node, {}})) return true;
-  if (!e.answers) return false;
-  auto exp = e.answers->expiry(ip);
-  if (!exp || *exp <= now) return false;
-  if (expires) *expires = std::min(*expires, *exp);
-  return true;
+  return answer_cached(e, ip, now, expires);
 }
 
 bool names_pod(const model::MergedEndpoint& e, const std::string& uid) {
@@ -33,15 +46,9 @@ bool consumer_routes(const pipeline::AckBoard::Entry& e, const model::IpAddr& ip
   if (!e.snapshot || !e.snapshot->synced) return true;
   for (const auto& st : e.snapshot->services) {
     const model::MergedEndpoint* ep = st->find(ip);
-    if (!ep || !names_pod(*ep, uid)) continue;
-    if (model::routes_to(e.view, *st, ip, {node, {}})) return true;
+    if (ep && names_pod(*ep, uid) && model::routes_to(e.view, *st, ip, {node, {}})) return true;
   }
-  // A cached DNS answer carries the address, not the pod: it counts for whoever is there.
-  if (!e.answers) return false;
-  auto exp = e.answers->expiry(ip);
-  if (!exp || *exp <= now) return false;
-  if (expires) *expires = std::min(*expires, *exp);
-  return true;
+  return answer_cached(e, ip, now, expires);
 }
 
 void LocalMarks::snapshot(const model::SnapshotPtr& snap, const std::string& node) {
