@@ -38,97 +38,144 @@ void dnat_targets(const proxy::Table& t, std::set<model::IpAddr>& out) {
 
 }  // namespace
 
+Oracle::Oracle() = default;
+Oracle::~Oracle() = default;
+
+namespace {
+
+Oracle::ServicesKey services_key(const model::Snapshot& snap, Oracle::Services* keep) {
+  Oracle::ServicesKey key;
+  for (const auto& st : snap.services) {
+    key.push_back(st.get());
+    if (keep) keep->push_back(st);
+  }
+  return key;
+}
+
+// What a kernel's plan reads besides the services: which node it is and the Nodes' addresses
+// (node_context_from).
+std::string context_key(const model::Snapshot& snap, const std::string& node) {
+  std::string k = node;
+  for (const auto& n : snap.nodes) {
+    k += '|' + n->name + ':' + n->zone;
+    for (const auto& a : n->addresses) k += ',' + a.type + '=' + a.address;
+    for (const auto& c : n->pod_cidrs) k += ',' + c.str();
+  }
+  return k;
+}
+
+}  // namespace
+
 bool Oracle::kernel_routes(const model::Snapshot& snap, const std::string& node,
                            const model::IpAddr& ip) {
-  auto key = std::make_pair(snap.generation, node);
+  auto key = std::make_pair(services_key(snap, nullptr), context_key(snap, node));
   auto it = kernel_.find(key);
   if (it == kernel_.end()) {
     if (kernel_.size() >= kCacheMax) kernel_.clear();
     ++builds_;
+    Kernel k;
+    services_key(snap, &k.keep);
+    // The node's planner moves from the state it planned last by the difference, as the proxy
+    // sink's does (Planner::update); a new node or another context plans whole (reset).
     proxy::NodeContext base;
     base.node_name = node;
-    proxy::Planner planner(proxy::node_context_from(base, snap));
-    planner.reset(snap);
-    std::set<model::IpAddr> targets;
-    for (auto f : planner.families()) dnat_targets(planner.table(f), targets);
-    it = kernel_.emplace(key, std::move(targets)).first;
+    auto ctx = proxy::node_context_from(base, snap);
+    auto& p = planners_[node];
+    if (!p.planner || p.planner->context() != ctx) {
+      p.planner = std::make_unique<proxy::Planner>(ctx);
+      p.planner->reset(snap);
+    } else {
+      p.planner->update(snap, model::diff(&p.last, snap));
+    }
+    p.last = snap;
+    for (auto f : p.planner->families()) dnat_targets(p.planner->table(f), k.targets);
+    it = kernel_.emplace(std::move(key), std::move(k)).first;
   }
-  return it->second.count(ip) > 0;
+  return it->second.targets.count(ip) > 0;
 }
 
 Oracle::FeedHold Oracle::feed_holds(const model::Snapshot& snap, const model::IpAddr& ip) {
-  auto it = feed_.find(snap.generation);
-  if (it == feed_.end()) {
-    if (feed_.size() >= kCacheMax) feed_.clear();
-    ++builds_;
-    Feed held;
-    feed::Selection all;
-    all.all = true;
-    feed::XdsContext ctx;
-    for (const auto& st : snap.services) {
-      // endpointd.v1.UpstreamFeed: a subscriber routes by each endpoint's verdict.
-      v1::ServiceEndpoints msg;
-      feed::fill_service(*st, all, &msg);
-      for (const auto& port : msg.ports()) {
-        for (const auto& e : port.endpoints()) {
-          if (e.routing() != v1::ROUTED && e.routing() != v1::ROUTED_FALLBACK &&
-              e.routing() != v1::ROUTING_UNSPECIFIED)
-            continue;
-          if (auto a = model::IpAddr::parse(e.address())) held.upstream.insert(*a);
-        }
+  FeedHold out;
+  for (const auto& st : snap.services) {
+    auto it = feed_.find(st.get());
+    if (it == feed_.end()) {
+      if (feed_.size() >= kCacheMax) feed_.clear();
+      ++builds_;
+      it = feed_.emplace(st.get(), std::make_pair(st, encode(*st))).first;
+    }
+    const Feed& held = it->second.second;
+    out.upstream = out.upstream || held.upstream.count(ip) > 0;
+    out.eds = out.eds || held.eds.count(ip) > 0;
+    out.eds_panic = out.eds_panic || held.eds_panic.count(ip) > 0;
+  }
+  out.eds_panic = !out.eds && out.eds_panic;
+  return out;
+}
+
+Oracle::Feed Oracle::encode(const model::ServiceState& svc) {
+  Feed held;
+  feed::Selection all;
+  all.all = true;
+  feed::XdsContext ctx;
+  // endpointd.v1.UpstreamFeed: a subscriber routes by each endpoint's verdict.
+  v1::ServiceEndpoints msg;
+  feed::fill_service(svc, all, &msg);
+  for (const auto& port : msg.ports()) {
+    for (const auto& e : port.endpoints()) {
+      if (e.routing() != v1::ROUTED && e.routing() != v1::ROUTED_FALLBACK &&
+          e.routing() != v1::ROUTING_UNSPECIFIED)
+        continue;
+      if (auto a = model::IpAddr::parse(e.address())) held.upstream.insert(*a);
+    }
+  }
+  // xDS: the ClusterLoadAssignment of every port that has one.
+  for (uint16_t port : feed::xds_ports(svc)) {
+    auto any = feed::build_resource(feed::XdsType::kEndpoint, {svc.service.key, port}, &svc, ctx);
+    envoy::config::endpoint::v3::ClusterLoadAssignment cla;
+    if (!any.UnpackTo(&cla)) continue;
+    namespace core = envoy::config::core::v3;
+    size_t healthy = 0, hosts = 0;
+    for (const auto& loc : cla.endpoints())
+      for (const auto& lb : loc.lb_endpoints()) {
+        ++hosts;
+        if (lb.health_status() == core::HEALTHY || lb.health_status() == core::UNKNOWN) ++healthy;
       }
-      // xDS: the ClusterLoadAssignment of every port that has one.
-      for (uint16_t port : feed::xds_ports(*st)) {
-        auto any =
-            feed::build_resource(feed::XdsType::kEndpoint, {st->service.key, port}, st.get(), ctx);
-        envoy::config::endpoint::v3::ClusterLoadAssignment cla;
-        if (!any.UnpackTo(&cla)) continue;
-        namespace core = envoy::config::core::v3;
-        size_t healthy = 0, hosts = 0;
-        for (const auto& loc : cla.endpoints())
-          for (const auto& lb : loc.lb_endpoints()) {
-            ++hosts;
-            if (lb.health_status() == core::HEALTHY || lb.health_status() == core::UNKNOWN)
-              ++healthy;
-          }
-        for (const auto& loc : cla.endpoints()) {
-          for (const auto& lb : loc.lb_endpoints()) {
-            auto a = model::IpAddr::parse(lb.endpoint().address().socket_address().address());
-            if (!a) continue;
-            auto h = lb.health_status();
-            if (h == core::HEALTHY || h == core::UNKNOWN || (h == core::DRAINING && healthy == 0))
-              held.eds.insert(*a);
-            else if (healthy * 2 < hosts)
-              held.eds_panic.insert(*a);
-          }
-        }
+    for (const auto& loc : cla.endpoints()) {
+      for (const auto& lb : loc.lb_endpoints()) {
+        auto a = model::IpAddr::parse(lb.endpoint().address().socket_address().address());
+        if (!a) continue;
+        auto h = lb.health_status();
+        if (h == core::HEALTHY || h == core::UNKNOWN || (h == core::DRAINING && healthy == 0))
+          held.eds.insert(*a);
+        else if (healthy * 2 < hosts)
+          held.eds_panic.insert(*a);
       }
     }
-    it = feed_.emplace(snap.generation, std::move(held)).first;
   }
-  FeedHold out;
-  out.upstream = it->second.upstream.count(ip) > 0;
-  out.eds = it->second.eds.count(ip) > 0;
-  out.eds_panic = !out.eds && it->second.eds_panic.count(ip) > 0;
-  return out;
+  return held;
 }
 
 const std::vector<model::IpAddr>& Oracle::dns_answer(const model::Snapshot& snap,
                                                      std::string_view name, bool aaaa) {
-  auto key = std::make_pair(snap.generation, std::string(name) + (aaaa ? "/AAAA" : "/A"));
+  auto key =
+      std::make_pair(services_key(snap, nullptr), std::string(name) + (aaaa ? "/AAAA" : "/A"));
   auto it = dns_.find(key);
-  if (it != dns_.end()) return it->second;
+  if (it != dns_.end()) return it->second.addresses;
   if (dns_.size() >= kCacheMax) dns_.clear();
   ++builds_;
-  std::vector<model::IpAddr> out;
-  auto zone = dns::Zone::build(snap, dns::ZoneOptions{});
+  Answer out;
+  services_key(snap, &out.keep);
+  // One builder for every snapshot asked about: it diffs from the one it applied last, as the
+  // DNS sink's does.
+  if (!zones_) zones_ = std::make_unique<dns::ZoneBuilder>(dns::ZoneOptions{});
+  auto zone = zones_->apply(std::make_shared<model::Snapshot>(snap));
   if (auto qname = dns::name_from_text(name)) {
     dns::lowercase_name({qname->bytes.data(), qname->len});
     auto r = zone->lookup(*qname, aaaa ? dns::type::kAAAA : dns::type::kA);
     if (r.kind == dns::Zone::Kind::kAnswer && r.set)
-      out.assign(r.set->addresses.begin(), r.set->addresses.end());
+      out.addresses.assign(r.set->addresses.begin(), r.set->addresses.end());
   }
-  return dns_.emplace(key, std::move(out)).first->second;
+  return dns_.emplace(std::move(key), std::move(out)).first->second.addresses;
 }
 
 }  // namespace endpointd::drain::sim

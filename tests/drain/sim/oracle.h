@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <string_view>
@@ -27,10 +28,19 @@
 
 #include "model/snapshot.h"
 
+namespace endpointd::proxy {
+class Planner;
+}
+namespace endpointd::dns {
+class ZoneBuilder;
+}
+
 namespace endpointd::drain::sim {
 
 class Oracle {
  public:
+  Oracle();
+  ~Oracle();
   // Whether the kernel of `node` programmed with `snap` DNATs new connections to `ip`.
   bool kernel_routes(const model::Snapshot& snap, const std::string& node, const model::IpAddr& ip);
 
@@ -55,15 +65,36 @@ class Oracle {
   // How many plans, encodings and zones were built (the caches' misses).
   size_t builds() const { return builds_; }
 
- private:
   struct Feed {
     std::set<model::IpAddr> upstream, eds, eds_panic;
   };
-  // Keyed by generation (and node or name): a snapshot's generation names its content in one
-  // world. Bounded: cleared when large.
-  std::map<std::pair<uint64_t, std::string>, std::set<model::IpAddr>> kernel_;
-  std::map<uint64_t, Feed> feed_;
-  std::map<std::pair<uint64_t, std::string>, std::vector<model::IpAddr>> dns_;
+  using Services = std::vector<model::ServiceStatePtr>;
+  using ServicesKey = std::vector<const model::ServiceState*>;
+
+ private:
+  static Feed encode(const model::ServiceState& svc);
+  // Keyed by what each build reads, not by generation: a world publishes a new generation for
+  // every pod or Node change, and most leave the services as they were (the store keeps an
+  // unchanged service's state). The services by identity — each entry keeps its states alive,
+  // so an address in a key is never another state's — and for a kernel its node and the Nodes'
+  // addresses (its context). Bounded: cleared when large.
+  struct Kernel {
+    Services keep;
+    std::set<model::IpAddr> targets;
+  };
+  struct Answer {
+    Services keep;
+    std::vector<model::IpAddr> addresses;
+  };
+  std::map<std::pair<ServicesKey, std::string>, Kernel> kernel_;
+  std::map<const model::ServiceState*, std::pair<model::ServiceStatePtr, Feed>> feed_;
+  std::map<std::pair<ServicesKey, std::string>, Answer> dns_;
+  struct NodePlanner {
+    std::unique_ptr<proxy::Planner> planner;
+    model::Snapshot last;  // what it planned last
+  };
+  std::map<std::string, NodePlanner> planners_;
+  std::unique_ptr<dns::ZoneBuilder> zones_;
   size_t builds_ = 0;
 };
 

@@ -16,6 +16,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// How often the DNS sink looks at what it answered (dns/sink.h).
+constexpr milliseconds kAnswersTick{50};
+
 std::string fmt_ms(milliseconds d) {
   return std::to_string(d.count()) + " ms";
 }
@@ -57,6 +60,35 @@ struct HubEntry {
   TimePoint lapsed_at{};
 };
 
+// What of a board entry moves the drain: the consumer's state, its holdouts, its DNS TTL and
+// answers (by identity: each is made anew when it changes).
+struct BoardMark {
+  const model::Snapshot* snapshot = nullptr;
+  TimePoint applied_at{};
+  milliseconds ttl{0};
+  const pipeline::AnswerExpiry* answers = nullptr;
+  std::vector<pipeline::AckBoard::Holdout> holdouts;
+  bool operator==(const BoardMark&) const = default;
+};
+
+BoardMark mark_of(const pipeline::AckBoard::Entry& e) {
+  return {e.snapshot.get(), e.applied_at, e.cache_ttl, e.answers.get(), e.holdouts};
+}
+
+// Whether `entries` are the board `last` marked (without copying them: asked every step).
+bool same_board(const std::vector<pipeline::AckBoard::Entry>& entries,
+                const std::vector<BoardMark>& last) {
+  if (entries.size() != last.size()) return false;
+  for (size_t k = 0; k < entries.size(); ++k) {
+    const auto& e = entries[k];
+    const auto& m = last[k];
+    if (e.snapshot.get() != m.snapshot || e.applied_at != m.applied_at || e.cache_ttl != m.ttl ||
+        e.answers.get() != m.answers || e.holdouts != m.holdouts)
+      return false;
+  }
+  return true;
+}
+
 struct Agent {
   bool alive = true;
   // The members it waits for: the Node list's, and Nodes deleted while their agent may still
@@ -77,12 +109,31 @@ struct Agent {
   std::deque<std::pair<TimePoint, model::SnapshotPtr>> proxy_queue;
   model::SnapshotPtr dns;
   TimePoint dns_at{};
-  // DNS: address → when its last answer expires, as the DNS sink publishes it on its board
-  // entry (made anew after every answer that moved it).
-  std::shared_ptr<pipeline::AnswerExpiry> served_until = std::make_shared<pipeline::AnswerExpiry>();
+  // DNS, as the DNS sink keeps it (dns/sink.h): when the last answer that carried each
+  // address expires; the addresses whose records left the zone (with that expiry); the zone's
+  // answer at the last apply. What it publishes on its board entry (`answers`, a new map when
+  // it changes) is the addresses that left the zone and the terminating or unready endpoints'
+  // and terminating pods' addresses answered at all, looked at before each apply and every
+  // kAnswersTick.
+  std::map<model::IpAddr, TimePoint> served, departed;
+  std::vector<model::IpAddr> in_zone;
+  TimePoint answers_due{};
+  std::shared_ptr<const pipeline::AnswerExpiry> answers =
+      std::make_shared<pipeline::AnswerExpiry>();
   std::map<std::string, HubEntry> hub;      // by subscriber identity
   std::map<std::string, uint64_t> waiters;  // pod → prestop call id
   bool in_members = false;
+  bool members_set = false;  // handed its members at least once
+  // What woke the agent's loops since they last ran. The daemon's drain loop runs on a
+  // snapshot, a board change, the cluster's view moving or a prestop call, else at the
+  // machine's next deadline or the DNS answers' next expiry (drain/coordinator.cc); its
+  // cluster loop on a message, its local watermark or members changing, else at the
+  // aggregator's next deadline (drain/cluster.cc). Stepping the same way exercises those
+  // deadlines, and a loop that would sleep costs nothing.
+  bool drain_woken = true, cluster_woken = true;
+  std::vector<BoardMark> last_board;
+  TimePoint marks_due{};  // the DNS answers' next expiry (LocalMarks::update's wake)
+  std::set<model::IpAddr> local_fallback;
 };
 
 struct NodeRec {
@@ -264,6 +315,7 @@ class World {
   std::vector<pipeline::AckBoard::Entry> board(size_t i) {
     Agent& a = nodes_[i].agent;
     std::vector<pipeline::AckBoard::Entry> out;
+    out.reserve(3);
     pipeline::AckBoard::Entry p;
     p.consumer = "proxy";
     p.view = model::RouteView::kDataplane;
@@ -277,7 +329,7 @@ class World {
       d.snapshot = a.dns;
       d.applied_at = a.dns_at;
       d.cache_ttl = max_ttl_;
-      d.answers = a.served_until;
+      d.answers = a.answers;
       out.push_back(std::move(d));
     }
     if (!nodes_[i].subs.empty() && a.snap) {
@@ -328,15 +380,20 @@ class World {
 
   // Hands the agent's machine and aggregator its members (the Node list's and the deleted ones
   // held), and keeps them as its node's state file does.
-  void set_members(size_t i) {
+  void set_members(size_t i, bool unless_same = false) {
     Agent& a = nodes_[i].agent;
-    a.members = a.deleted.with_held(a.from_nodes);
+    Members next = a.deleted.with_held(a.from_nodes);
+    // A new view with the same members: the coordinator hands on nothing.
+    if (unless_same && a.members_set && next == a.members) return;
+    a.members_set = true;
+    a.members = std::move(next);
     a.machine->set_members(a.members);
     std::vector<std::string> names;
     for (const auto& [name, _] : a.members) names.push_back(name);
     a.agg->set_members(names, now_);
     a.in_members = a.members.count(nodes_[i].name) > 0;
     nodes_[i].kept = a.members;
+    a.drain_woken = a.cluster_woken = true;
   }
 
   void step_agent(size_t i) {
@@ -353,11 +410,13 @@ class World {
     }
     if (next && (!a.snap || next->generation > a.snap->generation)) {
       a.snap = next;
+      a.drain_woken = true;
+      a.marks_due = now_;  // LocalMarks looks at the new view
       // The members first, as the coordinator hands them on before the snapshot.
       a.from_nodes = members_of(*next, std::nullopt);
       a.deleted.observe(a.from_nodes, now_);
       a.deleted.take_changed();
-      set_members(i);
+      set_members(i, true);
       a.machine->on_snapshot(next, now_);
       a.marks.snapshot(next, n.name);
       milliseconds d = a.slow_until > now_ ? milliseconds(200 + rng_() % 800) : a.program_delay;
@@ -365,6 +424,7 @@ class World {
       if (o_.dns && (!a.dns || a.dns->generation < next->generation)) {
         a.dns = next;
         a.dns_at = now_;
+        dns_applied(i);
       }
       // The feed: every connected subscriber is sent the new state.
       for (auto& s : n.subs) {
@@ -422,24 +482,43 @@ class World {
     }
     // DNS: clients on this node ask for the headless service now and then.
     if (o_.dns && a.dns && pick(100) < 20) answer_dns(i);
+    if (o_.dns && a.dns && now_ >= a.answers_due) publish_answers(i);
 
+    // The local watermark: when the board moved, or an answer's expiry came.
     auto entries = board(i);
-    TimePoint wake = now_ + 1h;
-    auto m = a.marks.update(entries, n.name, now_, &wake);
-    std::set<model::IpAddr> local_fallback = std::move(m.fallback);
-    a.agg->set_local(m.routing, m.dns, std::move(m.holdouts));
-    for (auto& s : a.agg->poll(now_)) send(i, std::move(s));
+    if (!same_board(entries, a.last_board) || now_ >= a.marks_due) {
+      a.last_board.clear();
+      for (const auto& e : entries) a.last_board.push_back(mark_of(e));
+      TimePoint wake = now_ + 1h;
+      auto m = a.marks.update(entries, n.name, now_, &wake);
+      a.marks_due = wake;
+      a.local_fallback = std::move(m.fallback);
+      a.agg->set_local(m.routing, m.dns, std::move(m.holdouts));
+      a.cluster_woken = a.drain_woken = true;
+    }
+    // The cluster loop.
+    if (a.cluster_woken || now_ >= a.agg->next_deadline()) {
+      a.cluster_woken = false;
+      for (auto& s : a.agg->poll(now_)) send(i, std::move(s));
+      a.drain_woken = true;  // the cluster's view may have moved
+    }
     // Deleted Nodes held as members go once their agent has been silent past the bound.
-    a.deleted.excluded(a.agg->excluded(), now_);
-    if (a.deleted.take_changed()) set_members(i);
+    auto expiry = a.deleted.next_expiry();
+    if (a.drain_woken || (expiry && now_ >= *expiry)) {
+      a.deleted.excluded(a.agg->excluded(), now_);
+      if (a.deleted.take_changed()) set_members(i);
+    }
     // With nothing draining and nobody waiting, evaluate() has nothing to do.
     if (a.machine->drains().empty() && a.waiters.empty()) return;
+    auto deadline = a.machine->next_deadline();
+    if (!a.drain_woken && !(deadline && now_ >= *deadline)) return;
+    a.drain_woken = false;
     ClusterFacts facts = a.agg->facts();
     Machine::Inputs in;
     in.now = now_;
     in.consumers = std::move(entries);
     in.cluster = &facts;
-    in.local_fallback = std::move(local_fallback);
+    in.local_fallback = a.local_fallback;
     a.machine->evaluate(in);
     settle_waiters(i);
   }
@@ -451,18 +530,53 @@ class World {
     const auto& answer = oracle_.dns_answer(*a.dns, "db.demo.svc.cluster.local");
     for (const auto& address : answer) {
       TimePoint until = now_ + ttl_;
-      dns_cache_.push_back({address.str(), until, i});
-      if (a.served_until.use_count() > 1) {
-        // A new map for the board, without the addresses whose last answer expired long ago
-        // (the DNS sink forgets those too: ZoneBuilder::harvest).
-        auto next = std::make_shared<pipeline::AnswerExpiry>(*a.served_until);
-        std::erase_if(next->until, [&](const auto& e) { return e.second + 2 * max_ttl_ < now_; });
-        a.served_until = std::move(next);
-      }
-      auto& u = a.served_until->until[address];
+      dns_cache_.push_back({address, until, i});
+      auto& u = a.served[address];
       u = std::max(u, until);
     }
     ++report_.faults["dns queries"];
+  }
+
+  // The DNS sink applied a new state: records that left the zone keep the expiry of their last
+  // answer; then it publishes, before the board hears of the state.
+  void dns_applied(size_t i) {
+    Agent& a = nodes_[i].agent;
+    std::vector<model::IpAddr> now_in = oracle_.dns_answer(*a.dns, "db.demo.svc.cluster.local");
+    for (const auto& address : a.in_zone) {
+      if (std::find(now_in.begin(), now_in.end(), address) != now_in.end()) continue;
+      auto it = a.served.find(address);
+      if (it == a.served.end()) continue;
+      auto& d = a.departed[address];
+      d = std::max(d, it->second);
+    }
+    a.in_zone = std::move(now_in);
+    publish_answers(i);
+  }
+
+  void publish_answers(size_t i) {
+    Agent& a = nodes_[i].agent;
+    a.answers_due = now_ + kAnswersTick;
+    // Forgotten once long expired (ZoneBuilder::harvest).
+    auto old = [&](const auto& e) { return e.second + 2 * max_ttl_ < now_; };
+    std::erase_if(a.served, old);
+    std::erase_if(a.departed, old);
+    auto next = std::make_shared<pipeline::AnswerExpiry>();
+    next->until.insert(a.departed.begin(), a.departed.end());
+    auto candidate = [&](const model::IpAddr& address) {
+      auto it = a.served.find(address);
+      if (it == a.served.end()) return;
+      auto& u = next->until[address];
+      u = std::max(u, it->second);
+    };
+    for (const auto& st : a.dns->services)
+      for (const auto& e : st->endpoints)
+        if (e.conditions.terminating || !e.conditions.ready) candidate(e.address);
+    for (const auto& p : a.dns->pods)
+      if (p->terminating)
+        for (const auto& address : p->pod_ips) candidate(address);
+    if (next->until == a.answers->until) return;
+    next->as_of = now_;
+    a.answers = std::move(next);
   }
 
   // ---- the kubelet --------------------------------------------------------------------------
@@ -474,6 +588,7 @@ class World {
       if (!p.exists || !p.terminating || p.settled || p.node != i || a.waiters.count(p.name))
         continue;
       a.waiters[p.name] = a.machine->add_waiter({"demo", p.name}, "uid-" + p.name, now_);
+      a.drain_woken = true;
     }
   }
 
@@ -610,7 +725,7 @@ class World {
     }
     bool deleted_counted = false;
     for (const auto& c : dns_cache_) {
-      if (c.address != pod.ip || c.until <= now_) continue;
+      if (c.address != ip || c.until <= now_) continue;
       // An answer given by a node whose Node is not in the API (deleted, not created again
       // yet) or that the releasing agent's view does not list: the same as that node's kernel
       // (above) — a Node's deletion ends its membership.
@@ -678,6 +793,7 @@ class World {
         continue;
       }
       a.agg->receive(p.message, now_);
+      a.cluster_woken = true;
     }
     net_ = std::move(keep);
   }
@@ -983,7 +1099,7 @@ class World {
   std::map<size_t, TimePoint> churned_;
   // DNS answers in clients' caches: the address, until when, and the node whose DNS gave it.
   struct CachedAnswer {
-    std::string address;
+    model::IpAddr address;
     TimePoint until;
     size_t node = 0;
   };
