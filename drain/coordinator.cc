@@ -318,26 +318,7 @@ Counters Coordinator::counters() const {
 }
 
 LocalRemoval Coordinator::local_removal(const model::IpAddr& ip) const {
-  LocalRemoval r;
-  r.removed = true;
-  auto now = Clock::now();
-  for (const auto& e : board_->entries()) {
-    LocalRemoval::Consumer c;
-    c.name = e.consumer;
-    c.generation = e.generation();
-    c.routes = consumer_routes(e, ip, opts_.machine.node_name, now);
-    if (c.routes) r.removed = false;
-    r.consumers.push_back(c);
-    // A client that stopped holding this consumer back but whose last accepted state routes
-    // to it: not removed here (the asking node's drain then says unconfirmed at its deadline).
-    for (const auto& h : e.holdouts) {
-      if (!h.snapshot || !model::routes_to(e.view, *h.snapshot, ip, {opts_.machine.node_name, {}}))
-        continue;
-      r.removed = false;
-      r.consumers.push_back({e.consumer + "/" + h.client, h.snapshot->generation, true});
-    }
-  }
-  return r;
+  return drain::local_removal(board_->entries(), ip, opts_.machine.node_name, Clock::now());
 }
 
 LocalRemoval Coordinator::await_local_removal(const model::IpAddr& ip, TimePoint deadline) const {

@@ -66,16 +66,6 @@ struct CoordinatorOptions {
   NodeStateFile* node_state = nullptr;
 };
 
-struct LocalRemoval {
-  bool removed = false;
-  struct Consumer {
-    std::string name;
-    uint64_t generation = 0;
-    bool routes = true;
-  };
-  std::vector<Consumer> consumers;
-};
-
 class Coordinator {
  public:
   // `board` and `flows` must outlive the coordinator; `flows` may be null (stage 3

@@ -173,4 +173,29 @@ LocalMarks::Marks LocalMarks::update(const std::vector<pipeline::AckBoard::Entry
   return m;
 }
 
+LocalRemoval local_removal(const std::vector<pipeline::AckBoard::Entry>& entries,
+                           const model::IpAddr& ip, const std::string& node,
+                           std::chrono::steady_clock::time_point now) {
+  LocalRemoval r;
+  r.removed = true;
+  for (const auto& e : entries) {
+    LocalRemoval::Consumer c;
+    c.name = e.consumer;
+    c.generation = e.generation();
+    c.routes = consumer_routes(e, ip, node, now);
+    if (c.routes) r.removed = false;
+    r.consumers.push_back(c);
+    // A client that stopped holding this consumer back but whose last accepted state routes
+    // to it, or whose state is not known: not removed here (the asking node's drain then says
+    // unconfirmed at its deadline).
+    for (const auto& h : e.holdouts) {
+      if (h.snapshot && !model::routes_to(e.view, *h.snapshot, ip, {node, {}})) continue;
+      r.removed = false;
+      r.consumers.push_back(
+          {e.consumer + "/" + h.client, h.snapshot ? h.snapshot->generation : 0, true});
+    }
+  }
+  return r;
+}
+
 }  // namespace endpointd::drain

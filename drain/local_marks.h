@@ -46,6 +46,23 @@ bool consumer_routes(const pipeline::AckBoard::Entry& e, const model::IpAddr& ip
 // names no UID: yes).
 bool names_pod(const model::MergedEndpoint& e, const std::string& uid);
 
+// What a peer asked about `ip` (AwaitRemoval) answers from its own board: removed when no
+// consumer routes to it (consumer_routes) and no client that stopped holding a consumer back
+// may: one whose last accepted state routes to it, or one whose state is not known (kept across
+// a restart by its revision only: it may route to anything terminating since).
+struct LocalRemoval {
+  bool removed = false;
+  struct Consumer {
+    std::string name;
+    uint64_t generation = 0;
+    bool routes = true;
+  };
+  std::vector<Consumer> consumers;
+};
+LocalRemoval local_removal(const std::vector<pipeline::AckBoard::Entry>& entries,
+                           const model::IpAddr& ip, const std::string& node,
+                           std::chrono::steady_clock::time_point now);
+
 class LocalMarks {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;

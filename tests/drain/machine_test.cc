@@ -1,6 +1,7 @@
 // The drain state machine with an injected clock: stage order, confirmations, deadlines and
 // degraded inputs, each with its counter.
 #include "drain/machine.h"
+#include "drain/local_marks.h"
 #include "drain/machine_json.h"
 
 #include <gtest/gtest.h>
@@ -76,6 +77,25 @@ TEST_F(MachineTest, SelectionFollowsEachConsumersRule) {
   EXPECT_FALSE(selectable("dns", *both, ip("10.244.2.10")));
   auto unsynced = std::make_shared<model::Snapshot>();
   EXPECT_TRUE(selectable("proxy", *unsynced, ip("10.244.1.10")));
+}
+
+// What a peer asked directly answers (drain::local_removal, the AwaitRemoval server's answer):
+// a feed subscriber that lapsed is a holdout; one whose last accepted state is known and does
+// not route to the address leaves it removed, and one known only by a revision (remembered
+// across the agent's restart without its state) may route to anything: not removed.
+TEST_F(MachineTest, APeersAnswerCountsAHoldoutWhoseStateIsNotKnown) {
+  auto out = make_snapshot(2, {kWeb3});
+  auto feed = entry("feed", out);
+  auto proxy = entry("proxy", out);
+  const auto t = t0;
+  EXPECT_TRUE(local_removal({proxy, feed}, ip("10.244.1.10"), "node-b", t).removed);
+  feed.holdouts.push_back({"ingress-1", out, t, "disconnected", 0});
+  EXPECT_TRUE(local_removal({proxy, feed}, ip("10.244.1.10"), "node-b", t).removed);
+  feed.holdouts.push_back({"ingress-2", nullptr, t, "disconnected", 1});
+  auto r = local_removal({proxy, feed}, ip("10.244.1.10"), "node-b", t);
+  EXPECT_FALSE(r.removed);
+  ASSERT_FALSE(r.consumers.empty());
+  EXPECT_EQ(r.consumers.back().name, "feed/ingress-2");
 }
 
 TEST_F(MachineTest, StagesInOrderWithPeersAndConntrack) {

@@ -120,6 +120,16 @@ TEST(DrainSimFound, AnOlderWatermarkAfterConfirmationDoesNotHideAHoldout) {
   expect_seed_safe(187905);
 }
 
+// web-178's Service changed (internalTrafficPolicy) while it drained, so node-3 asked each peer
+// directly (the watermark does not order a Service-only change). node-2's agent had restarted;
+// its hub knew proxy-2-0 only by the revision of its last accepted state (the feed's state
+// file), and the subscriber had lapsed. The peer's answer (drain::local_removal) skipped a
+// holdout without a state and said removed while proxy-2-0 still routed by revision 493. Now a
+// holdout whose state is not known keeps the answer "not removed".
+TEST(DrainSimFound, APeerAskedDirectlyCountsAHoldoutKnownOnlyByItsRevision) {
+  expect_seed_safe(8674);
+}
+
 // node-3, the root, decided epoch 11 excluding three stopped agents, was stopped itself, came
 // back at epoch 0 and, before it heard of 11, decided 11 again with an empty list: the same
 // number with two lists, neither newer, and the agents never agreed on one (every drain in the

@@ -18,6 +18,8 @@ using namespace std::chrono_literals;
 
 // How often the DNS sink looks at what it answered (dns/sink.h).
 constexpr milliseconds kAnswersTick{50};
+// Each agent's --drain-peer-timeout.
+constexpr milliseconds kPeerTimeout{2000};
 
 std::string fmt_ms(milliseconds d) {
   return std::to_string(d.count()) + " ms";
@@ -124,6 +126,7 @@ struct Agent {
   std::map<std::string, uint64_t> waiters;  // pod → prestop call id
   bool in_members = false;
   bool members_set = false;  // handed its members at least once
+  uint64_t incarnation = 0;  // which process of the node's agent this is
   // What woke the agent's loops since they last ran. The daemon's drain loop runs on a
   // snapshot, a board change, the cluster's view moving or a prestop call, else at the
   // machine's next deadline or the DNS answers' next expiry (drain/coordinator.cc); its
@@ -198,16 +201,24 @@ class World {
     pods_.push_back(std::move(p));
   }
 
+  // The API's revisions, as the agent's store takes them (pipeline/store.cc): every write moves
+  // the resourceVersion (rev_), but a snapshot's slice revision moves only with an
+  // EndpointSlice write; a Service-only, Node or Pod change leaves it where it was, and a
+  // service state changed by its spec alone carries the slice revision it was built at.
   model::SnapshotPtr build() {
     auto s = std::make_shared<model::Snapshot>();
     s->generation = rev_;
-    s->slice_revision = rev_;
     s->synced = true;
+    const model::Snapshot* last = history_.empty() ? nullptr : history_.back().second.get();
     std::vector<model::ServiceStatePtr> services;
+    std::vector<std::shared_ptr<model::ServiceState>> changed;
+    bool slices_written = false;
     for (const char* svc : {"db", "web"}) {
       auto st = std::make_shared<model::ServiceState>();
       st->service.key = {"demo", svc};
       st->service.headless = std::string(svc) == "db";
+      if (local_until_.count(svc))
+        st->service.internal_traffic_policy = model::TrafficPolicy::kLocal;
       if (!st->service.headless) st->service.cluster_ips = {*model::IpAddr::parse("10.96.0.10")};
       model::ServicePort sp;
       sp.name = "http";
@@ -229,16 +240,19 @@ class World {
                 [](const auto& a, const auto& b) { return a.address < b.address; });
       // As the agent's store does: an unchanged service keeps its state; a changed one
       // directly follows the last (the API's updates are one revision each).
-      const model::ServiceState* was =
-          history_.empty() ? nullptr : history_.back().second->find(st->service.key);
-      if (was && was->endpoints == st->endpoints) {
-        services.push_back(history_.back().second->find_ptr(st->service.key));
+      const model::ServiceState* was = last ? last->find(st->service.key) : nullptr;
+      if (was && was->endpoints == st->endpoints && was->service.equal_spec(st->service)) {
+        services.push_back(last->find_ptr(st->service.key));
         continue;
       }
-      st->revision = rev_;
+      if (!was || was->endpoints != st->endpoints) slices_written = true;
       st->follows = was ? was->revision : 0;
+      changed.push_back(st);
       services.push_back(st);
     }
+    if (slices_written || !last) slice_rev_ = rev_;
+    for (auto& st : changed) st->revision = slice_rev_;
+    s->slice_revision = slice_rev_;
     s->services = model::ServiceList(std::move(services));
     for (const auto& n : nodes_) {
       if (!n.in_api) continue;
@@ -292,11 +306,12 @@ class World {
       }
     }
     a = Agent{};
+    a.incarnation = ++incarnations_;
     a.hub = std::move(hub);
     a.deleted.seed(nodes_[i].kept);
     drain::Options mo;
     mo.node_name = nodes_[i].name;
-    mo.peer_timeout = 2000ms;
+    mo.peer_timeout = kPeerTimeout;
     mo.peer_policy = o_.policy;
     mo.default_release_after = ReleaseAfter::kRemoved;
     mo.terminating_wait = 5000ms;
@@ -417,7 +432,7 @@ class World {
       a.deleted.observe(a.from_nodes, now_);
       a.deleted.take_changed();
       set_members(i, true);
-      a.machine->on_snapshot(next, now_);
+      ask_peers(i, a.machine->on_snapshot(next, now_));
       a.marks.snapshot(next, n.name);
       milliseconds d = a.slow_until > now_ ? milliseconds(200 + rng_() % 800) : a.program_delay;
       a.proxy_queue.emplace_back(now_ + d, next);
@@ -577,6 +592,62 @@ class World {
     if (next->until == a.answers->until) return;
     next->as_of = now_;
     a.answers = std::move(next);
+  }
+
+  // ---- peers asked directly (AwaitRemoval) ------------------------------------------------
+
+  // The drains a snapshot started or moved that the cluster watermark does not confirm (a
+  // Service-only change: Drain::ask_peers) ask each pending peer, as the coordinator does; the
+  // call lasts until the peer's own board says removed (drain::local_removal, what the peer
+  // server answers from) or the deadline the coordinator gives it.
+  void ask_peers(size_t i, const std::vector<DrainKey>& started) {
+    Agent& a = nodes_[i].agent;
+    for (const auto& key : started) {
+      auto it = a.machine->drains().find(key);
+      if (it == a.machine->drains().end()) continue;
+      const Drain& d = it->second;
+      if (d.revision > 0 && !d.ask_peers) continue;  // the cluster watermark's to confirm
+      TimePoint deadline = o_.policy == PeerPolicy::kWait
+                               ? (d.reconfirm ? d.budget_end : d.removal_deadline)
+                               : std::max(d.start, d.peers_since) + kPeerTimeout;
+      for (const auto& [node, p] : d.peers) {
+        if (p.state != PeerState::State::kPending) continue;
+        size_t to = index_of(node);
+        if (to == SIZE_MAX) continue;
+        asks_.push_back({i, to, a.incarnation, key.ip, deadline});
+        ++report_.faults["peers asked directly"];
+      }
+    }
+  }
+
+  void answer_asks() {
+    for (auto it = asks_.begin(); it != asks_.end();) {
+      Agent& from = nodes_[it->from].agent;
+      if (!from.alive || from.incarnation != it->incarnation) {
+        it = asks_.erase(it);  // the asking process is gone, and its call with it
+        continue;
+      }
+      if (!running(it->from)) {
+        ++it;
+        continue;
+      }
+      const std::string& peer = nodes_[it->to].name;
+      if (now_ >= it->deadline) {
+        from.machine->peer_answered(it->ip, peer, false, "deadline exceeded", now_);
+        from.drain_woken = true;
+        it = asks_.erase(it);
+        continue;
+      }
+      bool reachable = running(it->to) && nodes_[it->to].agent.snap &&
+                       !cut_.count({std::min(it->from, it->to), std::max(it->from, it->to)});
+      if (reachable && local_removal(board(it->to), it->ip, peer, now_).removed) {
+        from.machine->peer_answered(it->ip, peer, true, "", now_);
+        from.drain_woken = true;
+        it = asks_.erase(it);
+        continue;
+      }
+      ++it;
+    }
   }
 
   // ---- the kubelet --------------------------------------------------------------------------
@@ -906,6 +977,11 @@ class World {
         ++report_.faults["fallback"];
       }
     }
+    if (chance(per_tick(f.spec_change_per_s)) && !local_until_.count("web")) {
+      local_until_["web"] = now_ + upto(f.spec_change_max);
+      publish();
+      ++report_.faults["service spec changed"];
+    }
     // (Loss, duplication, latency and reordering apply to every message of the fault phase.)
   }
 
@@ -927,12 +1003,14 @@ class World {
         ++it;
       }
     }
-    for (auto it = fallback_.begin(); it != fallback_.end();) {
-      if (it->second <= now_) {
-        it = fallback_.erase(it);
-        publish();
-      } else {
-        ++it;
+    for (auto* until : {&fallback_, &local_until_}) {
+      for (auto it = until->begin(); it != until->end();) {
+        if (it->second <= now_) {
+          it = until->erase(it);
+          publish();
+        } else {
+          ++it;
+        }
       }
     }
     std::erase_if(cut_, [&](const auto& c) { return c.second <= now_; });
@@ -954,6 +1032,7 @@ class World {
     for (auto& [i, _] : churned_) nodes_[i].in_api = true;
     churned_.clear();
     fallback_.clear();
+    local_until_.clear();
     cut_.clear();
     publish();
   }
@@ -990,6 +1069,7 @@ class World {
     if (in_fault_phase()) inject();
     recover_due();
     deliver();
+    answer_asks();
     for (size_t i = 0; i < nodes_.size(); ++i) {
       call_prestops(i);
       if (running(i)) step_agent(i);
@@ -1096,6 +1176,8 @@ class World {
   uint64_t rev_ = 100;
   std::deque<std::pair<TimePoint, model::SnapshotPtr>> history_;
   std::map<std::string, TimePoint> fallback_;
+  std::map<std::string, TimePoint> local_until_;  // services whose spec says Local until then
+  uint64_t slice_rev_ = 0;
   std::map<size_t, TimePoint> churned_;
   // DNS answers in clients' caches: the address, until when, and the node whose DNS gave it.
   struct CachedAnswer {
@@ -1106,6 +1188,14 @@ class World {
   std::vector<CachedAnswer> dns_cache_;
   milliseconds ttl_{0}, max_ttl_{0};
   std::vector<Packet> net_;
+  struct Ask {
+    size_t from, to;
+    uint64_t incarnation;
+    model::IpAddr ip;
+    TimePoint deadline;
+  };
+  std::vector<Ask> asks_;
+  uint64_t incarnations_ = 0;
   std::map<std::pair<size_t, size_t>, TimePoint> link_last_;
   std::map<std::pair<size_t, size_t>, TimePoint> cut_;  // links cut until then
   std::vector<std::string> freed_;                      // addresses of pods gone, for reuse
@@ -1156,6 +1246,7 @@ Options options_for_seed(uint64_t seed) {
   // Drawn after the others, so a seed's earlier choices stay what they were.
   f.partition_per_s = maybe(0.04);
   o.ip_reuse = u() < 0.5 ? 0.2 + 0.6 * u() : 0.0;
+  f.spec_change_per_s = maybe(0.04);
   // A long horizon in a few seeds: 15 minutes of faults at a fifth of the rates, pods
   // terminating less often, so that rules counted in minutes act.
   if (u() < kLongShare) {
@@ -1164,7 +1255,7 @@ Options options_for_seed(uint64_t seed) {
     for (double* rate :
          {&f.kill_per_s, &f.pause_per_s, &f.disconnect_per_s, &f.nack_per_s, &f.gone_per_s,
           &f.ttl_reload_per_s, &f.node_churn_per_s, &f.watch_lag_per_s, &f.program_slow_per_s,
-          &f.fallback_per_s, &f.partition_per_s})
+          &f.fallback_per_s, &f.partition_per_s, &f.spec_change_per_s})
       *rate /= 5;
   }
   return o;

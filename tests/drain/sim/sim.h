@@ -66,6 +66,10 @@ struct Faults {
   // Peer links cut for a while: a random side of the nodes from the rest, or a random set of
   // links (the root's among them as often as any).
   double partition_per_s = 0;
+  // A Service-only change: web's internalTrafficPolicy set to Local for a while (the
+  // EndpointSlices do not change, so the slice revision does not move).
+  double spec_change_per_s = 0;
+  milliseconds spec_change_max{3000};
   milliseconds partition_max{4000};
 };
 
