@@ -16,6 +16,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// The agents' Service (--drain-members-service) when the seed takes members from it.
+const model::ServiceKey kAgentsService{"kube-system", "endpointd"};
+
 // How often the DNS sink looks at what it answered (dns/sink.h).
 constexpr milliseconds kAnswersTick{50};
 // Each agent's --drain-peer-timeout.
@@ -144,6 +147,9 @@ struct NodeRec {
   bool in_api = true;
   model::SnapshotPtr kernel;  // what its kernel routes by: outlives its agent
   Members kept;               // the members its agent waited for, as --drain-state-file keeps them
+  std::set<std::string> agents_seen;  // nodes its agent saw running an agent (the same file)
+  bool in_agents_service = true;      // its agent's endpoint in the agents' Service
+  TimePoint agents_service_at{};      // when that changes next (the EndpointSlice controller)
   std::vector<Sub> subs;
   Agent agent;
 };
@@ -250,6 +256,32 @@ class World {
       changed.push_back(st);
       services.push_back(st);
     }
+    if (o_.members_service) {
+      auto st = std::make_shared<model::ServiceState>();
+      st->service.key = kAgentsService;
+      st->service.headless = true;
+      for (const auto& n : nodes_) {
+        if (!n.in_agents_service) continue;
+        model::MergedEndpoint m;
+        m.address = *model::IpAddr::parse(n.address);  // a hostNetwork DaemonSet's pod
+        m.conditions = {true, true, false};
+        m.node_name = n.name;
+        m.target_ref = model::ObjectRef{"Pod", "kube-system", "endpointd-" + n.name,
+                                        "uid-endpointd-" + n.name};
+        st->endpoints.push_back(m);
+      }
+      const model::ServiceState* was = last ? last->find(kAgentsService) : nullptr;
+      if (was && was->endpoints == st->endpoints) {
+        services.push_back(last->find_ptr(kAgentsService));
+      } else {
+        slices_written = true;
+        st->follows = was ? was->revision : 0;
+        changed.push_back(st);
+        services.push_back(st);
+      }
+      std::sort(services.begin(), services.end(),
+                [](const auto& a, const auto& b) { return a->key() < b->key(); });
+    }
     if (slices_written || !last) slice_rev_ = rev_;
     for (auto& st : changed) st->revision = slice_rev_;
     s->slice_revision = slice_rev_;
@@ -305,6 +337,10 @@ class World {
         e.lapsed = false;
       }
     }
+    if (!o_.node_state_survives_restart) {
+      nodes_[i].kept.clear();
+      nodes_[i].agents_seen.clear();
+    }
     a = Agent{};
     a.incarnation = ++incarnations_;
     a.hub = std::move(hub);
@@ -312,6 +348,7 @@ class World {
     drain::Options mo;
     mo.node_name = nodes_[i].name;
     mo.peer_timeout = kPeerTimeout;
+    if (o_.members_service) mo.members_service = kAgentsService;
     mo.peer_policy = o_.policy;
     mo.default_release_after = ReleaseAfter::kRemoved;
     mo.terminating_wait = 5000ms;
@@ -428,7 +465,15 @@ class World {
       a.drain_woken = true;
       a.marks_due = now_;  // LocalMarks looks at the new view
       // The members first, as the coordinator hands them on before the snapshot.
-      a.from_nodes = members_of(*next, std::nullopt);
+      if (o_.members_service) {
+        // As the coordinator: the nodes its agent saw in the agents' Service, kept in the
+        // node's state file, are members from then on.
+        if (const auto* st = next->find(kAgentsService))
+          for (const auto& ep : st->endpoints) n.agents_seen.insert(ep.node_name);
+        a.from_nodes = members_of(*next, kAgentsService, &n.agents_seen);
+      } else {
+        a.from_nodes = members_of(*next, std::nullopt);
+      }
       a.deleted.observe(a.from_nodes, now_);
       a.deleted.take_changed();
       set_members(i, true);
@@ -753,6 +798,9 @@ class World {
   //    (DESIGN.md), until it acknowledges again: forgotten_subscriber_routes.
   void check_release(size_t i, const PodRec& pod, const model::IpAddr& ip) {
     const model::Snapshot* agent_snap = nodes_[i].agent.snap.get();
+    auto in_view = [&](const std::string& node) {
+      return agent_snap && agent_snap->find_node(node) != nullptr;
+    };
     const uint64_t view = agent_snap ? agent_snap->generation : 0;
     std::string what;
     auto judge = [&](const model::SnapshotPtr& st, bool routes, const std::string& who) {
@@ -775,7 +823,9 @@ class World {
       // A deleted Node stays a member of the releasing agent (held until its agent is silent
       // past the bound, drain/members.h): judged like any other. One it let go of, or one
       // (created again) its view does not list yet: counted apart.
-      if (!nodes_[i].agent.members.count(n.name)) {
+      // A node the releasing agent's view lists but that is no member (with members from the
+      // agents' Service: one it never saw run an agent) ran one all along here: judged.
+      if (!nodes_[i].agent.members.count(n.name) && !in_view(n.name)) {
         if (!n.in_api) {
           report_.node_deleted_routes += kernel;
           for (const auto& h : held) report_.node_deleted_routes += h.routes();
@@ -801,7 +851,7 @@ class World {
       // yet) or that the releasing agent's view does not list: the same as that node's kernel
       // (above) — a Node's deletion ends its membership.
       const NodeRec& by = nodes_[c.node];
-      if (!nodes_[i].agent.members.count(by.name)) {
+      if (!nodes_[i].agent.members.count(by.name) && !in_view(by.name)) {
         if (!by.in_api) {
           if (!deleted_counted) ++report_.node_deleted_routes;
           deleted_counted = true;
@@ -987,6 +1037,16 @@ class World {
 
   void recover_due() {
     for (size_t i = 0; i < nodes_.size(); ++i) {
+      NodeRec& n = nodes_[i];
+      if (o_.members_service && n.agents_service_at != TimePoint{} && n.agents_service_at <= now_) {
+        n.agents_service_at = TimePoint{};
+        if (n.in_agents_service != n.agent.alive) {
+          n.in_agents_service = n.agent.alive;
+          trace(std::string(n.agent.alive ? "agents' Service lists " : "agents' Service drops ") +
+                n.name);
+          publish();
+        }
+      }
       Agent& a = nodes_[i].agent;
       if (!a.alive && a.down_until <= now_ && auto_restart_) restart(i);
       for (auto& s : nodes_[i].subs) {
@@ -1109,6 +1169,7 @@ class World {
     auto_restart_ = true;
     start_ = now_;
     report_.long_horizon = o_.fault_phase >= std::chrono::minutes(10);
+    if (o_.members_service) ++report_.faults["seeds with members from the agents' Service"];
     milliseconds next_term = o_.terminate_every;
     while (now_ < start_ + o_.fault_phase) {
       if (elapsed() >= next_term) {
@@ -1157,10 +1218,13 @@ class World {
         e.disconnected_at = now_;
       }
     trace("kill agent " + nodes_[i].name);
+    // Its readiness fails a while later; then the controller takes its endpoint out.
+    nodes_[i].agents_service_at = now_ + upto(2000ms);
   }
   void restart(size_t i) {
     start_agent(i);
     trace("restart agent " + nodes_[i].name);
+    nodes_[i].agents_service_at = now_ + upto(1000ms);
   }
   void set_ttl(milliseconds ttl) {
     ttl_ = ttl;
@@ -1247,6 +1311,7 @@ Options options_for_seed(uint64_t seed) {
   f.partition_per_s = maybe(0.04);
   o.ip_reuse = u() < 0.5 ? 0.2 + 0.6 * u() : 0.0;
   f.spec_change_per_s = maybe(0.04);
+  o.members_service = u() < 0.5;
   // A long horizon in a few seeds: 15 minutes of faults at a fifth of the rates, pods
   // terminating less often, so that rules counted in minutes act.
   if (u() < kLongShare) {

@@ -96,6 +96,13 @@ struct Options {
   // The share of the fault phase's replacement pods that get the address of a pod gone
   // earlier (pod IP reuse), with a new name and UID.
   double ip_reuse = 0;
+  // Members from the agents' Service (--drain-members-service, the chart's default): a node is
+  // a member once its agent has had an endpoint in kube-system/endpointd, which it leaves a
+  // while after its agent stops and rejoins after it is back. Off: every Node.
+  bool members_service = false;
+  // The node's state file keeps the nodes its agent saw running an agent and the members it
+  // waited for (--drain-state-file). Off: a restarted agent knows only what it sees.
+  bool node_state_survives_restart = true;
 };
 
 // Draws a seed's options and faults: node count, policy, DNS on or off, and a fault mix.
