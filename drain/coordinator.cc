@@ -467,6 +467,7 @@ void Coordinator::run() {
       bool changed = member_state != member_state_ || snap->nodes != member_nodes_;
       if (changed || (snap->synced && !members_synced_)) {
         member_nodes_ = snap->nodes;
+        members_snap_ = snap;
         member_state_ = std::move(member_state);
         members_synced_ = snap->synced;
         size_t seen_before = agents_seen_.size();
@@ -531,6 +532,19 @@ void Coordinator::run() {
     ClusterFacts facts;
     if (cluster_) facts = cluster_->view().facts;
     // Deleted Nodes held as members go once their agent has been silent past the bound.
+    // With members from the agents' Service: a node the cluster excludes ran an agent, even one
+    // this agent never saw in the Service (it started while that node's agent was out).
+    if (cluster_ && opts_.machine.members_service && members_snap_ &&
+        learn_agents(agents_seen_, facts.excluded)) {
+      spdlog::info("drain: learnt from the cluster's decision that {} ran an agent",
+                   fmt::join(facts.excluded, ", "));
+      if (opts_.node_state)
+        if (auto st = opts_.node_state->add_agents(agents_seen_); !st)
+          spdlog::warn("drain: the node's state file: {}; a restart may forget members",
+                       st.error());
+      from_nodes_ = members_of(*members_snap_, opts_.machine.members_service, &agents_seen_);
+      update_members(deleted_.with_held(from_nodes_), Clock::now());
+    }
     if (cluster_)
       deleted_.excluded(facts.excluded, Clock::now());
     else

@@ -170,6 +170,7 @@ class Coordinator {
   Members from_nodes_;  // the members the Node list (and the agents' Service) give
   // Where cluster_'s members came from: the Node objects, or the agents' Service's state.
   std::vector<model::NodePtr> member_nodes_;
+  model::SnapshotPtr members_snap_;  // the snapshot the members were last made from
   model::ServiceStatePtr member_state_;
   Members current_members_;
   bool members_synced_ = false;      // current_members_ came from a synced snapshot

@@ -26,6 +26,12 @@ Members members_of(const model::Snapshot& snap, const std::optional<model::Servi
   return out;
 }
 
+bool learn_agents(std::set<std::string>& seen, const std::set<std::string>& excluded) {
+  size_t before = seen.size();
+  seen.insert(excluded.begin(), excluded.end());
+  return seen.size() != before;
+}
+
 void DeletedNodes::observe(const Members& from_nodes, TimePoint now) {
   for (const auto& [name, address] : last_) {
     if (from_nodes.count(name) || held_.count(name)) continue;

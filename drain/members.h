@@ -35,6 +35,11 @@ using Members = std::map<std::string, std::optional<model::IpAddr>>;
 // (the nodes ever seen in that Service by this agent), a Node that never ran an agent is left
 // out (a node the DaemonSet does not schedule to holds no endpointd rules); one that did stays
 // a member while its Node exists, whether its agent is in the Service now or not.
+// The nodes the cluster's decision excludes ran an agent (the root heard them report before
+// they fell silent), whether or not this agent ever saw one in the agents' Service — a new agent
+// (no state file yet) that starts while another node's agent is out of the Service learns that
+// node here. Adds them to `seen`; returns whether any was new.
+bool learn_agents(std::set<std::string>& seen, const std::set<std::string>& excluded);
 Members members_of(const model::Snapshot& snap, const std::optional<model::ServiceKey>& service,
                    const std::set<std::string>* agents = nullptr);
 

@@ -96,6 +96,19 @@ TEST(MembersTest, FromTheAgentsServiceEveryEndpointsNodeWhateverItsConditions) {
   EXPECT_EQ(m2.at("node-a"), ip("192.168.77.2"));
 }
 
+// A new agent that never saw node-a in the Service (node-a's agent was out when it started)
+// learns from the cluster's decision that excludes node-a that it ran one: a member again.
+TEST(MembersTest, ANodeTheClustersDecisionExcludesRanAnAgent) {
+  auto s = with_agents(make_snapshot(1, {}), {{"192.168.77.3", "node-b", true, true, false}});
+  std::set<std::string> seen = {"node-b"};
+  EXPECT_FALSE(members_of(*s, kAgents, &seen).count("node-a"));
+  EXPECT_TRUE(learn_agents(seen, {"node-a"}));
+  EXPECT_FALSE(learn_agents(seen, {"node-a"})) << "nothing new the second time";
+  Members m = members_of(*s, kAgents, &seen);
+  ASSERT_TRUE(m.count("node-a"));
+  EXPECT_EQ(m.at("node-a"), ip("192.168.77.2"));
+}
+
 // A drain waits for every member the coordinator names (the Node list less the nodes that never
 // ran an agent), at the address it names.
 TEST(MembersTest, ADrainWaitsForTheMembersTheCoordinatorNames) {

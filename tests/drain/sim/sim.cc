@@ -565,6 +565,11 @@ class World {
     // Deleted Nodes held as members go once their agent has been silent past the bound.
     auto expiry = a.deleted.next_expiry();
     if (a.drain_woken || (expiry && now_ >= *expiry)) {
+      // As the coordinator: a node the cluster excludes ran an agent.
+      if (o_.members_service && a.snap && learn_agents(n.agents_seen, a.agg->excluded())) {
+        a.from_nodes = members_of(*a.snap, kAgentsService, &n.agents_seen);
+        set_members(i);
+      }
       a.deleted.excluded(a.agg->excluded(), now_);
       if (a.deleted.take_changed()) set_members(i);
     }
