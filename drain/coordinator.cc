@@ -317,13 +317,15 @@ Counters Coordinator::counters() const {
   return machine_.counters();
 }
 
-LocalRemoval Coordinator::local_removal(const model::IpAddr& ip) const {
-  return drain::local_removal(board_->entries(), ip, opts_.machine.node_name, Clock::now());
+LocalRemoval Coordinator::local_removal(const model::IpAddr& ip, uint64_t revision) const {
+  return drain::local_removal(board_->entries(), ip, opts_.machine.node_name, Clock::now(),
+                              revision);
 }
 
-LocalRemoval Coordinator::await_local_removal(const model::IpAddr& ip, TimePoint deadline) const {
+LocalRemoval Coordinator::await_local_removal(const model::IpAddr& ip, uint64_t revision,
+                                              TimePoint deadline) const {
   while (true) {
-    LocalRemoval r = local_removal(ip);
+    LocalRemoval r = local_removal(ip, revision);
     if (r.removed || Clock::now() >= deadline) return r;
     std::unique_lock lock(mu_);
     if (stopping_) return r;
@@ -502,7 +504,7 @@ void Coordinator::run() {
         for (const auto& [node, p] : d.peers) {
           if (p.state != PeerState::State::kPending) continue;
           peer_jobs_.push_back(
-              {ip, node, model::HostPort{p.address, opts_.peer_port}.str(), deadline});
+              {ip, node, model::HostPort{p.address, opts_.peer_port}.str(), deadline, d.revision});
         }
         spdlog::info("drain: {} (pod {}) stop-accepting; asking {} peers", ip.str(), d.pod.str(),
                      d.peers.size());

@@ -97,9 +97,11 @@ class Coordinator {
   uint64_t state_version() const { return state_version_.load(std::memory_order_acquire); }
 
   // Whether this agent's own consumers still route new connections to `ip` (what a peer asks).
-  LocalRemoval local_removal(const model::IpAddr& ip) const;
-  // Waits until local_removal(ip).removed or the deadline.
-  LocalRemoval await_local_removal(const model::IpAddr& ip, TimePoint deadline) const;
+  // `revision`: the EndpointSlice revision of the removal asked about (0: not known).
+  LocalRemoval local_removal(const model::IpAddr& ip, uint64_t revision = 0) const;
+  // Waits until local_removal(ip, revision).removed or the deadline.
+  LocalRemoval await_local_removal(const model::IpAddr& ip, uint64_t revision,
+                                   TimePoint deadline) const;
 
   // Runs a drain action in the prestop client (bounded by the deadline) and says what it gave.
   using RunAction = std::function<Result<std::string>(const std::string& spec, TimePoint deadline)>;
@@ -124,6 +126,7 @@ class Coordinator {
     std::string node;
     std::string address;
     TimePoint deadline;
+    uint64_t revision = 0;  // the removal's EndpointSlice revision, sent with the question
   };
   class PeerServer;
   class PrestopServer;

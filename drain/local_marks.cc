@@ -175,14 +175,17 @@ LocalMarks::Marks LocalMarks::update(const std::vector<pipeline::AckBoard::Entry
 
 LocalRemoval local_removal(const std::vector<pipeline::AckBoard::Entry>& entries,
                            const model::IpAddr& ip, const std::string& node,
-                           std::chrono::steady_clock::time_point now) {
+                           std::chrono::steady_clock::time_point now, uint64_t revision) {
   LocalRemoval r;
   r.removed = true;
   for (const auto& e : entries) {
     LocalRemoval::Consumer c;
     c.name = e.consumer;
     c.generation = e.generation();
-    c.routes = consumer_routes(e, ip, node, now);
+    // Not applied the removal yet: its state (the oldest its clients hold, for the feed) may
+    // not even hold the endpoint, while a client already holds a newer state that routes to it.
+    c.routes = consumer_routes(e, ip, node, now) ||
+               (revision != 0 && (!e.snapshot || e.snapshot->slice_revision < revision));
     if (c.routes) r.removed = false;
     r.consumers.push_back(c);
     // A client that stopped holding this consumer back but whose last accepted state routes

@@ -59,9 +59,11 @@ struct LocalRemoval {
   };
   std::vector<Consumer> consumers;
 };
+// `revision` (0: none): the EndpointSlice revision of the removal asked about — a consumer
+// whose applied state is older has not applied it, and is not removed whatever that state says.
 LocalRemoval local_removal(const std::vector<pipeline::AckBoard::Entry>& entries,
                            const model::IpAddr& ip, const std::string& node,
-                           std::chrono::steady_clock::time_point now);
+                           std::chrono::steady_clock::time_point now, uint64_t revision = 0);
 
 class LocalMarks {
  public:

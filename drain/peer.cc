@@ -63,7 +63,8 @@ class Coordinator::PeerServer::Service final
     if (left < std::chrono::hours(1)) deadline = std::min(deadline, now + left - milliseconds(50));
     LocalRemoval r;
     while (true) {
-      r = c_->await_local_removal(*ip, std::min(deadline, Clock::now() + milliseconds(200)));
+      r = c_->await_local_removal(*ip, req->revision(),
+                                  std::min(deadline, Clock::now() + milliseconds(200)));
       if (r.removed || Clock::now() >= deadline || ctx->IsCancelled()) break;
     }
     resp->set_removed(r.removed);
@@ -161,6 +162,7 @@ void Coordinator::peer_worker() {
       pb::AwaitRemovalRequest req;
       req.set_address(job.ip.str());
       req.set_from_node(opts_.machine.node_name);
+      req.set_revision(job.revision);
       pb::AwaitRemovalResponse resp;
       grpc::Status st = stub->AwaitRemoval(&ctx, req, &resp);
       if (st.ok() && resp.removed() && resp.node() == job.node) {

@@ -98,6 +98,28 @@ TEST_F(MachineTest, APeersAnswerCountsAHoldoutWhoseStateIsNotKnown) {
   EXPECT_EQ(r.consumers.back().name, "feed/ingress-2");
 }
 
+// A peer asked about a removal at revision 5 whose feed's oldest accepted state is revision 2,
+// where the address was another pod's, terminating: that state does not route to it, but a
+// subscriber at a newer state may (the new pod at the reused address). Not removed until every
+// consumer applied revision 5.
+TEST_F(MachineTest, APeersConsumerThatHasNotAppliedTheRemovalIsNotRemoved) {
+  auto at = [](uint64_t revision) {
+    auto s = std::make_shared<model::Snapshot>(*make_snapshot(revision, {kWeb1Terminating, kWeb3}));
+    s->slice_revision = revision;
+    return model::SnapshotPtr(s);
+  };
+  auto old_state = at(2);
+  auto removal = at(5);
+  auto proxy = entry("proxy", removal);
+  auto feed = entry("feed", old_state);
+  EXPECT_TRUE(local_removal({proxy, feed}, ip("10.244.1.10"), "node-b", t0).removed)
+      << "without the revision the old state's answer stands";
+  auto r = local_removal({proxy, feed}, ip("10.244.1.10"), "node-b", t0, 5);
+  EXPECT_FALSE(r.removed);
+  feed.snapshot = removal;
+  EXPECT_TRUE(local_removal({proxy, feed}, ip("10.244.1.10"), "node-b", t0, 5).removed);
+}
+
 TEST_F(MachineTest, StagesInOrderWithPeersAndConntrack) {
   Options o = opts();
   Machine m(o);

@@ -147,6 +147,15 @@ TEST(DrainSimFound, ANewAgentLearnsFromTheClustersDecisionANodeOutOfTheService) 
   expect_seed_safe(23806);
 }
 
+// web-6 got 10.244.1.2 (web-0's, released) and terminated; its Service changed, so node-2 asked
+// its peers directly. node-1's feed entry held its oldest subscriber's state (102), where the
+// address was web-0's, terminating: "not routed", so node-1 answered removed — while its other
+// subscriber, at 106, routed to web-6. Now the question carries the removal's revision and a
+// consumer that has not applied it is not removed (AwaitRemovalRequest.revision).
+TEST(DrainSimFound, APeerWhoseConsumerHasNotAppliedTheRemovalIsNotRemoved) {
+  expect_seed_safe(52771);
+}
+
 // web-178's Service changed (internalTrafficPolicy) while it drained, so node-3 asked each peer
 // directly (the watermark does not order a Service-only change). node-2's agent had restarted;
 // its hub knew proxy-2-0 only by the revision of its last accepted state (the feed's state

@@ -664,7 +664,7 @@ class World {
         if (p.state != PeerState::State::kPending) continue;
         size_t to = index_of(node);
         if (to == SIZE_MAX) continue;
-        asks_.push_back({i, to, a.incarnation, key.ip, deadline});
+        asks_.push_back({i, to, a.incarnation, key.ip, deadline, d.revision});
         ++report_.faults["peers asked directly"];
       }
     }
@@ -690,7 +690,7 @@ class World {
       }
       bool reachable = running(it->to) && nodes_[it->to].agent.snap &&
                        !cut_.count({std::min(it->from, it->to), std::max(it->from, it->to)});
-      if (reachable && local_removal(board(it->to), it->ip, peer, now_).removed) {
+      if (reachable && local_removal(board(it->to), it->ip, peer, now_, it->revision).removed) {
         from.machine->peer_answered(it->ip, peer, true, "", now_);
         from.drain_woken = true;
         it = asks_.erase(it);
@@ -1262,6 +1262,7 @@ class World {
     uint64_t incarnation;
     model::IpAddr ip;
     TimePoint deadline;
+    uint64_t revision;  // the removal's, sent with the question
   };
   std::vector<Ask> asks_;
   uint64_t incarnations_ = 0;
