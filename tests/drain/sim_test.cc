@@ -124,10 +124,10 @@ TEST(DrainSimFound, AnOlderWatermarkAfterConfirmationDoesNotHideAHoldout) {
 // node's agent is out of that Service (stopped, its endpoint taken out) never sees that node
 // run an agent. Without the node's state file (--drain-state-file) it is no member, and a drain
 // is confirmed while that node's kernel still routes to the pod; with it, the node stays one.
-// Seeds 217 and 2234 are two of 13 of seeds 1-10,000 that show it with the file off (the
+// Seeds 1089 and 5622 are two of 8 of seeds 1-20,000 that show it with the file off (the
 // cluster's decision teaches a restarted agent only the nodes it excludes).
 TEST(DrainSimFound, ARestartWithoutTheNodesStateFileForgetsAnAgentOutOfTheService) {
-  for (uint64_t seed : {217, 2234}) {
+  for (uint64_t seed : {1089, 5622}) {
     Options o = options_for_seed(seed);
     ASSERT_TRUE(o.members_service) << "seed " << seed;
     o.node_state_survives_restart = false;

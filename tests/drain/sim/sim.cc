@@ -21,6 +21,8 @@ const model::ServiceKey kAgentsService{"kube-system", "endpointd"};
 
 // How often the DNS sink looks at what it answered (dns/sink.h).
 constexpr milliseconds kAnswersTick{50};
+// The share of agent stops that replace its pod (members from the agents' Service).
+constexpr double kPodReplacedShare = 0.2;
 // Each agent's --drain-peer-timeout.
 constexpr milliseconds kPeerTimeout{2000};
 
@@ -1223,8 +1225,14 @@ class World {
         e.disconnected_at = now_;
       }
     trace("kill agent " + nodes_[i].name);
-    // Its readiness fails a while later; then the controller takes its endpoint out.
-    nodes_[i].agents_service_at = now_ + upto(2000ms);
+    // A crash restarts the container in its pod, whose endpoint stays in the agents' Service
+    // (not ready: the EndpointSlice controller lists a pod until it is deleted). In a fifth of
+    // the stops the pod itself is replaced (a DaemonSet rollout, an eviction): its endpoint
+    // goes a while later and comes back with the new pod.
+    if (chance(kPodReplacedShare)) {
+      nodes_[i].agents_service_at = now_ + upto(2000ms);
+      trace("pod of agent " + nodes_[i].name + " replaced");
+    }
   }
   void restart(size_t i) {
     start_agent(i);

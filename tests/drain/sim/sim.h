@@ -97,8 +97,9 @@ struct Options {
   // earlier (pod IP reuse), with a new name and UID.
   double ip_reuse = 0;
   // Members from the agents' Service (--drain-members-service, the chart's default): a node is
-  // a member once its agent has had an endpoint in kube-system/endpointd, which it leaves a
-  // while after its agent stops and rejoins after it is back. Off: every Node.
+  // a member once its agent has had an endpoint in kube-system/endpointd. A stopped agent's
+  // endpoint stays (its pod does) unless the stop replaced the pod (a fifth of stops): then it
+  // leaves a while after and comes back with the new agent. Off: every Node.
   bool members_service = false;
   // The node's state file keeps the nodes its agent saw running an agent and the members it
   // waited for (--drain-state-file). Off: a restarted agent knows only what it sees.
