@@ -56,7 +56,6 @@ bool connect_to(const char* addr, uint16_t port) {
 class NewFlowWatchTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!netns::running_as_root()) GTEST_SKIP() << "needs root (network namespaces)";
     node_ = std::make_unique<netns::Netns>(netns::unique_prefix() + "-flows-node");
     client_ = std::make_unique<netns::Netns>(netns::unique_prefix() + "-flows-client");
     node_->exec_checked({"ip", "link", "add", "veth0", "type", "veth", "peer", "name", "veth1",
