@@ -142,6 +142,16 @@ struct Agent {
   std::vector<BoardMark> last_board;
   TimePoint marks_due{};  // the DNS answers' next expiry (LocalMarks::update's wake)
   std::set<model::IpAddr> local_fallback;
+  // The board as board() made it last, and what makes it again: something it reads changed
+  // (dirty), or a subscriber's grace or the hub's forgetting comes due. Between those it is
+  // what it was, and most steps of a quiet world need nothing else.
+  std::vector<pipeline::AckBoard::Entry> board;
+  bool board_dirty = true;
+  bool board_unmarked = true;  // made since the local watermark last looked at it
+  TimePoint board_due = TimePoint::max();
+  // The DNS answer for the headless service at `dns` (the oracle's, asked once per state).
+  model::SnapshotPtr answer_for;
+  std::vector<model::IpAddr> answer;
 };
 
 struct NodeRec {
@@ -366,8 +376,20 @@ class World {
     return a.alive && a.paused_until <= now_;
   }
 
-  std::vector<pipeline::AckBoard::Entry> board(size_t i) {
+  // The agent's board, made again only when it may have changed (Agent::board).
+  const std::vector<pipeline::AckBoard::Entry>& board(size_t i) {
     Agent& a = nodes_[i].agent;
+    if (a.board_dirty || now_ >= a.board_due) {
+      a.board = make_board(i);
+      a.board_dirty = false;
+      a.board_unmarked = true;
+    }
+    return a.board;
+  }
+
+  std::vector<pipeline::AckBoard::Entry> make_board(size_t i) {
+    Agent& a = nodes_[i].agent;
+    a.board_due = TimePoint::max();
     std::vector<pipeline::AckBoard::Entry> out;
     out.reserve(3);
     pipeline::AckBoard::Entry p;
@@ -413,6 +435,11 @@ class World {
           continue;
         }
         ++hit;
+        // When this entry next changes by time alone: its grace ends, or it is forgotten.
+        if (!e.lapsed && since) a.board_due = std::min(a.board_due, *since + o_.feed_grace);
+        if (e.lapsed && !e.connected && e.disconnected_at)
+          a.board_due =
+              std::min(a.board_due, std::max(e.lapsed_at, *e.disconnected_at) + feed::kForgetAfter);
         if (e.lapsed) {
           const char* why = !e.connected ? "disconnected" : "unacknowledged";
           for (const auto& s : nodes_[i].subs)
@@ -464,6 +491,7 @@ class World {
     }
     if (next && (!a.snap || next->generation > a.snap->generation)) {
       a.snap = next;
+      a.board_dirty = true;  // the feed's entry starts from the current state
       a.drain_woken = true;
       a.marks_due = now_;  // LocalMarks looks at the new view
       // The members first, as the coordinator hands them on before the snapshot.
@@ -486,6 +514,7 @@ class World {
       if (o_.dns && (!a.dns || a.dns->generation < next->generation)) {
         a.dns = next;
         a.dns_at = now_;
+        a.board_dirty = true;
         dns_applied(i);
       }
       // The feed: every connected subscriber is sent the new state.
@@ -500,6 +529,7 @@ class World {
     while (!a.proxy_queue.empty() && a.proxy_queue.front().first <= now_) {
       a.proxy = a.proxy_queue.front().second;
       a.proxy_at = now_;
+      a.board_dirty = true;
       n.kernel = a.proxy;  // the kernel holds it from now on, whatever becomes of the agent
       a.proxy_queue.pop_front();
     }
@@ -509,6 +539,7 @@ class World {
       bool up = s.wants && !s.gone;
       if (!up) {
         if (it != a.hub.end() && it->second.connected) {
+          a.board_dirty = true;
           it->second.connected = false;
           it->second.disconnected_at = now_;
           it->second.outstanding_since.reset();
@@ -528,6 +559,7 @@ class World {
         }
         // The grace runs from when it was first waited on: a reconnecting stream carries its
         // ghost's wait (feed/hub.h), so reconnecting again and again holds nothing forever.
+        a.board_dirty = true;
         it->second.connected = true;
         it->second.outstanding_since = it->second.disconnected_at.value_or(now_);
         it->second.disconnected_at.reset();
@@ -537,6 +569,7 @@ class World {
       if (s.sent && s.ack_due <= now_ && !s.nacking && s.acked != s.sent) {
         s.acked = s.sent;
         s.forgotten = false;
+        a.board_dirty = true;
         it->second.acked = s.sent;
         it->second.outstanding_since.reset();
         it->second.lapsed = false;
@@ -546,9 +579,14 @@ class World {
     if (o_.dns && a.dns && pick(100) < 20) answer_dns(i);
     if (o_.dns && a.dns && now_ >= a.answers_due) publish_answers(i);
 
-    // The local watermark: when the board moved, or an answer's expiry came.
-    auto entries = board(i);
-    if (!same_board(entries, a.last_board) || now_ >= a.marks_due) {
+    // The local watermark: when the board moved, or an answer's expiry came. (A board not made
+    // again since the watermark looked is the one it looked at.)
+    const bool board_moves = a.board_dirty || now_ >= a.board_due;
+    if ((board_moves || a.board_unmarked) && !same_board(board(i), a.last_board))
+      a.marks_due = now_;
+    a.board_unmarked = false;
+    if (now_ >= a.marks_due) {
+      const auto& entries = board(i);
       a.last_board.clear();
       for (const auto& e : entries) a.last_board.push_back(mark_of(e));
       TimePoint wake = now_ + 1h;
@@ -583,18 +621,27 @@ class World {
     ClusterFacts facts = a.agg->facts();
     Machine::Inputs in;
     in.now = now_;
-    in.consumers = std::move(entries);
+    in.consumers = board(i);
     in.cluster = &facts;
     in.local_fallback = a.local_fallback;
     a.machine->evaluate(in);
     settle_waiters(i);
   }
 
+  // The zone's answer for the headless service at the agent's DNS state.
+  const std::vector<model::IpAddr>& zone_answer(Agent& a) {
+    if (a.answer_for != a.dns) {
+      a.answer = oracle_.dns_answer(*a.dns, "db.demo.svc.cluster.local");
+      a.answer_for = a.dns;
+    }
+    return a.answer;
+  }
+
   // A client asks node i's DNS for the headless service and caches exactly the addresses of
   // the zone's answer (the DNS sink's zone, built from its applied snapshot).
   void answer_dns(size_t i) {
     Agent& a = nodes_[i].agent;
-    const auto& answer = oracle_.dns_answer(*a.dns, "db.demo.svc.cluster.local");
+    const auto& answer = zone_answer(a);
     for (const auto& address : answer) {
       TimePoint until = now_ + ttl_;
       dns_cache_.push_back({address, until, i});
@@ -608,7 +655,7 @@ class World {
   // answer; then it publishes, before the board hears of the state.
   void dns_applied(size_t i) {
     Agent& a = nodes_[i].agent;
-    std::vector<model::IpAddr> now_in = oracle_.dns_answer(*a.dns, "db.demo.svc.cluster.local");
+    std::vector<model::IpAddr> now_in = zone_answer(a);
     for (const auto& address : a.in_zone) {
       if (std::find(now_in.begin(), now_in.end(), address) != now_in.end()) continue;
       auto it = a.served.find(address);
@@ -644,6 +691,7 @@ class World {
     if (next->until == a.answers->until) return;
     next->as_of = now_;
     a.answers = std::move(next);
+    a.board_dirty = true;
   }
 
   // ---- peers asked directly (AwaitRemoval) ------------------------------------------------
@@ -900,30 +948,28 @@ class World {
       auto& last = link_last_[{from, to}];
       if (!(faulty && o_.faults.reorder)) at = std::max(at, last);
       last = std::max(last, at);
-      net_.push_back(Packet{at, seq_++, from, to, s.message});
+      const uint64_t seq = seq_++;
+      net_.emplace(std::make_pair(at, seq), Packet{at, seq, from, to, s.message});
     }
   }
 
+  // Messages due by now, in the order they arrive (time, then sending order).
   void deliver() {
-    std::stable_sort(net_.begin(), net_.end(), [](const Packet& a, const Packet& b) {
-      return std::tie(a.at, a.seq) < std::tie(b.at, b.seq);
-    });
-    std::vector<Packet> keep;
-    for (auto& p : net_) {
-      if (p.at > now_) {
-        keep.push_back(std::move(p));
+    for (auto it = net_.begin(); it != net_.end() && it->first.first <= now_;) {
+      const Packet& p = it->second;
+      Agent& a = nodes_[p.to].agent;
+      if (!a.alive) {  // the connection is gone with the process
+        it = net_.erase(it);
         continue;
       }
-      Agent& a = nodes_[p.to].agent;
-      if (!a.alive) continue;       // the connection is gone with the process
       if (a.paused_until > now_) {  // it waits in the socket
-        keep.push_back(std::move(p));
+        ++it;
         continue;
       }
       a.agg->receive(p.message, now_);
       a.cluster_woken = true;
+      it = net_.erase(it);
     }
-    net_ = std::move(keep);
   }
 
   size_t index_of(const std::string& name) const {
@@ -984,6 +1030,7 @@ class World {
         }
         if (!s.nacking && chance(per_tick(f.nack_per_s))) {
           s.nacking = true;
+          a.board_dirty = true;  // a holdout's reason
           s.nack_until = now_ + upto(f.nacking_max);
           ++report_.faults["subscriber nacking"];
         }
@@ -1058,7 +1105,10 @@ class World {
       if (!a.alive && a.down_until <= now_ && auto_restart_) restart(i);
       for (auto& s : nodes_[i].subs) {
         if (!s.wants && s.back_at <= now_) s.wants = true;
-        if (s.nacking && s.nack_until <= now_) s.nacking = false;
+        if (s.nacking && s.nack_until <= now_) {
+          s.nacking = false;
+          a.board_dirty = true;
+        }
       }
     }
     for (auto it = churned_.begin(); it != churned_.end();) {
@@ -1095,6 +1145,7 @@ class World {
         s.wants = true;
         s.nacking = false;
       }
+      nodes_[i].agent.board_dirty = true;
     }
     for (auto& [i, _] : churned_) nodes_[i].in_api = true;
     churned_.clear();
@@ -1224,6 +1275,7 @@ class World {
         e.connected = false;
         e.disconnected_at = now_;
       }
+    a.board_dirty = true;
     trace("kill agent " + nodes_[i].name);
     // A crash restarts the container in its pod, whose endpoint stays in the agents' Service
     // (not ready: the EndpointSlice controller lists a pod until it is deleted). In a fifth of
@@ -1242,6 +1294,7 @@ class World {
   void set_ttl(milliseconds ttl) {
     ttl_ = ttl;
     max_ttl_ = std::max(max_ttl_, ttl);  // the DNS sink keeps the larger (dns/sink.cc)
+    for (auto& n : nodes_) n.agent.board_dirty = true;
   }
 
   Options o_;
@@ -1264,7 +1317,7 @@ class World {
   };
   std::vector<CachedAnswer> dns_cache_;
   milliseconds ttl_{0}, max_ttl_{0};
-  std::vector<Packet> net_;
+  std::map<std::pair<TimePoint, uint64_t>, Packet> net_;  // by arrival, then sending order
   struct Ask {
     size_t from, to;
     uint64_t incarnation;
@@ -1392,6 +1445,7 @@ void Scenario::reconnect(size_t node, size_t sub) {
 }
 void Scenario::nack(size_t node, size_t sub, bool on) {
   world_->nodes_[node].subs[sub].nacking = on;
+  world_->nodes_[node].agent.board_dirty = true;
   world_->nodes_[node].subs[sub].nack_until = TimePoint::max();
 }
 void Scenario::set_ttl(milliseconds ttl) {
