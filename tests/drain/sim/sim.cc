@@ -3,6 +3,7 @@
 #include "tests/drain/sim/sim.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <tuple>
@@ -139,6 +140,7 @@ struct Agent {
   // aggregator's next deadline (drain/cluster.cc). Stepping the same way exercises those
   // deadlines, and a loop that would sleep costs nothing.
   bool drain_woken = true, cluster_woken = true;
+  TimePoint cluster_due{};  // the aggregator's next deadline, as of its last poll
   std::vector<BoardMark> last_board;
   TimePoint marks_due{};  // the DNS answers' next expiry (LocalMarks::update's wake)
   std::set<model::IpAddr> local_fallback;
@@ -597,9 +599,12 @@ class World {
       a.cluster_woken = a.drain_woken = true;
     }
     // The cluster loop.
-    if (a.cluster_woken || now_ >= a.agg->next_deadline()) {
+    if (a.cluster_woken || now_ >= a.cluster_due) {
       a.cluster_woken = false;
       for (auto& s : a.agg->poll(now_)) send(i, std::move(s));
+      // Whatever changes the aggregator after this (a message, the local watermark, members)
+      // wakes the loop again, so its deadline holds until then.
+      a.cluster_due = a.agg->next_deadline();
       a.drain_woken = true;  // the cluster's view may have moved
     }
     // Deleted Nodes held as members go once their agent has been silent past the bound.
@@ -980,7 +985,15 @@ class World {
 
   // ---- time and faults ----------------------------------------------------------------------
 
-  bool chance(double p) { return p > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
+  // A draw in [0, 1): the value std::uniform_real_distribution<double>(0, 1) gives for the same
+  // draw of the engine (libstdc++'s generate_canonical: one 64-bit draw over 2^64, kept below
+  // 1), without the long-double logarithms it takes on every call.
+  bool chance(double p) {
+    if (p <= 0) return false;
+    double u = static_cast<double>(rng_()) * 0x1p-64;
+    if (u >= 1.0) u = std::nextafter(1.0, 0.0);
+    return u < p;
+  }
   size_t pick(size_t n) { return static_cast<size_t>(rng_() % n); }
   size_t pick_in_api() {
     std::vector<size_t> in;
