@@ -141,6 +141,8 @@ struct Agent {
   // deadlines, and a loop that would sleep costs nothing.
   bool drain_woken = true, cluster_woken = true;
   TimePoint cluster_due{};  // the aggregator's next deadline, as of its last poll
+  uint64_t seen_cluster = 0;  // the cluster watermark and excluded list the cluster loop last saw
+  std::set<std::string> seen_excluded;
   std::vector<BoardMark> last_board;
   TimePoint marks_due{};  // the DNS answers' next expiry (LocalMarks::update's wake)
   std::set<model::IpAddr> local_fallback;
@@ -605,7 +607,13 @@ class World {
       // Whatever changes the aggregator after this (a message, the local watermark, members)
       // wakes the loop again, so its deadline holds until then.
       a.cluster_due = a.agg->next_deadline();
-      a.drain_woken = true;  // the cluster's view may have moved
+      // The drain loop wakes when the cluster watermark or the excluded list moved since the
+      // cluster loop last looked (drain/cluster.cc's on_change), a message's doing included.
+      if (a.agg->cluster_watermark() != a.seen_cluster || a.agg->excluded() != a.seen_excluded) {
+        a.seen_cluster = a.agg->cluster_watermark();
+        a.seen_excluded = a.agg->excluded();
+        a.drain_woken = true;
+      }
     }
     // Deleted Nodes held as members go once their agent has been silent past the bound.
     auto expiry = a.deleted.next_expiry();
