@@ -2,6 +2,8 @@
 // Nothing here may call model/routing.h (drain_sim_oracle_independent checks the object file).
 #include "tests/drain/sim/oracle.h"
 
+#include <optional>
+
 #include "dns/message.h"
 #include "dns/zone.h"
 #include "endpointd/v1/feed.pb.h"
@@ -64,10 +66,28 @@ std::string context_key(const model::Snapshot& snap, const std::string& node) {
   return k;
 }
 
+// The service a name of the cluster zone names: <service>.<namespace>.svc.<zone>.
+std::optional<model::ServiceKey> service_of_name(std::string_view name) {
+  std::vector<std::string_view> labels;
+  while (!name.empty()) {
+    size_t dot = name.find('.');
+    labels.push_back(name.substr(0, dot));
+    if (dot == std::string_view::npos) break;
+    name.remove_prefix(dot + 1);
+  }
+  if (labels.size() < 4 || labels[2] != "svc") return std::nullopt;
+  return model::ServiceKey{std::string(labels[1]), std::string(labels[0])};
+}
+
 }  // namespace
 
 bool Oracle::kernel_routes(const model::Snapshot& snap, const std::string& node,
                            const model::IpAddr& ip) {
+  return kernel_targets(snap, node).count(ip) > 0;
+}
+
+const std::set<model::IpAddr>& Oracle::kernel_targets(const model::Snapshot& snap,
+                                                      const std::string& node) {
   auto key = std::make_pair(services_key(snap, nullptr), context_key(snap, node));
   auto it = kernel_.find(key);
   if (it == kernel_.end()) {
@@ -91,7 +111,7 @@ bool Oracle::kernel_routes(const model::Snapshot& snap, const std::string& node,
     for (auto f : p.planner->families()) dnat_targets(p.planner->table(f), k.targets);
     it = kernel_.emplace(std::move(key), std::move(k)).first;
   }
-  return it->second.targets.count(ip) > 0;
+  return it->second.targets;
 }
 
 Oracle::FeedHold Oracle::feed_holds(const model::Snapshot& snap, const model::IpAddr& ip) {
@@ -157,18 +177,31 @@ Oracle::Feed Oracle::encode(const model::ServiceState& svc) {
 
 const std::vector<model::IpAddr>& Oracle::dns_answer(const model::Snapshot& snap,
                                                      std::string_view name, bool aaaa) {
+  // A service's name: only that service's records answer it.
+  const model::Snapshot* from = &snap;
+  std::shared_ptr<model::Snapshot> one;
+  if (auto svc = service_of_name(name)) {
+    one = std::make_shared<model::Snapshot>();
+    one->generation = snap.generation;
+    one->slice_revision = snap.slice_revision;
+    one->synced = snap.synced;
+    std::vector<model::ServiceStatePtr> only;
+    if (auto st = snap.find_ptr(*svc)) only.push_back(std::move(st));
+    one->services = model::ServiceList(std::move(only));
+    from = one.get();
+  }
   auto key =
-      std::make_pair(services_key(snap, nullptr), std::string(name) + (aaaa ? "/AAAA" : "/A"));
+      std::make_pair(services_key(*from, nullptr), std::string(name) + (aaaa ? "/AAAA" : "/A"));
   auto it = dns_.find(key);
   if (it != dns_.end()) return it->second.addresses;
   if (dns_.size() >= kCacheMax) dns_.clear();
   ++builds_;
   Answer out;
-  services_key(snap, &out.keep);
+  services_key(*from, &out.keep);
   // One builder for every snapshot asked about: it diffs from the one it applied last, as the
   // DNS sink's does.
   if (!zones_) zones_ = std::make_unique<dns::ZoneBuilder>(dns::ZoneOptions{});
-  auto zone = zones_->apply(std::make_shared<model::Snapshot>(snap));
+  auto zone = zones_->apply(one ? one : std::make_shared<model::Snapshot>(snap));
   if (auto qname = dns::name_from_text(name)) {
     dns::lowercase_name({qname->bytes.data(), qname->len});
     auto r = zone->lookup(*qname, aaaa ? dns::type::kAAAA : dns::type::kA);

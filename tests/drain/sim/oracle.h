@@ -43,6 +43,10 @@ class Oracle {
   ~Oracle();
   // Whether the kernel of `node` programmed with `snap` DNATs new connections to `ip`.
   bool kernel_routes(const model::Snapshot& snap, const std::string& node, const model::IpAddr& ip);
+  // Every address the kernel of `node` programmed with `snap` DNATs new connections to (valid
+  // until the next call).
+  const std::set<model::IpAddr>& kernel_targets(const model::Snapshot& snap,
+                                                const std::string& node);
 
   // What a feed subscriber whose last accepted state is `snap` may do with `ip`.
   struct FeedHold {
@@ -58,7 +62,9 @@ class Oracle {
   FeedHold feed_holds(const model::Snapshot& snap, const model::IpAddr& ip);
 
   // The addresses of the A (or AAAA) answer DNS built from `snap` gives for `name`, in the
-  // order of its records; empty when it answers anything else.
+  // order of its records; empty when it answers anything else. A name of a service
+  // (<service>.<namespace>.svc.…) is answered by a zone of that service alone: the others
+  // cannot change its records, and most of a world's changes leave it as it was.
   const std::vector<model::IpAddr>& dns_answer(const model::Snapshot& snap, std::string_view name,
                                                bool aaaa = false);
 

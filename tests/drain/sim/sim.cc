@@ -140,7 +140,7 @@ struct Agent {
   // aggregator's next deadline (drain/cluster.cc). Stepping the same way exercises those
   // deadlines, and a loop that would sleep costs nothing.
   bool drain_woken = true, cluster_woken = true;
-  TimePoint cluster_due{};  // the aggregator's next deadline, as of its last poll
+  TimePoint cluster_due{};    // the aggregator's next deadline, as of its last poll
   uint64_t seen_cluster = 0;  // the cluster watermark and excluded list the cluster loop last saw
   std::set<std::string> seen_excluded;
   std::vector<BoardMark> last_board;
@@ -161,8 +161,10 @@ struct Agent {
 struct NodeRec {
   std::string name, address;
   bool in_api = true;
-  model::SnapshotPtr kernel;  // what its kernel routes by: outlives its agent
-  Members kept;               // the members its agent waited for, as --drain-state-file keeps them
+  model::SnapshotPtr kernel;        // what its kernel routes by: outlives its agent
+  model::SnapshotPtr targets_of;    // the kernel state `targets` was read from
+  std::set<model::IpAddr> targets;  // what that state DNATs to (the oracle's reading)
+  Members kept;  // the members its agent waited for, as --drain-state-file keeps them
   std::set<std::string> agents_seen;  // nodes its agent saw running an agent (the same file)
   bool in_agents_service = true;      // its agent's endpoint in the agents' Service
   TimePoint agents_service_at{};      // when that changes next (the EndpointSlice controller)
@@ -879,8 +881,8 @@ class World {
       }
       what += " " + who + " (revision " + std::to_string(st->generation) + ")";
     };
-    for (const auto& n : nodes_) {
-      const bool kernel = n.kernel && oracle_.kernel_routes(*n.kernel, n.name, ip);
+    for (auto& n : nodes_) {
+      const bool kernel = n.kernel && kernel_targets(n).count(ip) > 0;
       std::vector<Oracle::FeedHold> held;
       for (const auto& s : n.subs) {
         held.push_back(s.acked ? oracle_.feed_holds(*s.acked, ip) : Oracle::FeedHold{});
@@ -936,6 +938,15 @@ class World {
       report_.safety.push_back({"released " + pod.name + " " + pod.ip + " as confirmed by " +
                                     nodes_[i].name + " while routed by:" + what,
                                 elapsed()});
+  }
+
+  // What a node's kernel DNATs to, read by the oracle once per state it holds.
+  const std::set<model::IpAddr>& kernel_targets(NodeRec& n) {
+    if (n.targets_of != n.kernel) {
+      n.targets = oracle_.kernel_targets(*n.kernel, n.name);
+      n.targets_of = n.kernel;
+    }
+    return n.targets;
   }
 
   PodRec* find_pod(const std::string& name) {
