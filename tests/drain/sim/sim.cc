@@ -41,6 +41,7 @@ struct PodRec {
   TimePoint terminated_at{};
   bool liveness = false;  // started in the fault-free tail: must release confirmed in time
   bool settled = false;   // released, failed, or past its grace
+  model::PodPtr object;   // as the API shows it (made again when `terminating` changes)
 };
 
 // A proxy subscribed to one node's feed, and what it routes by: its last accepted config.
@@ -170,6 +171,7 @@ struct NodeRec {
   TimePoint agents_service_at{};      // when that changes next (the EndpointSlice controller)
   std::vector<Sub> subs;
   Agent agent;
+  model::NodePtr object;  // its Node as the API shows it
 };
 
 struct Packet {
@@ -304,24 +306,31 @@ class World {
     for (auto& st : changed) st->revision = slice_rev_;
     s->slice_revision = slice_rev_;
     s->services = model::ServiceList(std::move(services));
-    for (const auto& n : nodes_) {
+    // The objects that did not change are the ones the last state had, as the store keeps them.
+    for (auto& n : nodes_) {
       if (!n.in_api) continue;
-      auto node = std::make_shared<model::Node>();
-      node->name = n.name;
-      node->addresses = {{"InternalIP", n.address}};
-      s->nodes.push_back(node);
+      if (!n.object) {
+        auto node = std::make_shared<model::Node>();
+        node->name = n.name;
+        node->addresses = {{"InternalIP", n.address}};
+        n.object = std::move(node);
+      }
+      s->nodes.push_back(n.object);
     }
-    for (const auto& p : pods_) {
+    for (auto& p : pods_) {
       if (!p.exists) continue;
-      auto pod = std::make_shared<model::Pod>();
-      pod->key = {"demo", p.name};
-      pod->uid = "uid-" + p.name;
-      pod->node_name = nodes_[p.node].name;
-      pod->pod_ips = {*model::IpAddr::parse(p.ip)};
-      pod->terminating = p.terminating;
-      pod->termination_grace_period_seconds = 10;
-      pod->annotations[kReleaseAfterAnnotation] = "removed";
-      s->pods.push_back(pod);
+      if (!p.object || p.object->terminating != p.terminating) {
+        auto pod = std::make_shared<model::Pod>();
+        pod->key = {"demo", p.name};
+        pod->uid = "uid-" + p.name;
+        pod->node_name = nodes_[p.node].name;
+        pod->pod_ips = {*model::IpAddr::parse(p.ip)};
+        pod->terminating = p.terminating;
+        pod->termination_grace_period_seconds = 10;
+        pod->annotations[kReleaseAfterAnnotation] = "removed";
+        p.object = std::move(pod);
+      }
+      s->pods.push_back(p.object);
     }
     std::sort(s->pods.begin(), s->pods.end(),
               [](const auto& a, const auto& b) { return a->key < b->key; });
