@@ -698,13 +698,12 @@ class World {
     auto old = [&](const auto& e) { return e.second + 2 * max_ttl_ < now_; };
     std::erase_if(a.served, old);
     std::erase_if(a.departed, old);
-    auto next = std::make_shared<pipeline::AnswerExpiry>();
-    next->until.insert(a.departed.begin(), a.departed.end());
+    // What it would publish, made in a reused list (most looks find it unchanged).
+    auto& next = answers_scratch_;
+    next.assign(a.departed.begin(), a.departed.end());
     auto candidate = [&](const model::IpAddr& address) {
       auto it = a.served.find(address);
-      if (it == a.served.end()) return;
-      auto& u = next->until[address];
-      u = std::max(u, it->second);
+      if (it != a.served.end()) next.emplace_back(address, it->second);
     };
     for (const auto& st : a.dns->services)
       for (const auto& e : st->endpoints)
@@ -712,9 +711,25 @@ class World {
     for (const auto& p : a.dns->pods)
       if (p->terminating)
         for (const auto& address : p->pod_ips) candidate(address);
-    if (next->until == a.answers->until) return;
-    next->as_of = now_;
-    a.answers = std::move(next);
+    // One entry an address, its latest expiry.
+    std::sort(next.begin(), next.end());
+    size_t out = 0;
+    for (size_t k = 0; k < next.size(); ++k) {
+      if (out > 0 && next[out - 1].first == next[k].first)
+        next[out - 1].second = std::max(next[out - 1].second, next[k].second);
+      else
+        next[out++] = next[k];
+    }
+    next.resize(out);
+    if (std::equal(next.begin(), next.end(), a.answers->until.begin(), a.answers->until.end(),
+                   [](const auto& x, const auto& y) {
+                     return x.first == y.first && x.second == y.second;
+                   }))
+      return;
+    auto fresh = std::make_shared<pipeline::AnswerExpiry>();
+    fresh->until.insert(next.begin(), next.end());
+    fresh->as_of = now_;
+    a.answers = std::move(fresh);
     a.board_dirty = true;
   }
 
@@ -778,7 +793,7 @@ class World {
 
   void call_prestops(size_t i) {
     Agent& a = nodes_[i].agent;
-    if (!running(i) || !a.snap) return;
+    if (!prestops_pending_ || !running(i) || !a.snap) return;
     for (auto& p : pods_) {
       if (!p.exists || !p.terminating || p.settled || p.node != i || a.waiters.count(p.name))
         continue;
@@ -1218,6 +1233,7 @@ class World {
 
   void terminate_pod(PodRec& p, bool liveness) {
     p.terminating = true;
+    prestops_pending_ = true;
     p.terminated_at = now_;
     p.liveness = liveness;
     trace("terminate " + p.name + " " + p.ip + " on " + nodes_[p.node].name);
@@ -1254,6 +1270,8 @@ class World {
     // Pods gone are looked up by name only (settle_waiters), and find none: keeping them made
     // every tick of a long horizon walk every pod it ever had.
     std::erase_if(pods_, [](const PodRec& p) { return !p.exists; });
+    prestops_pending_ = std::any_of(pods_.begin(), pods_.end(),
+                                    [](const PodRec& p) { return p.terminating && !p.settled; });
     now_ += o_.tick;
   }
 
@@ -1357,6 +1375,7 @@ class World {
     size_t node = 0;
   };
   std::vector<CachedAnswer> dns_cache_;
+  std::vector<std::pair<model::IpAddr, TimePoint>> answers_scratch_;  // publish_answers'
   milliseconds ttl_{0}, max_ttl_{0};
   std::map<std::pair<TimePoint, uint64_t>, Packet> net_;  // by arrival, then sending order
   struct Ask {
@@ -1376,6 +1395,7 @@ class World {
   TimePoint now_ = TimePoint{} + 1h;
   TimePoint start_ = TimePoint{} + 1h;
   bool faults_on_ = false, auto_restart_ = false, tracing_ = false;
+  bool prestops_pending_ = false;  // a terminating pod not settled (the kubelet calls prestop)
   std::map<std::string, std::string> outcomes_;
   std::map<std::string, milliseconds> released_after_;
   std::map<std::string, std::vector<std::string>> unconfirmed_;
