@@ -83,6 +83,9 @@ struct Daemon::Impl {
   // Without the nftables dataplane, drain/ still counts flows in conntrack.
   std::unique_ptr<proxy::Conntrack> own_conntrack;
   std::unique_ptr<ConntrackFlows> flows;
+  // New connections to this node's terminating pods (observed removal); null when connection
+  // tracking's events cannot be read here.
+  std::unique_ptr<ConntrackNewFlows> new_flows;
   std::unique_ptr<drain::Coordinator> drain;
   // What this node keeps for drains across restarts (--drain-state-file; in memory without).
   std::unique_ptr<drain::NodeStateFile> node_state;
@@ -436,6 +439,17 @@ Status Daemon::Impl::start_drain() {
     conntrack = own_conntrack.get();
   }
   flows = std::make_unique<ConntrackFlows>(conntrack);
+  // Observed removal: whoever still opens connections to a pod after its removal is named on
+  // its drain (drain/late.h). Without ctnetlink events here, said once and left out.
+  if (auto watch = proxy::NewFlowWatch::open(); watch) {
+    new_flows = std::make_unique<ConntrackNewFlows>(std::move(*watch));
+    co.new_flows = new_flows.get();
+  } else {
+    spdlog::warn(
+        "drain: new connections to terminating pods are not observed (late senders go "
+        "unnamed): {}",
+        watch.error());
+  }
   drain = std::make_unique<drain::Coordinator>(&board, flows.get(), co);
   if (auto st = drain->start(); !st) return prefixed("drain", st.error());
   loop->on_publish([d = drain.get()](const model::SnapshotPtr& s) { d->on_snapshot(s); });

@@ -38,6 +38,7 @@ struct Coordinator::Metrics {
   prometheus::Counter* address_conflicts;
   prometheus::Counter* address_reused;
   prometheus::Gauge* active;
+  prometheus::Family<prometheus::Counter>* late;
 
   explicit Metrics(prometheus::Registry* r) {
     if (!r) {
@@ -106,6 +107,13 @@ struct Coordinator::Metrics {
     routed_again = counter("endpointd_drain_routed_again_total",
                            "Terminating endpoints that became routable again during their drain "
                            "(the terminating fallback): their removal is confirmed anew");
+    late = &prometheus::BuildCounter()
+                .Name("endpointd_drain_late_connections_total")
+                .Help(
+                    "New connections to a terminating pod of this node after its removal was "
+                    "confirmed, by the kind of their source (pod, node, external) and whether they "
+                    "came before or after its release")
+                .Register(*r);
     active = &prometheus::BuildGauge()
                   .Name("endpointd_drain_active")
                   .Help("Drains in progress")
@@ -132,7 +140,8 @@ Coordinator::Coordinator(pipeline::AckBoard* board, Flows* flows, CoordinatorOpt
       opts_(std::move(opts)),
       metrics_(std::make_unique<Metrics>(opts_.registry)),
       machine_(opts_.machine),
-      deleted_(opts_.deleted_node_hold) {
+      deleted_(opts_.deleted_node_hold),
+      late_(opts_.late_window) {
   // The nodes an earlier process of this node's agent saw running an agent stay members.
   if (opts_.node_state) {
     NodeState loaded = opts_.node_state->loaded();
@@ -309,7 +318,11 @@ void Coordinator::update_watermark(const std::vector<pipeline::AckBoard::Entry>&
 
 std::string Coordinator::drains_json() const {
   std::lock_guard lock(mu_);
-  return drain::drains_json(machine_, Clock::now(), std::chrono::system_clock::now());
+  return drain::drains_json(machine_, Clock::now(), std::chrono::system_clock::now(),
+                            [&](const Drain& d) {
+                              const auto* r = late_.record(d.pod_uid);
+                              return r ? ",\"late\":" + late_json(*r) : std::string();
+                            });
 }
 
 Counters Coordinator::counters() const {
@@ -398,6 +411,11 @@ void Coordinator::record(const std::vector<Transition>& ts) {
                  std::chrono::duration<double, std::milli>(t.stage_duration).count());
     if (t.to != Stage::kReleased || it == machine_.drains().end()) continue;
     const Drain& d = it->second;
+    if (const auto* r = late_.record(d.pod_uid); r && !r->late.empty())
+      spdlog::warn(
+          "drain: {} (pod {}): its removal was confirmed, yet {} new connection(s) reached it "
+          "after that, from: {}",
+          t.ip.str(), pod, r->late.total(), r->late.summary());
     if (d.unconfirmed.empty()) {
       spdlog::info("drain: {} (pod {}) released, confirmed: nothing routes to it", t.ip.str(), pod);
       continue;
@@ -559,6 +577,7 @@ void Coordinator::run() {
     in.consumers = std::move(entries);
     in.flows = std::move(flows);
     auto ts = machine_.evaluate(in);
+    observe_late(Clock::now());
     record(ts);
     state_version_.fetch_add(1, std::memory_order_release);
     changed_.notify_all();
@@ -575,10 +594,49 @@ void Coordinator::run() {
     if (polling) next = std::min(next, Clock::now() + opts_.conntrack_poll);
     if (auto t = deleted_.next_expiry()) next = std::min(next, *t);
     next = std::min(next, wake_dns);
+    // New connections are looked at while an address is watched (they wake nothing).
+    if (!late_watched_.empty()) next = std::min(next, Clock::now() + kLatePoll);
     // Everything that moves a drain now wakes the loop itself; a deadline already behind is a
     // state the machine waits in without acting (a bug): looked at again no sooner than this,
     // rather than at once, over and over.
     next = std::max(next, Clock::now() + kMinDeadlineWait);
+  }
+}
+
+void Coordinator::observe_late(TimePoint now) {
+  if (!opts_.new_flows) return;
+  std::vector<LateWatch::Pod> pods;
+  for (const auto& [key, d] : machine_.drains()) {
+    // A hostNetwork pod's address is its node's: every connection to the node would count.
+    if (d.shared_address || d.pod_uid.empty()) continue;
+    pods.push_back({d.ip, d.pod_uid, d.pod.str(), d.removed, d.released});
+  }
+  late_.update(pods, opts_.machine.node_name, latest_.get(), now);
+  late_.observe(opts_.new_flows->take(), latest_.get());
+  if (auto addresses = late_.addresses(); addresses != late_watched_) {
+    if (auto st = opts_.new_flows->watch(addresses); !st)
+      spdlog::warn("drain: cannot watch new connections to terminating pods: {}", st.error());
+    late_watched_ = std::move(addresses);
+  }
+  const auto& s = late_.stats();
+  static const char* const kKinds[] = {"pod", "node", "external"};
+  for (int k = 0; k < 3; ++k) {
+    auto bump = [&](uint64_t now_count, uint64_t& counted, const char* when) {
+      if (now_count > counted)
+        metrics_->late->Add({{"source", kKinds[k]}, {"when", when}})
+            .Increment(static_cast<double>(now_count - counted));
+      counted = now_count;
+    };
+    bump(s.late[k], late_counted_.late[k], "before_release");
+    bump(s.after_release[k], late_counted_.after_release[k], "after_release");
+  }
+  for (const auto& r : late_.take_finished(now)) {
+    if (r.after_release.empty()) continue;
+    spdlog::warn(
+        "drain: {} (pod {}) was released, then {} new connection(s) reached it within {} ms, "
+        "from: {}",
+        r.pod.ip.str(), r.pod.name, r.after_release.total(), opts_.late_window.count(),
+        r.after_release.summary());
   }
 }
 

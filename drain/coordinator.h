@@ -64,6 +64,11 @@ struct CoordinatorOptions {
   // machine.members_service, the nodes seen running an agent are loaded from it and added to
   // it, so a restart cannot forget a node whose agent is out of the Service now. Null: none.
   NodeStateFile* node_state = nullptr;
+  // New connections to this node's terminating pods (observed removal, drain/late.h): the late
+  // senders after a removal, shown on the drain and counted. Null: not observed.
+  NewFlows* new_flows = nullptr;
+  // How long a released pod's address is still watched (or until another pod holds it).
+  milliseconds late_window{5000};
 };
 
 class Coordinator {
@@ -134,6 +139,8 @@ class Coordinator {
   void peer_worker();
   void wake();
   void record(const std::vector<Transition>& ts);
+  // Under mu_: the late-sender watch brought to the drains and fed what was seen (late.h).
+  void observe_late(TimePoint now);
   // Hands cluster_ the members (drain/members.h).
   void update_members(Members current, TimePoint now);
   // Under mu_: the cluster watermark's members and this agent's own watermark from the board.
@@ -148,6 +155,7 @@ class Coordinator {
   mutable std::mutex mu_;
   std::atomic<uint64_t> state_version_{0};
   static constexpr std::chrono::milliseconds kMinDeadlineWait{5};
+  static constexpr std::chrono::milliseconds kLatePoll{100};
   mutable std::condition_variable cv_;  // work for run()
   // Work for the peer workers: their own, so that a snapshot (cv_, several a second under
   // churn) does not wake every one of them to find nothing to do.
@@ -171,6 +179,9 @@ class Coordinator {
   // been silent past the bound (drain/members.h).
   DeletedNodes deleted_{std::chrono::seconds(30)};
   Members from_nodes_;  // the members the Node list (and the agents' Service) give
+  LateWatch late_;      // new connections to this node's drains (opts_.new_flows)
+  std::set<model::IpAddr> late_watched_;  // the addresses new_flows watches
+  LateWatch::Stats late_counted_;         // what the metric has been given of late_.stats()
   // Where cluster_'s members came from: the Node objects, or the agents' Service's state.
   std::vector<model::NodePtr> member_nodes_;
   model::SnapshotPtr members_snap_;  // the snapshot the members were last made from

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "model/json.h"
+
 namespace endpointd::drain {
 
 const char* Source::kind_label() const {
@@ -71,19 +73,21 @@ Source attribute(const model::Snapshot& snap, const model::IpAddr& src) {
   return s;
 }
 
-void LateSenders::add(const model::IpAddr& src, TimePoint at, const std::function<Source()>& who) {
+Source::Kind LateSenders::add(const model::IpAddr& src, TimePoint at,
+                              const std::function<Source()>& who) {
   ++total_;
   for (auto& e : entries_) {
     if (e.source.address != src) continue;
     ++e.count;
     e.last = std::max(e.last, at);
-    return;
+    return e.source.kind;
   }
   if (entries_.size() >= kMaxSources) {
     ++others_;
-    return;
+    return who().kind;
   }
   entries_.push_back(Entry{who(), 1, at, at});
+  return entries_.back().source.kind;
 }
 
 std::string LateSenders::summary() const {
@@ -160,9 +164,9 @@ void LateWatch::observe(const std::vector<SeenFlow>& flows, const model::Snapsho
     if (!to->pod.removed || f.at < *to->pod.removed)
       ++to->before_removal;
     else if (!to->pod.released || f.at < *to->pod.released)
-      to->late.add(f.src, f.at, who);
+      ++stats_.late[static_cast<int>(to->late.add(f.src, f.at, who))];
     else
-      to->after_release.add(f.src, f.at, who);
+      ++stats_.after_release[static_cast<int>(to->after_release.add(f.src, f.at, who))];
   }
 }
 
@@ -182,6 +186,31 @@ std::vector<LateWatch::Record> LateWatch::take_finished(TimePoint now) {
     }
   }
   return out;
+}
+
+namespace {
+
+std::string senders_json(const LateSenders& l) {
+  std::string j = "{\"total\":" + std::to_string(l.total()) +
+                  ",\"others\":" + std::to_string(l.others()) + ",\"senders\":[";
+  bool first = true;
+  for (const auto& e : l.entries()) {
+    j += std::string(first ? "" : ",") + "{\"source\":\"" + e.source.kind_label() +
+         "\",\"name\":" + model::json_string(e.source.name) +
+         ",\"node\":" + model::json_string(e.source.node) +
+         ",\"address\":" + model::json_string(e.source.address.str()) +
+         ",\"count\":" + std::to_string(e.count) + "}";
+    first = false;
+  }
+  return j + "]}";
+}
+
+}  // namespace
+
+std::string late_json(const LateWatch::Record& r) {
+  return "{\"before_removal\":" + std::to_string(r.before_removal) +
+         ",\"after_removal\":" + senders_json(r.late) +
+         ",\"after_release\":" + senders_json(r.after_release) + "}";
 }
 
 }  // namespace endpointd::drain

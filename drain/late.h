@@ -55,9 +55,10 @@ class LateSenders {
     uint64_t count = 0;
     TimePoint first{}, last{};
   };
-  // A new connection from `src`. `who` names a source not kept yet (attribution looks through
-  // the state, so it is asked once a source, not once a connection).
-  void add(const model::IpAddr& src, TimePoint at, const std::function<Source()>& who);
+  // A new connection from `src`; returns the kind of its source. `who` names a source not kept
+  // yet (attribution looks through the state, so it is asked once a kept source, and once a
+  // connection only for sources past the bound).
+  Source::Kind add(const model::IpAddr& src, TimePoint at, const std::function<Source()>& who);
   const std::vector<Entry>& entries() const { return entries_; }
   uint64_t total() const { return total_; }
   uint64_t others() const { return others_; }
@@ -89,16 +90,16 @@ class LateWatch {
   // One drain as the coordinator sees it at a pass.
   struct Pod {
     model::IpAddr ip;
-    std::string uid;  // a drain belongs to one pod
-    std::string name;  // "namespace/name", for what is shown
+    std::string uid;                    // a drain belongs to one pod
+    std::string name;                   // "namespace/name", for what is shown
     std::optional<TimePoint> removed;   // its removal confirmed
     std::optional<TimePoint> released;  // its prestop answered
   };
   struct Record {
     Pod pod;
-    uint64_t before_removal = 0;  // new connections while it was being removed (expected)
-    LateSenders late;             // after its removal was confirmed, before its release
-    LateSenders after_release;    // in the window after the release
+    uint64_t before_removal = 0;         // new connections while it was being removed (expected)
+    LateSenders late;                    // after its removal was confirmed, before its release
+    LateSenders after_release;           // in the window after the release
     TimePoint until = TimePoint::max();  // when the watch of its address ends
   };
 
@@ -122,6 +123,10 @@ class LateWatch {
   struct Stats {
     uint64_t flows = 0;      // connections observed
     uint64_t unwatched = 0;  // to an address no record watched at that moment
+    // Late connections by the kind of their source (Source::Kind's order): after a removal,
+    // before and after the release.
+    uint64_t late[3] = {0, 0, 0};
+    uint64_t after_release[3] = {0, 0, 0};
   };
   const Stats& stats() const { return stats_; }
 
@@ -130,5 +135,10 @@ class LateWatch {
   std::map<std::string, Record> records_;  // by pod UID
   Stats stats_;
 };
+
+// /debug/state's `late` of a drain: {"before_removal":N,"after_removal":{…},"after_release":{…}},
+// each {"total":N,"others":N,"senders":[{"source":"pod","name":…,"node":…,"address":…,
+// "count":N}]}.
+std::string late_json(const LateWatch::Record& r);
 
 }  // namespace endpointd::drain

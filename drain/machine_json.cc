@@ -13,7 +13,8 @@ using internal::ms_since;
 using std::chrono::milliseconds;
 
 std::string drains_json(const Machine& m, TimePoint now,
-                        std::chrono::system_clock::time_point wall_now) {
+                        std::chrono::system_clock::time_point wall_now,
+                        const std::function<std::string(const Drain&)>& extra) {
   auto wall = [&](TimePoint t) {
     auto sys = wall_now + std::chrono::duration_cast<std::chrono::system_clock::duration>(t - now);
     return std::to_string(std::chrono::duration_cast<milliseconds>(sys.time_since_epoch()).count());
@@ -85,7 +86,7 @@ std::string drains_json(const Machine& m, TimePoint now,
     j += un + "],\"notes\":[";
     std::string n;
     for (const auto& s : d.notes) n += (n.empty() ? "" : ",") + model::json_string(s);
-    return j + n + "]}";
+    return j + n + "]" + (extra ? extra(d) : std::string()) + "}";
   };
   std::string out = "[";
   bool first = true;

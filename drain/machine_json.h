@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include "drain/machine.h"
@@ -12,7 +13,9 @@ namespace endpointd::drain {
 // A JSON array of every drain, finished ones first. `now` is the machine's steady time and
 // `wall_now` the wall clock at the same moment: together they turn steady times into
 // readable ones.
+// `extra`: more members for a drain's object (",\"late\":{…}"), or empty.
 std::string drains_json(const Machine& m, TimePoint now,
-                        std::chrono::system_clock::time_point wall_now);
+                        std::chrono::system_clock::time_point wall_now,
+                        const std::function<std::string(const Drain&)>& extra = {});
 
 }  // namespace endpointd::drain
