@@ -117,8 +117,10 @@ void LateWatch::update(const std::vector<Pod>& pods, const std::string& node,
   }
   // A drain gone from the list without a release (the pod deleted, the agent's drain erased):
   // its window starts now.
-  for (auto& [uid, r] : records_) {
+  for (auto& entry : records_) {
+    Record& r = entry.second;
     if (r.until != TimePoint::max()) continue;
+    const std::string& uid = entry.first;
     bool listed = std::any_of(pods.begin(), pods.end(), [&](const Pod& p) { return p.uid == uid; });
     if (!listed) r.until = now + window_;
   }

@@ -77,18 +77,16 @@ TEST(CoordinatorLate, ConnectionsAfterTheRemovalAreNamedOnTheDrainAndCounted) {
 
   // web-1 on node-a terminates; a client pod on node-b (whose Node is not listed: no peer to
   // wait for) still opens connections to it.
-  auto snap = std::const_pointer_cast<model::Snapshot>(
-      make_snapshot(2, {Ep{"10.244.1.10", "node-a", false, true, true, "web-1"}},
-                    {PodDef{"web-1", "10.244.1.10", "node-a", true},
-                     PodDef{"client", "10.244.2.7", "node-b"}}));
+  auto snap = std::const_pointer_cast<model::Snapshot>(make_snapshot(
+      2, {Ep{"10.244.1.10", "node-a", false, true, true, "web-1"}},
+      {PodDef{"web-1", "10.244.1.10", "node-a", true}, PodDef{"client", "10.244.2.7", "node-b"}}));
   std::erase_if(snap->nodes, [](const auto& n) { return n->name == "node-b"; });
   c.on_snapshot(snap);
 
   ASSERT_TRUE(eventually([&] { return flows.watched().count(ip("10.244.1.10")) > 0; }))
       << c.drains_json();
-  ASSERT_TRUE(eventually([&] {
-    return c.drains_json().find("\"removed\":") != std::string::npos;
-  })) << c.drains_json();
+  ASSERT_TRUE(eventually([&] { return c.drains_json().find("\"removed\":") != std::string::npos; }))
+      << c.drains_json();
 
   flows.arrive("10.244.2.7", "10.244.1.10");
   flows.arrive("10.244.2.7", "10.244.1.10");
