@@ -37,9 +37,10 @@ class FakeNewFlows final : public NewFlows {
     queue_.clear();
     return out;
   }
-  void arrive(const char* src, const char* dst) {
+  // Connections that arrive together: the coordinator takes all of them or none.
+  void arrive(const std::vector<std::pair<const char*, const char*>>& flows) {
     std::lock_guard lock(mu_);
-    queue_.push_back({ip(src), ip(dst), Clock::now()});
+    for (const auto& [src, dst] : flows) queue_.push_back({ip(src), ip(dst), Clock::now()});
   }
   std::set<model::IpAddr> watched() const {
     std::lock_guard lock(mu_);
@@ -88,10 +89,10 @@ TEST(CoordinatorLate, ConnectionsAfterTheRemovalAreNamedOnTheDrainAndCounted) {
   ASSERT_TRUE(eventually([&] { return c.drains_json().find("\"removed\":") != std::string::npos; }))
       << c.drains_json();
 
-  flows.arrive("10.244.2.7", "10.244.1.10");
-  flows.arrive("10.244.2.7", "10.244.1.10");
-  flows.arrive("192.168.77.2", "10.244.1.10");  // node-a itself (a hostNetwork client)
-  flows.arrive("10.244.2.7", "10.244.1.99");    // nobody's drain
+  flows.arrive({{"10.244.2.7", "10.244.1.10"},
+                {"10.244.2.7", "10.244.1.10"},
+                {"192.168.77.2", "10.244.1.10"},  // node-a itself (a hostNetwork client)
+                {"10.244.2.7", "10.244.1.99"}});  // nobody's drain
   std::string json;
   ASSERT_TRUE(eventually([&] {
     json = c.drains_json();
