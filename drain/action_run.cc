@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include "drain/action.h"
 
@@ -17,6 +18,11 @@ namespace endpointd::drain {
 namespace {
 Result<std::string> run_exec(const DrainAction& a, std::chrono::milliseconds timeout) {
   auto start = std::chrono::steady_clock::now();
+  // The child only makes system calls until exec (another thread of this process may hold the
+  // allocator's lock at the fork), so argv is made here.
+  std::vector<char*> argv;
+  for (const auto& w : a.argv) argv.push_back(const_cast<char*>(w.c_str()));
+  argv.push_back(nullptr);
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) return Error{std::string("pipe: ") + std::strerror(errno)};
   pid_t pid = ::fork();
@@ -26,9 +32,6 @@ Result<std::string> run_exec(const DrainAction& a, std::chrono::milliseconds tim
     return Error{std::string("fork: ") + std::strerror(errno)};
   }
   if (pid == 0) {
-    std::vector<char*> argv;
-    for (const auto& w : a.argv) argv.push_back(const_cast<char*>(w.c_str()));
-    argv.push_back(nullptr);
     ::execvp(argv[0], argv.data());
     int e = errno;
     [[maybe_unused]] auto n = ::write(pipefd[1], &e, sizeof e);

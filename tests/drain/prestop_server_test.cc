@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -62,17 +63,17 @@ size_t threads() {
   return n;
 }
 
-// Runs `fn` in a forked child and returns its exit code and what it wrote to `out`.
-std::pair<int, std::string> in_child(const std::function<int(std::string& out)>& fn) {
+// Runs `fn` in a forked child and returns its exit code and what it wrote to the fd it is
+// given. This process has threads (the coordinator's, the logger's): one of them may hold the
+// allocator's or a logger's lock at the fork, so the child only makes system calls — no
+// allocation, no logging — and anything more runs in a program it executes.
+std::pair<int, std::string> in_child(const std::function<int(int out)>& fn) {
   int pipefd[2];
   if (::pipe(pipefd) != 0) return {-1, "pipe"};
   pid_t pid = ::fork();
   if (pid == 0) {
     ::close(pipefd[0]);
-    std::string out;
-    int code = fn(out);
-    [[maybe_unused]] auto w = ::write(pipefd[1], out.data(), out.size());
-    ::_exit(code);
+    ::_exit(fn(pipefd[1]));
   }
   ::close(pipefd[1]);
   std::string out;
@@ -89,15 +90,20 @@ std::pair<int, std::string> in_child(const std::function<int(std::string& out)>&
 // its own, as another pod would be (the server keys callers by pod, else by network
 // namespace, else by pid).
 std::string answer_to_another_caller(const std::string& path) {
-  return in_child([&](std::string& out) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path, path.c_str(), path.size());
+  return in_child([&](int out) {
            if (::unshare(CLONE_NEWNET) != 0) return 100;
-           int fd = connect_to(path);
-           if (fd < 0) return 101;
+           int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+           if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+             return 101;
+           }
            timeval tv{8, 0};
            ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-           char buf[256] = {};
-           ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
-           if (n > 0) out.assign(buf, static_cast<size_t>(n));
+           char buf[256];
+           ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+           if (n > 0 && ::write(out, buf, static_cast<size_t>(n)) != n) return 102;
            return 0;
          })
       .second;
@@ -287,29 +293,52 @@ TEST_F(PrestopServerTest, ASocketWhoseOwnerIsNotTheServerIsRefused) {
 }
 
 // As the chart mounts it: the pod sees the directory read-only, so the agent's socket is
-// trusted and the call reaches the agent (which refuses it: the test process is no pod).
+// trusted and the call reaches the agent (which refuses it: the test process is no pod). The
+// child makes the mount and executes this test program again, where PrestopChild.Call (below)
+// runs the client and writes its message to fd 3.
 TEST_F(PrestopServerTest, TheAgentBehindAReadOnlyMountIsTrusted) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root for a mount namespace";
-  auto [code, message] = in_child([&](std::string& out) {
-    const char* d = dir_.c_str();
+  // Everything the child needs is made before the fork.
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  env.push_back("ENDPOINTD_TEST_PRESTOP_SOCKET=" + socket());
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::string filter = "--gtest_filter=PrestopChild.Call";
+  std::vector<char*> argv{exe.data(), filter.data(), nullptr};
+  const char* d = dir_.c_str();
+  auto [code, message] = in_child([&](int out) {
     if (::unshare(CLONE_NEWNS) != 0 ||
         ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) ||
         ::mount(d, d, nullptr, MS_BIND, nullptr) ||
         ::mount(nullptr, d, nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr)) {
-      out = "no read-only bind mount";
       return 100;
     }
-    PrestopClientOptions o;
-    o.socket = socket();
-    o.timeout = 8s;  // the agent waits 5 s for cluster state before it answers
-    PrestopOutcome r = run_prestop(o);
-    out = r.message;
-    return r.exit_code;
+    if (out != 3 && ::dup2(out, 3) != 3) return 101;
+    ::execve(exe.c_str(), argv.data(), envp.data());
+    return 102;
   });
+  ASSERT_NE(code, 100) << "no read-only bind mount";
+  ASSERT_NE(code, 102) << "could not execute " << exe;
   // The client talked to the agent: it answers that it has no cluster state yet (this
   // fixture's coordinator has none), which the client retries until its timeout.
   EXPECT_EQ(code, 5) << message;
   EXPECT_NE(message.find("no synced cluster state"), std::string::npos) << message;
+}
+
+// The client's half of the test above, in the program it executes behind the read-only mount;
+// skipped when run on its own.
+TEST(PrestopChild, Call) {
+  const char* path = std::getenv("ENDPOINTD_TEST_PRESTOP_SOCKET");
+  if (path == nullptr) GTEST_SKIP() << "run by TheAgentBehindAReadOnlyMountIsTrusted";
+  PrestopClientOptions o;
+  o.socket = path;
+  o.timeout = 8s;  // the agent waits 5 s for cluster state before it answers
+  PrestopOutcome r = run_prestop(o);
+  [[maybe_unused]] auto w = ::write(3, r.message.data(), r.message.size());
+  ::_exit(r.exit_code);
 }
 
 }  // namespace
