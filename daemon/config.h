@@ -159,6 +159,7 @@ struct Config {
   drain::PeerPolicy drain_peer_policy = drain::PeerPolicy::kProceed;
   std::chrono::milliseconds drain_peer_timeout{5000};
   drain::ReleaseAfter drain_release_after = drain::ReleaseAfter::kRemoved;
+  std::chrono::milliseconds drain_quiet{1000};
   bool drain_watermark = true;  // --drain-peer-protocol watermark (else per-endpoint)
   size_t drain_fan_in = 32;
   std::chrono::milliseconds drain_liveness{3000};

@@ -412,6 +412,7 @@ Status Daemon::Impl::start_drain() {
   co.machine.peer_timeout = cfg.drain_peer_timeout;
   co.machine.peer_policy = cfg.drain_peer_policy;
   co.machine.default_release_after = cfg.drain_release_after;
+  co.machine.quiet = cfg.drain_quiet;
   co.machine.members_service = cfg.drain_members_service;
   co.peer_listen = cfg.drain_peer_listen ? cfg.drain_peer_listen->str() : std::string();
   co.peer_port = cfg.drain_peer_port;

@@ -36,8 +36,9 @@ constexpr Named<drain::PeerPolicy> kPeerPolicies[] = {{"proceed", drain::PeerPol
 constexpr Named<bool> kContentTypes[] = {{"application/vnd.kubernetes.protobuf", true},
                                          {"application/json", false}};
 constexpr Named<bool> kPeerProtocols[] = {{"watermark", true}, {"per-endpoint", false}};
-constexpr Named<drain::ReleaseAfter> kReleaseAfters[] = {
-    {"removed", drain::ReleaseAfter::kRemoved}, {"drained", drain::ReleaseAfter::kDrained}};
+constexpr Named<drain::ReleaseAfter> kReleaseAfters[] = {{"removed", drain::ReleaseAfter::kRemoved},
+                                                         {"drained", drain::ReleaseAfter::kDrained},
+                                                         {"silent", drain::ReleaseAfter::kSilent}};
 constexpr Named<proxy::DetectLocal> kDetectLocalModes[] = {
     {"ClusterCIDR", proxy::DetectLocal::kClusterCidr},
     {"NodeCIDR", proxy::DetectLocal::kNodeCidr},
@@ -475,8 +476,14 @@ std::vector<Option> make_run_options() {
       "never take its reports."));
   o.push_back(details(choice("drain-release-after", &Config::drain_release_after, kReleaseAfters,
                              "Default release point (a pod's endpointd.io/release-after "
-                             "annotation wins): removed or drained"),
-                      "A pod with a drain action releases after the drain."));
+                             "annotation wins): removed, drained or silent"),
+                      "A pod with a drain action releases after the drain. `silent`: after the "
+                      "removal, once no new connection has reached the pod for "
+                      "`--drain-quiet-ms` (observed on its node; see *Who still sends after the "
+                      "removal*), or at its budget's end."));
+  o.push_back(integer("drain-quiet-ms", "MS", &Config::drain_quiet, 1, 600000,
+                      "Under release-after silent: how long no new connection must reach a "
+                      "removed pod before it is released"));
   o.push_back(kube_proxy(details(cidrs("cluster-cidr", "CIDR,...", &Config::cluster_cidr,
                                        "Pod network CIDRs, for local-traffic detection"),
                                  "Traffic from elsewhere to a ClusterIP is masqueraded."),

@@ -270,6 +270,24 @@ Result<StatusView> parse_status(std::string_view json) {
       if (d["unconfirmed"].get(un) == simdjson::SUCCESS)
         for (element u : un)
           k.unconfirmed.push_back({str(u, "node"), str(u, "consumer"), str(u, "reason")});
+      element after;
+      if (d["late"]["after_release"].get(after) == simdjson::SUCCESS) {
+        k.late_after_release = u64(after, "total");
+        simdjson::dom::array senders;
+        if (after["senders"].get(senders) == simdjson::SUCCESS)
+          for (element s : senders) {
+            std::string kind = str(s, "source"), name = str(s, "name"), node = str(s, "node");
+            std::string who = kind == "external" ? "outside the cluster"
+                              : name.empty()     ? kind + " on " + node
+                              : kind == "pod"    ? "pod " + name + " on " + node
+                                                 : kind + " " + name;
+            k.late_after_release_from += (k.late_after_release_from.empty() ? "" : ", ") + who +
+                                         " (" + str(s, "address") +
+                                         "): " + std::to_string(u64(s, "count"));
+          }
+        if (uint64_t others = u64(after, "others"))
+          k.late_after_release_from += ", " + std::to_string(others) + " from others";
+      }
       v.drains.push_back(std::move(k));
     }
   }
@@ -478,6 +496,11 @@ std::string render_status(const StatusView& v, const RenderOptions& o) {
     for (const auto& u : d->unconfirmed)
       out << kIndent << "  " << p.warn("may still route: " + u.node + "/" + u.consumer) << " ("
           << u.reason << ")\n";
+    if (d->late_after_release)
+      out << kIndent << "  "
+          << p.warn("then " + std::to_string(d->late_after_release) +
+                    " new connection(s) after the release")
+          << " from " << d->late_after_release_from << "\n";
   }
   if (o.colour) return out.str();
   // Without colour, no padding left at the ends of lines.

@@ -74,6 +74,10 @@ struct StatusView {
     std::optional<uint64_t> live_flows;
     std::string outcome;  // empty until released
     std::vector<Unconfirmed> unconfirmed;
+    // New connections that reached it after its release, within the watch's window
+    // (drains[].late.after_release): who the application's errors came from.
+    uint64_t late_after_release = 0;
+    std::string late_after_release_from;  // "pod ingress/nginx-1 on node-c (10.244.2.7): 12, …"
   };
   std::vector<Drain> drains;
 

@@ -411,11 +411,6 @@ void Coordinator::record(const std::vector<Transition>& ts) {
                  std::chrono::duration<double, std::milli>(t.stage_duration).count());
     if (t.to != Stage::kReleased || it == machine_.drains().end()) continue;
     const Drain& d = it->second;
-    if (const auto* r = late_.record(d.pod_uid); r && !r->late.empty())
-      spdlog::warn(
-          "drain: {} (pod {}): its removal was confirmed, yet {} new connection(s) reached it "
-          "after that, from: {}",
-          t.ip.str(), pod, r->late.total(), r->late.summary());
     if (d.unconfirmed.empty()) {
       spdlog::info("drain: {} (pod {}) released, confirmed: nothing routes to it", t.ip.str(), pod);
       continue;
@@ -576,8 +571,11 @@ void Coordinator::run() {
     in.now = Clock::now();
     in.consumers = std::move(entries);
     in.flows = std::move(flows);
-    auto ts = machine_.evaluate(in);
     observe_late(Clock::now());
+    for (const auto& [key, d] : machine_.drains())
+      if (const auto* r = late_.record(d.pod_uid); r && !r->late.empty())
+        in.late[key] = {r->late.summary(), r->late.last()};
+    auto ts = machine_.evaluate(in);
     record(ts);
     state_version_.fetch_add(1, std::memory_order_release);
     changed_.notify_all();

@@ -76,6 +76,7 @@ Source attribute(const model::Snapshot& snap, const model::IpAddr& src) {
 Source::Kind LateSenders::add(const model::IpAddr& src, TimePoint at,
                               const std::function<Source()>& who) {
   ++total_;
+  last_ = std::max(last_, at);
   for (auto& e : entries_) {
     if (e.source.address != src) continue;
     ++e.count;

@@ -63,6 +63,8 @@ class LateSenders {
   uint64_t total() const { return total_; }
   uint64_t others() const { return others_; }
   bool empty() const { return total_ == 0; }
+  // When the newest connection arrived (any source, kept or not).
+  TimePoint last() const { return last_; }
   // "pod ingress/nginx-1 on node-c (10.244.2.7): 12, node node-c (10.0.0.3): 3, 2 more from
   // sources past the bound" — the most connections first.
   std::string summary() const;
@@ -70,6 +72,7 @@ class LateSenders {
  private:
   std::vector<Entry> entries_;
   uint64_t total_ = 0, others_ = 0;
+  TimePoint last_{};
 };
 
 // One new connection to a watched address (proxy::NewFlow without the ports: who and when).

@@ -41,6 +41,7 @@ ReleaseAfter release_after_of(const model::Pod& pod, ReleaseAfter fallback) {
   if (it == pod.annotations.end()) return fallback;
   if (it->second == "removed") return ReleaseAfter::kRemoved;
   if (it->second == "drained") return ReleaseAfter::kDrained;
+  if (it->second == "silent") return ReleaseAfter::kSilent;
   return fallback;
 }
 
@@ -706,6 +707,21 @@ void Machine::move(Drain& d, Stage to, TimePoint at, std::vector<Transition>& ou
 }
 
 void Machine::advance(Drain& d, const Inputs& in, std::vector<Transition>& out) {
+  if (d.stage >= Stage::kRemoved && d.stage != Stage::kReleased && !in.late.empty()) {
+    // New connections after the removal was confirmed: someone this agent does not know still
+    // routes to the pod. Named at the release (one entry, its counts kept current).
+    if (auto it = in.late.find(d.key()); it != in.late.end()) {
+      d.late_last = it->second.last;
+      std::string why = "new connections after the removal from " + it->second.senders;
+      auto u = std::find_if(d.unconfirmed.begin(), d.unconfirmed.end(), [&](const auto& x) {
+        return x.node == opts_.node_name && x.consumer == "late traffic";
+      });
+      if (u == d.unconfirmed.end())
+        d.unconfirmed.push_back({opts_.node_name, "late traffic", std::move(why)});
+      else
+        u->reason = std::move(why);
+    }
+  }
   if ((d.stage == Stage::kRemoved || d.stage == Stage::kDrained) && !d.reconfirm && in.cluster) {
     // Removed, not released: a node that routes to it again by the fallback takes the removal
     // back until it is confirmed anew.
@@ -793,6 +809,26 @@ void Machine::advance(Drain& d, const Inputs& in, std::vector<Transition>& out) 
       move(d, Stage::kDrained, in.now, out);
     }
   }
+  if (d.stage == Stage::kRemoved && d.release_after == ReleaseAfter::kSilent && !d.reconfirm) {
+    // Silent: no new connection for `quiet` since the removal or the newest late one.
+    if (in.now >= quiet_end(d)) {
+      d.last_confirmation = in.now;
+      d.notes.push_back("no new connection for " + std::to_string(opts_.quiet.count()) +
+                        " ms after the removal" + (d.late_last ? " and the last late one" : ""));
+      move(d, Stage::kDrained, in.now, out);
+    } else if (in.now >= d.budget_end) {
+      d.drain_forced = true;
+      ++counters_.drain_deadlines;
+      d.notes.emplace_back("drain deadline passed while new connections still arrived");
+      move(d, Stage::kDrained, in.now, out);
+    }
+  }
+}
+
+TimePoint Machine::quiet_end(const Drain& d) const {
+  TimePoint from = d.removed.value_or(TimePoint{});
+  if (d.late_last) from = std::max(from, *d.late_last);
+  return from + opts_.quiet;
 }
 
 std::vector<Transition> Machine::evaluate(const Inputs& in) {
@@ -843,6 +879,8 @@ std::optional<TimePoint> Machine::next_deadline() const {
         // Its budget ends the drain of its connections, or a reconfirmation; a drain released
         // after removal waits here for its prestop call (or the pod to go) with no deadline.
         if (d.release_after == ReleaseAfter::kDrained || d.reconfirm) consider(d.budget_end);
+        if (d.release_after == ReleaseAfter::kSilent && !d.reconfirm)
+          consider(std::min(d.budget_end, quiet_end(d)));
         if (d.reconfirm && opts_.peer_policy == PeerPolicy::kProceed && pending_peer(d))
           consider(
               std::max(d.peer_deadline, std::max(d.start, d.peers_since) + opts_.peer_timeout));

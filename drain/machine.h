@@ -32,7 +32,7 @@ inline constexpr const char* kReleaseAfterAnnotation = "endpointd.io/release-aft
 
 enum class Stage { kWaitingTerminating, kStopAccepting, kRemoved, kDrained, kReleased };
 std::string_view to_string(Stage s);
-enum class ReleaseAfter { kRemoved, kDrained };
+enum class ReleaseAfter { kRemoved, kDrained, kSilent };
 // What a peer that did not confirm by its deadline means: proceed (and count it), or keep
 // waiting until the removal deadline of the grace budget.
 enum class PeerPolicy { kProceed, kWait };
@@ -56,6 +56,9 @@ struct Options {
   // out the budget. So the default releases after removal; a drain action (the client's flag
   // or the pod's endpointd.io/drain-action) releases after the drain that action starts.
   ReleaseAfter default_release_after = ReleaseAfter::kRemoved;
+  // kSilent: released once no new connection has reached the pod for this long after its
+  // removal was confirmed (observed on this node, drain/late.h), or at its budget's end.
+  milliseconds quiet{1000};
   size_t history = 64;  // finished drains kept for /debug/state
   // The API's clock: a pod's deletionTimestamp is when its grace period runs out (the API
   // server sets it to the deletion's time plus the grace period), whichever agent sees it and
@@ -133,6 +136,9 @@ struct Drain {
   std::map<std::string, PeerState> peers;  // by node name
   std::optional<FlowCount> flows;
   std::optional<TimePoint> conntrack_failed_since;
+  // The newest new connection after the removal was confirmed (Inputs::late): under kSilent
+  // the release waits for `quiet` after it.
+  std::optional<TimePoint> late_last;
   std::vector<std::string> notes;  // every forced step and degraded input, in order
   bool removal_forced = false, drain_forced = false;
   std::optional<TimePoint> last_confirmation;  // the newest confirmation stage 2/3 waited for
@@ -253,6 +259,14 @@ class Machine {
     // Terminating endpoints some state this node's consumers may hold (from the oldest applied
     // on) routes to by the fallback (LocalMarks): not removed here while they do.
     std::set<model::IpAddr> local_fallback;
+    // Drains that new connections reached after their removal was confirmed (drain/late.h):
+    // who sent them, and when the newest arrived. Such a release is unconfirmed ("late
+    // traffic"); under kSilent the release also waits for them to stop.
+    struct Late {
+      std::string senders;
+      TimePoint last{};
+    };
+    std::map<DrainKey, Late> late;
   };
   // Advances every drain and waiter as far as the inputs allow. Returns the transitions.
   std::vector<Transition> evaluate(const Inputs& in);
@@ -300,6 +314,8 @@ class Machine {
   // Removal settled (confirmed or forced): what may still route is written down.
   void settle_removal(Drain& d, const Inputs& in);
   void unconfirm(Drain& d, Unconfirmed u);
+  // Under kSilent: when the quiet time after the removal (or the newest late connection) ends.
+  TimePoint quiet_end(const Drain& d) const;
   // Whether any node may still pick `ip` for new connections in snap_ (the feed's rule, the
   // widest, and this node's own dataplane scopes).
   bool routed_anywhere(const Drain& d) const;

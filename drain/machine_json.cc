@@ -20,15 +20,16 @@ std::string drains_json(const Machine& m, TimePoint now,
     return std::to_string(std::chrono::duration_cast<milliseconds>(sys.time_since_epoch()).count());
   };
   auto one = [&](const Drain& d) {
-    std::string j =
-        "{\"address\":" + model::json_string(d.ip.str()) +
-        ",\"pod\":" + model::json_string(d.pod.str()) +
-        ",\"pod_uid\":" + model::json_string(d.pod_uid) +
-        (d.shared_address ? ",\"shared_address\":true" : "") +
-        ",\"stage\":" + model::json_string(std::string(to_string(d.stage))) +
-        ",\"release_after\":" +
-        model::json_string(d.release_after == ReleaseAfter::kRemoved ? "removed" : "drained") +
-        ",\"start_unix_ms\":" + wall(d.start) + ",\"timeline_ms\":{";
+    std::string j = "{\"address\":" + model::json_string(d.ip.str()) +
+                    ",\"pod\":" + model::json_string(d.pod.str()) +
+                    ",\"pod_uid\":" + model::json_string(d.pod_uid) +
+                    (d.shared_address ? ",\"shared_address\":true" : "") +
+                    ",\"stage\":" + model::json_string(std::string(to_string(d.stage))) +
+                    ",\"release_after\":" +
+                    model::json_string(d.release_after == ReleaseAfter::kRemoved  ? "removed"
+                                       : d.release_after == ReleaseAfter::kSilent ? "silent"
+                                                                                  : "drained") +
+                    ",\"start_unix_ms\":" + wall(d.start) + ",\"timeline_ms\":{";
     std::string t;
     auto add = [&](const char* k, const std::optional<TimePoint>& v) {
       if (!v) return;

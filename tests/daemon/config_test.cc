@@ -294,7 +294,7 @@ TEST(Config, BadInputsGiveOneErrorNamingTheKeyAndValue) {
       {"release",
        {{"drain-release-after", {"exit"}}},
        nullptr,
-       R"(--drain-release-after: "exit" is not one of removed|drained)"},
+       R"(--drain-release-after: "exit" is not one of removed|drained|silent)"},
       {"dataplane",
        {{"dataplane", {"iptables"}}},
        nullptr,

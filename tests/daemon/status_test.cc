@@ -42,7 +42,10 @@ const char* kCaptured = R"({"agent":"endpointd","version":"0.1.0","stateSchema":
   "release_after":"removed","start_unix_ms":1799999990000,
   "timeline_ms":{"stop_accepting":0,"removed":140,"released":141},
   "timeline_unix_ms":{"stop_accepting":1799999990000,"removed":1799999990140,"released":1799999990141},
-  "revision":40,"peers":[],"live_flows":null,"outcome":"confirmed","unconfirmed":[],"notes":[]},
+  "revision":40,"peers":[],"live_flows":null,"outcome":"confirmed","unconfirmed":[],"notes":[],
+  "late":{"before_removal":4,"after_removal":{"total":0,"others":0,"senders":[]},
+   "after_release":{"total":13,"others":1,"senders":[{"source":"pod","name":"ingress/nginx-1",
+   "node":"node-c","address":"10.244.2.7","count":12}]}}},
  {"address":"10.244.1.12","pod":"demo/web-4","pod_uid":"u4","stage":"released",
   "release_after":"removed","start_unix_ms":1800000000000,
   "timeline_ms":{"stop_accepting":0,"removed":5002,"released":5003},
@@ -137,6 +140,10 @@ TEST(StatusRender, ReleasesNewestFirstWithOutcomeAndWhoMayStillRoute) {
       << s;
   EXPECT_TRUE(has_line(s, {"may still route: node-b/agent", "excluded"})) << s;
   EXPECT_TRUE(has_line(s, {"demo/web-1", "confirmed", "removed 140 ms"})) << s;
+  // Who sent after web-1's release (observed on its node): where its errors came from.
+  EXPECT_TRUE(has_line(s, {"then 13 new connection(s) after the release",
+                           "from pod ingress/nginx-1 on node-c (10.244.2.7): 12, 1 from others"}))
+      << s;
 }
 
 TEST(StatusRender, OnlyTheLastTenReleases) {

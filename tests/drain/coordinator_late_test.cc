@@ -1,6 +1,6 @@
 // Observed removal in the coordinator (drain/late.h, CoordinatorOptions::new_flows): a
 // terminating pod's address is handed to the flow watch, connections that reach it after its
-// removal are named on its drain in /debug/state and counted, and the watch lets go of it.
+// removal are named on its drain in /debug/state and counted, and make its release unconfirmed.
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
@@ -105,6 +105,20 @@ TEST(CoordinatorLate, ConnectionsAfterTheRemovalAreNamedOnTheDrainAndCounted) {
             std::string::npos)
       << json;
   EXPECT_NE(json.find("\"source\":\"node\",\"name\":\"node-a\""), std::string::npos) << json;
+  // The release is unconfirmed: "late traffic", naming the senders, in the drain's record and
+  // in the verdict the pod's prestop gets.
+  ASSERT_TRUE(eventually([&] {
+    json = c.drains_json();
+    return json.find("\"consumer\":\"late traffic\"") != std::string::npos;
+  })) << json;
+  EXPECT_NE(json.find("new connections after the removal from pod demo/client on node-b "
+                      "(10.244.2.7): 2, node node-a"),
+            std::string::npos)
+      << json;
+  Verdict v = c.prestop({"demo", "web-1"}, "uid-web-1", [] { return false; });
+  EXPECT_TRUE(v.release) << v.reason;
+  EXPECT_NE(v.reason.find("late traffic"), std::string::npos) << v.reason;
+  EXPECT_EQ(v.reason.find("confirmed: nothing"), std::string::npos) << v.reason;
 
   std::string text = prometheus::TextSerializer().Serialize(registry.Collect());
   EXPECT_NE(text.find("endpointd_drain_late_connections_total{source=\"pod\",when=\"before_"

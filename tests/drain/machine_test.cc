@@ -269,6 +269,86 @@ TEST_F(MachineTest, ReleaseAfterRemovedSkipsTheDrain) {
   EXPECT_FALSE(m.drain(ip("10.244.1.10")).drained);
 }
 
+// Issue 47: new connections that reach the pod after its removal was confirmed (observed on
+// its node) make the release unconfirmed, naming who sent them.
+TEST_F(MachineTest, LateTrafficMakesTheReleaseUnconfirmed) {
+  Machine m(opts());
+  auto s = make_snapshot(2, {kWeb1Terminating, kWeb3},
+                         {{"web-1", "10.244.1.10", "node-a", true, 30, "removed"}});
+  m.on_snapshot(s, t0);
+  m.peer_answered(ip("10.244.1.10"), "node-b", true, "", t0);
+  auto in = inputs(t0 + 5ms, {entry("proxy", s)});
+  m.evaluate(in);
+  ASSERT_EQ(m.drain(ip("10.244.1.10")).stage, Stage::kRemoved);
+  uint64_t w = m.add_waiter({"demo", "web-1"}, "uid-web-1", t0 + 20ms);
+  in.now = t0 + 20ms;
+  in.late[DrainKey{ip("10.244.1.10"), "uid-web-1"}] = {"outside the cluster (203.0.113.9): 3",
+                                                       t0 + 15ms};
+  m.evaluate(in);
+  ASSERT_TRUE(m.verdict(w));
+  EXPECT_TRUE(m.verdict(w)->release);
+  const Drain& d = m.drain(ip("10.244.1.10"));
+  ASSERT_EQ(d.unconfirmed.size(), 1u);
+  EXPECT_EQ(d.unconfirmed[0].consumer, "late traffic");
+  EXPECT_EQ(d.unconfirmed[0].reason,
+            "new connections after the removal from outside the cluster (203.0.113.9): 3");
+  EXPECT_NE(m.verdict(w)->reason.find("late traffic"), std::string::npos) << m.verdict(w)->reason;
+  EXPECT_EQ(m.counters().released_unconfirmed, 1u);
+}
+
+// release-after silent: released once no new connection arrived for `quiet` after the removal
+// and after the newest late one; a sender that never stops holds it to the budget's end.
+TEST_F(MachineTest, ReleaseAfterSilentWaitsForTheLateSendersToStop) {
+  Options o = opts();
+  o.quiet = 500ms;
+  Machine m(o);
+  auto s = make_snapshot(2, {kWeb1Terminating, kWeb3},
+                         {{"web-1", "10.244.1.10", "node-a", true, 30, "silent"}});
+  m.on_snapshot(s, t0);
+  uint64_t w = m.add_waiter({"demo", "web-1"}, "uid-web-1", t0);
+  m.peer_answered(ip("10.244.1.10"), "node-b", true, "", t0);
+  auto in = inputs(t0 + 5ms, {entry("proxy", s)});
+  m.evaluate(in);
+  const Drain& d = m.drain(ip("10.244.1.10"));
+  ASSERT_EQ(d.stage, Stage::kRemoved);
+  EXPECT_EQ(m.next_deadline(), t0 + 505ms);
+  // A late connection at 300 ms: the quiet time starts again from it.
+  in.late[DrainKey{ip("10.244.1.10"), "uid-web-1"}] = {"node node-c (10.0.0.3): 1", t0 + 300ms};
+  in.now = t0 + 400ms;
+  m.evaluate(in);
+  in.now = t0 + 600ms;
+  m.evaluate(in);
+  EXPECT_FALSE(m.verdict(w)) << "released 300 ms after a late connection";
+  EXPECT_EQ(m.next_deadline(), t0 + 800ms);
+  in.now = t0 + 800ms;
+  m.evaluate(in);
+  ASSERT_TRUE(m.verdict(w));
+  EXPECT_TRUE(m.verdict(w)->release);
+  EXPECT_FALSE(d.drain_forced);
+  ASSERT_EQ(d.unconfirmed.size(), 1u);
+  EXPECT_EQ(d.unconfirmed[0].consumer, "late traffic");
+
+  // Another pod whose sender keeps sending: released at its budget's end, forced.
+  Machine m2(o);
+  m2.on_snapshot(s, t0);
+  uint64_t w2 = m2.add_waiter({"demo", "web-1"}, "uid-web-1", t0);
+  m2.peer_answered(ip("10.244.1.10"), "node-b", true, "", t0);
+  auto in2 = inputs(t0 + 5ms, {entry("proxy", s)});
+  m2.evaluate(in2);
+  TimePoint end = m2.drain(ip("10.244.1.10")).budget_end;
+  for (TimePoint t = t0 + 100ms; t < end; t += 400ms) {
+    in2.late[DrainKey{ip("10.244.1.10"), "uid-web-1"}] = {"node node-c (10.0.0.3): 9", t};
+    in2.now = t;
+    m2.evaluate(in2);
+    ASSERT_FALSE(m2.verdict(w2)) << "released while connections still arrived";
+  }
+  in2.now = end;
+  m2.evaluate(in2);
+  ASSERT_TRUE(m2.verdict(w2));
+  EXPECT_TRUE(m2.drain(ip("10.244.1.10")).drain_forced);
+  EXPECT_EQ(m2.counters().drain_deadlines, 1u);
+}
+
 TEST_F(MachineTest, TerminatingFallbackIsBoundedByTheBudget) {
   Machine m(opts());
   // web-1 is the only endpoint: the proxy keeps it as a last resort, so removal never comes.
