@@ -23,6 +23,7 @@
 #include <tuple>
 
 #include "daemon/kube_request.h"
+#include "proxy/new_flows.h"
 
 namespace endpointd::daemon {
 
@@ -141,6 +142,17 @@ std::vector<CheckLine> check_sysctls(const Config& cfg, const CheckEnv& env) {
   else if (!br.empty())
     out.push_back(ok("sysctl net.bridge.bridge-nf-call-iptables", br));
   return out;
+}
+
+// Not a failure: without the events the agent drains as before, and says late senders go
+// unnamed (README, "Who still sends after the removal").
+CheckLine check_conntrack_events(const CheckEnv& env) {
+  if (auto st = env.conntrack_events(); !st)
+    return skip("conntrack events",
+                "unavailable (" + st.error() +
+                    "): late senders after a removal go unnamed, and release-after silent is "
+                    "the removal plus the quiet time");
+  return ok("conntrack events", "ctnetlink NEW events readable: late senders are named");
 }
 
 CheckLine check_drain_socket(const Config& cfg) {
@@ -327,6 +339,11 @@ Status nft_scratch_table(const std::string& name) {
 CheckEnv default_check_env() {
   CheckEnv env;
   env.nft_scratch = nft_scratch_table;
+  env.conntrack_events = []() -> Status {
+    auto w = proxy::NewFlowWatch::open(16);
+    if (!w) return Error{w.error()};
+    return {};
+  };
   return env;
 }
 
@@ -334,6 +351,7 @@ std::vector<CheckLine> run_checks(const Config& cfg, const CheckEnv& env) {
   std::vector<CheckLine> out;
   out.push_back(check_nftables(cfg, env));
   out.push_back(check_conntrack(env));
+  if (env.conntrack_events) out.push_back(check_conntrack_events(env));
   for (auto& l : check_sysctls(cfg, env)) out.push_back(std::move(l));
   for (auto& l : check_api(cfg, env)) out.push_back(std::move(l));
   out.push_back(check_drain_socket(cfg));

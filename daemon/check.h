@@ -32,6 +32,9 @@ struct CheckLine {
 struct CheckEnv {
   // Makes and deletes a scratch nftables table named so in the caller's network namespace.
   std::function<Status(const std::string& table)> nft_scratch;
+  // Opens (and closes) the ctnetlink event socket the drain's late-sender watch reads; unset:
+  // not checked.
+  std::function<Status()> conntrack_events;
   std::string proc_sys = "/proc/sys";
   std::function<std::chrono::system_clock::time_point()> now;
   std::chrono::seconds max_clock_skew{5};

@@ -278,7 +278,7 @@ Result<StatusView> parse_status(std::string_view json) {
           for (element s : senders) {
             std::string kind = str(s, "source"), name = str(s, "name"), node = str(s, "node");
             std::string who = kind == "external" ? "outside the cluster"
-                              : name.empty()     ? kind + " on " + node
+                              : name.empty()     ? "a " + kind + " of node " + node
                               : kind == "pod"    ? "pod " + name + " on " + node
                                                  : kind + " " + name;
             k.late_after_release_from += (k.late_after_release_from.empty() ? "" : ", ") + who +

@@ -153,6 +153,9 @@ TEST_F(DaemonDrainTest, RollingUpdateThroughEndpointdRunLosesNothingAndKeepsTheO
     // Released when the last confirmation came, not at a poll or a deadline (those are
     // seconds). How fast is bench/results/drain.md's; a loaded test machine took up to 0.8 s.
     EXPECT_LE(latency, 1000) << tl->raw;
+    // Only ClusterIP clients (well-behaved): the agent watched new connections to the pod and
+    // none came after its removal.
+    EXPECT_NE(tl->raw.find("\"after_removal\":{\"total\":0,"), std::string::npos) << tl->raw;
     int accepts = expect_no_accept_after_removal(t.pod, servers.at(t.pod), *tl);
     EXPECT_GT(accepts, 0) << t.pod << " never served";
   }
@@ -273,6 +276,114 @@ TEST_F(DaemonDrainTest, ANodeWhoseAgentStoppedIsWaitedForUnderWait) {
   EXPECT_GE(tl->removed, restarted_ms) << tl->raw;
   EXPECT_NE(tl->raw.find("\"outcome\":\"confirmed\""), std::string::npos) << tl->raw;
   kill_and_remove(dc, servers.at("web-1"), t);
+}
+
+// Observed removal (issue 47): a stale router — db-0's namespace on node-b opening a new
+// connection every 20 ms straight to a pod's address, as an ingress controller with its own
+// EndpointSlice watch or a load balancer with IP targets does — keeps sending after the removal.
+// web-1 (the default: released after removal) is released unconfirmed, "late traffic", naming
+// the router's address; web-2 (release-after silent) is held until the router stopped plus the
+// quiet time, and every request the router sent meanwhile was served.
+TEST_F(DaemonDrainTest, AStaleRouterIsNamedAndSilentWaitsForIt) {
+  DaemonCluster dc;
+  auto servers = start_servers(dc);
+  dc.pods().at("web-2").release_after = "silent";
+  dc.pods().at("web-2").grace = 20;
+  dc.write();
+  dc.set_extra_args("node-a", {"--drain-quiet-ms", "500"});
+  ASSERT_EQ(dc.pki_error(), "");
+  ASSERT_TRUE(dc.start_both());
+  ASSERT_TRUE(wait_routed(dc.cluster(), 3)) << dc.daemon("node-a").log();
+  auto router_to = [&](const std::string& ip) {
+    netns::LoadOptions lo;
+    lo.target = ip + ":8080";
+    lo.interval_ms = 20;
+    lo.duration_ms = 30000;
+    lo.timeout_ms = 1000;
+    return std::make_unique<netns::LoadClient>(dc.cluster().pod("db-0"), lo);
+  };
+
+  // The default policy: web-1 is removed, the router's connections after that are named, and
+  // the prestop that comes then is answered "unconfirmed: … late traffic".
+  auto& web1 = dc.pods().at("web-1");
+  auto router = router_to(web1.ip);
+  Termination t1;
+  t1.pod = "web-1";
+  web1.pod_deleting = true;
+  dc.write();
+  t1.marked_ms = now_unix_ms();
+  std::this_thread::sleep_for(300ms);
+  web1.deleting = true;
+  dc.write();
+  std::string state;
+  for (int i = 0; i < 100; ++i) {
+    state = dc.debug_state("node-a");
+    auto tl = read_timeline(state, web1.ip);
+    if (tl && tl->raw.find("\"consumer\":\"late traffic\"") != std::string::npos) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  auto tl1 = read_timeline(state, web1.ip);
+  ASSERT_TRUE(tl1) << state;
+  ASSERT_NE(tl1->raw.find("\"consumer\":\"late traffic\""), std::string::npos)
+      << tl1->raw << "\n"
+      << dc.daemon("node-a").log();
+  auto r1 = dc.cluster().pod("web-1").exec(
+      prestop_command(DaemonCluster::bin(), dc.socket_of("node-a"), {"--timeout", "25s"}));
+  t1.prestop_returned_ms = now_unix_ms();
+  router->stop();
+  t1.prestop_exit = r1.exit_code;
+  t1.prestop_output = r1.output;
+  EXPECT_EQ(r1.exit_code, 0) << r1.output;
+  EXPECT_NE(r1.output.find("unconfirmed: node-a/late traffic: new connections after the removal "
+                           "from a pod of node node-b (10.244.2.20): "),
+            std::string::npos)
+      << r1.output;
+  kill_and_remove(dc, servers.at("web-1"), t1);
+
+  // Silent: web-2's prestop waits while the router sends, and returns the quiet time (500 ms)
+  // after it stopped.
+  auto& web2 = dc.pods().at("web-2");
+  router = router_to(web2.ip);
+  std::this_thread::sleep_for(300ms);
+  Termination t2;
+  t2.pod = "web-2";
+  web2.pod_deleting = true;
+  dc.write();
+  t2.marked_ms = now_unix_ms();
+  auto prestop = std::async(std::launch::async, [&] {
+    return dc.cluster().pod("web-2").exec(
+        prestop_command(DaemonCluster::bin(), dc.socket_of("node-a"), {"--timeout", "25s"}));
+  });
+  std::this_thread::sleep_for(300ms);
+  web2.deleting = true;
+  dc.write();
+  EXPECT_EQ(prestop.wait_for(3s), std::future_status::timeout)
+      << "released while the router still sent";
+  int64_t stopped_ms = now_unix_ms();
+  auto sent = router->stop();
+  auto r2 = prestop.get();
+  t2.prestop_returned_ms = now_unix_ms();
+  t2.prestop_exit = r2.exit_code;
+  t2.prestop_output = r2.output;
+  EXPECT_EQ(r2.exit_code, 0) << r2.output;
+  EXPECT_NE(r2.output.find("late traffic"), std::string::npos) << r2.output;
+  // Not before the quiet time after the router's last connection; soon after it (the late
+  // connections are read every 100 ms).
+  EXPECT_GE(t2.prestop_returned_ms, stopped_ms + 400) << r2.output;
+  EXPECT_LE(t2.prestop_returned_ms, stopped_ms + 2500) << r2.output;
+  auto tl2 = read_timeline(dc.debug_state("node-a"), web2.ip);
+  ASSERT_TRUE(tl2);
+  EXPECT_FALSE(tl2->drain_forced) << tl2->raw;
+  EXPECT_NE(tl2->raw.find("\"release_after\":\"silent\""), std::string::npos) << tl2->raw;
+  // The pod served while it was held: nothing the router sent failed.
+  EXPECT_GT(sent.ok, 100);
+  EXPECT_EQ(sent.failed, 0) << (sent.errors.empty() ? "" : sent.errors.begin()->first);
+  std::cout << "silent: prestop returned " << t2.prestop_returned_ms - stopped_ms
+            << " ms after the router stopped; router " << sent.ok << " ok, " << sent.failed
+            << " failed\n";
+  kill_and_remove(dc, servers.at("web-2"), t2);
+  dc.daemon("node-a").stop();
+  dc.daemon("node-b").stop();
 }
 
 TEST_F(DaemonDrainTest, AgentKilledMidDrainFinishesTheDrainAfterRestart) {
