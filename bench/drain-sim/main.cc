@@ -63,6 +63,8 @@ int main(int argc, char** argv) {
         counted["feed_eds_only"] += r.feed_eds_only;
         counted["feed_upstream_only"] += r.feed_upstream_only;
         counted["ips_reused"] += r.ips_reused;
+        counted["late_unconfirmed"] += r.late_unconfirmed;
+        counted["silent_at_budget"] += r.silent_at_budget;
         for (const auto& [k, n] : r.faults) faults[k] += n;
         if (!r.ok() && failing.size() < 20) failing.push_back(s);
       }

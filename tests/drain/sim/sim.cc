@@ -8,6 +8,7 @@
 #include <deque>
 #include <tuple>
 
+#include "drain/late.h"
 #include "feed/hub.h"       // kForgetAfter
 #include "model/routing.h"  // the trace's "what the rule says" only; the check uses the oracle
 #include "tests/drain/sim/oracle.h"
@@ -24,6 +25,14 @@ const model::ServiceKey kAgentsService{"kube-system", "endpointd"};
 constexpr milliseconds kAnswersTick{50};
 // The share of agent stops that replace its pod (members from the agents' Service).
 constexpr double kPodReplacedShare = 0.2;
+// An unregistered router's connections (Faults::router_share): one this often, from an address
+// outside the cluster; the node's connection tracking hands each to the agent this long after
+// it arrived; the agent's drain loop reads them this often while an address is watched
+// (drain/coordinator.cc's kLatePoll).
+constexpr milliseconds kRouterEvery{20};
+constexpr milliseconds kFlowLag{2};
+constexpr milliseconds kLatePoll{100};
+constexpr const char* kRouterAddress = "203.0.113.7";
 // Each agent's --drain-peer-timeout.
 constexpr milliseconds kPeerTimeout{2000};
 
@@ -40,8 +49,12 @@ struct PodRec {
   bool ready = true, terminating = false, exists = true;
   TimePoint terminated_at{};
   bool liveness = false;  // started in the fault-free tail: must release confirmed in time
-  bool settled = false;   // released, failed, or past its grace
-  model::PodPtr object;   // as the API shows it (made again when `terminating` changes)
+  bool silent = false;    // annotated release-after: silent
+  // An unregistered router sends to it every kRouterEvery from its termination until then
+  // (none: the epoch).
+  TimePoint router_until{};
+  bool settled = false;  // released, failed, or past its grace
+  model::PodPtr object;  // as the API shows it (made again when `terminating` changes)
 };
 
 // A proxy subscribed to one node's feed, and what it routes by: its last accepted config.
@@ -134,6 +147,10 @@ struct Agent {
   bool in_members = false;
   bool members_set = false;  // handed its members at least once
   uint64_t incarnation = 0;  // which process of the node's agent this is
+  // New connections to its terminating pods, as the coordinator reads them (drain/late.h):
+  // read up to late_read; the drain loop looks again at late_due while an address is watched.
+  std::unique_ptr<LateWatch> late;
+  TimePoint late_read{}, late_due{};
   // What woke the agent's loops since they last ran. The daemon's drain loop runs on a
   // snapshot, a board change, the cluster's view moving or a prestop call, else at the
   // machine's next deadline or the DNS answers' next expiry (drain/coordinator.cc); its
@@ -183,7 +200,8 @@ struct Packet {
 
 class World {
  public:
-  World(Options o, uint64_t seed) : o_(std::move(o)), rng_(seed) {
+  World(Options o, uint64_t seed)
+      : o_(std::move(o)), rng_(seed), router_rng_(seed ^ 0x6c617465ULL) {
     report_.seed = seed;
     for (size_t i = 0; i < o_.nodes; ++i) {
       NodeRec n;
@@ -224,6 +242,7 @@ class World {
     }
     ++next_pod_;
     p.node = node;
+    p.silent = router_chance(o_.silent_share);
     pods_.push_back(std::move(p));
   }
 
@@ -327,7 +346,7 @@ class World {
         pod->pod_ips = {*model::IpAddr::parse(p.ip)};
         pod->terminating = p.terminating;
         pod->termination_grace_period_seconds = 10;
-        pod->annotations[kReleaseAfterAnnotation] = "removed";
+        pod->annotations[kReleaseAfterAnnotation] = p.silent ? "silent" : "removed";
         p.object = std::move(pod);
       }
       s->pods.push_back(p.object);
@@ -380,6 +399,8 @@ class World {
     mo.default_release_after = ReleaseAfter::kRemoved;
     mo.terminating_wait = 5000ms;
     a.machine = std::make_unique<Machine>(mo);
+    a.late = std::make_unique<LateWatch>(std::chrono::seconds(5));
+    a.late_read = now_;
     a.agg = std::make_unique<Aggregator>(nodes_[i].name, o_.aggregator);
     a.watch_delay = milliseconds(1 + static_cast<int64_t>(rng_() % 20));
     a.program_delay = milliseconds(2 + static_cast<int64_t>(rng_() % 30));
@@ -640,7 +661,8 @@ class World {
     // With nothing draining and nobody waiting, evaluate() has nothing to do.
     if (a.machine->drains().empty() && a.waiters.empty()) return;
     auto deadline = a.machine->next_deadline();
-    if (!a.drain_woken && !(deadline && now_ >= *deadline)) return;
+    bool late_due = a.late_due != TimePoint{} && now_ >= a.late_due;
+    if (!a.drain_woken && !late_due && !(deadline && now_ >= *deadline)) return;
     a.drain_woken = false;
     ClusterFacts facts = a.agg->facts();
     Machine::Inputs in;
@@ -648,8 +670,55 @@ class World {
     in.consumers = board(i);
     in.cluster = &facts;
     in.local_fallback = a.local_fallback;
+    in.late = observe_late(i);
     a.machine->evaluate(in);
     settle_waiters(i);
+  }
+
+  // As the coordinator's pass (observe_late): this node's drains to the late watch, the new
+  // connections its kernel saw since the last read (the unregistered routers'), and the late
+  // senders of each drain for the machine.
+  std::map<DrainKey, Machine::Inputs::Late> observe_late(size_t i) {
+    Agent& a = nodes_[i].agent;
+    std::vector<LateWatch::Pod> watched;
+    for (const auto& [key, d] : a.machine->drains())
+      if (!d.shared_address && !d.pod_uid.empty())
+        watched.push_back({d.ip, d.pod_uid, d.pod.str(), d.removed, d.released});
+    a.late->update(watched, nodes_[i].name, a.snap.get(), now_);
+    const TimePoint upto = now_ - kFlowLag;
+    std::vector<SeenFlow> flows;
+    if (upto > a.late_read) {
+      for (const auto& p : pods_) {
+        if (!p.exists || p.node != i || p.router_until == TimePoint{}) continue;
+        for (TimePoint t = first_router_flow(p, a.late_read + milliseconds(1));
+             t <= std::min(upto, p.router_until); t += kRouterEvery)
+          flows.push_back({*model::IpAddr::parse(kRouterAddress), *model::IpAddr::parse(p.ip), t});
+      }
+      a.late_read = upto;
+    }
+    std::sort(flows.begin(), flows.end(), [](const auto& x, const auto& y) { return x.at < y.at; });
+    a.late->observe(flows, a.snap.get());
+    a.late_due = a.late->addresses().empty() ? TimePoint{} : now_ + kLatePoll;
+    // Records whose window ended are dropped, as the coordinator's take_finished does.
+    a.late->take_finished(now_);
+    std::map<DrainKey, Machine::Inputs::Late> out;
+    for (const auto& [key, d] : a.machine->drains())
+      if (const auto* r = a.late->record(d.pod_uid); r && !r->late.empty())
+        out[key] = {r->late.summary(), r->late.last()};
+    return out;
+  }
+  // The first of an unregistered router's connections to `p` at or after `t` (they come every
+  // kRouterEvery from the pod's termination).
+  static TimePoint first_router_flow(const PodRec& p, TimePoint t) {
+    if (t <= p.terminated_at) return p.terminated_at;
+    auto k = (t - p.terminated_at + kRouterEvery - std::chrono::nanoseconds(1)) / kRouterEvery;
+    return p.terminated_at + k * kRouterEvery;
+  }
+  // The routers' and silent pods' draws come from their own generator: the other faults of a
+  // seed are drawn as they were before these existed.
+  bool router_chance(double p) {
+    if (p <= 0) return false;
+    return static_cast<double>(router_rng_()) * 0x1p-64 < p;
   }
 
   // The zone's answer for the headless service at the agent's DNS state.
@@ -871,8 +940,45 @@ class World {
       for (const auto& u : unconfirmed_[pod.ip]) why += " [" + u + "]";
       report_.liveness.push_back({"fault-free drain of " + pod.name + " " + why, elapsed()});
     }
+    if (d && pod.router_until != TimePoint{}) check_router(pod, *d, confirmed);
     if (!confirmed) return;
     check_release(i, pod, ip);
+  }
+
+  // An unregistered router's connections, read from the world's schedule (not from the late
+  // watch): one that reached the pod's node at or after its drain's removal and that the
+  // node's connection tracking handed over before the release makes a "confirmed" release
+  // false. Under silent, the release comes no sooner than the quiet time (Machine's default,
+  // 1 s) after the last of them — so never while the router still sends — unless the pod's
+  // budget ended (its grace of 10 s less the 2 s margin, counted from its termination: the
+  // agent's budget starts no sooner).
+  void check_router(const PodRec& pod, const Drain& d, bool confirmed) {
+    if (!d.removed) return;
+    const TimePoint seen_by = std::min(now_ - kFlowLag, pod.router_until);
+    const TimePoint first = first_router_flow(pod, *d.removed);
+    if (first > seen_by) return;
+    if (confirmed) {
+      report_.safety.push_back(
+          {"released " + pod.name + " " + pod.ip +
+               " confirmed while an unregistered router sent to it after its removal (from " +
+               fmt_ms(std::chrono::duration_cast<milliseconds>(first - start_)) + ")",
+           elapsed()});
+      return;
+    }
+    ++report_.late_unconfirmed;
+    if (!pod.silent) return;
+    TimePoint last = first;
+    while (last + kRouterEvery <= seen_by) last += kRouterEvery;
+    if (now_ >= pod.terminated_at + 8s) {
+      if (now_ < last + 1000ms) ++report_.silent_at_budget;
+      return;
+    }
+    if (now_ < last + 1000ms)
+      report_.safety.push_back(
+          {"released " + pod.name + " " + pod.ip + " (release-after silent) " +
+               fmt_ms(std::chrono::duration_cast<milliseconds>(now_ - last)) +
+               " after an unregistered router's last connection, within the quiet time",
+           elapsed()});
   }
 
   // The invariant: nothing routes to a pod released as confirmed — who routes read by the
@@ -1215,7 +1321,8 @@ class World {
     std::vector<size_t> cand;
     for (size_t k = 0; k < pods_.size(); ++k) {
       const PodRec& p = pods_[k];
-      if (p.exists && !p.terminating && nodes_[p.node].in_api && (!liveness || p.service == "web"))
+      if (p.exists && !p.terminating && nodes_[p.node].in_api &&
+          (!liveness || (p.service == "web" && !p.silent)))
         cand.push_back(k);
     }
     if (cand.empty()) return;
@@ -1237,6 +1344,13 @@ class World {
     p.terminated_at = now_;
     p.liveness = liveness;
     trace("terminate " + p.name + " " + p.ip + " on " + nodes_[p.node].name);
+    if (!liveness && in_fault_phase() && router_chance(o_.faults.router_share)) {
+      p.router_until = now_ + milliseconds(router_rng_() %
+                                           static_cast<uint64_t>(o_.faults.router_max.count() + 1));
+      ++report_.faults["unregistered router"];
+      trace("an unregistered router sends to " + p.name + " until +" +
+            fmt_ms(std::chrono::duration_cast<milliseconds>(p.router_until - now_)));
+    }
     publish();
   }
 
@@ -1358,6 +1472,7 @@ class World {
 
   Options o_;
   std::mt19937_64 rng_;
+  std::mt19937_64 router_rng_;
   Report report_;
   std::vector<NodeRec> nodes_;
   std::vector<PodRec> pods_;
@@ -1451,6 +1566,10 @@ Options options_for_seed(uint64_t seed) {
           &f.fallback_per_s, &f.partition_per_s, &f.spec_change_per_s})
       *rate /= 5;
   }
+  // Drawn last: unregistered routers in half the seeds, at up to a third of the terminations;
+  // silent pods in half, up to half of the pods.
+  f.router_share = u() < 0.5 ? 0.05 + 0.3 * u() : 0.0;
+  o.silent_share = u() < 0.5 ? 0.5 * u() : 0.0;
   return o;
 }
 
@@ -1493,6 +1612,10 @@ std::string Scenario::terminate(const std::string& service, size_t node) {
 }
 void Scenario::kill(size_t node) {
   world_->kill(node);
+}
+void Scenario::router(const std::string& ip, milliseconds d) {
+  for (auto& p : world_->pods_)
+    if (p.exists && p.ip == ip) p.router_until = world_->now_ + d;
 }
 void Scenario::restart(size_t node) {
   world_->restart(node);

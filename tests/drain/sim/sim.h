@@ -71,6 +71,12 @@ struct Faults {
   double spec_change_per_s = 0;
   milliseconds spec_change_max{3000};
   milliseconds partition_max{4000};
+  // An unregistered router (an ingress with its own watch, a load balancer with IP targets: a
+  // consumer endpointd does not know) keeps opening connections to a terminating pod, every
+  // kRouterEvery from the pod's termination for up to router_max: the share of the fault
+  // phase's terminations that get one. The pod's node sees each connection (drain/late.h).
+  double router_share = 0;
+  milliseconds router_max{3000};
 };
 
 struct Options {
@@ -104,6 +110,9 @@ struct Options {
   // The node's state file keeps the nodes its agent saw running an agent and the members it
   // waited for (--drain-state-file). Off: a restarted agent knows only what it sees.
   bool node_state_survives_restart = true;
+  // The share of pods annotated endpointd.io/release-after: silent (the rest: removed). Never
+  // the fault-free tail's liveness drains, whose bound has no room for the quiet time.
+  double silent_share = 0;
 };
 
 // Draws a seed's options and faults: node count, policy, DNS on or off, and a fault mix.
@@ -141,6 +150,9 @@ struct Report {
   size_t feed_eds_only = 0, feed_upstream_only = 0;
   // Pods given an address of a pod gone earlier.
   size_t ips_reused = 0;
+  // Releases an unregistered router's connections after the removal made unconfirmed
+  // ("late traffic"); silent releases at the budget's end while a router still sent.
+  size_t late_unconfirmed = 0, silent_at_budget = 0;
   bool long_horizon = false;             // a fault phase of 10 minutes or more
   std::map<std::string, size_t> faults;  // kind → how many were injected
   std::vector<std::string> log;          // with Options' trace on: what happened, in order
@@ -175,6 +187,9 @@ class Scenario {
   void remove_node(size_t node);   // the Node deleted (the machine and its kernel stay)
   void add_node(size_t node);      // created again
   void fallback(const std::string& service, bool on);  // every other endpoint unready
+  // An unregistered router opens a connection to the pod at `ip` every 20 ms from its
+  // termination until `d` from now.
+  void router(const std::string& ip, milliseconds d);
   // Stops peer messages between agents `a` and `b` (both ways) until set back.
   void partition(size_t a, size_t b, bool on);
 
