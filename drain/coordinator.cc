@@ -607,7 +607,7 @@ void Coordinator::observe_late(TimePoint now) {
   for (const auto& [key, d] : machine_.drains()) {
     // A hostNetwork pod's address is its node's: every connection to the node would count.
     if (d.shared_address || d.pod_uid.empty()) continue;
-    pods.push_back({d.ip, d.pod_uid, d.pod.str(), d.removed, d.released});
+    pods.push_back({d.ip, d.pod_uid, d.pod.str(), d.removed, d.released, d.start});
   }
   late_.update(pods, opts_.machine.node_name, latest_.get(), now);
   late_.observe(opts_.new_flows->take(), latest_.get());

@@ -147,9 +147,16 @@ std::set<model::IpAddr> LateWatch::addresses() const {
 void LateWatch::observe(const std::vector<SeenFlow>& flows, const model::Snapshot* snap) {
   for (const auto& f : flows) {
     ++stats_.flows;
-    // The record watching the address at the connection's time: a newer pod's first.
+    // The record watching the address at the connection's time: a drain still under way
+    // first (the newest, if a pod never released left one behind), then the one that ended
+    // last. (A drain gone without a release — erased when a new pod took its address — ends
+    // when its window starts: ranked by that, never as one under way, or it would take the new
+    // pod's connections.)
     Record* to = nullptr;
-    auto rank = [](const Record& r) { return r.pod.released.value_or(TimePoint::max()); };
+    auto rank = [&](const Record& r) {
+      if (r.until == TimePoint::max() && !r.pod.released) return std::pair(1, r.pod.start);
+      return std::pair(0, r.pod.released.value_or(r.until - window_));
+    };
     for (auto& [uid, r] : records_) {
       if (r.pod.ip != f.dst || f.at >= r.until) continue;
       if (!to || rank(r) > rank(*to)) to = &r;

@@ -97,6 +97,9 @@ class LateWatch {
     std::string name;                   // "namespace/name", for what is shown
     std::optional<TimePoint> removed;   // its removal confirmed
     std::optional<TimePoint> released;  // its prestop answered
+    // When its drain started: of two drains under way at one address (a pod killed at its
+    // grace, never released, whose address a new pod got), the newer is the pod that holds it.
+    TimePoint start{};
   };
   struct Record {
     Pod pod;

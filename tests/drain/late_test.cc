@@ -164,6 +164,37 @@ TEST(LateTest, AnAddressAnotherPodHoldsEndsTheOldPodsWatch) {
   EXPECT_EQ(done[0].after_release.total(), 1u);
 }
 
+// Found by the simulation (seed 100905): web-7's drain was erased as web-9 took its address, so
+// its record never saw a release; web-9 terminated before the agent saw it running. Both
+// records watched the address with no release: web-7's (first by UID) took web-9's late
+// connections, web-9's drain saw none, and its silent release said "confirmed".
+TEST(LateTest, ADrainUnderWayTakesTheConnectionsOfAnAddressBeforeOneThatEnded) {
+  LateWatch w(5s);
+  TimePoint t0 = TimePoint{} + 1h;
+  LateWatch::Pod web7{ip("10.244.0.5"), "uid-web-7", "default/web-7", t0, std::nullopt};
+  w.update({web7}, "node-a", nullptr, t0);
+  w.update({}, "node-a", nullptr, t0 + 100ms);  // erased without a release: its window starts
+  LateWatch::Pod web9{ip("10.244.0.5"), "uid-web-9", "default/web-9", t0 + 1s, std::nullopt};
+  w.update({web9}, "node-a", nullptr, t0 + 1s);
+  w.observe({{ip("10.244.1.7"), ip("10.244.0.5"), t0 + 1200ms}}, nullptr);
+  EXPECT_EQ(w.record("uid-web-9")->late.total(), 1u);
+  EXPECT_EQ(w.record("uid-web-7")->after_release.total() + w.record("uid-web-7")->late.total(), 0u);
+}
+
+// Seed 164195: web-0, killed at its grace and never released, kept its drain while web-6 got
+// its address; both drains under way, web-0's (first by UID) took web-6's late connections.
+TEST(LateTest, OfTwoDrainsUnderWayAtOneAddressTheNewerTakesItsConnections) {
+  LateWatch w(5s);
+  TimePoint t0 = TimePoint{} + 1h;
+  LateWatch::Pod web0{ip("10.244.0.5"), "uid-web-0", "default/web-0", t0, std::nullopt, t0};
+  LateWatch::Pod web6{ip("10.244.0.5"), "uid-web-6",  "default/web-6",
+                      t0 + 10s,         std::nullopt, t0 + 9s};
+  w.update({web0, web6}, "node-a", nullptr, t0 + 10s);
+  w.observe({{ip("10.244.1.7"), ip("10.244.0.5"), t0 + 11s}}, nullptr);
+  EXPECT_EQ(w.record("uid-web-6")->late.total(), 1u);
+  EXPECT_EQ(w.record("uid-web-0")->late.total(), 0u);
+}
+
 TEST(LateTest, ADrainGoneWithoutAReleaseStartsItsWindowWhenItGoes) {
   LateWatch w(2s);
   TimePoint t0 = TimePoint{} + 1h;

@@ -157,6 +157,17 @@ TEST(DrainSimFound, ANewAgentLearnsFromTheClustersDecisionANodeOutOfTheService) 
   expect_seed_safe(23806);
 }
 
+// Seeds 100905, 126207, 128199 and 164195 (of 1-200,000, the first run with unregistered
+// routers): a pod given a released pod's address terminated with a router still sending to it,
+// and its silent release said "confirmed". The old pod's late-watch record (its drain erased
+// as the address was taken, so never seen released) ranked with the new drain's and, first by
+// UID, took the new pod's late connections (LateWatch::observe now ranks a drain under way
+// first). The model also skipped reading the late watch while no drain was under way, which
+// the coordinator's pass does not (the old record would have ended when the new pod was seen).
+TEST(DrainSimFound, ANewPodAtAReleasedPodsAddressGetsItsOwnLateConnections) {
+  for (uint64_t seed : {100905, 126207, 128199, 164195}) expect_seed_safe(seed);
+}
+
 // web-6 got 10.244.1.2 (web-0's, released) and terminated; its Service changed, so node-2 asked
 // its peers directly. node-1's feed entry held its oldest subscriber's state (102), where the
 // address was web-0's, terminating: "not routed", so node-1 answered removed — while its other

@@ -658,10 +658,15 @@ class World {
       a.deleted.excluded(a.agg->excluded(), now_);
       if (a.deleted.take_changed()) set_members(i);
     }
-    // With nothing draining and nobody waiting, evaluate() has nothing to do.
-    if (a.machine->drains().empty() && a.waiters.empty()) return;
-    auto deadline = a.machine->next_deadline();
     bool late_due = a.late_due != TimePoint{} && now_ >= a.late_due;
+    // With nothing draining and nobody waiting, evaluate() has nothing to do; the late watch
+    // is still read while it watches an address (the coordinator's pass does it every
+    // kLatePoll: a window ends when another pod is seen holding the address).
+    if (a.machine->drains().empty() && a.waiters.empty()) {
+      if (late_due) observe_late(i);
+      return;
+    }
+    auto deadline = a.machine->next_deadline();
     if (!a.drain_woken && !late_due && !(deadline && now_ >= *deadline)) return;
     a.drain_woken = false;
     ClusterFacts facts = a.agg->facts();
@@ -683,7 +688,7 @@ class World {
     std::vector<LateWatch::Pod> watched;
     for (const auto& [key, d] : a.machine->drains())
       if (!d.shared_address && !d.pod_uid.empty())
-        watched.push_back({d.ip, d.pod_uid, d.pod.str(), d.removed, d.released});
+        watched.push_back({d.ip, d.pod_uid, d.pod.str(), d.removed, d.released, d.start});
     a.late->update(watched, nodes_[i].name, a.snap.get(), now_);
     const TimePoint upto = now_ - kFlowLag;
     std::vector<SeenFlow> flows;
