@@ -2,7 +2,8 @@
 // ctnetlink NEW events (libnetfilter_conntrack), filtered in the kernel to the addresses asked
 // for (a socket filter on the event socket), so a busy node pays only for those. The first
 // piece of observed removal (issue 47): a terminating pod's node sees every new connection
-// that reaches the pod, whoever sent it. Not wired to drains yet.
+// that reaches the pod, whoever sent it; drain/late.h names the senders (the daemon hands the
+// watch to the coordinator as drain::NewFlows, daemon/conntrack_flows.h).
 //
 // Acts on the network namespace of the thread that opens it. Bounded: events beyond
 // `queue_max` not yet taken, and events the kernel could not deliver (the socket's buffer

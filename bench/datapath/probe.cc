@@ -8,9 +8,9 @@
 //       returning (the SYN, the rules on its first packet, the SYN-ACK), then closed with a
 //       reset (SO_LINGER 0: no TIME_WAIT, the next connect may reuse the port at once)
 //       prints: n=N p50_us=.. p99_us=.. mean_us=.. failed=F
-//   datapath_probe rate --to IP:PORT --seconds S [--inflight C]
-//       C non-blocking connects kept in flight for S seconds, each closed with a reset as soon
-//       as it completes; prints conns=.. wall_s=.. cpu_s=.. failed=F (cpu_s: this process's
+//   datapath_probe rate --to IP:PORT --seconds S [--inflight C] [--per-second R]
+//       C non-blocking connects kept in flight for S seconds (at most R started a second, when
+//       given), each closed with a reset as soon as it completes; prints conns=.. wall_s=.. cpu_s=.. failed=F (cpu_s: this process's
 //       user+system time, which on veth includes the softirq work of the whole path: the
 //       packet is forwarded in the sender's context)
 #include <arpa/inet.h>
@@ -116,7 +116,7 @@ int latency(const sockaddr_in& to, int count, int warmup) {
   return 0;
 }
 
-int rate(const sockaddr_in& to, double seconds, int inflight) {
+int rate(const sockaddr_in& to, double seconds, int inflight, double per_second) {
   const int ep = epoll_create1(0);
   int failed = 0;
   int64_t conns = 0;
@@ -138,10 +138,24 @@ int rate(const sockaddr_in& to, double seconds, int inflight) {
   const int64_t t0 = now_ns();
   const int64_t end = t0 + static_cast<int64_t>(seconds * 1e9);
   int open = 0;
-  for (int i = 0; i < inflight; ++i) open += start_one() ? 1 : 0;
+  int64_t started = 0;
+  // Paced: no more started than R × the time so far.
+  auto allowed = [&] {
+    return per_second <= 0 ||
+           static_cast<double>(started) < per_second * static_cast<double>(now_ns() - t0) / 1e9;
+  };
+  auto top_up = [&] {
+    while (open < inflight && now_ns() < end && allowed()) {
+      ++started;
+      open += start_one() ? 1 : 0;
+    }
+  };
+  if (per_second <= 0)
+    for (int i = 0; i < inflight; ++i) open += start_one() ? 1 : 0;
+  top_up();
   std::vector<epoll_event> evs(static_cast<size_t>(inflight));
-  while (open > 0) {
-    const int n = epoll_wait(ep, evs.data(), inflight, 1000);
+  while (open > 0 || (per_second > 0 && now_ns() < end)) {
+    const int n = epoll_wait(ep, evs.data(), inflight, per_second > 0 ? 1 : 1000);
     const bool more = now_ns() < end;
     for (int i = 0; i < n; ++i) {
       const int fd = evs[static_cast<size_t>(i)].data.fd;
@@ -156,8 +170,9 @@ int rate(const sockaddr_in& to, double seconds, int inflight) {
       epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
       close_with_reset(fd);
       --open;
-      if (more) open += start_one() ? 1 : 0;
+      if (more && per_second <= 0) open += start_one() ? 1 : 0;
     }
+    if (per_second > 0) top_up();
     if (n <= 0 && !more) break;
   }
   const double wall = static_cast<double>(now_ns() - t0) / 1e9;
@@ -176,7 +191,7 @@ int main(int argc, char** argv) {
   const std::string mode = argv[1];
   std::string to;
   int port = 8080, count = 2000, warmup = 100, inflight = 8;
-  double seconds = 3;
+  double seconds = 3, per_second = 0;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--to") {
@@ -189,6 +204,8 @@ int main(int argc, char** argv) {
       warmup = std::atoi(v.c_str());
     } else if (k == "--seconds") {
       seconds = std::atof(v.c_str());
+    } else if (k == "--per-second") {
+      per_second = std::atof(v.c_str());
     } else if (k == "--inflight") {
       inflight = std::max(1, std::atoi(v.c_str()));
     } else {
@@ -203,7 +220,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (mode == "latency") return latency(addr, count, warmup);
-  if (mode == "rate") return rate(addr, seconds, inflight);
+  if (mode == "rate") return rate(addr, seconds, inflight, per_second);
   std::fprintf(stderr, "datapath_probe: unknown mode %s\n", mode.c_str());
   return 2;
 }
