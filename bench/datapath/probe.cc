@@ -10,9 +10,9 @@
 //       prints: n=N p50_us=.. p99_us=.. mean_us=.. failed=F
 //   datapath_probe rate --to IP:PORT --seconds S [--inflight C] [--per-second R]
 //       C non-blocking connects kept in flight for S seconds (at most R started a second, when
-//       given), each closed with a reset as soon as it completes; prints conns=.. wall_s=.. cpu_s=.. failed=F (cpu_s: this process's
-//       user+system time, which on veth includes the softirq work of the whole path: the
-//       packet is forwarded in the sender's context)
+//       given), each closed with a reset as soon as it completes; prints conns=.. wall_s=..
+//       cpu_s=.. failed=F (cpu_s: this process's user+system time, which on veth includes the
+//       softirq work of the whole path: the packet is forwarded in the sender's context)
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>

@@ -386,6 +386,105 @@ TEST_F(DaemonDrainTest, AStaleRouterIsNamedAndSilentWaitsForIt) {
   dc.daemon("node-b").stop();
 }
 
+// HAProxy as a stand-in load balancer with its own static server list (web-2 and web-3, as a
+// cloud load balancer's IP targets) in the client's namespace, and a deregistration delay: web-2
+// is disabled in it 2 s after web-2 terminates. web-2 (release-after silent) is released only
+// after that plus the quiet time, unconfirmed naming the balancer's address, and not one
+// request through HAProxy failed: the pod served while it was held.
+TEST_F(DaemonDrainTest, ALoadBalancerWithADeregistrationDelayIsWaitedForUnderSilent) {
+  DaemonCluster dc;
+  auto servers = start_servers(dc);
+  dc.pods().at("web-2").release_after = "silent";
+  dc.pods().at("web-2").grace = 20;
+  dc.write();
+  dc.set_extra_args("node-a", {"--drain-quiet-ms", "500"});
+  ASSERT_EQ(dc.pki_error(), "");
+  ASSERT_TRUE(dc.start_both());
+  ASSERT_TRUE(wait_routed(dc.cluster(), 3)) << dc.daemon("node-a").log();
+
+  std::string dir = netns::scratch_dir() + "/stale-lb";
+  fs::create_directories(dir);
+  std::ofstream(dir + "/haproxy.cfg")
+      << "global\n"
+      << "  stats socket " << dir << "/admin.sock mode 600 level admin\n"
+      << "defaults\n"
+      << "  mode tcp\n"
+      << "  timeout connect 2s\n"
+      << "  timeout client 30s\n"
+      << "  timeout server 30s\n"
+      << "frontend fe\n"
+      << "  bind 127.0.0.1:9000\n"
+      << "  default_backend be\n"
+      << "backend be\n"
+      << "  balance roundrobin\n"
+      << "  server web2 10.244.1.11:8080\n"
+      << "  server web3 10.244.2.10:8080\n";
+  auto& client = dc.cluster().client();
+  auto& haproxy = client.spawn({"haproxy", "-db", "-f", dir + "/haproxy.cfg"}, "stale-lb.log");
+  for (int i = 0; i < 100 && !fs::exists(dir + "/admin.sock"); ++i)
+    std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(fs::exists(dir + "/admin.sock")) << haproxy.log();
+  netns::LoadOptions lo;
+  lo.target = "127.0.0.1:9000";
+  lo.interval_ms = 10;
+  lo.concurrency = 2;
+  lo.duration_ms = 30000;
+  lo.timeout_ms = 2000;
+  netns::LoadClient through_lb(client, lo);
+  std::this_thread::sleep_for(500ms);
+
+  auto& web2 = dc.pods().at("web-2");
+  Termination t;
+  t.pod = "web-2";
+  web2.pod_deleting = true;
+  dc.write();
+  t.marked_ms = now_unix_ms();
+  auto prestop = std::async(std::launch::async, [&] {
+    return dc.cluster().pod("web-2").exec(
+        prestop_command(DaemonCluster::bin(), dc.socket_of("node-a"), {"--timeout", "25s"}));
+  });
+  std::this_thread::sleep_for(300ms);
+  web2.deleting = true;
+  dc.write();
+  // The deregistration delay: the balancer keeps web-2 for 2 s after its termination.
+  EXPECT_EQ(prestop.wait_for(1700ms), std::future_status::timeout)
+      << "released while the balancer still sent";
+  int rc = 1;
+  int64_t deregistering_ms = now_unix_ms();  // the balancer sends to web-2 until after this
+  std::string said = client.sh(
+      "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); "
+      "s.connect('" +
+          dir +
+          "/admin.sock'); s.sendall(b'disable server be/web2\\n'); "
+          "print(s.recv(200))\"",
+      &rc);
+  int64_t deregistered_ms = now_unix_ms();
+  ASSERT_EQ(rc, 0) << said;
+  auto r = prestop.get();
+  t.prestop_returned_ms = now_unix_ms();
+  t.prestop_exit = r.exit_code;
+  t.prestop_output = r.output;
+  std::this_thread::sleep_for(500ms);
+  auto sent = through_lb.stop();
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("late traffic"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(192.168.77.100)"), std::string::npos) << r.output;
+  // Not before the quiet time (500 ms) after its last connection to web-2 (every ~10 ms until
+  // the command took effect); soon after (read every 100 ms).
+  EXPECT_GE(t.prestop_returned_ms, deregistering_ms + 450) << r.output;
+  EXPECT_LE(t.prestop_returned_ms, deregistered_ms + 2500) << r.output;
+  EXPECT_GT(sent.ok, 200);
+  EXPECT_EQ(sent.failed, 0) << (sent.errors.empty() ? "" : sent.errors.begin()->first);
+  EXPECT_GT(sent.by_backend["web-2"], 0) << "the balancer never sent to web-2";
+  std::cout << "stale balancer: prestop returned " << t.prestop_returned_ms - deregistered_ms
+            << " ms after web-2 was deregistered; " << sent.ok << " requests ok, " << sent.failed
+            << " failed\n";
+  kill_and_remove(dc, servers.at("web-2"), t);
+  haproxy.signal(SIGTERM);
+  dc.daemon("node-a").stop();
+  dc.daemon("node-b").stop();
+}
+
 TEST_F(DaemonDrainTest, AgentKilledMidDrainFinishesTheDrainAfterRestart) {
   DaemonCluster dc;
   auto servers = start_servers(dc);
