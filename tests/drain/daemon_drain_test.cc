@@ -62,6 +62,27 @@ Termination terminate(DaemonCluster& dc, const std::string& pod, netns::Server& 
 
 class DaemonDrainTest : public RootNetnsTest {};
 
+// The kubelet's order, not waited for: the pod marked deleted, its preStop (`endpointd prestop`
+// in its namespace) started, its endpoint terminating in the slice 300 ms later. Returns the
+// prestop's run.
+std::future<netns::CommandResult> begin_termination(DaemonCluster& dc, const std::string& pod,
+                                                    Termination& t,
+                                                    const std::string& timeout = "25s") {
+  auto& ps = dc.pods().at(pod);
+  t.pod = pod;
+  ps.pod_deleting = true;
+  dc.write();
+  t.marked_ms = now_unix_ms();
+  auto prestop = std::async(std::launch::async, [&dc, pod, node = ps.node, timeout] {
+    return dc.cluster().pod(pod).exec(
+        prestop_command(DaemonCluster::bin(), dc.socket_of(node), {"--timeout", timeout}));
+  });
+  std::this_thread::sleep_for(300ms);
+  ps.deleting = true;
+  dc.write();
+  return prestop;
+}
+
 // The agents' Service naming `nodes` (kube-system/endpointd-peers, one endpoint per agent).
 void write_agents(DaemonCluster& dc,
                   const std::vector<std::pair<std::string, std::string>>& nodes) {
@@ -239,17 +260,7 @@ TEST_F(DaemonDrainTest, ANodeWhoseAgentStoppedIsWaitedForUnderWait) {
   auto& web1 = dc.pods().at("web-1");
   web1.grace = 30;  // budget 24 s: room for node-b's agent to come back
   Termination t;
-  t.pod = "web-1";
-  web1.pod_deleting = true;
-  dc.write();
-  t.marked_ms = now_unix_ms();
-  auto prestop = std::async(std::launch::async, [&] {
-    return dc.cluster().pod("web-1").exec(
-        prestop_command(DaemonCluster::bin(), dc.socket_of("node-a"), {"--timeout", "40s"}));
-  });
-  std::this_thread::sleep_for(300ms);
-  web1.deleting = true;
-  dc.write();
+  auto prestop = begin_termination(dc, "web-1", t, "40s");
 
   // Past the peer timeout (3 s): still waiting for node-b.
   EXPECT_EQ(prestop.wait_for(6s), std::future_status::timeout)
@@ -346,17 +357,7 @@ TEST_F(DaemonDrainTest, AStaleRouterIsNamedAndSilentWaitsForIt) {
   router = router_to(web2.ip);
   std::this_thread::sleep_for(300ms);
   Termination t2;
-  t2.pod = "web-2";
-  web2.pod_deleting = true;
-  dc.write();
-  t2.marked_ms = now_unix_ms();
-  auto prestop = std::async(std::launch::async, [&] {
-    return dc.cluster().pod("web-2").exec(
-        prestop_command(DaemonCluster::bin(), dc.socket_of("node-a"), {"--timeout", "25s"}));
-  });
-  std::this_thread::sleep_for(300ms);
-  web2.deleting = true;
-  dc.write();
+  auto prestop = begin_termination(dc, "web-2", t2);
   EXPECT_EQ(prestop.wait_for(3s), std::future_status::timeout)
       << "released while the router still sent";
   int64_t stopped_ms = now_unix_ms();
@@ -433,19 +434,8 @@ TEST_F(DaemonDrainTest, ALoadBalancerWithADeregistrationDelayIsWaitedForUnderSil
   netns::LoadClient through_lb(client, lo);
   std::this_thread::sleep_for(500ms);
 
-  auto& web2 = dc.pods().at("web-2");
   Termination t;
-  t.pod = "web-2";
-  web2.pod_deleting = true;
-  dc.write();
-  t.marked_ms = now_unix_ms();
-  auto prestop = std::async(std::launch::async, [&] {
-    return dc.cluster().pod("web-2").exec(
-        prestop_command(DaemonCluster::bin(), dc.socket_of("node-a"), {"--timeout", "25s"}));
-  });
-  std::this_thread::sleep_for(300ms);
-  web2.deleting = true;
-  dc.write();
+  auto prestop = begin_termination(dc, "web-2", t);
   // The deregistration delay: the balancer keeps web-2 for 2 s after its termination.
   EXPECT_EQ(prestop.wait_for(1700ms), std::future_status::timeout)
       << "released while the balancer still sent";
