@@ -289,6 +289,20 @@ TEST_F(DaemonDrainTest, ANodeWhoseAgentStoppedIsWaitedForUnderWait) {
   kill_and_remove(dc, servers.at("web-1"), t);
 }
 
+// web-2 annotated release-after silent (grace 20 s), node-a's quiet time 500 ms; both agents
+// started and routing to the three pods.
+::testing::AssertionResult start_with_silent_web2(DaemonCluster& dc) {
+  dc.pods().at("web-2").release_after = "silent";
+  dc.pods().at("web-2").grace = 20;
+  dc.write();
+  dc.set_extra_args("node-a", {"--drain-quiet-ms", "500"});
+  if (!dc.pki_error().empty()) return ::testing::AssertionFailure() << dc.pki_error();
+  if (auto started = dc.start_both(); !started) return started;
+  if (!wait_routed(dc.cluster(), 3))
+    return ::testing::AssertionFailure() << "not routed: " << dc.daemon("node-a").log();
+  return ::testing::AssertionSuccess();
+}
+
 // Observed removal (issue 47): a stale router — db-0's namespace on node-b opening a new
 // connection every 20 ms straight to a pod's address, as an ingress controller with its own
 // EndpointSlice watch or a load balancer with IP targets does — keeps sending after the removal.
@@ -298,13 +312,7 @@ TEST_F(DaemonDrainTest, ANodeWhoseAgentStoppedIsWaitedForUnderWait) {
 TEST_F(DaemonDrainTest, AStaleRouterIsNamedAndSilentWaitsForIt) {
   DaemonCluster dc;
   auto servers = start_servers(dc);
-  dc.pods().at("web-2").release_after = "silent";
-  dc.pods().at("web-2").grace = 20;
-  dc.write();
-  dc.set_extra_args("node-a", {"--drain-quiet-ms", "500"});
-  ASSERT_EQ(dc.pki_error(), "");
-  ASSERT_TRUE(dc.start_both());
-  ASSERT_TRUE(wait_routed(dc.cluster(), 3)) << dc.daemon("node-a").log();
+  ASSERT_TRUE(start_with_silent_web2(dc));
   auto router_to = [&](const std::string& ip) {
     netns::LoadOptions lo;
     lo.target = ip + ":8080";
@@ -395,13 +403,7 @@ TEST_F(DaemonDrainTest, AStaleRouterIsNamedAndSilentWaitsForIt) {
 TEST_F(DaemonDrainTest, ALoadBalancerWithADeregistrationDelayIsWaitedForUnderSilent) {
   DaemonCluster dc;
   auto servers = start_servers(dc);
-  dc.pods().at("web-2").release_after = "silent";
-  dc.pods().at("web-2").grace = 20;
-  dc.write();
-  dc.set_extra_args("node-a", {"--drain-quiet-ms", "500"});
-  ASSERT_EQ(dc.pki_error(), "");
-  ASSERT_TRUE(dc.start_both());
-  ASSERT_TRUE(wait_routed(dc.cluster(), 3)) << dc.daemon("node-a").log();
+  ASSERT_TRUE(start_with_silent_web2(dc));
 
   std::string dir = netns::scratch_dir() + "/stale-lb";
   fs::create_directories(dir);
