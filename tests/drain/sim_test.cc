@@ -78,9 +78,12 @@ void run_seeds(uint64_t first, uint64_t count) {
     EXPECT_GT(long_seeds, 0u);
   }
   EXPECT_GT(reused, count / 10);
-  // Unregistered routers sent after removals, and their releases said so.
+  // Unregistered routers sent after removals, and their releases said so (about one release
+  // in 13 seeds: the sanitizers' 50 seeds a shard may have none).
   EXPECT_GT(routers, count / 10);
-  EXPECT_GT(late_unconfirmed, count / 50);
+  if (kScale == 1) {
+    EXPECT_GT(late_unconfirmed, count / 50);
+  }
   std::printf(
       "seeds %llu..%llu (%zu long): %zu releases confirmed, %zu unconfirmed, %zu unsafe "
       "seeds:%s, %zu seeds missing liveness:%s; %zu addresses reused; %zu unregistered routers, "
