@@ -1,6 +1,7 @@
 // The coordinator's own thread: one owner of the Machine; the board, snapshots, peers and
 // prestop calls wake it, and it polls only while a drain waits on conntrack or a DNS TTL.
 #include "drain/coordinator.h"
+#include "drain/late_inputs.h"
 
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
@@ -572,9 +573,7 @@ void Coordinator::run() {
     in.consumers = std::move(entries);
     in.flows = std::move(flows);
     observe_late(Clock::now());
-    for (const auto& [key, d] : machine_.drains())
-      if (const auto* r = late_.record(d.pod_uid); r && !r->late.empty())
-        in.late[key] = {r->late.summary(), r->late.last()};
+    in.late = late_inputs(late_, machine_.drains());
     auto ts = machine_.evaluate(in);
     record(ts);
     state_version_.fetch_add(1, std::memory_order_release);
@@ -603,13 +602,7 @@ void Coordinator::run() {
 
 void Coordinator::observe_late(TimePoint now) {
   if (!opts_.new_flows) return;
-  std::vector<LateWatch::Pod> pods;
-  for (const auto& [key, d] : machine_.drains()) {
-    // A hostNetwork pod's address is its node's: every connection to the node would count.
-    if (d.shared_address || d.pod_uid.empty()) continue;
-    pods.push_back({d.ip, d.pod_uid, d.pod.str(), d.removed, d.released, d.start});
-  }
-  late_.update(pods, opts_.machine.node_name, latest_.get(), now);
+  late_.update(late_watch_pods(machine_.drains()), opts_.machine.node_name, latest_.get(), now);
   late_.observe(opts_.new_flows->take(), latest_.get());
   if (auto addresses = late_.addresses(); addresses != late_watched_) {
     if (auto st = opts_.new_flows->watch(addresses); !st)

@@ -1,5 +1,6 @@
 // Late senders: who still opens connections to a pod after its removal (late.h).
 #include "drain/late.h"
+#include "drain/late_inputs.h"
 
 #include <algorithm>
 
@@ -183,6 +184,23 @@ void LateWatch::observe(const std::vector<SeenFlow>& flows, const model::Snapsho
 const LateWatch::Record* LateWatch::record(const std::string& uid) const {
   auto it = records_.find(uid);
   return it == records_.end() ? nullptr : &it->second;
+}
+
+std::vector<LateWatch::Pod> late_watch_pods(const std::map<DrainKey, Drain>& drains) {
+  std::vector<LateWatch::Pod> out;
+  for (const auto& [key, d] : drains)
+    if (!d.shared_address && !d.pod_uid.empty())
+      out.push_back({d.ip, d.pod_uid, d.pod.str(), d.removed, d.released, d.start});
+  return out;
+}
+
+std::map<DrainKey, Machine::Inputs::Late> late_inputs(const LateWatch& watch,
+                                                      const std::map<DrainKey, Drain>& drains) {
+  std::map<DrainKey, Machine::Inputs::Late> out;
+  for (const auto& [key, d] : drains)
+    if (const auto* r = watch.record(d.pod_uid); r && !r->late.empty())
+      out[key] = {r->late.summary(), r->late.last()};
+  return out;
 }
 
 std::vector<LateWatch::Record> LateWatch::take_finished(TimePoint now) {

@@ -8,7 +8,7 @@
 #include <deque>
 #include <tuple>
 
-#include "drain/late.h"
+#include "drain/late_inputs.h"
 #include "feed/hub.h"       // kForgetAfter
 #include "model/routing.h"  // the trace's "what the rule says" only; the check uses the oracle
 #include "tests/drain/sim/oracle.h"
@@ -685,11 +685,7 @@ class World {
   // senders of each drain for the machine.
   std::map<DrainKey, Machine::Inputs::Late> observe_late(size_t i) {
     Agent& a = nodes_[i].agent;
-    std::vector<LateWatch::Pod> watched;
-    for (const auto& [key, d] : a.machine->drains())
-      if (!d.shared_address && !d.pod_uid.empty())
-        watched.push_back({d.ip, d.pod_uid, d.pod.str(), d.removed, d.released, d.start});
-    a.late->update(watched, nodes_[i].name, a.snap.get(), now_);
+    a.late->update(late_watch_pods(a.machine->drains()), nodes_[i].name, a.snap.get(), now_);
     const TimePoint upto = now_ - kFlowLag;
     std::vector<SeenFlow> flows;
     if (upto > a.late_read) {
@@ -706,11 +702,7 @@ class World {
     a.late_due = a.late->addresses().empty() ? TimePoint{} : now_ + kLatePoll;
     // Records whose window ended are dropped, as the coordinator's take_finished does.
     a.late->take_finished(now_);
-    std::map<DrainKey, Machine::Inputs::Late> out;
-    for (const auto& [key, d] : a.machine->drains())
-      if (const auto* r = a.late->record(d.pod_uid); r && !r->late.empty())
-        out[key] = {r->late.summary(), r->late.last()};
-    return out;
+    return late_inputs(*a.late, a.machine->drains());
   }
   // The first of an unregistered router's connections to `p` at or after `t` (they come every
   // kRouterEvery from the pod's termination).
